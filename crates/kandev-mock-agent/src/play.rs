@@ -1,0 +1,603 @@
+//! The scripts. Each takes a [`Turn`] and says how it ended; the dialect
+//! runner turns that into a response (or seed/legacy completion lines).
+
+use std::{io::Write, path::Path, time::Duration};
+
+use serde_json::{Value, json};
+
+use crate::{
+    config::Dialect,
+    scenario::{COMMANDS, Scenario},
+    session::config_options_json,
+    turn::{Turn, TurnEnd, chunk, unix_nanos},
+    wire::{INTERNAL_ERROR, RpcError},
+};
+
+/// Runs one scenario to its end.
+pub(crate) async fn run(turn: &Turn, scenario: Scenario) -> TurnEnd {
+    if turn.is_cancelled() {
+        return TurnEnd::cancelled();
+    }
+    match scenario {
+        Scenario::Echo(text) => {
+            let text = if text.is_empty() { turn.prompt_text.clone() } else { text };
+            turn.say(&text).await;
+            TurnEnd::end_turn()
+        }
+        Scenario::Code { file } => code(turn, &file).await,
+        Scenario::Permission { file } => permission(turn, &file).await,
+        Scenario::Flood { count, size } => flood(turn, count, size).await,
+        Scenario::Slow { count, delay_ms } => slow(turn, count, delay_ms).await,
+        Scenario::WaitCancel => {
+            turn.say("Waiting for session/cancel.").await;
+            tokio::select! {
+                () = turn.cancel.cancelled() => {}
+                () = turn.ctx.shutdown.cancelled() => {}
+            }
+            TurnEnd::cancelled()
+        }
+        Scenario::Crash { code } => {
+            turn.say(&format!("Crashing now with exit code {code}.")).await;
+            turn.ctx.out.flush().await;
+            std::process::exit(code);
+        }
+        Scenario::Garbage => garbage(turn).await,
+        Scenario::Oversized { bytes } => {
+            let id = turn.new_message_id();
+            turn.update(chunk("agent_message_chunk", &"x".repeat(bytes), Some(&id))).await;
+            turn.say("Oversized line done.").await;
+            TurnEnd::end_turn()
+        }
+        Scenario::AllUpdates => all_updates(turn).await,
+        Scenario::Error { message } => {
+            turn.say(&format!("Something went wrong: {message}")).await;
+            TurnEnd::Error(
+                RpcError::new(INTERNAL_ERROR, "Internal error").with_data(json!({ "details": message })),
+            )
+        }
+        Scenario::Stop { reason } => {
+            turn.say(&format!("Stopping with {reason}.")).await;
+            TurnEnd::Stop(reason)
+        }
+        Scenario::Hang => {
+            turn.ctx.shutdown.cancelled().await;
+            TurnEnd::Silent
+        }
+        Scenario::Stderr { lines } => {
+            for i in 1..=lines {
+                eprintln!("kandev-mock-agent stderr line {i}/{lines}");
+            }
+            turn.say(&format!("Wrote {lines} lines to stderr.")).await;
+            TurnEnd::end_turn()
+        }
+        Scenario::Help => {
+            let mut text = String::from("Scenarios (first word of the prompt, or a `scenario:` line):\n");
+            for (name, description, args) in COMMANDS {
+                text.push_str(&format!("- {name} {args}: {description}\n"));
+            }
+            turn.say(&text).await;
+            TurnEnd::end_turn()
+        }
+    }
+}
+
+fn text_block(text: &str) -> Value {
+    json!({ "type": "content", "content": { "type": "text", "text": text } })
+}
+
+fn plan(steps: &[String; 3], statuses: [&str; 3]) -> Value {
+    let priorities = ["high", "high", "medium"];
+    let entries: Vec<Value> = (0..3)
+        .map(|i| json!({ "content": steps[i], "priority": priorities[i], "status": statuses[i] }))
+        .collect();
+    json!({ "sessionUpdate": "plan", "entries": entries })
+}
+
+fn tool_call(id: &str, title: &str, kind: &str, path: &Path, line: Option<usize>, raw_input: Value) -> Value {
+    let mut location = json!({ "path": path });
+    if let Some(line) = line {
+        location["line"] = json!(line);
+    }
+    json!({
+        "sessionUpdate": "tool_call",
+        "toolCallId": id,
+        "title": title,
+        "kind": kind,
+        "status": "pending",
+        "locations": [location],
+        "rawInput": raw_input,
+    })
+}
+
+fn tool_update(id: &str, status: &str) -> Value {
+    json!({ "sessionUpdate": "tool_call_update", "toolCallId": id, "status": status })
+}
+
+/// Marks a tool call failed, explains why, and ends the turn normally.
+async fn fail_tool(turn: &Turn, id: &str, error: &str) -> TurnEnd {
+    let mut update = tool_update(id, "failed");
+    update["content"] = json!([text_block(error)]);
+    turn.update(update).await;
+    turn.say(&format!("I could not finish: {error}")).await;
+    TurnEnd::end_turn()
+}
+
+fn usage(turn: &Turn) -> Value {
+    let used = 1000 * turn.number + turn.prompt_text.len() as u64;
+    json!({
+        "sessionUpdate": "usage_update",
+        "used": used,
+        "size": 200_000,
+        "cost": { "amount": 0.01 * turn.number as f64, "currency": "USD" },
+    })
+}
+
+fn preview(content: Option<&str>) -> String {
+    match content {
+        None => "(the file does not exist yet)".to_owned(),
+        Some(text) if text.len() <= 2000 => text.to_owned(),
+        Some(text) => {
+            let mut end = 2000;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!("{}… ({} bytes in total)", &text[..end], text.len())
+        }
+    }
+}
+
+fn mode(turn: &Turn) -> String {
+    turn.session.lock().expect("session lock").record.mode_id.clone()
+}
+
+/// Plan, thought, read → edit (with a diff) → verify (in a client terminal
+/// when offered), a summary and a usage update.
+async fn code(turn: &Turn, file: &str) -> TurnEnd {
+    let path = turn.resolve(file);
+    let n = turn.number;
+    let steps = [format!("Read {file}"), format!("Append a line to {file}"), format!("Verify {file}")];
+
+    turn.update(json!({ "sessionUpdate": "session_info_update", "title": format!("Edit {file}") })).await;
+    turn.update(plan(&steps, ["in_progress", "pending", "pending"])).await;
+    turn.think(&format!("The task is about {file}. I will read it first.")).await;
+
+    let read_id = format!("call_read_{n}");
+    turn.update(tool_call(&read_id, &steps[0], "read", &path, None, json!({ "path": path }))).await;
+    turn.update(tool_update(&read_id, "in_progress")).await;
+    let old = match turn.read_text(&path).await {
+        Ok(old) => old,
+        Err(e) => return fail_tool(turn, &read_id, &e).await,
+    };
+    let mut done = tool_update(&read_id, "completed");
+    done["content"] = json!([text_block(&preview(old.as_deref()))]);
+    turn.update(done).await;
+    if turn.is_cancelled() {
+        return TurnEnd::cancelled();
+    }
+    turn.update(plan(&steps, ["completed", "in_progress", "pending"])).await;
+
+    let addition = format!("Edited by kandev-mock-agent (turn {n}).\n");
+    let old_text = old.clone().unwrap_or_default();
+    let mut new_text = old_text.clone();
+    if !new_text.is_empty() && !new_text.ends_with('\n') {
+        new_text.push('\n');
+    }
+    new_text.push_str(&addition);
+
+    if mode(turn) == "plan" {
+        turn.say(&format!("Plan mode is on, so I left {file} alone. I would append: {}", addition.trim_end()))
+            .await;
+        return TurnEnd::end_turn();
+    }
+
+    turn.think("I will append one line that records this turn.").await;
+    let edit_id = format!("call_edit_{n}");
+    let line = old_text.lines().count() + 1;
+    let input = json!({ "path": path, "append": addition });
+    turn.update(tool_call(&edit_id, &steps[1], "edit", &path, Some(line), input)).await;
+    turn.update(tool_update(&edit_id, "in_progress")).await;
+    if let Err(e) = turn.write_text(&path, &new_text).await {
+        return fail_tool(turn, &edit_id, &e).await;
+    }
+    let mut done = tool_update(&edit_id, "completed");
+    done["content"] = json!([{ "type": "diff", "path": path, "oldText": old, "newText": new_text }]);
+    turn.update(done).await;
+    if turn.is_cancelled() {
+        return TurnEnd::cancelled();
+    }
+    turn.update(plan(&steps, ["completed", "completed", "in_progress"])).await;
+
+    let verified = if turn.caps.terminal {
+        verify_in_terminal(turn, &path, &steps[2]).await
+    } else {
+        verify_by_reading(turn, &path, &steps[2], &new_text).await
+    };
+    if let Err(end) = verified {
+        return end;
+    }
+    turn.update(plan(&steps, ["completed", "completed", "completed"])).await;
+
+    let id = turn.new_message_id();
+    turn.say_chunk(&id, &format!("I read {file} and appended one line to it: ")).await;
+    turn.say_chunk(&id, &format!("`{}`. The check passed.", addition.trim_end())).await;
+    turn.update(usage(turn)).await;
+    TurnEnd::end_turn()
+}
+
+/// `terminal/create` (`cat FILE`) → `wait_for_exit` → `output` → `release`.
+async fn verify_in_terminal(turn: &Turn, path: &Path, title: &str) -> Result<(), TurnEnd> {
+    let id = format!("call_exec_{}", turn.number);
+    let input = json!({ "command": "cat", "args": [path] });
+    turn.update(tool_call(&id, title, "execute", path, None, input)).await;
+    let params = json!({
+        "sessionId": turn.session_id,
+        "command": "cat",
+        "args": [path],
+        "cwd": turn.cwd,
+        "outputByteLimit": 65536,
+    });
+    let created = turn.request("terminal/create", params).await;
+    let terminal_id = match created {
+        Ok(result) => match result["terminalId"].as_str() {
+            Some(t) => t.to_owned(),
+            None => return Err(fail_tool(turn, &id, &format!("terminal/create returned {result}")).await),
+        },
+        Err(e) => return Err(fail_tool(turn, &id, &format!("terminal/create: {e}")).await),
+    };
+    let mut running = tool_update(&id, "in_progress");
+    running["content"] = json!([{ "type": "terminal", "terminalId": terminal_id }]);
+    turn.update(running).await;
+
+    let target = json!({ "sessionId": turn.session_id, "terminalId": terminal_id });
+    let exit = turn.request("terminal/wait_for_exit", target.clone()).await;
+    let output = turn.request("terminal/output", target.clone()).await;
+    let released = turn.request("terminal/release", target).await;
+    let (exit, output) = match (exit, output, released) {
+        (Ok(exit), Ok(output), Ok(_)) => (exit, output),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+            return Err(fail_tool(turn, &id, &format!("terminal: {e}")).await);
+        }
+    };
+    let exit_code = exit["exitCode"].as_i64();
+    let status = if exit_code == Some(0) { "completed" } else { "failed" };
+    let mut done = tool_update(&id, status);
+    done["rawOutput"] = json!({ "exitCode": exit["exitCode"], "output": output["output"] });
+    turn.update(done).await;
+    if exit_code == Some(0) {
+        Ok(())
+    } else {
+        turn.say(&format!("The check failed with exit status {}.", exit)).await;
+        Err(TurnEnd::end_turn())
+    }
+}
+
+/// Without a client terminal the check is a read-back of the file.
+async fn verify_by_reading(turn: &Turn, path: &Path, title: &str, expected: &str) -> Result<(), TurnEnd> {
+    let id = format!("call_exec_{}", turn.number);
+    let input = json!({ "command": "read-back", "path": path });
+    turn.update(tool_call(&id, title, "execute", path, None, input)).await;
+    turn.update(tool_update(&id, "in_progress")).await;
+    match turn.read_text(path).await {
+        Ok(Some(actual)) if actual == expected => {
+            let mut done = tool_update(&id, "completed");
+            done["content"] = json!([text_block(&format!("{} bytes; the edit is present", actual.len()))]);
+            turn.update(done).await;
+            Ok(())
+        }
+        Ok(_) => Err(fail_tool(turn, &id, "the file does not contain the edit").await),
+        Err(e) => Err(fail_tool(turn, &id, &e).await),
+    }
+}
+
+enum Decision {
+    Allow,
+    Reject,
+    Cancelled,
+    Failed(String),
+}
+
+/// `session/request_permission` with allow_once / allow_always / reject_once.
+async fn ask_permission(turn: &Turn, call: &Value) -> Decision {
+    let mut tool_call = call.clone();
+    if let Some(obj) = tool_call.as_object_mut() {
+        obj.remove("sessionUpdate");
+    }
+    let params = json!({
+        "sessionId": turn.session_id,
+        "toolCall": tool_call,
+        "options": [
+            { "optionId": "allow-once", "name": "Allow once", "kind": "allow_once" },
+            { "optionId": "allow-always", "name": "Always allow", "kind": "allow_always" },
+            { "optionId": "reject-once", "name": "Reject", "kind": "reject_once" },
+        ],
+    });
+    let request = turn.request("session/request_permission", params);
+    tokio::pin!(request);
+    let result = tokio::select! {
+        result = &mut request => result,
+        () = turn.cancel.cancelled() => {
+            // The client must answer a pending permission request with `cancelled`;
+            // give it a moment, then stop waiting.
+            match tokio::time::timeout(Duration::from_secs(5), &mut request).await {
+                Ok(result) => result,
+                Err(_) => return Decision::Cancelled,
+            }
+        }
+    };
+    let outcome = match result {
+        Ok(outcome) => outcome,
+        Err(e) => return Decision::Failed(e.to_string()),
+    };
+    match (outcome["outcome"]["outcome"].as_str(), outcome["outcome"]["optionId"].as_str()) {
+        (Some("selected"), Some("allow-once")) => Decision::Allow,
+        (Some("selected"), Some("allow-always")) => {
+            turn.session.lock().expect("session lock").record.allow_always = true;
+            Decision::Allow
+        }
+        (Some("selected"), Some("reject-once")) => Decision::Reject,
+        (Some("cancelled"), _) => Decision::Cancelled,
+        _ => Decision::Failed(format!("unexpected permission outcome {outcome}")),
+    }
+}
+
+async fn permission(turn: &Turn, file: &str) -> TurnEnd {
+    let path = turn.resolve(file);
+    let id = format!("call_write_{}", turn.number);
+    let content = "Written by kandev-mock-agent after permission was granted.\n";
+    let (mode, allow_always) = {
+        let session = turn.session.lock().expect("session lock");
+        (session.record.mode_id.clone(), session.record.allow_always)
+    };
+    if mode == "plan" {
+        turn.say(&format!("Plan mode is on, so I will not write {file}.")).await;
+        return TurnEnd::end_turn();
+    }
+    let title = format!("Write {file}");
+    let call = tool_call(&id, &title, "edit", &path, None, json!({ "path": path, "content": content }));
+    turn.update(call.clone()).await;
+
+    let decision = if allow_always || mode == "accept-edits" {
+        turn.think("Writing files is already allowed in this session.").await;
+        Decision::Allow
+    } else {
+        ask_permission(turn, &call).await
+    };
+    let failed = |why: &str| {
+        let mut update = tool_update(&id, "failed");
+        update["content"] = json!([text_block(why)]);
+        update
+    };
+    match decision {
+        Decision::Allow if turn.is_cancelled() => {
+            turn.update(failed("cancelled")).await;
+            TurnEnd::cancelled()
+        }
+        Decision::Allow => {
+            turn.update(tool_update(&id, "in_progress")).await;
+            let old = turn.read_text(&path).await.unwrap_or(None);
+            if let Err(e) = turn.write_text(&path, content).await {
+                return fail_tool(turn, &id, &e).await;
+            }
+            let mut done = tool_update(&id, "completed");
+            done["content"] = json!([{ "type": "diff", "path": path, "oldText": old, "newText": content }]);
+            turn.update(done).await;
+            turn.say(&format!("Permission granted; I wrote {file}.")).await;
+            TurnEnd::end_turn()
+        }
+        Decision::Reject => {
+            turn.update(failed("permission denied")).await;
+            turn.say(&format!("Permission denied; {file} was not written.")).await;
+            TurnEnd::end_turn()
+        }
+        Decision::Cancelled => {
+            turn.update(failed("cancelled")).await;
+            TurnEnd::cancelled()
+        }
+        Decision::Failed(why) => {
+            turn.update(failed(&why)).await;
+            turn.say(&format!("I could not ask for permission ({why}); {file} was not written.")).await;
+            TurnEnd::end_turn()
+        }
+    }
+}
+
+/// The fixed part of an ACP flood line, up to the index value.
+fn flood_head(session_id: &str, message_id: &str, text: &str, count: u64) -> String {
+    // Ids are `[A-Za-z0-9_-]` and the text is `x`s, so nothing needs escaping.
+    format!(
+        concat!(
+            r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"{}","update":{{"#,
+            r#""sessionUpdate":"agent_message_chunk","messageId":"{}","content":{{"type":"text","text":"{}"}},"#,
+            r#""_meta":{{"kandev/count":{},"kandev/index":"#
+        ),
+        session_id, message_id, text, count
+    )
+}
+
+fn flood_line(head: &str, index: u64, sent_at: u64) -> Vec<u8> {
+    let mut line = Vec::with_capacity(head.len() + 48);
+    line.extend_from_slice(head.as_bytes());
+    // Closes _meta, update, params and the message.
+    let _ = write!(line, r#"{index},"kandev/sentAtNanos":{sent_at}}}}}}}"#);
+    line
+}
+
+/// `count` chunks of `size` bytes, each stamped with its index and send time.
+async fn flood(turn: &Turn, count: u64, size: usize) -> TurnEnd {
+    let text = "x".repeat(size);
+    let message_id = turn.new_message_id();
+    let head = flood_head(&turn.session_id, &message_id, &text, count);
+    for index in 0..count {
+        if index % 256 == 0 && turn.is_cancelled() {
+            return TurnEnd::cancelled();
+        }
+        if turn.dialect == Dialect::Acp {
+            turn.ctx.out.raw(flood_line(&head, index, unix_nanos())).await;
+        } else {
+            let mut update = chunk("agent_message_chunk", &text, Some(&message_id));
+            update["_meta"] =
+                json!({ "kandev/count": count, "kandev/index": index, "kandev/sentAtNanos": unix_nanos() });
+            turn.update(update).await;
+        }
+    }
+    turn.say(&format!("Flood done: {count} chunks of {size} bytes.")).await;
+    TurnEnd::end_turn()
+}
+
+async fn slow(turn: &Turn, count: u64, delay_ms: u64) -> TurnEnd {
+    let id = turn.new_message_id();
+    for i in 1..=count {
+        turn.say_chunk(&id, &format!("chunk {i}/{count}\n")).await;
+        if i < count && !turn.sleep(Duration::from_millis(delay_ms)).await {
+            return TurnEnd::cancelled();
+        }
+    }
+    TurnEnd::end_turn()
+}
+
+/// Lines no client should choke on: they are not ACP messages.
+pub(crate) const GARBAGE: [&[u8]; 8] = [
+    b"this line is not JSON",
+    br#"{"jsonrpc":"2.0","method":"session/update","params":{"#,
+    b"\xff\xfe invalid UTF-8 \xc3\x28 bytes",
+    b"",
+    br#"{"hello":"world"}"#,
+    b"[1,2,3]",
+    b"\x1b[32mINFO\x1b[0m a banner an agent printed to stdout",
+    br#"{"jsonrpc":"2.0","id":987654321,"result":{}}"#,
+];
+
+async fn garbage(turn: &Turn) -> TurnEnd {
+    for line in GARBAGE {
+        turn.ctx.out.raw(line.to_vec()).await;
+    }
+    turn.say("Garbage done; the stream is healthy again.").await;
+    TurnEnd::end_turn()
+}
+
+/// Every `session/update` variant the client may receive (notice and
+/// compaction only when advertised).
+async fn all_updates(turn: &Turn) -> TurnEnd {
+    let n = turn.number;
+    let (record, boolean_config) = {
+        let session = turn.session.lock().expect("session lock");
+        (session.record.clone(), turn.caps.boolean_config)
+    };
+    turn.update(chunk("user_message_chunk", "A user message chunk (normally only seen during session/load).", None))
+        .await;
+    turn.think("Thinking about which updates exist.").await;
+    turn.say("Sending one update of every kind.").await;
+    turn.update(json!({
+        "sessionUpdate": "plan",
+        "entries": [
+            { "content": "Send every update", "priority": "high", "status": "in_progress" },
+            { "content": "Finish the turn", "priority": "low", "status": "pending" },
+        ],
+    }))
+    .await;
+    let id = format!("call_think_{n}");
+    turn.update(json!({
+        "sessionUpdate": "tool_call",
+        "toolCallId": id,
+        "title": "Think",
+        "kind": "think",
+        "status": "in_progress",
+        "rawInput": { "topic": "updates" },
+    }))
+    .await;
+    let mut done = tool_update(&id, "completed");
+    done["content"] = json!([text_block("Thought about it.")]);
+    done["rawOutput"] = json!({ "ok": true });
+    turn.update(done).await;
+    let commands: Vec<Value> = COMMANDS
+        .iter()
+        .map(|(name, description, hint)| {
+            let mut command = json!({ "name": name, "description": description });
+            if !hint.is_empty() {
+                command["input"] = json!({ "hint": hint });
+            }
+            command
+        })
+        .collect();
+    turn.update(json!({ "sessionUpdate": "available_commands_update", "availableCommands": commands })).await;
+    turn.update(json!({ "sessionUpdate": "current_mode_update", "currentModeId": record.mode_id })).await;
+    turn.update(json!({
+        "sessionUpdate": "config_option_update",
+        "configOptions": config_options_json(&record, boolean_config),
+    }))
+    .await;
+    turn.update(json!({
+        "sessionUpdate": "session_info_update",
+        "title": "All updates",
+        "updatedAt": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    }))
+    .await;
+    turn.update(usage(turn)).await;
+    if turn.caps.notices {
+        turn.update(json!({
+            "sessionUpdate": "notice",
+            "severity": "info",
+            "title": "Mock notice",
+            "description": "Sent because the client advertised session.notices.",
+        }))
+        .await;
+    }
+    if turn.caps.compaction {
+        let compaction_id = format!("cmp_{n}");
+        turn.update(json!({ "sessionUpdate": "compaction_update", "compactionId": compaction_id, "status": "in_progress" }))
+            .await;
+        turn.update(json!({
+            "sessionUpdate": "compaction_summary_chunk",
+            "compactionId": compaction_id,
+            "content": { "type": "text", "text": "Summary of the conversation so far." },
+        }))
+        .await;
+        turn.update(json!({ "sessionUpdate": "compaction_update", "compactionId": compaction_id, "status": "completed" }))
+            .await;
+    }
+    turn.update(json!({
+        "sessionUpdate": "plan",
+        "entries": [
+            { "content": "Send every update", "priority": "high", "status": "completed" },
+            { "content": "Finish the turn", "priority": "low", "status": "completed" },
+        ],
+    }))
+    .await;
+    turn.say("All updates sent.").await;
+    TurnEnd::end_turn()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flood_lines_are_valid_json() {
+        let head = flood_head("sess_1", "msg_1", "xxx", 2);
+        let line = flood_line(&head, 1, 42);
+        let v: Value = serde_json::from_slice(&line).expect("valid JSON");
+        assert_eq!(
+            v,
+            json!({
+                "jsonrpc": "2.0",
+                "method": "session/update",
+                "params": {
+                    "sessionId": "sess_1",
+                    "update": {
+                        "sessionUpdate": "agent_message_chunk",
+                        "messageId": "msg_1",
+                        "content": { "type": "text", "text": "xxx" },
+                        "_meta": { "kandev/count": 2, "kandev/index": 1, "kandev/sentAtNanos": 42 },
+                    },
+                },
+            })
+        );
+    }
+
+    #[test]
+    fn preview_cuts_on_a_char_boundary() {
+        let long = "é".repeat(1500);
+        assert!(preview(Some(&long)).ends_with("(3000 bytes in total)"));
+        assert_eq!(preview(None), "(the file does not exist yet)");
+    }
+}
