@@ -418,7 +418,7 @@ fn flood_line(head: &str, index: u64, sent_at: u64) -> Vec<u8> {
     let mut line = Vec::with_capacity(head.len() + 48);
     line.extend_from_slice(head.as_bytes());
     // Closes _meta, update, params and the message.
-    let _ = write!(line, r#"{index},"kandev/sentAtNanos":{sent_at}}}}}}}"#);
+    let _ = write!(line, r#"{index},"kandev/sentAtNanos":{sent_at}}}}}}}}}"#);
     line
 }
 
