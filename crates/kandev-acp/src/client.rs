@@ -240,7 +240,8 @@ type BoxWriter = Pin<Box<dyn AsyncWrite + Send>>;
 struct Inner {
     options: ClientOptions,
     emitter: tokio::sync::Mutex<Emitter>,
-    writer: tokio::sync::Mutex<BoxWriter>,
+    /// `None` once stdin was closed.
+    writer: tokio::sync::Mutex<Option<BoxWriter>>,
     state: Mutex<State>,
     next_id: AtomicU64,
     /// Cancelled by `cancel()`; replaced at the start of each prompt.
@@ -374,12 +375,24 @@ impl Inner {
     async fn write_message(&self, message: Value, kind: EventKind) -> Result<(), AcpError> {
         let mut line = serde_json::to_vec(&message).map_err(std::io::Error::other)?;
         line.push(b'\n');
-        let mut writer = self.writer.lock().await;
+        let mut guard = self.writer.lock().await;
+        let Some(writer) = guard.as_mut() else {
+            return Err(AcpError::Closed {
+                reason: Some("stdin was closed by the client".to_owned()),
+            });
+        };
         self.emit(Direction::ToAgent, self.current_session(), kind, message)
             .await;
-        writer.write_all(&line).await?;
-        writer.flush().await?;
-        Ok(())
+        let written = async {
+            writer.write_all(&line).await?;
+            writer.flush().await
+        };
+        match written.await {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(AcpError::Closed {
+                reason: Some("the agent's stdin is closed (did it exit?)".to_owned()),
+            }),
+            other => Ok(other?),
+        }
     }
 
     fn set_dialect(&self, dialect: Dialect) -> bool {
@@ -860,7 +873,7 @@ impl AcpClient {
                 next_seq: options.start_seq,
                 tx,
             }),
-            writer: tokio::sync::Mutex::new(Box::pin(writer)),
+            writer: tokio::sync::Mutex::new(Some(Box::pin(writer))),
             state: Mutex::new(State::default()),
             next_id: AtomicU64::new(1),
             turn_cancel: Mutex::new(CancellationToken::new()),
@@ -1376,7 +1389,11 @@ impl AcpClient {
     /// Closes the agent's stdin (most agents exit on EOF). Events keep
     /// flowing until the agent's stdout closes.
     pub async fn close_stdin(&self) -> Result<(), AcpError> {
-        self.inner.writer.lock().await.shutdown().await?;
+        // Dropping the writer closes the pipe (a child's stdin is only
+        // closed on drop).
+        if let Some(mut writer) = self.inner.writer.lock().await.take() {
+            writer.shutdown().await?;
+        }
         Ok(())
     }
 }
