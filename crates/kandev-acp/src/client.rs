@@ -933,12 +933,12 @@ impl AcpClient {
             ));
         let mut dialect_rx = self.inner.dialect_tx.subscribe();
         let legacy = async move {
-            match dialect_rx
+            let detected = dialect_rx
                 .wait_for(|d| *d == Some(Dialect::Legacy))
                 .await
-            {
-                Ok(_) => (),
-                Err(_) => std::future::pending().await,
+                .is_ok();
+            if !detected {
+                std::future::pending::<()>().await;
             }
         };
         let raw = tokio::select! {
