@@ -77,7 +77,11 @@ pub(crate) struct Config {
     pub(crate) api_key: Option<String>,
 
     /// File whose existence means "logged in" for `--auth terminal`; `--login` creates it.
-    #[arg(long, env = "KANDEV_MOCK_CREDENTIALS", default_value = ".kandev-mock/credentials")]
+    #[arg(
+        long,
+        env = "KANDEV_MOCK_CREDENTIALS",
+        default_value = ".kandev-mock/credentials"
+    )]
     pub(crate) credentials: PathBuf,
 
     /// Perform the terminal login (create the credentials file) and exit 0.

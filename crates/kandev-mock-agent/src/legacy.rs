@@ -32,7 +32,8 @@ fn task_from_line(line: &str) -> String {
 fn is_cancel(line: &str) -> bool {
     let line = line.trim();
     line.eq_ignore_ascii_case("cancel")
-        || serde_json::from_str::<Value>(line).is_ok_and(|v| v["type"] == "cancel" || v["method"] == "session/cancel")
+        || serde_json::from_str::<Value>(line)
+            .is_ok_and(|v| v["type"] == "cancel" || v["method"] == "session/cancel")
 }
 
 /// Runs one task and returns the exit code: 0 completed or cancelled, 1 failed.
@@ -42,9 +43,20 @@ pub(crate) async fn run(ctx: Arc<Ctx>) -> i32 {
         async move { ctx.out.send(&legacy_line(&ctx.cfg, kind, data)).await }
     };
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    let task = match ctx.cfg.task_description.clone().filter(|t| !t.trim().is_empty()) {
+    let task = match ctx
+        .cfg
+        .task_description
+        .clone()
+        .filter(|t| !t.trim().is_empty())
+    {
         Some(task) => task,
-        None => lines.next_line().await.ok().flatten().map(|l| task_from_line(&l)).unwrap_or_default(),
+        None => lines
+            .next_line()
+            .await
+            .ok()
+            .flatten()
+            .map(|l| task_from_line(&l))
+            .unwrap_or_default(),
     };
     emit("status", json!({ "status": "started" })).await;
     emit("heartbeat", json!({})).await;
@@ -68,7 +80,9 @@ pub(crate) async fn run(ctx: Arc<Ctx>) -> i32 {
             let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
             loop {
                 ticks.tick().await;
-                ctx.out.send(&legacy_line(&ctx.cfg, "heartbeat", json!({}))).await;
+                ctx.out
+                    .send(&legacy_line(&ctx.cfg, "heartbeat", json!({})))
+                    .await;
             }
         })
     });
@@ -79,8 +93,20 @@ pub(crate) async fn run(ctx: Arc<Ctx>) -> i32 {
             info!("legacy task runs {scenario:?}");
             let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
             let (session_id, session) = ctx.sessions().create(&cwd);
-            emit("status", json!({ "status": "running", "session_id": session_id })).await;
-            let turn = Turn::new(ctx.clone(), session, session_id, cwd, 1, task.clone(), cancel);
+            emit(
+                "status",
+                json!({ "status": "running", "session_id": session_id }),
+            )
+            .await;
+            let turn = Turn::new(
+                ctx.clone(),
+                session,
+                session_id,
+                cwd,
+                1,
+                task.clone(),
+                cancel,
+            );
             let end = play::run(&turn, scenario).await;
             (end, turn.last_message()).into()
         }
@@ -90,24 +116,51 @@ pub(crate) async fn run(ctx: Arc<Ctx>) -> i32 {
         heartbeat.abort();
     }
     let code = match &end {
-        Finished { end: TurnEnd::Stop(reason), summary } if reason == "end_turn" => {
-            emit("result", json!({ "status": "completed", "summary": summary })).await;
+        Finished {
+            end: TurnEnd::Stop(reason),
+            summary,
+        } if reason == "end_turn" => {
+            emit(
+                "result",
+                json!({ "status": "completed", "summary": summary }),
+            )
+            .await;
             0
         }
-        Finished { end: TurnEnd::Stop(reason), summary } if reason == "cancelled" => {
-            emit("result", json!({ "status": "cancelled", "summary": summary })).await;
+        Finished {
+            end: TurnEnd::Stop(reason),
+            summary,
+        } if reason == "cancelled" => {
+            emit(
+                "result",
+                json!({ "status": "cancelled", "summary": summary }),
+            )
+            .await;
             0
         }
-        Finished { end: TurnEnd::Stop(reason), summary } => {
-            emit("result", json!({ "status": "failed", "stop_reason": reason, "summary": summary })).await;
+        Finished {
+            end: TurnEnd::Stop(reason),
+            summary,
+        } => {
+            emit(
+                "result",
+                json!({ "status": "failed", "stop_reason": reason, "summary": summary }),
+            )
+            .await;
             1
         }
-        Finished { end: TurnEnd::Error(e), .. } => {
+        Finished {
+            end: TurnEnd::Error(e),
+            ..
+        } => {
             emit("error", json!({ "message": e.message, "details": e.data })).await;
             emit("result", json!({ "status": "failed" })).await;
             1
         }
-        Finished { end: TurnEnd::Silent, .. } => 0,
+        Finished {
+            end: TurnEnd::Silent,
+            ..
+        } => 0,
     };
     emit("status", json!({ "status": "stopped" })).await;
     ctx.out.flush().await;
@@ -128,6 +181,9 @@ impl From<(TurnEnd, String)> for Finished {
 
 impl From<TurnEnd> for Finished {
     fn from(end: TurnEnd) -> Self {
-        Self { end, summary: String::new() }
+        Self {
+            end,
+            summary: String::new(),
+        }
     }
 }

@@ -47,7 +47,10 @@ fn main() {
     if cfg.login {
         match server::login(&cfg.credentials) {
             Ok(()) => {
-                println!("Logged in to kandev-mock-agent ({}).", cfg.credentials.display());
+                println!(
+                    "Logged in to kandev-mock-agent ({}).",
+                    cfg.credentials.display()
+                );
                 std::process::exit(0);
             }
             Err(e) => {
@@ -75,7 +78,10 @@ async fn run(cfg: config::Config) -> i32 {
         }
     };
     // As PID 1 in a container nothing else would end us on `docker stop`.
-    let (mut term, mut int) = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+    let (mut term, mut int) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
         (Ok(term), Ok(int)) => (term, int),
         _ => return work.await,
     };

@@ -20,7 +20,11 @@ pub(crate) async fn run(turn: &Turn, scenario: Scenario) -> TurnEnd {
     }
     match scenario {
         Scenario::Echo(text) => {
-            let text = if text.is_empty() { turn.prompt_text.clone() } else { text };
+            let text = if text.is_empty() {
+                turn.prompt_text.clone()
+            } else {
+                text
+            };
             turn.say(&text).await;
             TurnEnd::end_turn()
         }
@@ -37,14 +41,16 @@ pub(crate) async fn run(turn: &Turn, scenario: Scenario) -> TurnEnd {
             TurnEnd::cancelled()
         }
         Scenario::Crash { code } => {
-            turn.say(&format!("Crashing now with exit code {code}.")).await;
+            turn.say(&format!("Crashing now with exit code {code}."))
+                .await;
             turn.ctx.out.flush().await;
             std::process::exit(code);
         }
         Scenario::Garbage => garbage(turn).await,
         Scenario::Oversized { bytes } => {
             let id = turn.new_message_id();
-            turn.update(chunk("agent_message_chunk", &"x".repeat(bytes), Some(&id))).await;
+            turn.update(chunk("agent_message_chunk", &"x".repeat(bytes), Some(&id)))
+                .await;
             turn.say("Oversized line done.").await;
             TurnEnd::end_turn()
         }
@@ -52,7 +58,8 @@ pub(crate) async fn run(turn: &Turn, scenario: Scenario) -> TurnEnd {
         Scenario::Error { message } => {
             turn.say(&format!("Something went wrong: {message}")).await;
             TurnEnd::Error(
-                RpcError::new(INTERNAL_ERROR, "Internal error").with_data(json!({ "details": message })),
+                RpcError::new(INTERNAL_ERROR, "Internal error")
+                    .with_data(json!({ "details": message })),
             )
         }
         Scenario::Stop { reason } => {
@@ -71,7 +78,8 @@ pub(crate) async fn run(turn: &Turn, scenario: Scenario) -> TurnEnd {
             TurnEnd::end_turn()
         }
         Scenario::Help => {
-            let mut text = String::from("Scenarios (first word of the prompt, or a `scenario:` line):\n");
+            let mut text =
+                String::from("Scenarios (first word of the prompt, or a `scenario:` line):\n");
             for (name, description, args) in COMMANDS {
                 text.push_str(&format!("- {name} {args}: {description}\n"));
             }
@@ -93,7 +101,14 @@ fn plan(steps: &[String; 3], statuses: [&str; 3]) -> Value {
     json!({ "sessionUpdate": "plan", "entries": entries })
 }
 
-fn tool_call(id: &str, title: &str, kind: &str, path: &Path, line: Option<usize>, raw_input: Value) -> Value {
+fn tool_call(
+    id: &str,
+    title: &str,
+    kind: &str,
+    path: &Path,
+    line: Option<usize>,
+    raw_input: Value,
+) -> Value {
     let mut location = json!({ "path": path });
     if let Some(line) = line {
         location["line"] = json!(line);
@@ -147,7 +162,12 @@ fn preview(content: Option<&str>) -> String {
 }
 
 fn mode(turn: &Turn) -> String {
-    turn.session.lock().expect("session lock").record.mode_id.clone()
+    turn.session
+        .lock()
+        .expect("session lock")
+        .record
+        .mode_id
+        .clone()
 }
 
 /// Plan, thought, read → edit (with a diff) → verify (in a client terminal
@@ -155,14 +175,29 @@ fn mode(turn: &Turn) -> String {
 async fn code(turn: &Turn, file: &str) -> TurnEnd {
     let path = turn.resolve(file);
     let n = turn.number;
-    let steps = [format!("Read {file}"), format!("Append a line to {file}"), format!("Verify {file}")];
+    let steps = [
+        format!("Read {file}"),
+        format!("Append a line to {file}"),
+        format!("Verify {file}"),
+    ];
 
-    turn.update(json!({ "sessionUpdate": "session_info_update", "title": format!("Edit {file}") })).await;
-    turn.update(plan(&steps, ["in_progress", "pending", "pending"])).await;
-    turn.think(&format!("The task is about {file}. I will read it first.")).await;
+    turn.update(json!({ "sessionUpdate": "session_info_update", "title": format!("Edit {file}") }))
+        .await;
+    turn.update(plan(&steps, ["in_progress", "pending", "pending"]))
+        .await;
+    turn.think(&format!("The task is about {file}. I will read it first."))
+        .await;
 
     let read_id = format!("call_read_{n}");
-    turn.update(tool_call(&read_id, &steps[0], "read", &path, None, json!({ "path": path }))).await;
+    turn.update(tool_call(
+        &read_id,
+        &steps[0],
+        "read",
+        &path,
+        None,
+        json!({ "path": path }),
+    ))
+    .await;
     turn.update(tool_update(&read_id, "in_progress")).await;
     let old = match turn.read_text(&path).await {
         Ok(old) => old,
@@ -174,7 +209,8 @@ async fn code(turn: &Turn, file: &str) -> TurnEnd {
     if turn.is_cancelled() {
         return TurnEnd::cancelled();
     }
-    turn.update(plan(&steps, ["completed", "in_progress", "pending"])).await;
+    turn.update(plan(&steps, ["completed", "in_progress", "pending"]))
+        .await;
 
     let addition = format!("Edited by kandev-mock-agent (turn {n}).\n");
     let old_text = old.clone().unwrap_or_default();
@@ -185,27 +221,41 @@ async fn code(turn: &Turn, file: &str) -> TurnEnd {
     new_text.push_str(&addition);
 
     if mode(turn) == "plan" {
-        turn.say(&format!("Plan mode is on, so I left {file} alone. I would append: {}", addition.trim_end()))
-            .await;
+        turn.say(&format!(
+            "Plan mode is on, so I left {file} alone. I would append: {}",
+            addition.trim_end()
+        ))
+        .await;
         return TurnEnd::end_turn();
     }
 
-    turn.think("I will append one line that records this turn.").await;
+    turn.think("I will append one line that records this turn.")
+        .await;
     let edit_id = format!("call_edit_{n}");
     let line = old_text.lines().count() + 1;
     let input = json!({ "path": path, "append": addition });
-    turn.update(tool_call(&edit_id, &steps[1], "edit", &path, Some(line), input)).await;
+    turn.update(tool_call(
+        &edit_id,
+        &steps[1],
+        "edit",
+        &path,
+        Some(line),
+        input,
+    ))
+    .await;
     turn.update(tool_update(&edit_id, "in_progress")).await;
     if let Err(e) = turn.write_text(&path, &new_text).await {
         return fail_tool(turn, &edit_id, &e).await;
     }
     let mut done = tool_update(&edit_id, "completed");
-    done["content"] = json!([{ "type": "diff", "path": path, "oldText": old, "newText": new_text }]);
+    done["content"] =
+        json!([{ "type": "diff", "path": path, "oldText": old, "newText": new_text }]);
     turn.update(done).await;
     if turn.is_cancelled() {
         return TurnEnd::cancelled();
     }
-    turn.update(plan(&steps, ["completed", "completed", "in_progress"])).await;
+    turn.update(plan(&steps, ["completed", "completed", "in_progress"]))
+        .await;
 
     let verified = if turn.caps.terminal {
         verify_in_terminal(turn, &path, &steps[2]).await
@@ -215,11 +265,17 @@ async fn code(turn: &Turn, file: &str) -> TurnEnd {
     if let Err(end) = verified {
         return end;
     }
-    turn.update(plan(&steps, ["completed", "completed", "completed"])).await;
+    turn.update(plan(&steps, ["completed", "completed", "completed"]))
+        .await;
 
     let id = turn.new_message_id();
-    turn.say_chunk(&id, &format!("I read {file} and appended one line to it: ")).await;
-    turn.say_chunk(&id, &format!("`{}`. The check passed.", addition.trim_end())).await;
+    turn.say_chunk(&id, &format!("I read {file} and appended one line to it: "))
+        .await;
+    turn.say_chunk(
+        &id,
+        &format!("`{}`. The check passed.", addition.trim_end()),
+    )
+    .await;
     turn.update(usage(turn)).await;
     TurnEnd::end_turn()
 }
@@ -228,7 +284,8 @@ async fn code(turn: &Turn, file: &str) -> TurnEnd {
 async fn verify_in_terminal(turn: &Turn, path: &Path, title: &str) -> Result<(), TurnEnd> {
     let id = format!("call_exec_{}", turn.number);
     let input = json!({ "command": "cat", "args": [path] });
-    turn.update(tool_call(&id, title, "execute", path, None, input)).await;
+    turn.update(tool_call(&id, title, "execute", path, None, input))
+        .await;
     let params = json!({
         "sessionId": turn.session_id,
         "command": "cat",
@@ -240,7 +297,11 @@ async fn verify_in_terminal(turn: &Turn, path: &Path, title: &str) -> Result<(),
     let terminal_id = match created {
         Ok(result) => match result["terminalId"].as_str() {
             Some(t) => t.to_owned(),
-            None => return Err(fail_tool(turn, &id, &format!("terminal/create returned {result}")).await),
+            None => {
+                return Err(
+                    fail_tool(turn, &id, &format!("terminal/create returned {result}")).await,
+                );
+            }
         },
         Err(e) => return Err(fail_tool(turn, &id, &format!("terminal/create: {e}")).await),
     };
@@ -259,28 +320,42 @@ async fn verify_in_terminal(turn: &Turn, path: &Path, title: &str) -> Result<(),
         }
     };
     let exit_code = exit["exitCode"].as_i64();
-    let status = if exit_code == Some(0) { "completed" } else { "failed" };
+    let status = if exit_code == Some(0) {
+        "completed"
+    } else {
+        "failed"
+    };
     let mut done = tool_update(&id, status);
     done["rawOutput"] = json!({ "exitCode": exit["exitCode"], "output": output["output"] });
     turn.update(done).await;
     if exit_code == Some(0) {
         Ok(())
     } else {
-        turn.say(&format!("The check failed with exit status {}.", exit)).await;
+        turn.say(&format!("The check failed with exit status {}.", exit))
+            .await;
         Err(TurnEnd::end_turn())
     }
 }
 
 /// Without a client terminal the check is a read-back of the file.
-async fn verify_by_reading(turn: &Turn, path: &Path, title: &str, expected: &str) -> Result<(), TurnEnd> {
+async fn verify_by_reading(
+    turn: &Turn,
+    path: &Path,
+    title: &str,
+    expected: &str,
+) -> Result<(), TurnEnd> {
     let id = format!("call_exec_{}", turn.number);
     let input = json!({ "command": "read-back", "path": path });
-    turn.update(tool_call(&id, title, "execute", path, None, input)).await;
+    turn.update(tool_call(&id, title, "execute", path, None, input))
+        .await;
     turn.update(tool_update(&id, "in_progress")).await;
     match turn.read_text(path).await {
         Ok(Some(actual)) if actual == expected => {
             let mut done = tool_update(&id, "completed");
-            done["content"] = json!([text_block(&format!("{} bytes; the edit is present", actual.len()))]);
+            done["content"] = json!([text_block(&format!(
+                "{} bytes; the edit is present",
+                actual.len()
+            ))]);
             turn.update(done).await;
             Ok(())
         }
@@ -328,10 +403,17 @@ async fn ask_permission(turn: &Turn, call: &Value) -> Decision {
         Ok(outcome) => outcome,
         Err(e) => return Decision::Failed(e.to_string()),
     };
-    match (outcome["outcome"]["outcome"].as_str(), outcome["outcome"]["optionId"].as_str()) {
+    match (
+        outcome["outcome"]["outcome"].as_str(),
+        outcome["outcome"]["optionId"].as_str(),
+    ) {
         (Some("selected"), Some("allow-once")) => Decision::Allow,
         (Some("selected"), Some("allow-always")) => {
-            turn.session.lock().expect("session lock").record.allow_always = true;
+            turn.session
+                .lock()
+                .expect("session lock")
+                .record
+                .allow_always = true;
             Decision::Allow
         }
         (Some("selected"), Some("reject-once")) => Decision::Reject,
@@ -349,15 +431,24 @@ async fn permission(turn: &Turn, file: &str) -> TurnEnd {
         (session.record.mode_id.clone(), session.record.allow_always)
     };
     if mode == "plan" {
-        turn.say(&format!("Plan mode is on, so I will not write {file}.")).await;
+        turn.say(&format!("Plan mode is on, so I will not write {file}."))
+            .await;
         return TurnEnd::end_turn();
     }
     let title = format!("Write {file}");
-    let call = tool_call(&id, &title, "edit", &path, None, json!({ "path": path, "content": content }));
+    let call = tool_call(
+        &id,
+        &title,
+        "edit",
+        &path,
+        None,
+        json!({ "path": path, "content": content }),
+    );
     turn.update(call.clone()).await;
 
     let decision = if allow_always || mode == "accept-edits" {
-        turn.think("Writing files is already allowed in this session.").await;
+        turn.think("Writing files is already allowed in this session.")
+            .await;
         Decision::Allow
     } else {
         ask_permission(turn, &call).await
@@ -379,14 +470,17 @@ async fn permission(turn: &Turn, file: &str) -> TurnEnd {
                 return fail_tool(turn, &id, &e).await;
             }
             let mut done = tool_update(&id, "completed");
-            done["content"] = json!([{ "type": "diff", "path": path, "oldText": old, "newText": content }]);
+            done["content"] =
+                json!([{ "type": "diff", "path": path, "oldText": old, "newText": content }]);
             turn.update(done).await;
-            turn.say(&format!("Permission granted; I wrote {file}.")).await;
+            turn.say(&format!("Permission granted; I wrote {file}."))
+                .await;
             TurnEnd::end_turn()
         }
         Decision::Reject => {
             turn.update(failed("permission denied")).await;
-            turn.say(&format!("Permission denied; {file} was not written.")).await;
+            turn.say(&format!("Permission denied; {file} was not written."))
+                .await;
             TurnEnd::end_turn()
         }
         Decision::Cancelled => {
@@ -395,7 +489,10 @@ async fn permission(turn: &Turn, file: &str) -> TurnEnd {
         }
         Decision::Failed(why) => {
             turn.update(failed(&why)).await;
-            turn.say(&format!("I could not ask for permission ({why}); {file} was not written.")).await;
+            turn.say(&format!(
+                "I could not ask for permission ({why}); {file} was not written."
+            ))
+            .await;
             TurnEnd::end_turn()
         }
     }
@@ -432,15 +529,18 @@ async fn flood(turn: &Turn, count: u64, size: usize) -> TurnEnd {
             return TurnEnd::cancelled();
         }
         if turn.dialect == Dialect::Acp {
-            turn.ctx.out.raw(flood_line(&head, index, unix_nanos())).await;
+            turn.ctx
+                .out
+                .raw(flood_line(&head, index, unix_nanos()))
+                .await;
         } else {
             let mut update = chunk("agent_message_chunk", &text, Some(&message_id));
-            update["_meta"] =
-                json!({ "kandev/count": count, "kandev/index": index, "kandev/sentAtNanos": unix_nanos() });
+            update["_meta"] = json!({ "kandev/count": count, "kandev/index": index, "kandev/sentAtNanos": unix_nanos() });
             turn.update(update).await;
         }
     }
-    turn.say(&format!("Flood done: {count} chunks of {size} bytes.")).await;
+    turn.say(&format!("Flood done: {count} chunks of {size} bytes."))
+        .await;
     TurnEnd::end_turn()
 }
 
@@ -483,8 +583,12 @@ async fn all_updates(turn: &Turn) -> TurnEnd {
         let session = turn.session.lock().expect("session lock");
         (session.record.clone(), turn.caps.boolean_config)
     };
-    turn.update(chunk("user_message_chunk", "A user message chunk (normally only seen during session/load).", None))
-        .await;
+    turn.update(chunk(
+        "user_message_chunk",
+        "A user message chunk (normally only seen during session/load).",
+        None,
+    ))
+    .await;
     turn.think("Thinking about which updates exist.").await;
     turn.say("Sending one update of every kind.").await;
     turn.update(json!({
@@ -519,8 +623,12 @@ async fn all_updates(turn: &Turn) -> TurnEnd {
             command
         })
         .collect();
-    turn.update(json!({ "sessionUpdate": "available_commands_update", "availableCommands": commands })).await;
-    turn.update(json!({ "sessionUpdate": "current_mode_update", "currentModeId": record.mode_id })).await;
+    turn.update(
+        json!({ "sessionUpdate": "available_commands_update", "availableCommands": commands }),
+    )
+    .await;
+    turn.update(json!({ "sessionUpdate": "current_mode_update", "currentModeId": record.mode_id }))
+        .await;
     turn.update(json!({
         "sessionUpdate": "config_option_update",
         "configOptions": config_options_json(&record, boolean_config),

@@ -53,32 +53,80 @@ impl fmt::Display for ParseError {
     }
 }
 
-pub(crate) const STOP_REASONS: [&str; 5] =
-    ["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"];
+pub(crate) const STOP_REASONS: [&str; 5] = [
+    "end_turn",
+    "max_tokens",
+    "max_turn_requests",
+    "refusal",
+    "cancelled",
+];
 
 /// The scenario names and what they do, for `help` and `available_commands_update`.
 pub(crate) const COMMANDS: [(&str, &str, &str); 15] = [
     ("echo", "Echo the text back", "text"),
-    ("code", "Read, edit and verify a file (default README.md)", "file"),
-    ("permission", "Ask permission, then write a file (default permitted.txt)", "file"),
-    ("flood", "N chunks of SIZE bytes as fast as possible (default 1000 256)", "N SIZE"),
-    ("slow", "N chunks with MS milliseconds between them (default 10 100)", "N MS"),
-    ("wait-cancel", "Wait until session/cancel, then stop with cancelled", ""),
-    ("crash", "Write a chunk, then exit with CODE (default 1)", "CODE"),
-    ("garbage", "Write non-JSON lines to stdout, then end normally", ""),
-    ("oversized", "Write one line longer than BYTES (default 9000000)", "BYTES"),
+    (
+        "code",
+        "Read, edit and verify a file (default README.md)",
+        "file",
+    ),
+    (
+        "permission",
+        "Ask permission, then write a file (default permitted.txt)",
+        "file",
+    ),
+    (
+        "flood",
+        "N chunks of SIZE bytes as fast as possible (default 1000 256)",
+        "N SIZE",
+    ),
+    (
+        "slow",
+        "N chunks with MS milliseconds between them (default 10 100)",
+        "N MS",
+    ),
+    (
+        "wait-cancel",
+        "Wait until session/cancel, then stop with cancelled",
+        "",
+    ),
+    (
+        "crash",
+        "Write a chunk, then exit with CODE (default 1)",
+        "CODE",
+    ),
+    (
+        "garbage",
+        "Write non-JSON lines to stdout, then end normally",
+        "",
+    ),
+    (
+        "oversized",
+        "Write one line longer than BYTES (default 9000000)",
+        "BYTES",
+    ),
     ("all-updates", "Send every session/update variant", ""),
-    ("error", "Answer the prompt with a JSON-RPC error", "message"),
+    (
+        "error",
+        "Answer the prompt with a JSON-RPC error",
+        "message",
+    ),
     ("stop", "End the turn with REASON", "REASON"),
     ("hang", "Never answer the prompt", ""),
     ("stderr", "Write N lines to stderr (default 3)", "N"),
     ("help", "Describe the scenarios", ""),
 ];
 
-fn arg<T: std::str::FromStr>(args: &[&str], i: usize, default: T, what: &str) -> Result<T, ParseError> {
+fn arg<T: std::str::FromStr>(
+    args: &[&str],
+    i: usize,
+    default: T,
+    what: &str,
+) -> Result<T, ParseError> {
     match args.get(i) {
         None => Ok(default),
-        Some(raw) => raw.parse().map_err(|_| ParseError(format!("{what}: `{raw}` is not a valid number"))),
+        Some(raw) => raw
+            .parse()
+            .map_err(|_| ParseError(format!("{what}: `{raw}` is not a valid number"))),
     }
 }
 
@@ -101,7 +149,9 @@ fn one_file(name: &str, args: &[&str], default: &str) -> Result<String, ParseErr
 /// Parses one command line. `Ok(None)` means the first word names no scenario.
 fn parse_command(line: &str) -> Result<Option<Scenario>, ParseError> {
     let mut words = line.split_whitespace();
-    let Some(name) = words.next() else { return Ok(None) };
+    let Some(name) = words.next() else {
+        return Ok(None);
+    };
     let args: Vec<&str> = words.collect();
     let name = name.to_ascii_lowercase();
     let scenario = match name.as_str() {
@@ -109,19 +159,29 @@ fn parse_command(line: &str) -> Result<Option<Scenario>, ParseError> {
             let rest = line.trim_start();
             Scenario::Echo(rest.get(4..).unwrap_or("").trim().to_owned())
         }
-        "code" | "coding" => Scenario::Code { file: one_file(&name, &args, "README.md")? },
-        "permission" | "perm" => Scenario::Permission { file: one_file(&name, &args, "permitted.txt")? },
+        "code" | "coding" => Scenario::Code {
+            file: one_file(&name, &args, "README.md")?,
+        },
+        "permission" | "perm" => Scenario::Permission {
+            file: one_file(&name, &args, "permitted.txt")?,
+        },
         "flood" => {
             if args.len() > 2 {
                 return Err(ParseError("`flood` takes N and SIZE".into()));
             }
-            Scenario::Flood { count: arg(&args, 0, 1000, "flood N")?, size: arg(&args, 1, 256, "flood SIZE")? }
+            Scenario::Flood {
+                count: arg(&args, 0, 1000, "flood N")?,
+                size: arg(&args, 1, 256, "flood SIZE")?,
+            }
         }
         "slow" => {
             if args.len() > 2 {
                 return Err(ParseError("`slow` takes N and MS".into()));
             }
-            Scenario::Slow { count: arg(&args, 0, 10, "slow N")?, delay_ms: arg(&args, 1, 100, "slow MS")? }
+            Scenario::Slow {
+                count: arg(&args, 0, 10, "slow N")?,
+                delay_ms: arg(&args, 1, 100, "slow MS")?,
+            }
         }
         "wait-cancel" | "wait_cancel" | "wait_for_cancel" | "wait" => {
             no_args(&name, &args)?;
@@ -131,7 +191,9 @@ fn parse_command(line: &str) -> Result<Option<Scenario>, ParseError> {
             if args.len() > 1 {
                 return Err(ParseError("`crash` takes one exit code".into()));
             }
-            Scenario::Crash { code: arg(&args, 0, 1, "crash CODE")? }
+            Scenario::Crash {
+                code: arg(&args, 0, 1, "crash CODE")?,
+            }
         }
         "garbage" => {
             no_args(&name, &args)?;
@@ -141,20 +203,31 @@ fn parse_command(line: &str) -> Result<Option<Scenario>, ParseError> {
             if args.len() > 1 {
                 return Err(ParseError("`oversized` takes one size".into()));
             }
-            Scenario::Oversized { bytes: arg(&args, 0, 9_000_000, "oversized BYTES")? }
+            Scenario::Oversized {
+                bytes: arg(&args, 0, 9_000_000, "oversized BYTES")?,
+            }
         }
         "all-updates" | "all_updates" => {
             no_args(&name, &args)?;
             Scenario::AllUpdates
         }
         "error" | "fail" => {
-            let message = if args.is_empty() { "scripted failure".to_owned() } else { args.join(" ") };
+            let message = if args.is_empty() {
+                "scripted failure".to_owned()
+            } else {
+                args.join(" ")
+            };
             Scenario::Error { message }
         }
         "stop" => match args.as_slice() {
-            [reason] if STOP_REASONS.contains(reason) => Scenario::Stop { reason: (*reason).to_owned() },
+            [reason] if STOP_REASONS.contains(reason) => Scenario::Stop {
+                reason: (*reason).to_owned(),
+            },
             _ => {
-                return Err(ParseError(format!("`stop` takes one of {}", STOP_REASONS.join(", "))));
+                return Err(ParseError(format!(
+                    "`stop` takes one of {}",
+                    STOP_REASONS.join(", ")
+                )));
             }
         },
         "hang" => {
@@ -165,7 +238,9 @@ fn parse_command(line: &str) -> Result<Option<Scenario>, ParseError> {
             if args.len() > 1 {
                 return Err(ParseError("`stderr` takes one count".into()));
             }
-            Scenario::Stderr { lines: arg(&args, 0, 3, "stderr N")? }
+            Scenario::Stderr {
+                lines: arg(&args, 0, 3, "stderr N")?,
+            }
         }
         "help" => Scenario::Help,
         _ => return Ok(None),
@@ -179,13 +254,18 @@ fn parse_command(line: &str) -> Result<Option<Scenario>, ParseError> {
 pub(crate) fn parse(text: &str, default: &str) -> Result<Scenario, ParseError> {
     let explicit = text.lines().map(str::trim).find_map(|line| {
         let head = line.get(..9)?;
-        head.eq_ignore_ascii_case("scenario:").then(|| line[9..].trim())
+        head.eq_ignore_ascii_case("scenario:")
+            .then(|| line[9..].trim())
     });
     if let Some(command) = explicit {
         return parse_command(command)?
             .ok_or_else(|| ParseError(format!("unknown scenario `{command}`; try `help`")));
     }
-    let first = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
+    let first = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
     if let Ok(Some(scenario)) = parse_command(first) {
         return Ok(scenario);
     }
@@ -202,22 +282,61 @@ mod tests {
 
     #[test]
     fn first_word_selects_the_scenario() {
-        assert_eq!(parse("echo hello world", "echo"), Ok(Scenario::Echo("hello world".into())));
-        assert_eq!(parse("flood 5 10", "echo"), Ok(Scenario::Flood { count: 5, size: 10 }));
-        assert_eq!(parse("flood", "echo"), Ok(Scenario::Flood { count: 1000, size: 256 }));
-        assert_eq!(parse("  Slow 3 7\nmore", "echo"), Ok(Scenario::Slow { count: 3, delay_ms: 7 }));
-        assert_eq!(parse("code src/lib.rs", "echo"), Ok(Scenario::Code { file: "src/lib.rs".into() }));
-        assert_eq!(parse("permission", "echo"), Ok(Scenario::Permission { file: "permitted.txt".into() }));
+        assert_eq!(
+            parse("echo hello world", "echo"),
+            Ok(Scenario::Echo("hello world".into()))
+        );
+        assert_eq!(
+            parse("flood 5 10", "echo"),
+            Ok(Scenario::Flood { count: 5, size: 10 })
+        );
+        assert_eq!(
+            parse("flood", "echo"),
+            Ok(Scenario::Flood {
+                count: 1000,
+                size: 256
+            })
+        );
+        assert_eq!(
+            parse("  Slow 3 7\nmore", "echo"),
+            Ok(Scenario::Slow {
+                count: 3,
+                delay_ms: 7
+            })
+        );
+        assert_eq!(
+            parse("code src/lib.rs", "echo"),
+            Ok(Scenario::Code {
+                file: "src/lib.rs".into()
+            })
+        );
+        assert_eq!(
+            parse("permission", "echo"),
+            Ok(Scenario::Permission {
+                file: "permitted.txt".into()
+            })
+        );
         assert_eq!(parse("wait-cancel", "echo"), Ok(Scenario::WaitCancel));
         assert_eq!(parse("crash 3", "echo"), Ok(Scenario::Crash { code: 3 }));
-        assert_eq!(parse("oversized 10", "echo"), Ok(Scenario::Oversized { bytes: 10 }));
-        assert_eq!(parse("stop refusal", "echo"), Ok(Scenario::Stop { reason: "refusal".into() }));
+        assert_eq!(
+            parse("oversized 10", "echo"),
+            Ok(Scenario::Oversized { bytes: 10 })
+        );
+        assert_eq!(
+            parse("stop refusal", "echo"),
+            Ok(Scenario::Stop {
+                reason: "refusal".into()
+            })
+        );
     }
 
     #[test]
     fn scenario_prefix_wins_anywhere() {
         let text = "Fix the login page\n\nscenario: flood 2 3\n";
-        assert_eq!(parse(text, "echo"), Ok(Scenario::Flood { count: 2, size: 3 }));
+        assert_eq!(
+            parse(text, "echo"),
+            Ok(Scenario::Flood { count: 2, size: 3 })
+        );
         assert_eq!(parse("SCENARIO: garbage", "echo"), Ok(Scenario::Garbage));
     }
 
@@ -230,9 +349,20 @@ mod tests {
 
     #[test]
     fn other_text_runs_the_default() {
-        assert_eq!(parse("Fix the bug", "echo"), Ok(Scenario::Echo(String::new())));
-        assert_eq!(parse("Code the login page", "echo"), Ok(Scenario::Echo(String::new())));
-        assert_eq!(parse("Fix the bug", "code"), Ok(Scenario::Code { file: "README.md".into() }));
+        assert_eq!(
+            parse("Fix the bug", "echo"),
+            Ok(Scenario::Echo(String::new()))
+        );
+        assert_eq!(
+            parse("Code the login page", "echo"),
+            Ok(Scenario::Echo(String::new()))
+        );
+        assert_eq!(
+            parse("Fix the bug", "code"),
+            Ok(Scenario::Code {
+                file: "README.md".into()
+            })
+        );
         assert_eq!(parse("", "echo"), Ok(Scenario::Echo(String::new())));
         assert!(parse("anything", "nonsense").is_err());
     }

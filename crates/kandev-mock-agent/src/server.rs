@@ -22,8 +22,8 @@ use crate::{
     session::{ActiveTurn, SessionRef, config_options_json, modes_json, persist},
     turn::{Turn, TurnEnd, chunk},
     wire::{
-        AUTH_REQUIRED, INVALID_REQUEST, PARSE_ERROR, REQUEST_CANCELLED, RESOURCE_NOT_FOUND, RpcError,
-        error_response, notification, response,
+        AUTH_REQUIRED, INVALID_REQUEST, PARSE_ERROR, REQUEST_CANCELLED, RESOURCE_NOT_FOUND,
+        RpcError, error_response, notification, response,
     },
 };
 
@@ -62,8 +62,16 @@ async fn handle_line(ctx: &Arc<Ctx>, line: &[u8]) {
     let msg: Value = match serde_json::from_slice(trimmed) {
         Ok(msg) => msg,
         Err(e) => {
-            warning!("unparseable line ({e}): {}", String::from_utf8_lossy(&trimmed[..trimmed.len().min(200)]));
-            ctx.out.send(&error_response(&Value::Null, &RpcError::new(PARSE_ERROR, "Parse error"))).await;
+            warning!(
+                "unparseable line ({e}): {}",
+                String::from_utf8_lossy(&trimmed[..trimmed.len().min(200)])
+            );
+            ctx.out
+                .send(&error_response(
+                    &Value::Null,
+                    &RpcError::new(PARSE_ERROR, "Parse error"),
+                ))
+                .await;
             return;
         }
     };
@@ -82,7 +90,12 @@ async fn handle_line(ctx: &Arc<Ctx>, line: &[u8]) {
         (true, None, Some(_)) => ctx.rpc.on_response(&msg),
         _ => {
             warning!("not a JSON-RPC message: {msg}");
-            ctx.out.send(&error_response(&Value::Null, &RpcError::new(INVALID_REQUEST, "Invalid Request"))).await;
+            ctx.out
+                .send(&error_response(
+                    &Value::Null,
+                    &RpcError::new(INVALID_REQUEST, "Invalid Request"),
+                ))
+                .await;
         }
     }
 }
@@ -106,16 +119,20 @@ async fn handle_request(ctx: &Arc<Ctx>, method: &str, id: Value, params: Value) 
         })),
         (Dialect::Seed, "session/new") => Ok(seed_new_session(ctx, &params)),
         (Dialect::Seed, "session/load") => seed_load_session(ctx, &params),
-        (Dialect::Seed, _) => Err(RpcError::new(crate::wire::METHOD_NOT_FOUND, "Method not found")
-            .with_data(json!({ "method": method }))),
+        (Dialect::Seed, _) => Err(
+            RpcError::new(crate::wire::METHOD_NOT_FOUND, "Method not found")
+                .with_data(json!({ "method": method })),
+        ),
         (_, "initialize") => Ok(initialize(ctx, &params)),
         (_, "authenticate") => authenticate(ctx, &params),
         (_, "session/new") => new_session(ctx, &params).await,
         (_, "session/load") => load_session(ctx, &params).await,
         (_, "session/set_mode") => set_mode(ctx, &params),
         (_, "session/set_config_option") => set_config_option(ctx, &params),
-        _ => Err(RpcError::new(crate::wire::METHOD_NOT_FOUND, "Method not found")
-            .with_data(json!({ "method": method }))),
+        _ => Err(
+            RpcError::new(crate::wire::METHOD_NOT_FOUND, "Method not found")
+                .with_data(json!({ "method": method })),
+        ),
     };
     let reply = match result {
         Ok(result) => response(&id, result),
@@ -157,19 +174,27 @@ fn handle_notification(ctx: &Arc<Ctx>, method: &str, params: &Value) {
 }
 
 fn str_param<'a>(params: &'a Value, name: &str) -> Result<&'a str, RpcError> {
-    params[name].as_str().ok_or_else(|| RpcError::invalid_params(format!("missing or invalid `{name}`")))
+    params[name]
+        .as_str()
+        .ok_or_else(|| RpcError::invalid_params(format!("missing or invalid `{name}`")))
 }
 
 fn cwd_param(params: &Value) -> Result<PathBuf, RpcError> {
     let cwd = PathBuf::from(str_param(params, "cwd")?);
-    if cwd.is_absolute() { Ok(cwd) } else { Err(RpcError::invalid_params("`cwd` must be an absolute path")) }
+    if cwd.is_absolute() {
+        Ok(cwd)
+    } else {
+        Err(RpcError::invalid_params("`cwd` must be an absolute path"))
+    }
 }
 
 fn require_mcp_servers(params: &Value) -> Result<(), RpcError> {
     if params["mcpServers"].is_array() {
         Ok(())
     } else {
-        Err(RpcError::invalid_params("missing `mcpServers` (required; may be [])"))
+        Err(RpcError::invalid_params(
+            "missing `mcpServers` (required; may be [])",
+        ))
     }
 }
 
@@ -234,13 +259,18 @@ fn authenticate(ctx: &Ctx, params: &Value) -> Result<Value, RpcError> {
         (AuthMode::Terminal, TERMINAL_METHOD) => Err(RpcError::invalid_params(
             "terminal auth methods are run by the client in a terminal, never sent to authenticate",
         )),
-        _ => Err(RpcError::invalid_params(format!("unknown auth method `{method}`"))),
+        _ => Err(RpcError::invalid_params(format!(
+            "unknown auth method `{method}`"
+        ))),
     }
 }
 
 fn session_state(ctx: &Ctx, session: &SessionRef) -> (Value, Value) {
     let record = session.lock().expect("session lock").record.clone();
-    (modes_json(&record.mode_id), config_options_json(&record, ctx.caps().boolean_config))
+    (
+        modes_json(&record.mode_id),
+        config_options_json(&record, ctx.caps().boolean_config),
+    )
 }
 
 fn save(ctx: &Ctx, session: &SessionRef) {
@@ -249,8 +279,10 @@ fn save(ctx: &Ctx, session: &SessionRef) {
 }
 
 fn available_commands(session_id: &str) -> Value {
-    let commands: Vec<Value> =
-        COMMANDS.iter().map(|(name, description, _)| json!({ "name": name, "description": description })).collect();
+    let commands: Vec<Value> = COMMANDS
+        .iter()
+        .map(|(name, description, _)| json!({ "name": name, "description": description }))
+        .collect();
     notification(
         "session/update",
         json!({
@@ -280,7 +312,8 @@ async fn load_session(ctx: &Arc<Ctx>, params: &Value) -> Result<Value, RpcError>
     require_mcp_servers(params)?;
     require_auth(ctx)?;
     let session = ctx.sessions().load(id, &cwd).ok_or_else(|| {
-        RpcError::new(RESOURCE_NOT_FOUND, "Resource not found").with_data(json!({ "sessionId": id }))
+        RpcError::new(RESOURCE_NOT_FOUND, "Resource not found")
+            .with_data(json!({ "sessionId": id }))
     })?;
     let history = {
         let mut session = session.lock().expect("session lock");
@@ -290,7 +323,12 @@ async fn load_session(ctx: &Arc<Ctx>, params: &Value) -> Result<Value, RpcError>
     info!("loading session {id}: replaying {} updates", history.len());
     // The whole history goes out before the response.
     for update in history {
-        ctx.out.send(&notification("session/update", json!({ "sessionId": id, "update": update }))).await;
+        ctx.out
+            .send(&notification(
+                "session/update",
+                json!({ "sessionId": id, "update": update }),
+            ))
+            .await;
     }
     let (modes, config_options) = session_state(ctx, &session);
     Ok(json!({ "modes": modes, "configOptions": config_options }))
@@ -299,7 +337,8 @@ async fn load_session(ctx: &Arc<Ctx>, params: &Value) -> Result<Value, RpcError>
 fn known_session(ctx: &Ctx, params: &Value) -> Result<(String, SessionRef), RpcError> {
     let id = str_param(params, "sessionId")?;
     let session = ctx.sessions().get(id).ok_or_else(|| {
-        RpcError::new(RESOURCE_NOT_FOUND, "Resource not found").with_data(json!({ "sessionId": id }))
+        RpcError::new(RESOURCE_NOT_FOUND, "Resource not found")
+            .with_data(json!({ "sessionId": id }))
     })?;
     Ok((id.to_owned(), session))
 }
@@ -322,12 +361,16 @@ fn set_config_option(ctx: &Ctx, params: &Value) -> Result<Value, RpcError> {
     {
         let mut session = session.lock().expect("session lock");
         match (config_id, &params["value"]) {
-            ("model", Value::String(value)) if crate::session::MODELS.iter().any(|(v, _)| v == value) => {
+            ("model", Value::String(value))
+                if crate::session::MODELS.iter().any(|(v, _)| v == value) =>
+            {
                 value.clone_into(&mut session.record.model);
             }
             ("thinking", Value::Bool(value)) if boolean_config => session.record.thinking = *value,
             (id, value) => {
-                return Err(RpcError::invalid_params(format!("invalid value {value} for config option `{id}`")));
+                return Err(RpcError::invalid_params(format!(
+                    "invalid value {value} for config option `{id}`"
+                )));
             }
         }
     }
@@ -350,10 +393,17 @@ fn prompt_text(blocks: &[Value]) -> String {
 }
 
 /// Registers the turn in its session (one at a time) and returns its number.
-fn begin_turn(session: &SessionRef, request_id: &Value, user: Vec<Value>) -> Result<(u64, CancellationToken, Arc<AtomicBool>), RpcError> {
+fn begin_turn(
+    session: &SessionRef,
+    request_id: &Value,
+    user: Vec<Value>,
+) -> Result<(u64, CancellationToken, Arc<AtomicBool>), RpcError> {
     let mut session = session.lock().expect("session lock");
     if session.active.is_some() {
-        return Err(RpcError::new(INVALID_REQUEST, "a prompt turn is already running in this session"));
+        return Err(RpcError::new(
+            INVALID_REQUEST,
+            "a prompt turn is already running in this session",
+        ));
     }
     let cancel = CancellationToken::new();
     let request_cancelled = Arc::new(AtomicBool::new(false));
@@ -378,21 +428,34 @@ async fn acp_prompt(ctx: &Arc<Ctx>, id: &Value, params: &Value) -> Result<(), Rp
         .as_array()
         .ok_or_else(|| RpcError::invalid_params("missing `prompt` (an array of content blocks)"))?;
     let text = prompt_text(blocks);
-    let scenario = scenario::parse(&text, &ctx.cfg.default_scenario).map_err(|e| RpcError::invalid_params(e.0))?;
+    let scenario = scenario::parse(&text, &ctx.cfg.default_scenario)
+        .map_err(|e| RpcError::invalid_params(e.0))?;
     info!("session {session_id}: prompt {id} runs {scenario:?}");
-    let user = blocks.iter().map(|b| json!({ "sessionUpdate": "user_message_chunk", "content": b })).collect();
+    let user = blocks
+        .iter()
+        .map(|b| json!({ "sessionUpdate": "user_message_chunk", "content": b }))
+        .collect();
     let (number, cancel, request_cancelled) = begin_turn(&session, id, user)?;
     let cwd = session.lock().expect("session lock").record.cwd.clone();
-    let turn = Turn::new(ctx.clone(), session.clone(), session_id, cwd, number, text, cancel);
+    let turn = Turn::new(
+        ctx.clone(),
+        session.clone(),
+        session_id,
+        cwd,
+        number,
+        text,
+        cancel,
+    );
     let ctx = ctx.clone();
     let id = id.clone();
     ctx.turns.clone().spawn(async move {
         let end = play::run(&turn, scenario).await;
         end_turn_state(&ctx, &session);
         let reply = match end {
-            _ if request_cancelled.load(Ordering::Acquire) => {
-                Some(error_response(&id, &RpcError::new(REQUEST_CANCELLED, "Request cancelled")))
-            }
+            _ if request_cancelled.load(Ordering::Acquire) => Some(error_response(
+                &id,
+                &RpcError::new(REQUEST_CANCELLED, "Request cancelled"),
+            )),
             TurnEnd::Stop(reason) if reason == "cancelled" && ctx.cfg.quirks.cancel_end_turn => {
                 Some(response(&id, json!({ "stopReason": "end_turn" })))
             }
@@ -403,8 +466,12 @@ async fn acp_prompt(ctx: &Arc<Ctx>, id: &Value, params: &Value) -> Result<(), Rp
         if let Some(reply) = reply {
             ctx.out.send(&reply).await;
             if ctx.cfg.quirks.late_updates {
-                turn.update(chunk("agent_message_chunk", "(a late update, sent after the prompt response)", None))
-                    .await;
+                turn.update(chunk(
+                    "agent_message_chunk",
+                    "(a late update, sent after the prompt response)",
+                    None,
+                ))
+                .await;
             }
         }
     });
@@ -416,7 +483,11 @@ fn process_cwd() -> PathBuf {
 }
 
 fn seed_new_session(ctx: &Ctx, params: &Value) -> Value {
-    let cwd = params["cwd"].as_str().map(PathBuf::from).filter(|p| p.is_absolute()).unwrap_or_else(process_cwd);
+    let cwd = params["cwd"]
+        .as_str()
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(process_cwd);
     let (id, session) = ctx.sessions().create(&cwd);
     save(ctx, &session);
     info!("new seed session {id} in {}", cwd.display());
@@ -425,7 +496,11 @@ fn seed_new_session(ctx: &Ctx, params: &Value) -> Value {
 
 fn seed_load_session(ctx: &Ctx, params: &Value) -> Result<Value, RpcError> {
     let id = str_param(params, "sessionId")?;
-    let cwd = params["cwd"].as_str().map(PathBuf::from).filter(|p| p.is_absolute()).unwrap_or_else(process_cwd);
+    let cwd = params["cwd"]
+        .as_str()
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(process_cwd);
     let loaded = ctx.sessions().load(id, &cwd).is_some();
     Ok(json!({ "sessionId": id, "loaded": loaded }))
 }
@@ -434,7 +509,8 @@ fn seed_load_session(ctx: &Ctx, params: &Value) -> Result<Value, RpcError> {
 /// through `session/update {type, data}` and ends with `complete` or `error`.
 async fn seed_prompt(ctx: &Arc<Ctx>, id: &Value, params: &Value) -> Result<(), RpcError> {
     let text = str_param(params, "message")?.to_owned();
-    let scenario = scenario::parse(&text, &ctx.cfg.default_scenario).map_err(|e| RpcError::invalid_params(e.0))?;
+    let scenario = scenario::parse(&text, &ctx.cfg.default_scenario)
+        .map_err(|e| RpcError::invalid_params(e.0))?;
     let existing = match params["sessionId"].as_str() {
         Some(sid) => Some((sid.to_owned(), known_session(ctx, params)?.1)),
         None => ctx.sessions().last(),
@@ -446,9 +522,19 @@ async fn seed_prompt(ctx: &Arc<Ctx>, id: &Value, params: &Value) -> Result<(), R
     info!("seed session {session_id}: prompt {id} runs {scenario:?}");
     let user = vec![chunk("user_message_chunk", &text, None)];
     let (number, cancel, _) = begin_turn(&session, id, user)?;
-    ctx.out.send(&response(id, json!({ "accepted": true }))).await;
+    ctx.out
+        .send(&response(id, json!({ "accepted": true })))
+        .await;
     let cwd = session.lock().expect("session lock").record.cwd.clone();
-    let turn = Turn::new(ctx.clone(), session.clone(), session_id.clone(), cwd, number, text, cancel);
+    let turn = Turn::new(
+        ctx.clone(),
+        session.clone(),
+        session_id.clone(),
+        cwd,
+        number,
+        text,
+        cancel,
+    );
     let ctx = ctx.clone();
     ctx.turns.clone().spawn(async move {
         let end = play::run(&turn, scenario).await;

@@ -18,11 +18,16 @@ use crate::log::{debug, warning};
 pub(crate) const MODES: [(&str, &str, &str); 3] = [
     ("default", "Default", "Ask before writing files"),
     ("accept-edits", "Accept edits", "Write files without asking"),
-    ("plan", "Plan", "Read only: describe edits instead of making them"),
+    (
+        "plan",
+        "Plan",
+        "Read only: describe edits instead of making them",
+    ),
 ];
 
 /// Values of the `model` select option.
-pub(crate) const MODELS: [(&str, &str); 2] = [("mock-fast", "Mock Fast"), ("mock-smart", "Mock Smart")];
+pub(crate) const MODELS: [(&str, &str); 2] =
+    [("mock-fast", "Mock Fast"), ("mock-smart", "Mock Smart")];
 
 /// What is persisted for a session.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -69,7 +74,13 @@ pub(crate) struct Sessions {
 
 impl Sessions {
     pub(crate) fn new(seed: String, state_dir: PathBuf) -> Self {
-        Self { seed, state_dir, counter: 0, map: HashMap::new(), last: None }
+        Self {
+            seed,
+            state_dir,
+            counter: 0,
+            map: HashMap::new(),
+            last: None,
+        }
     }
 
     /// Creates a session with a deterministic id: a hash of the seed, the cwd and
@@ -92,7 +103,10 @@ impl Sessions {
             allow_always: false,
             history: Vec::new(),
         };
-        let session = Arc::new(Mutex::new(Session { record, active: None }));
+        let session = Arc::new(Mutex::new(Session {
+            record,
+            active: None,
+        }));
         self.map.insert(id.clone(), session.clone());
         self.last = Some(id.clone());
         (id, session)
@@ -132,7 +146,10 @@ impl Sessions {
         };
         debug!("loaded session {id} from {}", path.display());
         record.session_id = id.to_owned();
-        let session = Arc::new(Mutex::new(Session { record, active: None }));
+        let session = Arc::new(Mutex::new(Session {
+            record,
+            active: None,
+        }));
         self.map.insert(id.to_owned(), session.clone());
         self.last = Some(id.to_owned());
         Some(session)
@@ -144,7 +161,9 @@ impl Sessions {
 }
 
 pub(crate) fn session_file(state_dir: &Path, cwd: &Path, id: &str) -> PathBuf {
-    cwd.join(state_dir).join("sessions").join(format!("{id}.json"))
+    cwd.join(state_dir)
+        .join("sessions")
+        .join(format!("{id}.json"))
 }
 
 /// Writes the record to its session file; failures are logged, never fatal.
@@ -167,7 +186,9 @@ pub(crate) fn persist(state_dir: &Path, record: &SessionRecord) {
 pub(crate) fn valid_session_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 128
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// 64-bit FNV-1a; stable across Rust versions, unlike `DefaultHasher`.
@@ -193,7 +214,9 @@ pub(crate) fn session_id(seed: &str, cwd: &Path, counter: u64) -> String {
 pub(crate) fn modes_json(current: &str) -> Value {
     let available: Vec<Value> = MODES
         .iter()
-        .map(|(id, name, description)| json!({ "id": id, "name": name, "description": description }))
+        .map(
+            |(id, name, description)| json!({ "id": id, "name": name, "description": description }),
+        )
         .collect();
     json!({ "currentModeId": current, "availableModes": available })
 }
@@ -201,8 +224,10 @@ pub(crate) fn modes_json(current: &str) -> Value {
 /// The session's config options; `thinking` (a boolean option) only when the
 /// client advertised `session.configOptions.boolean`.
 pub(crate) fn config_options_json(record: &SessionRecord, boolean_options: bool) -> Value {
-    let models: Vec<Value> =
-        MODELS.iter().map(|(value, name)| json!({ "value": value, "name": name })).collect();
+    let models: Vec<Value> = MODELS
+        .iter()
+        .map(|(value, name)| json!({ "value": value, "name": name }))
+        .collect();
     let mut options = vec![json!({
         "id": "model",
         "name": "Model",
@@ -234,7 +259,10 @@ mod tests {
         assert_eq!(session_id("", cwd, 1), session_id("", cwd, 1));
         assert_ne!(session_id("", cwd, 1), session_id("", cwd, 2));
         assert_ne!(session_id("", cwd, 1), session_id("x", cwd, 1));
-        assert_ne!(session_id("", cwd, 1), session_id("", Path::new("/other"), 1));
+        assert_ne!(
+            session_id("", cwd, 1),
+            session_id("", Path::new("/other"), 1)
+        );
         assert!(valid_session_id(&session_id("", cwd, 1)));
     }
 

@@ -80,7 +80,11 @@ impl Turn {
         cancel: CancellationToken,
     ) -> Self {
         let dialect = ctx.cfg.dialect;
-        let caps = if dialect == Dialect::Acp { ctx.caps() } else { ClientCaps::default() };
+        let caps = if dialect == Dialect::Acp {
+            ctx.caps()
+        } else {
+            ClientCaps::default()
+        };
         Self {
             ctx,
             dialect,
@@ -117,7 +121,11 @@ impl Turn {
 
     /// The text of the last agent message (the seed/legacy "summary").
     pub(crate) fn last_message(&self) -> String {
-        self.last_message.lock().expect("last message lock").1.clone()
+        self.last_message
+            .lock()
+            .expect("last message lock")
+            .1
+            .clone()
     }
 
     /// Sends one `session/update`, translated for the dialect.
@@ -143,7 +151,12 @@ impl Turn {
 
     /// Sends an update and appends it to the session history (replayed by `session/load`).
     pub(crate) async fn update_recorded(&self, update: Value) {
-        self.session.lock().expect("session lock").record.history.push(update.clone());
+        self.session
+            .lock()
+            .expect("session lock")
+            .record
+            .history
+            .push(update.clone());
         self.update(update).await;
     }
 
@@ -162,7 +175,8 @@ impl Turn {
             }
             last.1.push_str(text);
         }
-        self.update_recorded(chunk("agent_message_chunk", text, Some(message_id))).await;
+        self.update_recorded(chunk("agent_message_chunk", text, Some(message_id)))
+            .await;
     }
 
     pub(crate) async fn think(&self, text: &str) {
@@ -220,9 +234,13 @@ impl Turn {
                 .map_err(|e| format!("fs/write_text_file: {e}"));
         }
         if let Some(dir) = path.parent() {
-            tokio::fs::create_dir_all(dir).await.map_err(|e| format!("creating {}: {e}", dir.display()))?;
+            tokio::fs::create_dir_all(dir)
+                .await
+                .map_err(|e| format!("creating {}: {e}", dir.display()))?;
         }
-        tokio::fs::write(path, content).await.map_err(|e| format!("writing {}: {e}", path.display()))
+        tokio::fs::write(path, content)
+            .await
+            .map_err(|e| format!("writing {}: {e}", path.display()))
     }
 
     fn remember_tool(&self, update: &Value) -> ToolInfo {
@@ -261,7 +279,11 @@ impl Turn {
             "tool_call" | "tool_call_update" => {
                 let info = self.remember_tool(update);
                 let status = seed_status(update["status"].as_str().unwrap_or("pending"));
-                let tool_name = if info.kind.is_empty() { info.title.clone() } else { info.kind.clone() };
+                let tool_name = if info.kind.is_empty() {
+                    info.title.clone()
+                } else {
+                    info.kind.clone()
+                };
                 Some(json!({
                     "type": "toolCall",
                     "data": {
@@ -287,9 +309,10 @@ impl Turn {
                 }
                 Some(("progress", data))
             }
-            "agent_thought_chunk" => {
-                Some(("log", json!({ "level": "debug", "message": update["content"]["text"] })))
-            }
+            "agent_thought_chunk" => Some((
+                "log",
+                json!({ "level": "debug", "message": update["content"]["text"] }),
+            )),
             "tool_call" | "tool_call_update" => {
                 let info = self.remember_tool(update);
                 let status = update["status"].as_str().unwrap_or("pending");
@@ -305,9 +328,16 @@ impl Turn {
             }
             "plan" => {
                 let entries = update["entries"].as_array()?;
-                let done = entries.iter().filter(|e| e["status"] == "completed").count();
+                let done = entries
+                    .iter()
+                    .filter(|e| e["status"] == "completed")
+                    .count();
                 let current = entries.iter().find(|e| e["status"] == "in_progress");
-                let percentage = if entries.is_empty() { 100 } else { done * 100 / entries.len() };
+                let percentage = if entries.is_empty() {
+                    100
+                } else {
+                    done * 100 / entries.len()
+                };
                 let mut data = json!({ "percentage": percentage });
                 if let Some(current) = current {
                     data["message"] = current["content"].clone();

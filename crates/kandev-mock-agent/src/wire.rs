@@ -98,7 +98,11 @@ pub(crate) struct RpcError {
 
 impl RpcError {
     pub(crate) fn new(code: i64, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), data: None }
+        Self {
+            code,
+            message: message.into(),
+            data: None,
+        }
     }
 
     pub(crate) fn with_data(mut self, data: Value) -> Self {
@@ -112,8 +116,15 @@ impl RpcError {
 
     fn from_json(v: &Value) -> Self {
         Self {
-            code: v.get("code").and_then(Value::as_i64).unwrap_or(INTERNAL_ERROR),
-            message: v.get("message").and_then(Value::as_str).unwrap_or("").to_owned(),
+            code: v
+                .get("code")
+                .and_then(Value::as_i64)
+                .unwrap_or(INTERNAL_ERROR),
+            message: v
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
             data: v.get("data").cloned(),
         }
     }
@@ -193,7 +204,10 @@ impl Rpc {
     /// Routes a response from the client; unknown ids are logged and dropped.
     pub(crate) fn on_response(&self, msg: &Value) {
         let Some(id) = msg.get("id").and_then(Value::as_u64) else {
-            warning!("response with an id we never used: {}", msg.get("id").unwrap_or(&Value::Null));
+            warning!(
+                "response with an id we never used: {}",
+                msg.get("id").unwrap_or(&Value::Null)
+            );
             return;
         };
         let Some(tx) = self.pending.lock().expect("pending lock").remove(&id) else {

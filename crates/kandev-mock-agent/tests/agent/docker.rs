@@ -31,7 +31,9 @@ async fn image_runs_an_echo_turn() {
             std::env::var("KANDEV_REQUIRE_DOCKER").as_deref() != Ok("1"),
             "KANDEV_REQUIRE_DOCKER=1 but `docker info` fails: start the engine"
         );
-        eprintln!("NOTICE: skipping the Docker image test: `docker info` fails (set KANDEV_REQUIRE_DOCKER=1 to fail)");
+        eprintln!(
+            "NOTICE: skipping the Docker image test: `docker info` fails (set KANDEV_REQUIRE_DOCKER=1 to fail)"
+        );
         return;
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -68,20 +70,35 @@ async fn image_runs_an_echo_turn() {
         json!({ "jsonrpc": "2.0", "id": 1, "method": "session/new", "params": { "cwd": "/workspace", "mcpServers": [] } }),
     ];
     for msg in &send {
-        stdin.write_all(format!("{msg}\n").as_bytes()).await.expect("write");
+        stdin
+            .write_all(format!("{msg}\n").as_bytes())
+            .await
+            .expect("write");
     }
     assert_eq!(next().await["result"]["protocolVersion"], 1);
     let session = next().await;
-    let sid = session["result"]["sessionId"].as_str().expect("sessionId").to_owned();
+    let sid = session["result"]["sessionId"]
+        .as_str()
+        .expect("sessionId")
+        .to_owned();
     let prompt = json!({
         "jsonrpc": "2.0", "id": 2, "method": "session/prompt",
         "params": { "sessionId": sid, "prompt": [{ "type": "text", "text": "echo hello from scratch" }] },
     });
-    stdin.write_all(format!("{prompt}\n").as_bytes()).await.expect("write");
+    stdin
+        .write_all(format!("{prompt}\n").as_bytes())
+        .await
+        .expect("write");
     let update = next().await;
-    assert_eq!(update["params"]["update"]["content"]["text"], "hello from scratch");
+    assert_eq!(
+        update["params"]["update"]["content"]["text"],
+        "hello from scratch"
+    );
     assert_eq!(next().await["result"]["stopReason"], "end_turn");
     drop(stdin);
-    let status = tokio::time::timeout(Duration::from_secs(60), child.wait()).await.expect("exit in time").expect("wait");
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("exit in time")
+        .expect("wait");
     assert!(status.success(), "container exit status {status}");
 }

@@ -26,7 +26,10 @@ impl TempDir {
             "kandev-mock-test-{}-{}-{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed),
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos()
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos()
         );
         let path = std::env::temp_dir().join(name);
         std::fs::create_dir_all(&path).expect("create temp dir");
@@ -65,7 +68,11 @@ pub fn agent_command(cwd: &Path, args: &[&str], envs: &[(&str, &str)]) -> Comman
     ] {
         cmd.env_remove(var);
     }
-    let log = if std::env::var_os("TEST_LOG").is_some() { "debug" } else { "warn" };
+    let log = if std::env::var_os("TEST_LOG").is_some() {
+        "debug"
+    } else {
+        "warn"
+    };
     cmd.env("KANDEV_MOCK_LOG", log);
     for (k, v) in envs {
         cmd.env(k, v);
@@ -96,7 +103,13 @@ impl RawAgent {
             .expect("spawn kandev-mock-agent");
         let stdin = child.stdin.take();
         let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-        Self { child, stdin, stdout, next_id: 100, dir }
+        Self {
+            child,
+            stdin,
+            stdout,
+            next_id: 100,
+            dir,
+        }
     }
 
     pub fn cwd(&self) -> String {
@@ -118,7 +131,8 @@ impl RawAgent {
     pub async fn send_request(&mut self, method: &str, params: Value) -> u64 {
         self.next_id += 1;
         let id = self.next_id;
-        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })).await;
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))
+            .await;
         id
     }
 
@@ -163,7 +177,10 @@ impl RawAgent {
 
     pub async fn initialize_with(&mut self, client_capabilities: Value) -> Value {
         let (_, resp) = self
-            .request("initialize", json!({ "protocolVersion": 1, "clientCapabilities": client_capabilities }))
+            .request(
+                "initialize",
+                json!({ "protocolVersion": 1, "clientCapabilities": client_capabilities }),
+            )
             .await;
         resp["result"].clone()
     }
@@ -174,8 +191,13 @@ impl RawAgent {
 
     pub async fn new_session(&mut self) -> String {
         let cwd = self.cwd();
-        let (_, resp) = self.request("session/new", json!({ "cwd": cwd, "mcpServers": [] })).await;
-        resp["result"]["sessionId"].as_str().unwrap_or_else(|| panic!("no sessionId in {resp}")).to_owned()
+        let (_, resp) = self
+            .request("session/new", json!({ "cwd": cwd, "mcpServers": [] }))
+            .await;
+        resp["result"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no sessionId in {resp}"))
+            .to_owned()
     }
 
     pub async fn start(args: &[&str], envs: &[(&str, &str)]) -> (Self, String) {
@@ -186,8 +208,11 @@ impl RawAgent {
     }
 
     pub async fn send_prompt(&mut self, sid: &str, text: &str) -> u64 {
-        self.send_request("session/prompt", json!({ "sessionId": sid, "prompt": [{ "type": "text", "text": text }] }))
-            .await
+        self.send_request(
+            "session/prompt",
+            json!({ "sessionId": sid, "prompt": [{ "type": "text", "text": text }] }),
+        )
+        .await
     }
 
     /// Runs a prompt to its response; returns the updates (the `update` objects) and the response.
@@ -203,7 +228,10 @@ impl RawAgent {
 
     pub async fn wait(&mut self) -> ExitStatus {
         self.close_stdin();
-        tokio::time::timeout(TIMEOUT, self.child.wait()).await.expect("the agent exited in time").expect("wait")
+        tokio::time::timeout(TIMEOUT, self.child.wait())
+            .await
+            .expect("the agent exited in time")
+            .expect("wait")
     }
 }
 
@@ -218,7 +246,10 @@ pub fn updates(msgs: &[Value]) -> Vec<Value> {
 }
 
 pub fn kinds(updates: &[Value]) -> Vec<&str> {
-    updates.iter().map(|u| u["sessionUpdate"].as_str().unwrap_or("?")).collect()
+    updates
+        .iter()
+        .map(|u| u["sessionUpdate"].as_str().unwrap_or("?"))
+        .collect()
 }
 
 /// Texts of the `agent_message_chunk` updates.
@@ -231,5 +262,7 @@ pub fn message_texts(updates: &[Value]) -> Vec<String> {
 }
 
 pub fn stop_reason(resp: &Value) -> &str {
-    resp["result"]["stopReason"].as_str().unwrap_or_else(|| panic!("no stopReason in {resp}"))
+    resp["result"]["stopReason"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no stopReason in {resp}"))
 }

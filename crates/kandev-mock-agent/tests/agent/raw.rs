@@ -4,19 +4,25 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::{BIN, RawAgent, TempDir, agent_command, kinds, message_texts, stop_reason, updates};
+use crate::harness::{
+    BIN, RawAgent, TempDir, agent_command, kinds, message_texts, stop_reason, updates,
+};
 
 #[tokio::test]
 async fn initialize_advertises_acp_v1() {
     let mut agent = RawAgent::spawn(&[], &[]);
-    let (_, resp) = agent.request("initialize", json!({ "protocolVersion": 1 })).await;
+    let (_, resp) = agent
+        .request("initialize", json!({ "protocolVersion": 1 }))
+        .await;
     let result = &resp["result"];
     assert_eq!(result["protocolVersion"], 1);
     assert_eq!(result["agentCapabilities"]["loadSession"], true);
     assert_eq!(result["authMethods"], json!([]));
     assert_eq!(result["agentInfo"]["name"], "kandev-mock-agent");
     // A client offering a newer version still gets v1.
-    let (_, resp) = agent.request("initialize", json!({ "protocolVersion": 2 })).await;
+    let (_, resp) = agent
+        .request("initialize", json!({ "protocolVersion": 2 }))
+        .await;
     assert_eq!(resp["result"]["protocolVersion"], 1);
     assert!(agent.wait().await.success());
 }
@@ -32,7 +38,9 @@ async fn echo_streams_the_text_back() {
     let (ups, _) = agent.prompt(&sid, "Fix the login bug").await;
     assert_eq!(message_texts(&ups), ["Fix the login bug"]);
     // A `scenario:` line anywhere wins.
-    let (ups, _) = agent.prompt(&sid, "Fix the login bug\nscenario: echo picked").await;
+    let (ups, _) = agent
+        .prompt(&sid, "Fix the login bug\nscenario: echo picked")
+        .await;
     assert_eq!(message_texts(&ups), ["picked"]);
     assert!(agent.wait().await.success());
 }
@@ -45,7 +53,10 @@ async fn flood_sends_ordered_stamped_chunks() {
     let after = now_nanos();
     assert_eq!(stop_reason(&resp), "end_turn");
     let (flood, rest) = ups.split_at(2000);
-    assert_eq!(message_texts(rest), ["Flood done: 2000 chunks of 300 bytes."]);
+    assert_eq!(
+        message_texts(rest),
+        ["Flood done: 2000 chunks of 300 bytes."]
+    );
     let mut last_sent = 0;
     for (i, u) in flood.iter().enumerate() {
         assert_eq!(u["sessionUpdate"], "agent_message_chunk");
@@ -53,8 +64,13 @@ async fn flood_sends_ordered_stamped_chunks() {
         let meta = &u["_meta"];
         assert_eq!(meta["kandev/index"], json!(i));
         assert_eq!(meta["kandev/count"], 2000);
-        let sent = meta["kandev/sentAtNanos"].as_u64().expect("sentAtNanos is a u64");
-        assert!(sent >= before && sent <= after && sent >= last_sent, "bad timestamp {sent}");
+        let sent = meta["kandev/sentAtNanos"]
+            .as_u64()
+            .expect("sentAtNanos is a u64");
+        assert!(
+            sent >= before && sent <= after && sent >= last_sent,
+            "bad timestamp {sent}"
+        );
         last_sent = sent;
     }
     assert!(agent.wait().await.success());
@@ -65,8 +81,15 @@ async fn slow_paces_its_chunks() {
     let (mut agent, sid) = RawAgent::start(&[], &[]).await;
     let started = Instant::now();
     let (ups, resp) = agent.prompt(&sid, "slow 4 60").await;
-    assert!(started.elapsed() >= Duration::from_millis(180), "took {:?}", started.elapsed());
-    assert_eq!(message_texts(&ups), ["chunk 1/4\n", "chunk 2/4\n", "chunk 3/4\n", "chunk 4/4\n"]);
+    assert!(
+        started.elapsed() >= Duration::from_millis(180),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        message_texts(&ups),
+        ["chunk 1/4\n", "chunk 2/4\n", "chunk 3/4\n", "chunk 4/4\n"]
+    );
     // All chunks belong to one message.
     assert!(ups.iter().all(|u| u["messageId"] == ups[0]["messageId"]));
     assert_eq!(stop_reason(&resp), "end_turn");
@@ -77,7 +100,10 @@ async fn wait_cancel_ends_with_cancelled() {
     let (mut agent, sid) = RawAgent::start(&[], &[]).await;
     let id = agent.send_prompt(&sid, "wait-cancel").await;
     let waiting = agent.read_json().await;
-    assert_eq!(waiting["params"]["update"]["content"]["text"], "Waiting for session/cancel.");
+    assert_eq!(
+        waiting["params"]["update"]["content"]["text"],
+        "Waiting for session/cancel."
+    );
     agent.send(&json!({ "jsonrpc": "2.0", "method": "session/cancel", "params": { "sessionId": sid } })).await;
     let (_, resp) = agent.until_response(id).await;
     assert_eq!(stop_reason(&resp), "cancelled");
@@ -112,7 +138,10 @@ async fn crash_exits_mid_turn() {
     let (mut agent, sid) = RawAgent::start(&[], &[]).await;
     agent.send_prompt(&sid, "crash").await;
     let chunk = agent.read_json().await;
-    assert_eq!(chunk["params"]["update"]["content"]["text"], "Crashing now with exit code 1.");
+    assert_eq!(
+        chunk["params"]["update"]["content"]["text"],
+        "Crashing now with exit code 1."
+    );
     assert_eq!(agent.read_line().await, None, "no response after the crash");
     let status = agent.child.wait().await.expect("wait");
     assert_eq!(status.code(), Some(1));
@@ -132,16 +161,25 @@ async fn garbage_lines_then_a_normal_end() {
         match serde_json::from_slice::<Value>(&line) {
             Ok(v) if v["id"] == json!(id) => break v,
             Ok(v) if v["method"] == "session/update" => {
-                assert_eq!(v["params"]["update"]["content"]["text"], "Garbage done; the stream is healthy again.");
+                assert_eq!(
+                    v["params"]["update"]["content"]["text"],
+                    "Garbage done; the stream is healthy again."
+                );
             }
             _ => bad.push(line),
         }
     };
     assert_eq!(stop_reason(&resp), "end_turn");
     assert!(bad.iter().any(|l| l == b"this line is not JSON"));
-    assert!(bad.iter().any(|l| std::str::from_utf8(l).is_err()), "an invalid UTF-8 line");
+    assert!(
+        bad.iter().any(|l| std::str::from_utf8(l).is_err()),
+        "an invalid UTF-8 line"
+    );
     assert!(bad.iter().any(Vec::is_empty), "an empty line");
-    assert!(bad.iter().any(|l| l.starts_with(br#"{"jsonrpc":"2.0","method":"session/update","params":{"#)));
+    assert!(
+        bad.iter()
+            .any(|l| l.starts_with(br#"{"jsonrpc":"2.0","method":"session/update","params":{"#))
+    );
     // Valid JSON lines that are no ACP message ({"hello"}, [1,2,3], a stray response) are
     // matched by the first arms or collected; either way the turn ended normally.
     assert!(bad.len() >= 5, "got {} bad lines", bad.len());
@@ -154,7 +192,12 @@ async fn oversized_line_then_a_normal_end() {
     let big = agent.read_line().await.expect("the big line");
     assert!(big.len() > 9_000_000, "line is {} bytes", big.len());
     let v: Value = serde_json::from_slice(&big).expect("the big line is still valid JSON");
-    assert_eq!(v["params"]["update"]["content"]["text"].as_str().map(str::len), Some(9_000_000));
+    assert_eq!(
+        v["params"]["update"]["content"]["text"]
+            .as_str()
+            .map(str::len),
+        Some(9_000_000)
+    );
     let (msgs, resp) = agent.until_response(id).await;
     assert_eq!(message_texts(&updates(&msgs)), ["Oversized line done."]);
     assert_eq!(stop_reason(&resp), "end_turn");
@@ -166,17 +209,26 @@ async fn agent_auth_requires_authenticate() {
     let init = agent.initialize().await;
     assert_eq!(init["authMethods"][0]["id"], "mock-login");
     let cwd = agent.cwd();
-    let (_, resp) = agent.request("session/new", json!({ "cwd": cwd, "mcpServers": [] })).await;
+    let (_, resp) = agent
+        .request("session/new", json!({ "cwd": cwd, "mcpServers": [] }))
+        .await;
     assert_eq!(resp["error"]["code"], -32000);
-    let (_, resp) = agent.request("authenticate", json!({ "methodId": "nope" })).await;
+    let (_, resp) = agent
+        .request("authenticate", json!({ "methodId": "nope" }))
+        .await;
     assert_eq!(resp["error"]["code"], -32602);
-    let (_, resp) = agent.request("authenticate", json!({ "methodId": "mock-login" })).await;
+    let (_, resp) = agent
+        .request("authenticate", json!({ "methodId": "mock-login" }))
+        .await;
     assert_eq!(resp["result"], json!({}));
-    let (_, resp) = agent.request("session/new", json!({ "cwd": cwd, "mcpServers": [] })).await;
+    let (_, resp) = agent
+        .request("session/new", json!({ "cwd": cwd, "mcpServers": [] }))
+        .await;
     assert!(resp["result"]["sessionId"].is_string(), "{resp}");
 
     // An API key in the environment counts as logged in.
-    let (mut agent, _) = RawAgent::start(&["--auth", "agent"], &[("KANDEV_MOCK_API_KEY", "k")]).await;
+    let (mut agent, _) =
+        RawAgent::start(&["--auth", "agent"], &[("KANDEV_MOCK_API_KEY", "k")]).await;
     assert!(agent.wait().await.success());
 }
 
@@ -185,7 +237,10 @@ async fn terminal_auth_runs_login_then_reconnects() {
     let dir = TempDir::new();
     let creds = dir.path().join("creds/credentials");
     let creds_s = creds.to_str().expect("utf-8").to_owned();
-    let env = [("KANDEV_MOCK_AUTH", "terminal"), ("KANDEV_MOCK_CREDENTIALS", creds_s.as_str())];
+    let env = [
+        ("KANDEV_MOCK_AUTH", "terminal"),
+        ("KANDEV_MOCK_CREDENTIALS", creds_s.as_str()),
+    ];
 
     // Without auth.terminal the method is not offered.
     let mut agent = RawAgent::spawn(&[], &env);
@@ -193,26 +248,45 @@ async fn terminal_auth_runs_login_then_reconnects() {
     assert!(agent.wait().await.success());
 
     let mut agent = RawAgent::spawn(&[], &env);
-    let init = agent.initialize_with(json!({ "auth": { "terminal": true } })).await;
+    let init = agent
+        .initialize_with(json!({ "auth": { "terminal": true } }))
+        .await;
     let method = &init["authMethods"][0];
     assert_eq!(method["type"], "terminal");
     assert_eq!(method["id"], "mock-terminal-login");
     assert_eq!(init["authMethods"].as_array().map(Vec::len), Some(1));
     let cwd = agent.cwd();
-    let (_, resp) = agent.request("session/new", json!({ "cwd": cwd, "mcpServers": [] })).await;
+    let (_, resp) = agent
+        .request("session/new", json!({ "cwd": cwd, "mcpServers": [] }))
+        .await;
     assert_eq!(resp["error"]["code"], -32000);
-    let (_, resp) = agent.request("authenticate", json!({ "methodId": "mock-terminal-login" })).await;
-    assert_eq!(resp["error"]["code"], -32602, "terminal methods are never sent to authenticate");
+    let (_, resp) = agent
+        .request("authenticate", json!({ "methodId": "mock-terminal-login" }))
+        .await;
+    assert_eq!(
+        resp["error"]["code"], -32602,
+        "terminal methods are never sent to authenticate"
+    );
     assert!(agent.wait().await.success());
 
     // The client runs the same command with the method's args in a terminal.
-    let args: Vec<&str> = method["args"].as_array().expect("args").iter().filter_map(Value::as_str).collect();
-    let status = agent_command(dir.path(), &args, &env).status().await.expect("run --login");
+    let args: Vec<&str> = method["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let status = agent_command(dir.path(), &args, &env)
+        .status()
+        .await
+        .expect("run --login");
     assert!(status.success());
     assert!(creds.exists());
 
     let mut agent = RawAgent::spawn(&[], &env);
-    agent.initialize_with(json!({ "auth": { "terminal": true } })).await;
+    agent
+        .initialize_with(json!({ "auth": { "terminal": true } }))
+        .await;
     agent.new_session().await;
     assert!(agent.wait().await.success());
 }
@@ -225,17 +299,30 @@ async fn session_load_replays_history_after_a_restart() {
     agent.prompt(&sid, "echo remember me").await;
     assert!(agent.wait().await.success());
     let dir = std::mem::replace(&mut agent.dir, TempDir::new());
-    let file = dir.path().join(".kandev-mock/sessions").join(format!("{sid}.json"));
+    let file = dir
+        .path()
+        .join(".kandev-mock/sessions")
+        .join(format!("{sid}.json"));
     assert!(file.exists(), "session persisted to {}", file.display());
 
     let mut agent = RawAgent::spawn_in(dir, &[], &[]);
     agent.initialize().await;
     let cwd = agent.cwd();
-    let (msgs, resp) =
-        agent.request("session/load", json!({ "sessionId": sid, "cwd": cwd, "mcpServers": [] })).await;
-    assert!(resp["result"]["modes"]["currentModeId"].is_string(), "{resp}");
+    let (msgs, resp) = agent
+        .request(
+            "session/load",
+            json!({ "sessionId": sid, "cwd": cwd, "mcpServers": [] }),
+        )
+        .await;
+    assert!(
+        resp["result"]["modes"]["currentModeId"].is_string(),
+        "{resp}"
+    );
     let replay = updates(&msgs);
-    assert_eq!(kinds(&replay), ["user_message_chunk", "agent_message_chunk"]);
+    assert_eq!(
+        kinds(&replay),
+        ["user_message_chunk", "agent_message_chunk"]
+    );
     assert_eq!(replay[0]["content"]["text"], "echo remember me");
     assert_eq!(replay[1]["content"]["text"], "remember me");
     assert!(msgs.iter().all(|m| m["params"]["sessionId"] == json!(sid)));
@@ -245,8 +332,12 @@ async fn session_load_replays_history_after_a_restart() {
     assert_eq!(stop_reason(&resp), "end_turn");
     assert_ne!(agent.new_session().await, sid);
 
-    let (_, resp) =
-        agent.request("session/load", json!({ "sessionId": "sess_missing", "cwd": cwd, "mcpServers": [] })).await;
+    let (_, resp) = agent
+        .request(
+            "session/load",
+            json!({ "sessionId": "sess_missing", "cwd": cwd, "mcpServers": [] }),
+        )
+        .await;
     assert_eq!(resp["error"]["code"], -32002);
 }
 
@@ -260,7 +351,10 @@ async fn session_ids_are_deterministic() {
         let mut out = Vec::new();
         for _ in 0..2 {
             let (_, resp) = agent
-                .request("session/new", json!({ "cwd": "/kandev-fixed-cwd", "mcpServers": [] }))
+                .request(
+                    "session/new",
+                    json!({ "cwd": "/kandev-fixed-cwd", "mcpServers": [] }),
+                )
                 .await;
             out.push(resp["result"]["sessionId"].as_str().expect("id").to_owned());
         }
@@ -281,7 +375,12 @@ async fn protocol_errors() {
     assert_eq!(resp["id"], Value::Null);
     let (_, resp) = agent.request("no/such_method", json!({})).await;
     assert_eq!(resp["error"]["code"], -32601);
-    let (_, resp) = agent.request("session/new", json!({ "cwd": "relative" , "mcpServers": [] })).await;
+    let (_, resp) = agent
+        .request(
+            "session/new",
+            json!({ "cwd": "relative" , "mcpServers": [] }),
+        )
+        .await;
     assert_eq!(resp["error"]["code"], -32602);
     let cwd = agent.cwd();
     let (_, resp) = agent.request("session/new", json!({ "cwd": cwd })).await;
@@ -323,22 +422,49 @@ async fn code_scenario_edits_files_on_disk_without_client_fs() {
     std::fs::write(&readme, "# Demo").expect("write README");
     let (ups, resp) = agent.prompt(&sid, "code").await;
     assert_eq!(stop_reason(&resp), "end_turn");
-    assert_eq!(std::fs::read_to_string(&readme).expect("README"), "# Demo\nEdited by kandev-mock-agent (turn 1).\n");
+    assert_eq!(
+        std::fs::read_to_string(&readme).expect("README"),
+        "# Demo\nEdited by kandev-mock-agent (turn 1).\n"
+    );
     let k = kinds(&ups);
-    for kind in ["plan", "agent_thought_chunk", "tool_call", "tool_call_update", "agent_message_chunk", "usage_update"] {
+    for kind in [
+        "plan",
+        "agent_thought_chunk",
+        "tool_call",
+        "tool_call_update",
+        "agent_message_chunk",
+        "usage_update",
+    ] {
         assert!(k.contains(&kind), "missing {kind} in {k:?}");
     }
-    let tool_kinds: Vec<&str> =
-        ups.iter().filter(|u| u["sessionUpdate"] == "tool_call").filter_map(|u| u["kind"].as_str()).collect();
+    let tool_kinds: Vec<&str> = ups
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call")
+        .filter_map(|u| u["kind"].as_str())
+        .collect();
     assert_eq!(tool_kinds, ["read", "edit", "execute"]);
     let diff = ups
         .iter()
-        .find_map(|u| u["content"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "diff")))
+        .find_map(|u| {
+            u["content"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == "diff"))
+        })
         .expect("a diff");
     assert_eq!(diff["oldText"], "# Demo");
     assert_eq!(diff["path"], readme.to_str().expect("utf-8"));
-    let last_plan = ups.iter().rev().find(|u| u["sessionUpdate"] == "plan").expect("plan");
-    assert!(last_plan["entries"].as_array().expect("entries").iter().all(|e| e["status"] == "completed"));
+    let last_plan = ups
+        .iter()
+        .rev()
+        .find(|u| u["sessionUpdate"] == "plan")
+        .expect("plan");
+    assert!(
+        last_plan["entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .all(|e| e["status"] == "completed")
+    );
 
     // A second turn edits again, and a missing file is created.
     agent.prompt(&sid, "code notes/new.txt").await;
@@ -349,20 +475,41 @@ async fn code_scenario_edits_files_on_disk_without_client_fs() {
 #[tokio::test]
 async fn modes_and_config_options() {
     let (mut agent, sid) = RawAgent::start(&[], &[]).await;
-    let (_, resp) =
-        agent.request("session/set_mode", json!({ "sessionId": sid, "modeId": "plan" })).await;
+    let (_, resp) = agent
+        .request(
+            "session/set_mode",
+            json!({ "sessionId": sid, "modeId": "plan" }),
+        )
+        .await;
     assert_eq!(resp["result"], json!({}));
-    let (_, resp) = agent.request("session/set_mode", json!({ "sessionId": sid, "modeId": "warp" })).await;
+    let (_, resp) = agent
+        .request(
+            "session/set_mode",
+            json!({ "sessionId": sid, "modeId": "warp" }),
+        )
+        .await;
     assert_eq!(resp["error"]["code"], -32602);
     agent.prompt(&sid, "code").await;
-    assert!(!agent.dir.path().join("README.md").exists(), "plan mode does not edit");
+    assert!(
+        !agent.dir.path().join("README.md").exists(),
+        "plan mode does not edit"
+    );
 
     let (_, resp) = agent
-        .request("session/set_config_option", json!({ "sessionId": sid, "configId": "model", "value": "mock-smart" }))
+        .request(
+            "session/set_config_option",
+            json!({ "sessionId": sid, "configId": "model", "value": "mock-smart" }),
+        )
         .await;
-    assert_eq!(resp["result"]["configOptions"][0]["currentValue"], "mock-smart");
+    assert_eq!(
+        resp["result"]["configOptions"][0]["currentValue"],
+        "mock-smart"
+    );
     let (_, resp) = agent
-        .request("session/set_config_option", json!({ "sessionId": sid, "configId": "model", "value": "gpt-9" }))
+        .request(
+            "session/set_config_option",
+            json!({ "sessionId": sid, "configId": "model", "value": "gpt-9" }),
+        )
         .await;
     assert_eq!(resp["error"]["code"], -32602);
 }
@@ -379,8 +526,12 @@ async fn permission_over_raw_json() {
                 break msg;
             }
         };
-        let kinds: Vec<&str> =
-            request["params"]["options"].as_array().expect("options").iter().filter_map(|o| o["kind"].as_str()).collect();
+        let kinds: Vec<&str> = request["params"]["options"]
+            .as_array()
+            .expect("options")
+            .iter()
+            .filter_map(|o| o["kind"].as_str())
+            .collect();
         assert_eq!(kinds, ["allow_once", "allow_always", "reject_once"]);
         assert_eq!(request["params"]["toolCall"]["kind"], "edit");
         agent
@@ -399,7 +550,9 @@ async fn permission_over_raw_json() {
 #[tokio::test]
 async fn all_updates_covers_every_variant() {
     let mut agent = RawAgent::spawn(&[], &[]);
-    agent.initialize_with(json!({ "session": { "notices": {}, "compaction": {} } })).await;
+    agent
+        .initialize_with(json!({ "session": { "notices": {}, "compaction": {} } }))
+        .await;
     let sid = agent.new_session().await;
     let (ups, resp) = agent.prompt(&sid, "all-updates").await;
     assert_eq!(stop_reason(&resp), "end_turn");
@@ -425,15 +578,27 @@ async fn all_updates_covers_every_variant() {
     // Without the capabilities, no notice or compaction.
     let (mut agent, sid) = RawAgent::start(&[], &[]).await;
     let (ups, _) = agent.prompt(&sid, "all-updates").await;
-    assert!(!kinds(&ups).iter().any(|k| *k == "notice" || k.starts_with("compaction")));
+    assert!(
+        !kinds(&ups)
+            .iter()
+            .any(|k| *k == "notice" || k.starts_with("compaction"))
+    );
 }
 
 #[tokio::test]
 async fn quirks_mimic_real_agents() {
-    let mut agent = RawAgent::spawn(&[], &[("KANDEV_MOCK_QUIRKS", "early-updates,late-updates,cancel-end-turn")]);
+    let mut agent = RawAgent::spawn(
+        &[],
+        &[(
+            "KANDEV_MOCK_QUIRKS",
+            "early-updates,late-updates,cancel-end-turn",
+        )],
+    );
     agent.initialize().await;
     let cwd = agent.cwd();
-    let (before, resp) = agent.request("session/new", json!({ "cwd": cwd, "mcpServers": [] })).await;
+    let (before, resp) = agent
+        .request("session/new", json!({ "cwd": cwd, "mcpServers": [] }))
+        .await;
     let sid = resp["result"]["sessionId"].as_str().expect("id").to_owned();
     assert_eq!(kinds(&updates(&before)), ["available_commands_update"]);
     assert_eq!(before[0]["params"]["sessionId"], json!(sid));
@@ -441,13 +606,20 @@ async fn quirks_mimic_real_agents() {
     let (_, resp) = agent.prompt(&sid, "echo hi").await;
     assert_eq!(stop_reason(&resp), "end_turn");
     let late = agent.read_json().await;
-    assert_eq!(late["params"]["update"]["sessionUpdate"], "agent_message_chunk");
+    assert_eq!(
+        late["params"]["update"]["sessionUpdate"],
+        "agent_message_chunk"
+    );
 
     let id = agent.send_prompt(&sid, "wait-cancel").await;
     agent.read_json().await;
     agent.send(&json!({ "jsonrpc": "2.0", "method": "session/cancel", "params": { "sessionId": sid } })).await;
     let (_, resp) = agent.until_response(id).await;
-    assert_eq!(stop_reason(&resp), "end_turn", "cancel-end-turn answers end_turn");
+    assert_eq!(
+        stop_reason(&resp),
+        "end_turn",
+        "cancel-end-turn answers end_turn"
+    );
 }
 
 #[tokio::test]
@@ -484,13 +656,24 @@ async fn seed_dialect() {
     assert_eq!(resp["result"]["serverInfo"]["name"], "kandev-mock-agent");
     assert_eq!(resp["result"]["capabilities"]["streaming"], true);
     let (_, resp) = agent.request("session/new", json!({})).await;
-    let sid = resp["result"]["sessionId"].as_str().expect("sessionId").to_owned();
+    let sid = resp["result"]["sessionId"]
+        .as_str()
+        .expect("sessionId")
+        .to_owned();
 
-    let id = agent.send_request("session/prompt", json!({ "message": "echo hi there" })).await;
+    let id = agent
+        .send_request("session/prompt", json!({ "message": "echo hi there" }))
+        .await;
     let accepted = agent.read_json().await;
-    assert_eq!(accepted, json!({ "jsonrpc": "2.0", "id": id, "result": { "accepted": true } }));
+    assert_eq!(
+        accepted,
+        json!({ "jsonrpc": "2.0", "id": id, "result": { "accepted": true } })
+    );
     let content = agent.read_json().await;
-    assert_eq!(content["params"], json!({ "type": "content", "data": { "text": "hi there" } }));
+    assert_eq!(
+        content["params"],
+        json!({ "type": "content", "data": { "text": "hi there" } })
+    );
     let complete = agent.read_json().await;
     assert_eq!(complete["params"]["type"], "complete");
     assert_eq!(complete["params"]["data"]["success"], true);
@@ -498,7 +681,9 @@ async fn seed_dialect() {
     assert_eq!(complete["params"]["data"]["summary"], "hi there");
 
     // Tool calls become `toolCall` updates; the file is edited on disk.
-    agent.send_request("session/prompt", json!({ "message": "code" })).await;
+    agent
+        .send_request("session/prompt", json!({ "message": "code" }))
+        .await;
     assert_eq!(agent.read_json().await["result"]["accepted"], true);
     let mut seen = Vec::new();
     loop {
@@ -508,16 +693,28 @@ async fn seed_dialect() {
             assert_eq!(params["data"]["success"], true);
             break;
         }
-        assert!(params["type"] == "content" || params["type"] == "toolCall", "{msg}");
+        assert!(
+            params["type"] == "content" || params["type"] == "toolCall",
+            "{msg}"
+        );
         if params["type"] == "toolCall" {
-            seen.push(format!("{}:{}", params["data"]["toolName"].as_str().unwrap_or(""), params["data"]["status"].as_str().unwrap_or("")));
+            seen.push(format!(
+                "{}:{}",
+                params["data"]["toolName"].as_str().unwrap_or(""),
+                params["data"]["status"].as_str().unwrap_or("")
+            ));
         }
     }
-    assert!(seen.contains(&"edit:running".to_owned()) && seen.contains(&"edit:completed".to_owned()), "{seen:?}");
+    assert!(
+        seen.contains(&"edit:running".to_owned()) && seen.contains(&"edit:completed".to_owned()),
+        "{seen:?}"
+    );
     assert!(agent.dir.path().join("README.md").exists());
 
     // session/cancel names no session in the seed dialect.
-    agent.send_request("session/prompt", json!({ "message": "wait-cancel" })).await;
+    agent
+        .send_request("session/prompt", json!({ "message": "wait-cancel" }))
+        .await;
     agent.read_json().await;
     agent.read_json().await;
     agent.send(&json!({ "jsonrpc": "2.0", "method": "session/cancel", "params": { "reason": "User requested cancellation" } })).await;
@@ -525,7 +722,9 @@ async fn seed_dialect() {
     assert_eq!(complete["params"]["data"]["success"], false);
     assert_eq!(complete["params"]["data"]["cancelled"], true);
 
-    let (_, resp) = agent.request("session/load", json!({ "sessionId": sid })).await;
+    let (_, resp) = agent
+        .request("session/load", json!({ "sessionId": sid }))
+        .await;
     assert_eq!(resp["result"], json!({ "sessionId": sid, "loaded": true }));
     assert!(agent.wait().await.success());
 }
@@ -541,7 +740,11 @@ fn check_legacy_line(line: &Value) {
 async fn legacy_dialect_from_env() {
     let mut agent = RawAgent::spawn(
         &["--dialect", "legacy"],
-        &[("TASK_DESCRIPTION", "slow 2 10"), ("KANDEV_AGENT_ID", "agent-1"), ("KANDEV_TASK_ID", "task-1")],
+        &[
+            ("TASK_DESCRIPTION", "slow 2 10"),
+            ("KANDEV_AGENT_ID", "agent-1"),
+            ("KANDEV_TASK_ID", "task-1"),
+        ],
     );
     let mut lines = Vec::new();
     while let Some(line) = agent.read_line().await {
@@ -550,7 +753,18 @@ async fn legacy_dialect_from_env() {
     assert!(agent.wait().await.success());
     lines.iter().for_each(check_legacy_line);
     let types: Vec<&str> = lines.iter().filter_map(|l| l["type"].as_str()).collect();
-    assert_eq!(types, ["status", "heartbeat", "status", "progress", "progress", "result", "status"]);
+    assert_eq!(
+        types,
+        [
+            "status",
+            "heartbeat",
+            "status",
+            "progress",
+            "progress",
+            "result",
+            "status"
+        ]
+    );
     assert_eq!(lines[0]["agent_id"], "agent-1");
     assert_eq!(lines[0]["task_id"], "task-1");
     assert_eq!(lines[3]["data"]["message"], "chunk 1/2\n");
@@ -567,13 +781,28 @@ async fn legacy_dialect_from_stdin() {
         lines.push(serde_json::from_slice::<Value>(&line).expect("JSON line"));
     }
     assert!(agent.wait().await.success());
-    let progress = lines.iter().find(|l| l["type"] == "progress").expect("progress");
+    let progress = lines
+        .iter()
+        .find(|l| l["type"] == "progress")
+        .expect("progress");
     assert_eq!(progress["data"]["message"], "from stdin");
-    let result = lines.iter().find(|l| l["type"] == "result").expect("result");
-    assert_eq!(result["data"], json!({ "status": "completed", "summary": "from stdin" }));
+    let result = lines
+        .iter()
+        .find(|l| l["type"] == "result")
+        .expect("result");
+    assert_eq!(
+        result["data"],
+        json!({ "status": "completed", "summary": "from stdin" })
+    );
 
     // The code scenario reports plan percentages; wait-cancel ends on a `cancel` line.
-    let mut agent = RawAgent::spawn(&[], &[("KANDEV_MOCK_DIALECT", "legacy"), ("TASK_DESCRIPTION", "wait-cancel")]);
+    let mut agent = RawAgent::spawn(
+        &[],
+        &[
+            ("KANDEV_MOCK_DIALECT", "legacy"),
+            ("TASK_DESCRIPTION", "wait-cancel"),
+        ],
+    );
     loop {
         if agent.read_json().await["type"] == "progress" {
             break;
@@ -587,7 +816,13 @@ async fn legacy_dialect_from_stdin() {
     assert_eq!(rest[0]["data"]["status"], "cancelled");
     assert!(agent.wait().await.success());
 
-    let mut agent = RawAgent::spawn(&[], &[("KANDEV_MOCK_DIALECT", "legacy"), ("TASK_DESCRIPTION", "crash")]);
+    let mut agent = RawAgent::spawn(
+        &[],
+        &[
+            ("KANDEV_MOCK_DIALECT", "legacy"),
+            ("TASK_DESCRIPTION", "crash"),
+        ],
+    );
     assert_eq!(agent.wait().await.code(), Some(1));
 }
 
@@ -597,6 +832,8 @@ fn binary_path_exists() {
 }
 
 fn now_nanos() -> u64 {
-    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock after 1970");
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970");
     u64::try_from(since.as_nanos()).expect("fits")
 }

@@ -16,12 +16,14 @@ use agent_client_protocol::{
         ConnectionTo,
         schema::{
             AuthenticateRequest, CancelNotification, ClientCapabilities, ClientSessionCapabilities,
-            CompactionCapabilities, CreateTerminalRequest, CreateTerminalResponse, FileSystemCapabilities,
-            InitializeRequest, LoadSessionRequest, NewSessionRequest, NoticeCapabilities, PromptRequest,
-            ReadTextFileRequest, ReadTextFileResponse, ReleaseTerminalRequest, ReleaseTerminalResponse,
-            RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
-            SessionNotification, StopReason, TerminalExitStatus, TerminalOutputRequest, TerminalOutputResponse,
-            WaitForTerminalExitRequest, WaitForTerminalExitResponse, WriteTextFileRequest, WriteTextFileResponse,
+            CompactionCapabilities, CreateTerminalRequest, CreateTerminalResponse,
+            FileSystemCapabilities, InitializeRequest, LoadSessionRequest, NewSessionRequest,
+            NoticeCapabilities, PromptRequest, ReadTextFileRequest, ReadTextFileResponse,
+            ReleaseTerminalRequest, ReleaseTerminalResponse, RequestPermissionOutcome,
+            RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
+            SessionNotification, StopReason, TerminalExitStatus, TerminalOutputRequest,
+            TerminalOutputResponse, WaitForTerminalExitRequest, WaitForTerminalExitResponse,
+            WriteTextFileRequest, WriteTextFileResponse,
         },
     },
 };
@@ -71,7 +73,9 @@ fn drain(rx: &mut Updates) -> Vec<Value> {
 
 fn full_caps() -> ClientCapabilities {
     ClientCapabilities::new()
-        .fs(FileSystemCapabilities::new().read_text_file(true).write_text_file(true))
+        .fs(FileSystemCapabilities::new()
+            .read_text_file(true)
+            .write_text_file(true))
         .terminal(true)
 }
 
@@ -115,7 +119,10 @@ async fn run_client<R>(
                 match w_read.file(&req.path) {
                     Some(content) => responder.respond(ReadTextFileResponse::new(content)),
                     None => responder.respond_with_error(
-                        acp::v1::schema::Error::resource_not_found(Some(req.path.display().to_string())).into(),
+                        acp::v1::schema::Error::resource_not_found(Some(
+                            req.path.display().to_string(),
+                        ))
+                        .into(),
                     ),
                 }
             },
@@ -124,7 +131,11 @@ async fn run_client<R>(
         .on_receive_request(
             async move |req: WriteTextFileRequest, responder, _cx| {
                 w_write.log(format!("fs/write_text_file {}", req.path.display()));
-                w_write.files.lock().expect("files").insert(req.path.clone(), req.content.clone());
+                w_write
+                    .files
+                    .lock()
+                    .expect("files")
+                    .insert(req.path.clone(), req.content.clone());
                 responder.respond(WriteTextFileResponse::new())
             },
             acp::on_receive_request!(),
@@ -132,7 +143,11 @@ async fn run_client<R>(
         .on_receive_request(
             async move |req: CreateTerminalRequest, responder, _cx| {
                 let args: Vec<String> = req.args.clone();
-                w_create.log(format!("terminal/create {} {}", req.command, args.join(" ")));
+                w_create.log(format!(
+                    "terminal/create {} {}",
+                    req.command,
+                    args.join(" ")
+                ));
                 responder.respond(CreateTerminalResponse::new("term-1"))
             },
             acp::on_receive_request!(),
@@ -140,7 +155,9 @@ async fn run_client<R>(
         .on_receive_request(
             async move |req: WaitForTerminalExitRequest, responder, _cx| {
                 w_wait.log(format!("terminal/wait_for_exit {}", req.terminal_id));
-                responder.respond(WaitForTerminalExitResponse::new(TerminalExitStatus::new().exit_code(0)))
+                responder.respond(WaitForTerminalExitResponse::new(
+                    TerminalExitStatus::new().exit_code(0),
+                ))
             },
             acp::on_receive_request!(),
         )
@@ -149,11 +166,16 @@ async fn run_client<R>(
                 w_output.log(format!("terminal/output {}", req.terminal_id));
                 // The fake terminal ran `cat FILE` against the client's files.
                 let calls = w_output.calls();
-                let created = calls.iter().rev().find(|c| c.starts_with("terminal/create cat "));
-                let path = created.map(|c| PathBuf::from(c.trim_start_matches("terminal/create cat ")));
+                let created = calls
+                    .iter()
+                    .rev()
+                    .find(|c| c.starts_with("terminal/create cat "));
+                let path =
+                    created.map(|c| PathBuf::from(c.trim_start_matches("terminal/create cat ")));
                 let output = path.and_then(|p| w_output.file(&p)).unwrap_or_default();
                 responder.respond(
-                    TerminalOutputResponse::new(output, false).exit_status(TerminalExitStatus::new().exit_code(0)),
+                    TerminalOutputResponse::new(output, false)
+                        .exit_status(TerminalExitStatus::new().exit_code(0)),
                 )
             },
             acp::on_receive_request!(),
@@ -167,8 +189,17 @@ async fn run_client<R>(
         )
         .on_receive_request(
             async move |req: RequestPermissionRequest, responder, _cx| {
-                w_perm.permission_requests.lock().expect("requests").push(serde_json::to_value(&req).expect("json"));
-                let answer = w_perm.answers.lock().expect("answers").pop_front().unwrap_or("reject-once");
+                w_perm
+                    .permission_requests
+                    .lock()
+                    .expect("requests")
+                    .push(serde_json::to_value(&req).expect("json"));
+                let answer = w_perm
+                    .answers
+                    .lock()
+                    .expect("answers")
+                    .pop_front()
+                    .unwrap_or("reject-once");
                 let outcome = if answer == "cancelled" {
                     RequestPermissionOutcome::Cancelled
                 } else {
@@ -178,23 +209,40 @@ async fn run_client<R>(
             },
             acp::on_receive_request!(),
         )
-        .connect_with(ByteStreams::new(stdin, stdout), async move |cx| main(cx, rx).await);
-    let result = tokio::time::timeout(TIMEOUT, connection).await.expect("client finished in time");
+        .connect_with(ByteStreams::new(stdin, stdout), async move |cx| {
+            main(cx, rx).await
+        });
+    let result = tokio::time::timeout(TIMEOUT, connection)
+        .await
+        .expect("client finished in time");
     let result = result.expect("the client ran without protocol errors");
-    let status = tokio::time::timeout(TIMEOUT, child.wait()).await.expect("agent exited").expect("wait");
+    let status = tokio::time::timeout(TIMEOUT, child.wait())
+        .await
+        .expect("agent exited")
+        .expect("wait");
     assert!(status.success(), "agent exit status {status}");
     result
 }
 
 async fn init(cx: &ConnectionTo<Agent>, caps: ClientCapabilities) -> Result<(), acp::Error> {
-    let init = cx.send_request(InitializeRequest::new(ProtocolVersion::V1).client_capabilities(caps)).block_task().await?;
+    let init = cx
+        .send_request(InitializeRequest::new(ProtocolVersion::V1).client_capabilities(caps))
+        .block_task()
+        .await?;
     assert_eq!(init.protocol_version, ProtocolVersion::V1);
     assert!(init.agent_capabilities.load_session);
     Ok(())
 }
 
-async fn prompt(cx: &ConnectionTo<Agent>, sid: &acp::v1::schema::SessionId, text: &str) -> Result<StopReason, acp::Error> {
-    let resp = cx.send_request(PromptRequest::new(sid.clone(), vec![text.into()])).block_task().await?;
+async fn prompt(
+    cx: &ConnectionTo<Agent>,
+    sid: &acp::v1::schema::SessionId,
+    text: &str,
+) -> Result<StopReason, acp::Error> {
+    let resp = cx
+        .send_request(PromptRequest::new(sid.clone(), vec![text.into()]))
+        .block_task()
+        .await?;
     Ok(resp.stop_reason)
 }
 
@@ -203,11 +251,18 @@ async fn coding_turn_goes_through_client_fs_and_terminal() {
     let dir = TempDir::new();
     let readme = dir.path().join("README.md");
     let world = World::new();
-    world.files.lock().expect("files").insert(readme.clone(), "# Demo\n".into());
+    world
+        .files
+        .lock()
+        .expect("files")
+        .insert(readme.clone(), "# Demo\n".into());
     let cwd = dir.path().to_path_buf();
     let (stop, ups) = run_client(dir.path(), &[], world.clone(), async move |cx, mut rx| {
         init(&cx, full_caps()).await?;
-        let session = cx.send_request(NewSessionRequest::new(cwd)).block_task().await?;
+        let session = cx
+            .send_request(NewSessionRequest::new(cwd))
+            .block_task()
+            .await?;
         let stop = prompt(&cx, &session.session_id, "code").await?;
         Ok((stop, drain(&mut rx)))
     })
@@ -216,7 +271,10 @@ async fn coding_turn_goes_through_client_fs_and_terminal() {
 
     let expected = "# Demo\nEdited by kandev-mock-agent (turn 1).\n";
     assert_eq!(world.file(&readme).as_deref(), Some(expected));
-    assert!(!readme.exists(), "the agent wrote through the client, not to disk");
+    assert!(
+        !readme.exists(),
+        "the agent wrote through the client, not to disk"
+    );
     let p = readme.display();
     assert_eq!(
         world.calls(),
@@ -232,11 +290,21 @@ async fn coding_turn_goes_through_client_fs_and_terminal() {
 
     // Every update parsed in the SDK and came back out.
     let k = kinds(&ups);
-    for kind in ["session_info_update", "plan", "agent_thought_chunk", "tool_call", "tool_call_update", "usage_update"] {
+    for kind in [
+        "session_info_update",
+        "plan",
+        "agent_thought_chunk",
+        "tool_call",
+        "tool_call_update",
+        "usage_update",
+    ] {
         assert!(k.contains(&kind), "missing {kind} in {k:?}");
     }
-    let tool_kinds: Vec<&str> =
-        ups.iter().filter(|u| u["sessionUpdate"] == "tool_call").filter_map(|u| u["kind"].as_str()).collect();
+    let tool_kinds: Vec<&str> = ups
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call")
+        .filter_map(|u| u["kind"].as_str())
+        .collect();
     assert_eq!(tool_kinds, ["read", "edit", "execute"]);
     let statuses: Vec<&str> = ups
         .iter()
@@ -244,21 +312,37 @@ async fn coding_turn_goes_through_client_fs_and_terminal() {
         .filter_map(|u| u["status"].as_str())
         .collect();
     assert_eq!(statuses, ["in_progress", "completed"]);
-    let contents: Vec<&Value> =
-        ups.iter().filter_map(|u| u["content"].as_array()).flatten().collect();
+    let contents: Vec<&Value> = ups
+        .iter()
+        .filter_map(|u| u["content"].as_array())
+        .flatten()
+        .collect();
     assert!(contents.iter().any(|c| c["type"] == "diff"
         && c["oldText"] == "# Demo\n"
         && c["newText"] == expected
         && c["path"] == json!(readme)));
-    assert!(contents.iter().any(|c| c["type"] == "terminal" && c["terminalId"] == "term-1"));
+    assert!(
+        contents
+            .iter()
+            .any(|c| c["type"] == "terminal" && c["terminalId"] == "term-1")
+    );
     let exec_done = ups
         .iter()
         .find(|u| u["toolCallId"] == "call_exec_1" && u["status"] == "completed")
         .expect("execute completed");
     assert_eq!(exec_done["rawOutput"]["output"], expected);
-    let plans: Vec<&Value> = ups.iter().filter(|u| u["sessionUpdate"] == "plan").collect();
+    let plans: Vec<&Value> = ups
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "plan")
+        .collect();
     assert_eq!(plans.len(), 4);
-    assert!(plans[3]["entries"].as_array().expect("entries").iter().all(|e| e["status"] == "completed"));
+    assert!(
+        plans[3]["entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .all(|e| e["status"] == "completed")
+    );
     let summary: String = ups
         .iter()
         .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
@@ -271,11 +355,19 @@ async fn coding_turn_goes_through_client_fs_and_terminal() {
 async fn permission_outcomes_are_acted_on() {
     let dir = TempDir::new();
     let world = World::new();
-    world.answers.lock().expect("answers").extend(["reject-once", "allow-once", "cancelled", "allow-always"]);
+    world.answers.lock().expect("answers").extend([
+        "reject-once",
+        "allow-once",
+        "cancelled",
+        "allow-always",
+    ]);
     let cwd = dir.path().to_path_buf();
     let stops = run_client(dir.path(), &[], world.clone(), async move |cx, _rx| {
         init(&cx, full_caps()).await?;
-        let session = cx.send_request(NewSessionRequest::new(cwd)).block_task().await?;
+        let session = cx
+            .send_request(NewSessionRequest::new(cwd))
+            .block_task()
+            .await?;
         let mut stops = Vec::new();
         for file in ["a.txt", "b.txt", "c.txt", "d.txt", "e.txt"] {
             stops.push(prompt(&cx, &session.session_id, &format!("permission {file}")).await?);
@@ -285,7 +377,13 @@ async fn permission_outcomes_are_acted_on() {
     .await;
     assert_eq!(
         stops,
-        [StopReason::EndTurn, StopReason::EndTurn, StopReason::Cancelled, StopReason::EndTurn, StopReason::EndTurn]
+        [
+            StopReason::EndTurn,
+            StopReason::EndTurn,
+            StopReason::Cancelled,
+            StopReason::EndTurn,
+            StopReason::EndTurn
+        ]
     );
     let has = |f: &str| world.file(&dir.path().join(f)).is_some();
     assert!(!has("a.txt"), "rejected");
@@ -297,7 +395,12 @@ async fn permission_outcomes_are_acted_on() {
     assert_eq!(requests.len(), 4, "no request after allow_always");
     let first = &requests[0];
     assert_eq!(first["toolCall"]["toolCallId"], "call_write_1");
-    let kinds: Vec<&str> = first["options"].as_array().expect("options").iter().filter_map(|o| o["kind"].as_str()).collect();
+    let kinds: Vec<&str> = first["options"]
+        .as_array()
+        .expect("options")
+        .iter()
+        .filter_map(|o| o["kind"].as_str())
+        .collect();
     assert_eq!(kinds, ["allow_once", "allow_always", "reject_once"]);
 }
 
@@ -307,9 +410,14 @@ async fn wait_cancel_is_ended_by_session_cancel() {
     let cwd = dir.path().to_path_buf();
     let (stop, after) = run_client(dir.path(), &[], World::new(), async move |cx, mut rx| {
         init(&cx, ClientCapabilities::new()).await?;
-        let session = cx.send_request(NewSessionRequest::new(cwd)).block_task().await?;
+        let session = cx
+            .send_request(NewSessionRequest::new(cwd))
+            .block_task()
+            .await?;
         let sid = session.session_id.clone();
-        let turn = cx.send_request(PromptRequest::new(sid.clone(), vec!["wait-cancel".into()])).block_task();
+        let turn = cx
+            .send_request(PromptRequest::new(sid.clone(), vec!["wait-cancel".into()]))
+            .block_task();
         let cancel = async {
             while let Some(n) = rx.recv().await {
                 if n["update"]["content"]["text"] == "Waiting for session/cancel." {
@@ -328,7 +436,10 @@ async fn wait_cancel_is_ended_by_session_cancel() {
     })
     .await;
     assert_eq!(stop, StopReason::Cancelled);
-    assert_eq!(after.last().map(|u| u["content"]["text"].clone()), Some(json!("after cancel")));
+    assert_eq!(
+        after.last().map(|u| u["content"]["text"].clone()),
+        Some(json!("after cancel"))
+    );
 }
 
 #[tokio::test]
@@ -337,7 +448,10 @@ async fn session_load_replays_before_responding() {
     let cwd = dir.path().to_path_buf();
     let sid = run_client(dir.path(), &[], World::new(), async move |cx, _rx| {
         init(&cx, ClientCapabilities::new()).await?;
-        let session = cx.send_request(NewSessionRequest::new(cwd)).block_task().await?;
+        let session = cx
+            .send_request(NewSessionRequest::new(cwd))
+            .block_task()
+            .await?;
         prompt(&cx, &session.session_id, "echo remember me").await?;
         prompt(&cx, &session.session_id, "echo and me").await?;
         Ok(session.session_id)
@@ -349,17 +463,37 @@ async fn session_load_replays_before_responding() {
     let load_sid = sid.clone();
     let replay = run_client(dir.path(), &[], World::new(), async move |cx, mut rx| {
         init(&cx, ClientCapabilities::new()).await?;
-        let loaded = cx.send_request(LoadSessionRequest::new(load_sid.clone(), cwd)).block_task().await?;
+        let loaded = cx
+            .send_request(LoadSessionRequest::new(load_sid.clone(), cwd))
+            .block_task()
+            .await?;
         assert!(loaded.modes.is_some());
         // Everything was replayed before the response arrived.
         let replay = drain(&mut rx);
-        assert_eq!(prompt(&cx, &load_sid, "echo continued").await?, StopReason::EndTurn);
+        assert_eq!(
+            prompt(&cx, &load_sid, "echo continued").await?,
+            StopReason::EndTurn
+        );
         Ok(replay)
     })
     .await;
-    assert_eq!(kinds(&replay), ["user_message_chunk", "agent_message_chunk", "user_message_chunk", "agent_message_chunk"]);
-    let texts: Vec<&str> = replay.iter().filter_map(|u| u["content"]["text"].as_str()).collect();
-    assert_eq!(texts, ["echo remember me", "remember me", "echo and me", "and me"]);
+    assert_eq!(
+        kinds(&replay),
+        [
+            "user_message_chunk",
+            "agent_message_chunk",
+            "user_message_chunk",
+            "agent_message_chunk"
+        ]
+    );
+    let texts: Vec<&str> = replay
+        .iter()
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect();
+    assert_eq!(
+        texts,
+        ["echo remember me", "remember me", "echo and me", "and me"]
+    );
 }
 
 #[tokio::test]
@@ -367,12 +501,20 @@ async fn every_update_variant_parses_in_the_sdk() {
     let dir = TempDir::new();
     let cwd = dir.path().to_path_buf();
     let caps = ClientCapabilities::new().session(
-        ClientSessionCapabilities::new().notices(NoticeCapabilities::new()).compaction(CompactionCapabilities::new()),
+        ClientSessionCapabilities::new()
+            .notices(NoticeCapabilities::new())
+            .compaction(CompactionCapabilities::new()),
     );
     let ups = run_client(dir.path(), &[], World::new(), async move |cx, mut rx| {
         init(&cx, caps).await?;
-        let session = cx.send_request(NewSessionRequest::new(cwd)).block_task().await?;
-        assert_eq!(prompt(&cx, &session.session_id, "all-updates").await?, StopReason::EndTurn);
+        let session = cx
+            .send_request(NewSessionRequest::new(cwd))
+            .block_task()
+            .await?;
+        assert_eq!(
+            prompt(&cx, &session.session_id, "all-updates").await?,
+            StopReason::EndTurn
+        );
         Ok(drain(&mut rx))
     })
     .await;
@@ -390,7 +532,10 @@ async fn flood_chunks_keep_their_meta_through_the_sdk() {
     let cwd = dir.path().to_path_buf();
     let ups = run_client(dir.path(), &[], World::new(), async move |cx, mut rx| {
         init(&cx, ClientCapabilities::new()).await?;
-        let session = cx.send_request(NewSessionRequest::new(cwd)).block_task().await?;
+        let session = cx
+            .send_request(NewSessionRequest::new(cwd))
+            .block_task()
+            .await?;
         prompt(&cx, &session.session_id, "flood 1000 64").await?;
         Ok(drain(&mut rx))
     })
@@ -406,14 +551,30 @@ async fn flood_chunks_keep_their_meta_through_the_sdk() {
 async fn auth_required_then_authenticate() {
     let dir = TempDir::new();
     let cwd = dir.path().to_path_buf();
-    run_client(dir.path(), &[("KANDEV_MOCK_AUTH", "agent")], World::new(), async move |cx, _rx| {
-        let init = cx.send_request(InitializeRequest::new(ProtocolVersion::V1)).block_task().await?;
-        assert_eq!(init.auth_methods.len(), 1);
-        let err = cx.send_request(NewSessionRequest::new(cwd.clone())).block_task().await.expect_err("auth required");
-        assert_eq!(err.code, ErrorCode::from(-32000));
-        cx.send_request(AuthenticateRequest::new("mock-login")).block_task().await?;
-        cx.send_request(NewSessionRequest::new(cwd)).block_task().await?;
-        Ok(())
-    })
+    run_client(
+        dir.path(),
+        &[("KANDEV_MOCK_AUTH", "agent")],
+        World::new(),
+        async move |cx, _rx| {
+            let init = cx
+                .send_request(InitializeRequest::new(ProtocolVersion::V1))
+                .block_task()
+                .await?;
+            assert_eq!(init.auth_methods.len(), 1);
+            let err = cx
+                .send_request(NewSessionRequest::new(cwd.clone()))
+                .block_task()
+                .await
+                .expect_err("auth required");
+            assert_eq!(err.code, ErrorCode::from(-32000));
+            cx.send_request(AuthenticateRequest::new("mock-login"))
+                .block_task()
+                .await?;
+            cx.send_request(NewSessionRequest::new(cwd))
+                .block_task()
+                .await?;
+            Ok(())
+        },
+    )
     .await;
 }
