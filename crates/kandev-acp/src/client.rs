@@ -30,8 +30,8 @@ use agent_client_protocol::{
         PromptResponse, ReadTextFileRequest, ReadTextFileResponse, ReleaseTerminalRequest,
         RequestPermissionRequest, RequestPermissionResponse, SessionConfigOptionValue,
         SetSessionConfigOptionRequest, SetSessionConfigOptionResponse, SetSessionModeRequest,
-        StopReason, TerminalOutputRequest, WaitForTerminalExitRequest,
-        WaitForTerminalExitResponse, WriteTextFileRequest,
+        StopReason, TerminalOutputRequest, WaitForTerminalExitRequest, WaitForTerminalExitResponse,
+        WriteTextFileRequest,
     },
 };
 use chrono::Utc;
@@ -444,19 +444,21 @@ impl Inner {
         let kind = kind.unwrap_or_else(|| other(Some(method), Some(&Value::from(id))));
         self.write_message(message, kind).await?;
         let reply = match timeout {
-            Some(limit) => tokio::time::timeout(limit, rx)
-                .await
-                .map_err(|_| AcpError::Timeout {
-                    method: method.to_owned(),
-                    timeout: limit,
-                })?,
+            Some(limit) => {
+                tokio::time::timeout(limit, rx)
+                    .await
+                    .map_err(|_| AcpError::Timeout {
+                        method: method.to_owned(),
+                        timeout: limit,
+                    })?
+            }
             None => rx.await,
         };
         match reply {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(Failure::Rpc(source))) => Err(AcpError::Rpc {
                 method: method.to_owned(),
-                source,
+                source: Box::new(source),
             }),
             Ok(Err(Failure::Closed(reason))) => Err(AcpError::Closed {
                 reason: Some(reason),
@@ -497,10 +499,7 @@ impl Inner {
         let (pending, waiter) = {
             let mut state = lock(&self.state);
             state.closed = Some(reason.clone());
-            (
-                std::mem::take(&mut state.pending),
-                state.turn_waiter.take(),
-            )
+            (std::mem::take(&mut state.pending), state.turn_waiter.take())
         };
         // Every open request fails at once.
         for (_, p) in pending {
@@ -550,7 +549,12 @@ async fn read_loop(inner: Arc<Inner>, reader: impl AsyncRead + Send + Unpin) {
                     None,
                 );
                 inner
-                    .emit(Direction::FromAgent, inner.current_session(), kind, Value::Null)
+                    .emit(
+                        Direction::FromAgent,
+                        inner.current_session(),
+                        kind,
+                        Value::Null,
+                    )
                     .await;
             }
             Ok(Some(Frame::Line(bytes))) => handle_line(&inner, bytes).await,
@@ -585,7 +589,10 @@ async fn handle_line(inner: &Arc<Inner>, bytes: Vec<u8>) {
         Ok(_) => return bad("line is not a JSON object".to_owned(), &bytes).await,
         Err(e) => return bad(format!("line is not valid JSON: {e}"), &bytes).await,
     };
-    let method = value.get("method").and_then(Value::as_str).map(str::to_owned);
+    let method = value
+        .get("method")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     let id = value.get("id").filter(|id| !id.is_null()).cloned();
     match (method, id) {
         (Some(method), Some(id)) => handle_agent_request(inner, id, method, value).await,
@@ -669,7 +676,12 @@ async fn handle_notification(inner: &Arc<Inner>, method: &str, value: Value) {
             .map(str::to_owned)
             .or_else(|| inner.current_session());
         inner
-            .emit(Direction::FromAgent, session, other(Some(method), None), value)
+            .emit(
+                Direction::FromAgent,
+                session,
+                other(Some(method), None),
+                value,
+            )
             .await;
         return;
     }
@@ -726,7 +738,10 @@ async fn handle_agent_request(inner: &Arc<Inner>, id: Value, method: String, val
     let supported = match method.as_str() {
         "session/request_permission" => true,
         "fs/read_text_file" | "fs/write_text_file" => has_fs,
-        "terminal/create" | "terminal/output" | "terminal/wait_for_exit" | "terminal/kill"
+        "terminal/create"
+        | "terminal/output"
+        | "terminal/wait_for_exit"
+        | "terminal/kill"
         | "terminal/release" => has_terminal,
         _ => false,
     };
@@ -753,7 +768,12 @@ async fn handle_agent_request(inner: &Arc<Inner>, id: Value, method: String, val
             }
             Err(e) => {
                 inner
-                    .emit(Direction::FromAgent, session, other(Some(&method), Some(&id)), value)
+                    .emit(
+                        Direction::FromAgent,
+                        session,
+                        other(Some(&method), Some(&id)),
+                        value,
+                    )
                     .await;
                 inner.respond(id, &method, Err(invalid_params(e))).await;
             }
@@ -761,10 +781,18 @@ async fn handle_agent_request(inner: &Arc<Inner>, id: Value, method: String, val
         return;
     }
     inner
-        .emit(Direction::FromAgent, session, other(Some(&method), Some(&id)), value)
+        .emit(
+            Direction::FromAgent,
+            session,
+            other(Some(&method), Some(&id)),
+            value,
+        )
         .await;
     if !supported {
-        let error = RpcError::new(codes::METHOD_NOT_FOUND, format!("method not found: {method}"));
+        let error = RpcError::new(
+            codes::METHOD_NOT_FOUND,
+            format!("method not found: {method}"),
+        );
         inner.respond(id, &method, Err(error)).await;
         return;
     }
@@ -783,7 +811,12 @@ async fn handle_capability(
     workspace: Option<Workspace>,
     terminal: Option<Arc<dyn TerminalExecutor>>,
 ) -> Handled {
-    let no_capability = || RpcError::new(codes::METHOD_NOT_FOUND, format!("method not found: {method}"));
+    let no_capability = || {
+        RpcError::new(
+            codes::METHOD_NOT_FOUND,
+            format!("method not found: {method}"),
+        )
+    };
     match method {
         "fs/read_text_file" => {
             let ws = workspace.ok_or_else(no_capability)?;
@@ -1045,8 +1078,12 @@ impl AcpClient {
                     .await
                 {
                     Err(AcpError::Rpc { source, .. }) if source.code == codes::AUTH_REQUIRED => {
-                        self.authenticate_for(source).await?;
-                        match self.inner.request("session/new", params, timeout, None).await {
+                        self.authenticate_for(*source).await?;
+                        match self
+                            .inner
+                            .request("session/new", params, timeout, None)
+                            .await
+                        {
                             Err(AcpError::Rpc { source, .. })
                                 if source.code == codes::AUTH_REQUIRED =>
                             {
@@ -1080,7 +1117,12 @@ impl AcpClient {
         lock(&self.inner.state)
             .init
             .as_ref()
-            .map(|init| init.auth_methods.iter().map(|m| m.id().0.to_string()).collect())
+            .map(|init| {
+                init.auth_methods
+                    .iter()
+                    .map(|m| m.id().0.to_string())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -1091,7 +1133,8 @@ impl AcpClient {
             init.auth_methods
                 .iter()
                 .find(|m| {
-                    !matches!(m, AuthMethod::Terminal(_)) && allowed.iter().any(|a| **a == *m.id().0)
+                    !matches!(m, AuthMethod::Terminal(_))
+                        && allowed.iter().any(|a| **a == *m.id().0)
                 })
                 .map(|m| m.id().clone())
         });
@@ -1110,7 +1153,8 @@ impl AcpClient {
                 None,
             )
             .await?;
-        self.lifecycle(LifecyclePhase::Authenticated, Some(detail)).await;
+        self.lifecycle(LifecyclePhase::Authenticated, Some(detail))
+            .await;
         Ok(())
     }
 
@@ -1136,7 +1180,9 @@ impl AcpClient {
                         "the agent does not advertise loadSession".into(),
                     ));
                 }
-                to_params(&LoadSessionRequest::new(session_id.to_owned(), cwd).mcp_servers(mcp_servers))
+                to_params(
+                    &LoadSessionRequest::new(session_id.to_owned(), cwd).mcp_servers(mcp_servers),
+                )
             }
             Dialect::Seed => {
                 let supported = lock(&self.inner.state)
@@ -1152,7 +1198,9 @@ impl AcpClient {
                 json!({"sessionId": session_id})
             }
             Dialect::Legacy => {
-                return Err(AcpError::Unsupported("legacy agents have no sessions".into()));
+                return Err(AcpError::Unsupported(
+                    "legacy agents have no sessions".into(),
+                ));
             }
         };
         // Set first so the replayed updates carry the id.
@@ -1195,12 +1243,14 @@ impl AcpClient {
 
     async fn wait_turn(&self, rx: oneshot::Receiver<TurnResult>) -> Result<StopReason, AcpError> {
         let result = match self.inner.options.prompt_timeout {
-            Some(limit) => tokio::time::timeout(limit, rx)
-                .await
-                .map_err(|_| AcpError::Timeout {
-                    method: "session/prompt".to_owned(),
-                    timeout: limit,
-                })?,
+            Some(limit) => {
+                tokio::time::timeout(limit, rx)
+                    .await
+                    .map_err(|_| AcpError::Timeout {
+                        method: "session/prompt".to_owned(),
+                        timeout: limit,
+                    })?
+            }
             None => rx.await,
         };
         let cancelled = lock(&self.inner.state).cancel_requested;
@@ -1256,7 +1306,9 @@ impl AcpClient {
                 };
                 if raw.get("accepted").and_then(Value::as_bool) == Some(false) {
                     lock(&self.inner.state).turn_waiter = None;
-                    return Err(AcpError::TurnFailed("the agent did not accept the prompt".into()));
+                    return Err(AcpError::TurnFailed(
+                        "the agent did not accept the prompt".into(),
+                    ));
                 }
                 self.wait_turn(rx).await
             }
@@ -1278,7 +1330,10 @@ impl AcpClient {
             Some(Dialect::V1) => {
                 let session_id = self.require_session()?;
                 self.inner
-                    .notify("session/cancel", to_params(&CancelNotification::new(session_id)))
+                    .notify(
+                        "session/cancel",
+                        to_params(&CancelNotification::new(session_id)),
+                    )
                     .await
             }
             Some(Dialect::Seed) => {
@@ -1324,7 +1379,8 @@ impl AcpClient {
         value: SessionConfigOptionValue,
     ) -> Result<SetSessionConfigOptionResponse, AcpError> {
         let session_id = self.require_v1("session/set_config_option")?;
-        let request = SetSessionConfigOptionRequest::new(session_id, config_id.to_owned(), value.clone());
+        let request =
+            SetSessionConfigOptionRequest::new(session_id, config_id.to_owned(), value.clone());
         let kind = EventKind::ConfigChange(ConfigChangeData {
             config_id: Some(config_id.to_owned()),
             value: Some(to_params(&value)),
@@ -1346,7 +1402,12 @@ impl AcpClient {
     /// for methods this client has no typed call for.
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, AcpError> {
         self.inner
-            .request(method, params, Some(self.inner.options.request_timeout), None)
+            .request(
+                method,
+                params,
+                Some(self.inner.options.request_timeout),
+                None,
+            )
             .await
     }
 
@@ -1366,7 +1427,12 @@ impl AcpClient {
             line: line.clone(),
         });
         self.inner
-            .emit(Direction::FromAgent, self.session_id(), kind, Value::String(line))
+            .emit(
+                Direction::FromAgent,
+                self.session_id(),
+                kind,
+                Value::String(line),
+            )
             .await;
     }
 

@@ -59,7 +59,7 @@ pub enum AcpError {
         method: String,
         /// The error object.
         #[source]
-        source: RpcError,
+        source: Box<RpcError>,
     },
     /// The agent needs authentication and the client may not (or cannot)
     /// authenticate by itself.

@@ -64,7 +64,9 @@ struct RunArgs {
 
 fn summarize(event: &AcpEvent) -> Option<String> {
     let line = match &event.kind {
-        EventKind::MessageChunk(c) => format!("agent: {}", c.text.as_deref().unwrap_or("[non-text]")),
+        EventKind::MessageChunk(c) => {
+            format!("agent: {}", c.text.as_deref().unwrap_or("[non-text]"))
+        }
         EventKind::ThoughtChunk(c) => format!("thought: {}", c.text.as_deref().unwrap_or("")),
         EventKind::ToolCall(t) | EventKind::ToolCallUpdate(t) => format!(
             "tool {}: {} {}",
@@ -94,7 +96,10 @@ fn summarize(event: &AcpEvent) -> Option<String> {
         EventKind::TurnEnd(t) => format!(
             "turn ended: {}{}",
             t.stop_reason,
-            t.message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default()
+            t.message
+                .as_deref()
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default()
         ),
         EventKind::ProtocolError(e) => format!("protocol error: {}", e.message),
         EventKind::Log(l) => match l.source {
@@ -108,7 +113,10 @@ fn summarize(event: &AcpEvent) -> Option<String> {
                 .and_then(|v| v.as_str().map(str::to_owned))
                 .unwrap_or_default(),
             l.dialect.map(|d| format!(" [{d:?}]")).unwrap_or_default(),
-            l.detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default()
+            l.detail
+                .as_deref()
+                .map(|d| format!(": {d}"))
+                .unwrap_or_default()
         ),
         EventKind::Other(_) => return None,
     };

@@ -359,7 +359,9 @@ mod tests {
         let n = session_update(&json!({"sessionId":"s","update":{
             "sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}}));
         assert_eq!(n.session_id.as_deref(), Some("s"));
-        assert!(matches!(n.kind, EventKind::MessageChunk(ChunkData { ref text, .. }) if text.as_deref() == Some("hi")));
+        assert!(
+            matches!(n.kind, EventKind::MessageChunk(ChunkData { ref text, .. }) if text.as_deref() == Some("hi"))
+        );
 
         let n = session_update(&json!({"sessionId":"s","update":{
             "sessionUpdate":"tool_call","toolCallId":"c1","title":"Read","kind":"read","status":"pending"}}));
@@ -375,7 +377,14 @@ mod tests {
 
         let n = session_update(&json!({"sessionId":"s","update":{
             "sessionUpdate":"usage_update","used":10,"size":100,"cost":{"amount":0.5,"currency":"USD"}}}));
-        assert!(matches!(n.kind, EventKind::Usage(UsageData { used: 10, size: 100, .. })));
+        assert!(matches!(
+            n.kind,
+            EventKind::Usage(UsageData {
+                used: 10,
+                size: 100,
+                ..
+            })
+        ));
 
         let n = session_update(&json!({"sessionId":"s","update":{
             "sessionUpdate":"plan","entries":[{"content":"a","priority":"high","status":"pending"}]}}));
@@ -383,17 +392,27 @@ mod tests {
 
         let n = session_update(&json!({"sessionId":"s","update":{
             "sessionUpdate":"current_mode_update","currentModeId":"code"}}));
-        assert_eq!(n.kind, EventKind::ModeChange(ModeChangeData { mode_id: "code".into() }));
+        assert_eq!(
+            n.kind,
+            EventKind::ModeChange(ModeChangeData {
+                mode_id: "code".into()
+            })
+        );
 
         let n = session_update(&json!({"sessionId":"s","update":{
             "sessionUpdate":"available_commands_update","availableCommands":[]}}));
-        assert!(matches!(n.kind, EventKind::Other(ref o) if o.update.as_deref() == Some("available_commands_update")));
+        assert!(
+            matches!(n.kind, EventKind::Other(ref o) if o.update.as_deref() == Some("available_commands_update"))
+        );
     }
 
     #[test]
     fn unknown_variant_is_kept_as_other_and_bad_known_variant_is_an_error() {
-        let n = session_update(&json!({"sessionId":"s","update":{"sessionUpdate":"brand_new","x":1}}));
-        assert!(matches!(n.kind, EventKind::Other(ref o) if o.update.as_deref() == Some("brand_new")));
+        let n =
+            session_update(&json!({"sessionId":"s","update":{"sessionUpdate":"brand_new","x":1}}));
+        assert!(
+            matches!(n.kind, EventKind::Other(ref o) if o.update.as_deref() == Some("brand_new"))
+        );
         let n = session_update(&json!({"sessionId":"s","update":{"sessionUpdate":"tool_call"}}));
         assert!(matches!(n.kind, EventKind::ProtocolError(_)));
     }
@@ -407,14 +426,20 @@ mod tests {
         assert_eq!(n.turn, Some(TurnSignal::Failed("boom: x".into())));
         let line = json!({"type":"result","data":{"status":"failed","message":"nope"}});
         assert!(is_legacy_line(&line));
-        assert_eq!(legacy_line(&line).turn, Some(TurnSignal::Failed("nope".into())));
+        assert_eq!(
+            legacy_line(&line).turn,
+            Some(TurnSignal::Failed("nope".into()))
+        );
         let progress = json!({"type":"progress","timestamp":"t","agent_id":"a","task_id":"t1",
             "data":{"progress":10,"message":"working"}});
         let n = legacy_line(&progress);
         assert_eq!(n.session_id.as_deref(), Some("t1"));
         assert_eq!(
             n.kind,
-            EventKind::Progress(ProgressData { percent: Some(10.0), message: Some("working".into()) })
+            EventKind::Progress(ProgressData {
+                percent: Some(10.0),
+                message: Some("working".into())
+            })
         );
         assert!(!is_legacy_line(&json!({"jsonrpc":"2.0","method":"x"})));
     }

@@ -40,8 +40,11 @@ impl PermissionDecision {
 #[async_trait]
 pub trait PermissionPolicy: Send + Sync + 'static {
     /// Decides one request. `request_id` is the JSON-RPC id of the request.
-    async fn decide(&self, request_id: &Value, request: &RequestPermissionRequest)
-    -> PermissionDecision;
+    async fn decide(
+        &self,
+        request_id: &Value,
+        request: &RequestPermissionRequest,
+    ) -> PermissionDecision;
 }
 
 fn first_of_kind(
@@ -67,7 +70,10 @@ impl PermissionPolicy for AutoApprove {
     async fn decide(&self, _: &Value, request: &RequestPermissionRequest) -> PermissionDecision {
         first_of_kind(
             request,
-            &[PermissionOptionKind::AllowOnce, PermissionOptionKind::AllowAlways],
+            &[
+                PermissionOptionKind::AllowOnce,
+                PermissionOptionKind::AllowAlways,
+            ],
         )
     }
 }
@@ -82,7 +88,10 @@ impl PermissionPolicy for Deny {
     async fn decide(&self, _: &Value, request: &RequestPermissionRequest) -> PermissionDecision {
         first_of_kind(
             request,
-            &[PermissionOptionKind::RejectOnce, PermissionOptionKind::RejectAlways],
+            &[
+                PermissionOptionKind::RejectOnce,
+                PermissionOptionKind::RejectAlways,
+            ],
         )
     }
 }
@@ -164,7 +173,9 @@ impl PermissionPolicy for AskDecider {
 
 #[cfg(test)]
 mod tests {
-    use agent_client_protocol::v1::schema::{PermissionOption, ToolCallUpdate, ToolCallUpdateFields};
+    use agent_client_protocol::v1::schema::{
+        PermissionOption, ToolCallUpdate, ToolCallUpdateFields,
+    };
 
     use super::*;
 

@@ -85,7 +85,10 @@ impl OutputBuffer {
 
     /// The text (invalid UTF-8 replaced) and whether anything was dropped.
     pub fn snapshot(&self) -> (String, bool) {
-        (String::from_utf8_lossy(&self.bytes).into_owned(), self.truncated)
+        (
+            String::from_utf8_lossy(&self.bytes).into_owned(),
+            self.truncated,
+        )
     }
 }
 
@@ -161,7 +164,9 @@ async fn pump(mut from: impl AsyncRead + Unpin, into: Arc<Mutex<OutputBuffer>>) 
         if n == 0 {
             break;
         }
-        into.lock().unwrap_or_else(|e| e.into_inner()).push(&chunk[..n]);
+        into.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(&chunk[..n]);
     }
 }
 
@@ -203,8 +208,14 @@ impl TerminalExecutor for LocalExecutor {
         )));
         let (exit_tx, exit_rx) = watch::channel(None);
         let kill = Arc::new(Notify::new());
-        let stdout = child.stdout.take().map(|s| tokio::spawn(pump(s, output.clone())));
-        let stderr = child.stderr.take().map(|s| tokio::spawn(pump(s, output.clone())));
+        let stdout = child
+            .stdout
+            .take()
+            .map(|s| tokio::spawn(pump(s, output.clone())));
+        let stderr = child
+            .stderr
+            .take()
+            .map(|s| tokio::spawn(pump(s, output.clone())));
         let killer = kill.clone();
         // The waiter owns the child; it ends when the child exits.
         tokio::spawn(async move {
@@ -335,7 +346,13 @@ mod tests {
             .create(CreateTerminalRequest::new("s", "sleep").args(vec!["30".into()]))
             .await
             .expect("create");
-        assert!(exec.output(&id).await.expect("output").exit_status.is_none());
+        assert!(
+            exec.output(&id)
+                .await
+                .expect("output")
+                .exit_status
+                .is_none()
+        );
         exec.kill(&id).await.expect("kill");
         let status = exec.wait_for_exit(&id).await.expect("wait");
         assert_eq!(status.signal.as_deref(), Some("SIGKILL"));

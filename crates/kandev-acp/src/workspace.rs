@@ -72,7 +72,10 @@ pub struct Workspace {
 impl Workspace {
     /// A workspace whose host directory `host_root` appears to the agent as
     /// `agent_root` (e.g. `/workspace`). The host root must exist.
-    pub fn new(host_root: impl AsRef<Path>, agent_root: impl Into<PathBuf>) -> std::io::Result<Self> {
+    pub fn new(
+        host_root: impl AsRef<Path>,
+        agent_root: impl Into<PathBuf>,
+    ) -> std::io::Result<Self> {
         Ok(Self {
             host_root: std::fs::canonicalize(host_root)?,
             agent_root: agent_root.into(),
@@ -144,13 +147,15 @@ impl Workspace {
     /// target is inside the workspace.
     async fn resolve_existing(&self, agent_path: &Path) -> Result<PathBuf, FsError> {
         let host = self.to_host(agent_path)?;
-        let resolved = tokio::fs::canonicalize(&host).await.map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => FsError::NotFound(agent_path.to_owned()),
-            _ => FsError::Io {
-                path: agent_path.to_owned(),
-                source: e,
-            },
-        })?;
+        let resolved = tokio::fs::canonicalize(&host)
+            .await
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => FsError::NotFound(agent_path.to_owned()),
+                _ => FsError::Io {
+                    path: agent_path.to_owned(),
+                    source: e,
+                },
+            })?;
         self.check_inside(&resolved, agent_path)?;
         Ok(resolved)
     }
@@ -234,7 +239,9 @@ mod tests {
     fn translates_agent_paths_to_host_paths() {
         let dir = tempfile::tempdir().expect("tempdir");
         let ws = Workspace::new(dir.path(), "/workspace").expect("workspace");
-        let host = ws.to_host(Path::new("/workspace/src/main.rs")).expect("inside");
+        let host = ws
+            .to_host(Path::new("/workspace/src/main.rs"))
+            .expect("inside");
         assert_eq!(host, ws.host_root().join("src/main.rs"));
         assert_eq!(
             ws.to_agent(&host).expect("agent path"),
@@ -265,7 +272,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("f.txt"), "a\nb\nc\nd\n").expect("write");
         let ws = Workspace::new(dir.path(), "/workspace").expect("workspace");
-        let req = ReadTextFileRequest::new("s", "/workspace/f.txt").line(2).limit(2);
+        let req = ReadTextFileRequest::new("s", "/workspace/f.txt")
+            .line(2)
+            .limit(2);
         assert_eq!(ws.read_text_file(&req).await.expect("read"), "b\nc\n");
     }
 }

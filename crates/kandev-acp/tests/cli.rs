@@ -28,10 +28,21 @@ fn seed_agent_script_completes_a_turn() {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/seed-agent.sh");
     let cwd = dir.path().to_str().expect("utf-8 path");
     let output = run(&[
-        "--cwd", cwd, "--prompt", "fix the login bug", "--", "bash", script, "--acp",
+        "--cwd",
+        cwd,
+        "--prompt",
+        "fix the login bug",
+        "--",
+        "bash",
+        script,
+        "--acp",
     ]);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "exit {:?}; stderr:\n{stderr}", output.status);
+    assert!(
+        output.status.success(),
+        "exit {:?}; stderr:\n{stderr}",
+        output.status
+    );
     assert!(stderr.contains("turn completed (end_turn)"), "{stderr}");
     let events = events(&output);
     for (i, event) in events.iter().enumerate() {
@@ -47,7 +58,10 @@ fn seed_agent_script_completes_a_turn() {
         .find(|e| e["kind"] == "message_chunk")
         .expect("content update");
     assert_eq!(chunk["data"]["text"], "Processing: fix the login bug");
-    let end = events.iter().find(|e| e["kind"] == "turn_end").expect("turn end");
+    let end = events
+        .iter()
+        .find(|e| e["kind"] == "turn_end")
+        .expect("turn end");
     assert_eq!(end["data"]["stop_reason"], "end_turn");
     assert_eq!(end["raw"]["params"]["type"], "complete");
     let session = end["session_id"].as_str().expect("session id");
@@ -62,7 +76,11 @@ fn crashed_agent_exits_non_zero() {
     assert!(stderr.contains("agent crashed or exited"), "{stderr}");
     assert!(stderr.contains("agent stderr: boom"), "{stderr}");
     let events = events(&output);
-    assert!(events.iter().any(|e| e["kind"] == "log" && e["data"]["line"] == "boom"));
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "log" && e["data"]["line"] == "boom")
+    );
 }
 
 #[test]
@@ -81,7 +99,8 @@ fn auth_required_exits_non_zero_with_the_agents_message() {
 
 #[test]
 fn unsupported_protocol_version_is_a_protocol_error() {
-    let agent = r#"read -r l; echo '{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":7}}'; read -r l"#;
+    let agent =
+        r#"read -r l; echo '{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":7}}'; read -r l"#;
     let output = run(&["--prompt", "x", "--", "bash", "-c", agent]);
     assert_eq!(output.status.code(), Some(6));
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -108,10 +108,7 @@ impl Events {
 }
 
 fn connect(options: ClientOptions) -> (AcpClient, Events, FakeAgent) {
-    let (client_io, agent_io) = (
-        tokio::io::duplex(64 * 1024),
-        tokio::io::duplex(64 * 1024),
-    );
+    let (client_io, agent_io) = (tokio::io::duplex(64 * 1024), tokio::io::duplex(64 * 1024));
     // client_io: client writes → agent reads; agent_io: agent writes → client reads.
     let (agent_in, client_out) = client_io;
     let (client_in, agent_out) = agent_io;
@@ -129,7 +126,10 @@ async fn v1_session(options: ClientOptions) -> (AcpClient, Events, FakeAgent) {
         let client = client.clone();
         async move {
             client.initialize().await.expect("initialize");
-            client.new_session("/workspace", vec![]).await.expect("session")
+            client
+                .new_session("/workspace", vec![])
+                .await
+                .expect("session")
         }
     });
     agent.answer_v1_initialize(json!({})).await;
@@ -167,7 +167,10 @@ async fn v1_turn_keeps_early_and_late_updates_in_order() {
         async move {
             let handshake = client.initialize().await.expect("initialize");
             assert_eq!(handshake.dialect, Dialect::V1);
-            client.new_session("/workspace", vec![]).await.expect("session");
+            client
+                .new_session("/workspace", vec![])
+                .await
+                .expect("session");
             client.prompt(vec!["hello".into()]).await
         }
     });
@@ -176,7 +179,10 @@ async fn v1_turn_keeps_early_and_late_updates_in_order() {
     assert_eq!(init["params"]["clientInfo"]["name"], "kandev");
     // Nothing is advertised that is not handled.
     assert_eq!(init["params"]["clientCapabilities"]["terminal"], false);
-    assert_eq!(init["params"]["clientCapabilities"]["fs"]["readTextFile"], false);
+    assert_eq!(
+        init["params"]["clientCapabilities"]["fs"]["readTextFile"],
+        false
+    );
 
     let new = agent.recv().await;
     assert_eq!(new["params"]["cwd"], "/workspace");
@@ -197,7 +203,10 @@ async fn v1_turn_keeps_early_and_late_updates_in_order() {
     // And one after the prompt response.
     agent.send(text_chunk("s1", "late")).await;
 
-    assert_eq!(flow.await.expect("join").expect("prompt"), StopReason::EndTurn);
+    assert_eq!(
+        flow.await.expect("join").expect("prompt"),
+        StopReason::EndTurn
+    );
     let turn_end = events.until("turn_end").await;
     assert_eq!(turn_end.raw["result"]["stopReason"], "end_turn");
     let late = events.until("message_chunk").await;
@@ -215,12 +224,18 @@ async fn v1_turn_keeps_early_and_late_updates_in_order() {
     assert_eq!(texts, ["early", "working", "late"]);
     let early = seen
         .iter()
-        .find(|e| matches!(&e.kind, EventKind::MessageChunk(c) if c.text.as_deref() == Some("early")))
+        .find(
+            |e| matches!(&e.kind, EventKind::MessageChunk(c) if c.text.as_deref() == Some("early")),
+        )
         .expect("early event");
     assert_eq!(early.session_id.as_deref(), Some("s1"));
     assert_eq!(early.direction, Direction::FromAgent);
     // Every wire message kept its raw JSON.
-    assert!(seen.iter().filter(|e| e.direction != Direction::Local).all(|e| e.raw.is_object()));
+    assert!(
+        seen.iter()
+            .filter(|e| e.direction != Direction::Local)
+            .all(|e| e.raw.is_object())
+    );
 }
 
 #[tokio::test]
@@ -242,22 +257,32 @@ async fn bad_lines_become_protocol_errors_and_the_client_keeps_going() {
     agent.send_raw(b"this is not json\n").await;
     agent.send_raw(b"{\"jsonrpc\":\"2.0\",\xff\xfe}\n").await;
     agent
-        .send(update("s1", json!({"sessionUpdate":"future_variant","stuff":[1,2]})))
+        .send(update(
+            "s1",
+            json!({"sessionUpdate":"future_variant","stuff":[1,2]}),
+        ))
         .await;
     agent
         .send(json!({"jsonrpc":"2.0","id":request["id"],"result":{"stopReason":"end_turn"}}))
         .await;
-    assert_eq!(prompt.await.expect("join").expect("prompt"), StopReason::EndTurn);
+    assert_eq!(
+        prompt.await.expect("join").expect("prompt"),
+        StopReason::EndTurn
+    );
 
     let oversized = events.until("protocol_error").await;
     assert!(matches!(&oversized.kind, EventKind::ProtocolError(e) if e.message.contains("5")));
     let invalid = events.until("protocol_error").await;
-    assert!(matches!(&invalid.kind, EventKind::ProtocolError(e) if e.message.contains("not valid JSON")));
+    assert!(
+        matches!(&invalid.kind, EventKind::ProtocolError(e) if e.message.contains("not valid JSON"))
+    );
     assert_eq!(invalid.raw, json!("this is not json"));
     let non_utf8 = events.until("protocol_error").await;
     assert!(matches!(&non_utf8.kind, EventKind::ProtocolError(e) if e.message.contains("UTF-8")));
     let unknown = events.until("other").await;
-    assert!(matches!(&unknown.kind, EventKind::Other(o) if o.update.as_deref() == Some("future_variant")));
+    assert!(
+        matches!(&unknown.kind, EventKind::Other(o) if o.update.as_deref() == Some("future_variant"))
+    );
     assert_eq!(unknown.raw["params"]["update"]["stuff"], json!([1, 2]));
     events.until("turn_end").await;
 }
@@ -319,7 +344,8 @@ async fn agent_exit_fails_pending_requests_at_once() {
 
 #[tokio::test]
 async fn cancel_answers_open_permission_requests_with_cancelled() {
-    let (policy, mut asks) = AskDecider::new(Duration::from_secs(600), PermissionDecision::Cancel, 8);
+    let (policy, mut asks) =
+        AskDecider::new(Duration::from_secs(600), PermissionDecision::Cancel, 8);
     let options = ClientOptions {
         permission: Arc::new(policy),
         ..ClientOptions::default()
@@ -346,7 +372,9 @@ async fn cancel_answers_open_permission_requests_with_cancelled() {
     assert_eq!(first.request_id, json!(10));
     assert_eq!(second.request.tool_call.tool_call_id.0.as_ref(), "call-11");
     let permission_event = events.until("permission_request").await;
-    assert!(matches!(&permission_event.kind, EventKind::PermissionRequest(p) if p.options.len() == 2));
+    assert!(
+        matches!(&permission_event.kind, EventKind::PermissionRequest(p) if p.options.len() == 2)
+    );
 
     client.cancel().await.expect("cancel");
     let mut answers = Vec::new();
@@ -373,7 +401,10 @@ async fn cancel_answers_open_permission_requests_with_cancelled() {
     agent
         .send(json!({"jsonrpc":"2.0","id":request["id"],"result":{"stopReason":"cancelled"}}))
         .await;
-    assert_eq!(prompt.await.expect("join").expect("prompt"), StopReason::Cancelled);
+    assert_eq!(
+        prompt.await.expect("join").expect("prompt"),
+        StopReason::Cancelled
+    );
     let response = events.until("permission_response").await;
     assert!(matches!(&response.kind, EventKind::PermissionResponse(p) if p.outcome == "cancelled"));
     drop(second);
@@ -381,21 +412,27 @@ async fn cancel_answers_open_permission_requests_with_cancelled() {
 
 #[tokio::test]
 async fn ask_decider_answer_is_sent_to_the_agent() {
-    let (policy, mut asks) = AskDecider::new(Duration::from_secs(600), PermissionDecision::Cancel, 8);
+    let (policy, mut asks) =
+        AskDecider::new(Duration::from_secs(600), PermissionDecision::Cancel, 8);
     let options = ClientOptions {
         permission: Arc::new(policy),
         ..ClientOptions::default()
     };
     let (_client, _events, mut agent) = v1_session(options).await;
     agent
-        .send(json!({"jsonrpc":"2.0","id":5,"method":"session/request_permission",
+        .send(
+            json!({"jsonrpc":"2.0","id":5,"method":"session/request_permission",
             "params":{"sessionId":"s1","toolCall":{"toolCallId":"c"},
-            "options":[{"optionId":"yes","name":"Yes","kind":"allow_once"}]}}))
+            "options":[{"optionId":"yes","name":"Yes","kind":"allow_once"}]}}),
+        )
         .await;
     let ask = asks.recv().await.expect("ask");
     assert!(ask.respond(PermissionDecision::Select("yes".into())));
     let answer = agent.recv().await;
-    assert_eq!(answer["result"]["outcome"], json!({"outcome":"selected","optionId":"yes"}));
+    assert_eq!(
+        answer["result"]["outcome"],
+        json!({"outcome":"selected","optionId":"yes"})
+    );
 }
 
 #[tokio::test]
@@ -427,28 +464,68 @@ async fn fs_requests_are_confined_to_the_workspace() {
         answer
     };
 
-    let ok = call(1, "fs/read_text_file", json!({"path":"/workspace/inside.txt","line":2,"limit":1})).await;
+    let ok = call(
+        1,
+        "fs/read_text_file",
+        json!({"path":"/workspace/inside.txt","line":2,"limit":1}),
+    )
+    .await;
     assert_eq!(ok["result"]["content"], "two\n");
-    let ok = call(2, "fs/write_text_file", json!({"path":"/workspace/new/dir/f.txt","content":"hi"})).await;
+    let ok = call(
+        2,
+        "fs/write_text_file",
+        json!({"path":"/workspace/new/dir/f.txt","content":"hi"}),
+    )
+    .await;
     assert_eq!(ok["result"], json!({}));
-    assert_eq!(std::fs::read_to_string(root.path().join("new/dir/f.txt")).expect("read"), "hi");
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("new/dir/f.txt")).expect("read"),
+        "hi"
+    );
 
     let refused = [
-        (3, "fs/read_text_file", json!({"path":"/workspace/../etc/passwd"})),
+        (
+            3,
+            "fs/read_text_file",
+            json!({"path":"/workspace/../etc/passwd"}),
+        ),
         (4, "fs/read_text_file", json!({"path": outside_path})),
-        (5, "fs/write_text_file", json!({"path": outside_path, "content":"x"})),
+        (
+            5,
+            "fs/write_text_file",
+            json!({"path": outside_path, "content":"x"}),
+        ),
         (6, "fs/read_text_file", json!({"path":"/workspace/link"})),
-        (7, "fs/write_text_file", json!({"path":"/workspace/link","content":"pwned"})),
-        (8, "fs/write_text_file", json!({"path":"/workspace/outdir/new.txt","content":"pwned"})),
+        (
+            7,
+            "fs/write_text_file",
+            json!({"path":"/workspace/link","content":"pwned"}),
+        ),
+        (
+            8,
+            "fs/write_text_file",
+            json!({"path":"/workspace/outdir/new.txt","content":"pwned"}),
+        ),
         (9, "fs/read_text_file", json!({"path":"relative.txt"})),
     ];
     for (id, method, params) in refused {
         let answer = call(id, method, params.clone()).await;
-        assert_eq!(answer["error"]["code"], -32602, "{method} {params}: {answer}");
+        assert_eq!(
+            answer["error"]["code"], -32602,
+            "{method} {params}: {answer}"
+        );
     }
-    assert_eq!(std::fs::read_to_string(&outside_path).expect("read"), "secret");
+    assert_eq!(
+        std::fs::read_to_string(&outside_path).expect("read"),
+        "secret"
+    );
     assert!(!Path::new(&outside.path().join("new.txt")).exists());
-    let missing = call(10, "fs/read_text_file", json!({"path":"/workspace/missing.txt"})).await;
+    let missing = call(
+        10,
+        "fs/read_text_file",
+        json!({"path":"/workspace/missing.txt"}),
+    )
+    .await;
     assert_eq!(missing["error"]["code"], -32002);
 }
 
@@ -516,7 +593,9 @@ async fn auth_flow(allowed: Vec<String>) -> (Result<String, AcpError>, Vec<Value
         let reply = match message["method"].as_str() {
             Some("session/new") if !authenticated => json!({"jsonrpc":"2.0","id":message["id"],
                 "error":{"code":-32000,"message":"Please log in first"}}),
-            Some("session/new") => json!({"jsonrpc":"2.0","id":message["id"],"result":{"sessionId":"s-auth"}}),
+            Some("session/new") => {
+                json!({"jsonrpc":"2.0","id":message["id"],"result":{"sessionId":"s-auth"}})
+            }
             Some("authenticate") => json!({"jsonrpc":"2.0","id":message["id"],"result":{}}),
             _ => continue,
         };
@@ -532,9 +611,15 @@ async fn auth_flow(allowed: Vec<String>) -> (Result<String, AcpError>, Vec<Value
 async fn auth_required_with_an_allowed_method_authenticates_and_retries() {
     let (result, seen) = auth_flow(vec!["api-key".into(), "login-tty".into()]).await;
     assert_eq!(result.expect("session"), "s-auth");
-    let auth = seen.iter().find(|m| m["method"] == "authenticate").expect("authenticate sent");
+    let auth = seen
+        .iter()
+        .find(|m| m["method"] == "authenticate")
+        .expect("authenticate sent");
     assert_eq!(auth["params"]["methodId"], "api-key");
-    assert_eq!(seen.iter().filter(|m| m["method"] == "session/new").count(), 2);
+    assert_eq!(
+        seen.iter().filter(|m| m["method"] == "session/new").count(),
+        2
+    );
 }
 
 #[tokio::test]
@@ -564,7 +649,10 @@ async fn seed_dialect_is_detected_and_its_turn_completes() {
         async move {
             let handshake = client.initialize().await.expect("initialize");
             assert_eq!(handshake.dialect, Dialect::Seed);
-            client.new_session("/workspace", vec![]).await.expect("session");
+            client
+                .new_session("/workspace", vec![])
+                .await
+                .expect("session");
             client.prompt(vec!["fix it".into()]).await
         }
     });
@@ -583,19 +671,30 @@ async fn seed_dialect_is_detected_and_its_turn_completes() {
         .send(json!({"jsonrpc":"2.0","method":"session/update","params":{"type":"content","data":{"text":"on it"}}}))
         .await;
     agent
-        .send(json!({"jsonrpc":"2.0","method":"session/update","params":{"type":"toolCall",
-            "data":{"toolName":"file_edit","status":"running","args":{"file":"a.go"}}}}))
+        .send(
+            json!({"jsonrpc":"2.0","method":"session/update","params":{"type":"toolCall",
+            "data":{"toolName":"file_edit","status":"running","args":{"file":"a.go"}}}}),
+        )
         .await;
     agent
-        .send(json!({"jsonrpc":"2.0","method":"session/update","params":{"type":"complete",
-            "data":{"sessionId":"seed-1","success":true,"summary":"done"}}}))
+        .send(
+            json!({"jsonrpc":"2.0","method":"session/update","params":{"type":"complete",
+            "data":{"sessionId":"seed-1","success":true,"summary":"done"}}}),
+        )
         .await;
-    assert_eq!(flow.await.expect("join").expect("prompt"), StopReason::EndTurn);
+    assert_eq!(
+        flow.await.expect("join").expect("prompt"),
+        StopReason::EndTurn
+    );
     let chunk = events.until("message_chunk").await;
-    assert!(matches!(&chunk.kind, EventKind::MessageChunk(c) if c.text.as_deref() == Some("on it")));
+    assert!(
+        matches!(&chunk.kind, EventKind::MessageChunk(c) if c.text.as_deref() == Some("on it"))
+    );
     assert_eq!(chunk.session_id.as_deref(), Some("seed-1"));
     let tool = events.until("tool_call").await;
-    assert!(matches!(&tool.kind, EventKind::ToolCall(t) if t.title.as_deref() == Some("file_edit")));
+    assert!(
+        matches!(&tool.kind, EventKind::ToolCall(t) if t.title.as_deref() == Some("file_edit"))
+    );
     let end = events.until("turn_end").await;
     assert!(matches!(&end.kind, EventKind::TurnEnd(t) if t.stop_reason == "end_turn"));
 
@@ -609,13 +708,21 @@ async fn seed_dialect_is_detected_and_its_turn_completes() {
         .send(json!({"jsonrpc":"2.0","id":prompt["id"],"result":{"accepted":true}}))
         .await;
     agent
-        .send(json!({"jsonrpc":"2.0","method":"session/update","params":{"type":"error",
-            "data":{"message":"Failed to compile","details":"line 45"}}}))
+        .send(
+            json!({"jsonrpc":"2.0","method":"session/update","params":{"type":"error",
+            "data":{"message":"Failed to compile","details":"line 45"}}}),
+        )
         .await;
     let result = flow.await.expect("join");
-    assert!(matches!(&result, Err(AcpError::TurnFailed(m)) if m.contains("Failed to compile")), "{result:?}");
+    assert!(
+        matches!(&result, Err(AcpError::TurnFailed(m)) if m.contains("Failed to compile")),
+        "{result:?}"
+    );
     // v1-only calls are refused for the seed dialect.
-    assert!(matches!(client.set_mode("x").await, Err(AcpError::Unsupported(_))));
+    assert!(matches!(
+        client.set_mode("x").await,
+        Err(AcpError::Unsupported(_))
+    ));
 }
 
 #[tokio::test]
@@ -625,7 +732,10 @@ async fn legacy_format_is_detected_from_non_json_rpc_lines() {
         let client = client.clone();
         async move {
             let handshake = client.initialize().await.expect("initialize");
-            client.new_session("/workspace", vec![]).await.expect("session");
+            client
+                .new_session("/workspace", vec![])
+                .await
+                .expect("session");
             (handshake.dialect, client.prompt(vec!["task".into()]).await)
         }
     });
@@ -677,7 +787,10 @@ async fn stderr_lines_share_the_sequence_and_backpressure_never_drops() {
         async move { client.pump_stderr(stderr_r).await }
     });
     let mut stderr_w = stderr_w;
-    stderr_w.write_all(b"warning: something\n").await.expect("write");
+    stderr_w
+        .write_all(b"warning: something\n")
+        .await
+        .expect("write");
     drop(stderr_w);
     tokio::time::sleep(Duration::from_millis(50)).await;
 
@@ -699,7 +812,10 @@ async fn stderr_lines_share_the_sequence_and_backpressure_never_drops() {
         })
         .collect();
     assert_eq!(texts, (0..200).map(|i| i.to_string()).collect::<Vec<_>>());
-    let log = all.iter().find(|e| e.kind.name() == "log").expect("stderr log");
+    let log = all
+        .iter()
+        .find(|e| e.kind.name() == "log")
+        .expect("stderr log");
     assert_eq!(log.raw, json!("warning: something"));
 
     // Feeding by hand continues the same numbering.

@@ -20,9 +20,7 @@ use agent_client_protocol::{
         },
     },
 };
-use kandev_acp::{
-    AcpClient, ClientOptions, Dialect, EventKind, LocalExecutor, Workspace,
-};
+use kandev_acp::{AcpClient, ClientOptions, Dialect, EventKind, LocalExecutor, Workspace};
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
 /// The agent's turn: a tool call gated by a permission, a file written and
@@ -155,7 +153,10 @@ async fn official_sdk_agent_completes_a_turn_with_permission_fs_and_terminal() {
             },
             agent_client_protocol::on_receive_request!(),
         )
-        .connect_to(ByteStreams::new(agent_out.compat_write(), agent_in.compat()));
+        .connect_to(ByteStreams::new(
+            agent_out.compat_write(),
+            agent_in.compat(),
+        ));
     let agent_task = tokio::spawn(agent);
 
     let workspace = Workspace::new(root.path(), "/workspace").expect("workspace");
