@@ -64,6 +64,7 @@ pub(crate) async fn run(ctx: Arc<Ctx>) -> i32 {
     let cancel = CancellationToken::new();
     let watcher = {
         let cancel = cancel.clone();
+        let shutdown = ctx.shutdown.clone();
         tokio::spawn(async move {
             while let Ok(Some(line)) = lines.next_line().await {
                 if is_cancel(&line) {
@@ -71,6 +72,8 @@ pub(crate) async fn run(ctx: Arc<Ctx>) -> i32 {
                     cancel.cancel();
                 }
             }
+            // As in the JSON-RPC dialects, EOF wakes `wait-cancel` and `hang`.
+            shutdown.cancel();
         })
     };
     let heartbeat = (ctx.cfg.heartbeat_ms > 0).then(|| {

@@ -816,6 +816,23 @@ async fn legacy_dialect_from_stdin() {
     assert_eq!(rest[0]["data"]["status"], "cancelled");
     assert!(agent.wait().await.success());
 
+    // Stdin EOF also ends a waiting task, so a legacy agent cannot outlive its manager.
+    let mut agent = RawAgent::spawn(
+        &[],
+        &[
+            ("KANDEV_MOCK_DIALECT", "legacy"),
+            ("TASK_DESCRIPTION", "wait-cancel"),
+        ],
+    );
+    agent.close_stdin();
+    let mut all = Vec::new();
+    while let Some(line) = agent.read_line().await {
+        all.push(serde_json::from_slice::<Value>(&line).expect("JSON line"));
+    }
+    let result = all.iter().find(|l| l["type"] == "result").expect("result");
+    assert_eq!(result["data"]["status"], "cancelled");
+    assert!(agent.wait().await.success());
+
     let mut agent = RawAgent::spawn(
         &[],
         &[
