@@ -1,0 +1,20 @@
+//! What every Kandev service shares: layered configuration, telemetry, the
+//! one error-code table, serving gRPC and HTTP on one port, and graceful
+//! shutdown.
+//!
+//! # Layout
+//! - [`config`]: defaults, then an optional TOML file, then `KANDEV_*`
+//!   environment variables, validated once.
+//! - [`telemetry`]: tracing subscriber setup, human or JSON output.
+//! - [`error`]: [`ErrorCode`], mapped to `tonic::Code` and to HTTP statuses.
+//! - [`serve`]: one listener answering gRPC, `/healthz` and `/readyz`.
+//! - [`shutdown`]: a cancellation token fired by SIGTERM or ctrl-c.
+
+pub mod config;
+pub mod error;
+pub mod serve;
+pub mod shutdown;
+pub mod telemetry;
+
+pub use error::{ErrorCode, ServiceError};
+pub use tokio_util::sync::CancellationToken;

@@ -1,0 +1,89 @@
+//! Serving one service on one listener: gRPC (with health and reflection)
+//! and plain HTTP (`/healthz`, `/readyz`, and whatever the service adds).
+
+use std::{future::Future, pin::Pin, sync::Arc};
+
+use axum::{Json, Router, http::StatusCode, response::IntoResponse, routing::get};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// A readiness check: `Ok` when a dependency answers, else why not.
+pub type ReadinessCheck =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
+
+/// `/healthz` (the process is alive) and `/readyz` (every named check passes).
+pub fn health_routes(checks: Vec<(&'static str, ReadinessCheck)>) -> Router {
+    let checks = Arc::new(checks);
+    Router::new()
+        .route(
+            "/healthz",
+            get(|| async { Json(serde_json::json!({"status": "ok"})) }),
+        )
+        .route(
+            "/readyz",
+            get(move || {
+                let checks = checks.clone();
+                async move {
+                    let mut ready = true;
+                    let mut results = serde_json::Map::new();
+                    for (name, check) in checks.iter() {
+                        let value = match check().await {
+                            Ok(()) => "ok".to_string(),
+                            Err(why) => {
+                                ready = false;
+                                why
+                            }
+                        };
+                        results.insert((*name).to_string(), value.into());
+                    }
+                    let status = if ready {
+                        StatusCode::OK
+                    } else {
+                        StatusCode::SERVICE_UNAVAILABLE
+                    };
+                    let body = serde_json::json!({
+                        "status": if ready { "ready" } else { "unavailable" },
+                        "checks": results,
+                    });
+                    (status, Json(body)).into_response()
+                }
+            }),
+        )
+}
+
+/// Serves `router` (gRPC routes merged with HTTP routes) until `shutdown`
+/// fires, then lets in-flight requests finish.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+}
+
+/// The gRPC routes every service starts from: the standard health service and
+/// reflection over `descriptor_set`. The service adds its own server to the
+/// builder and marks itself serving on the reporter.
+pub fn grpc_base(
+    descriptor_set: &'static [u8],
+) -> Result<
+    (
+        tonic::service::RoutesBuilder,
+        tonic_health::server::HealthReporter,
+    ),
+    String,
+> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(descriptor_set)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| e.to_string())?;
+    let mut routes = tonic::service::RoutesBuilder::default();
+    routes.add_service(health).add_service(reflection);
+    Ok((routes, reporter))
+}
+
+pub use tonic_health::{ServingStatus, server::HealthReporter};

@@ -1,0 +1,168 @@
+//! The event bus: publish-with-acknowledgement, behind a trait so that a
+//! one-binary mode can swap JetStream for an in-process bus.
+
+use std::time::Duration;
+
+use async_nats::{HeaderMap, jetstream};
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::sync::broadcast;
+use uuid::Uuid;
+
+use crate::subjects::STREAMS;
+
+/// Why an event could not be published.
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    #[error("cannot connect to NATS at {url}: {reason}")]
+    Connect { url: String, reason: String },
+    #[error("event bus unavailable: {0}")]
+    Unavailable(String),
+    #[error("cannot set up stream {stream}: {reason}")]
+    Stream { stream: String, reason: String },
+}
+
+/// Publishes events durably. `publish` returns only once the bus has stored
+/// the event; an error means it may not have been, and the caller retries
+/// with the same `id` (which the bus deduplicates).
+#[async_trait]
+pub trait EventBus: Send + Sync + 'static {
+    async fn publish(&self, subject: &str, id: Uuid, payload: Bytes) -> Result<(), BusError>;
+}
+
+/// NATS JetStream. Streams from [`STREAMS`] are created on connect.
+#[derive(Clone)]
+pub struct JetStreamBus {
+    client: async_nats::Client,
+    js: jetstream::Context,
+}
+
+impl std::fmt::Debug for JetStreamBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JetStreamBus").finish_non_exhaustive()
+    }
+}
+
+impl JetStreamBus {
+    /// Connects (retrying in the background if NATS is not up yet) and makes
+    /// sure the streams exist when NATS answers.
+    pub async fn connect(url: &str) -> Result<Self, BusError> {
+        let client = async_nats::ConnectOptions::new()
+            .name("kandev")
+            .retry_on_initial_connect()
+            .max_reconnects(None)
+            .connection_timeout(Duration::from_secs(2))
+            .connect(url)
+            .await
+            .map_err(|e| BusError::Connect {
+                url: url.to_string(),
+                reason: e.to_string(),
+            })?;
+        let mut js = jetstream::new(client.clone());
+        js.set_timeout(Duration::from_secs(5));
+        let bus = JetStreamBus { client, js };
+        if let Err(err) = bus.ensure_streams().await {
+            // Not fatal: publishing retries, and streams are set up again.
+            tracing::warn!(%err, "streams not ready yet");
+        }
+        Ok(bus)
+    }
+
+    /// Creates the Kandev streams when missing (idempotent).
+    pub async fn ensure_streams(&self) -> Result<(), BusError> {
+        for spec in STREAMS {
+            self.js
+                .get_or_create_stream(jetstream::stream::Config {
+                    name: spec.name.to_string(),
+                    subjects: spec.subjects.iter().map(|s| s.to_string()).collect(),
+                    duplicate_window: Duration::from_secs(120),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| BusError::Stream {
+                    stream: spec.name.to_string(),
+                    reason: e.to_string(),
+                })?;
+        }
+        Ok(())
+    }
+
+    /// The core NATS client, for subscribers.
+    pub fn client(&self) -> &async_nats::Client {
+        &self.client
+    }
+
+    /// The JetStream context, for durable consumers.
+    pub fn jetstream(&self) -> &jetstream::Context {
+        &self.js
+    }
+
+    /// Whether the connection to NATS is up.
+    pub fn is_connected(&self) -> bool {
+        self.client.connection_state() == async_nats::connection::State::Connected
+    }
+}
+
+#[async_trait]
+impl EventBus for JetStreamBus {
+    async fn publish(&self, subject: &str, id: Uuid, payload: Bytes) -> Result<(), BusError> {
+        let mut headers = HeaderMap::new();
+        headers.insert("Nats-Msg-Id", id.to_string().as_str());
+        let ack = self
+            .js
+            .publish_with_headers(subject.to_string(), headers, payload)
+            .await
+            .map_err(|e| BusError::Unavailable(e.to_string()))?;
+        match ack.await {
+            Ok(_) => Ok(()),
+            Err(err) => {
+                // A missing stream (NATS restarted without its store) is
+                // recreated so the next attempt can land.
+                if let Err(stream_err) = self.ensure_streams().await {
+                    tracing::debug!(%stream_err, "stream re-creation failed");
+                }
+                Err(BusError::Unavailable(err.to_string()))
+            }
+        }
+    }
+}
+
+/// One event seen on the in-process bus.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryEvent {
+    pub subject: String,
+    pub id: Uuid,
+    pub payload: Bytes,
+}
+
+/// An in-process bus (for tests and a future one-binary mode): every
+/// published event goes to current subscribers.
+#[derive(Debug, Clone)]
+pub struct MemoryBus {
+    tx: broadcast::Sender<MemoryEvent>,
+}
+
+impl MemoryBus {
+    pub fn new(capacity: usize) -> Self {
+        MemoryBus {
+            tx: broadcast::channel(capacity).0,
+        }
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<MemoryEvent> {
+        self.tx.subscribe()
+    }
+}
+
+#[async_trait]
+impl EventBus for MemoryBus {
+    async fn publish(&self, subject: &str, id: Uuid, payload: Bytes) -> Result<(), BusError> {
+        // No subscriber is not an error: the event simply has no audience.
+        let _ = self.tx.send(MemoryEvent {
+            subject: subject.to_string(),
+            id,
+            payload,
+        });
+        Ok(())
+    }
+}

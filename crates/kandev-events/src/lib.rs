@@ -1,0 +1,51 @@
+//! Kandev's events: subject names, payload types, and the bus they travel on.
+//!
+//! Every event is an [`Envelope`]: a unique `id` (consumers dedupe on it; it
+//! is also the JetStream `Nats-Msg-Id`, so a republished event is dropped by
+//! the server's duplicate window), the event `type` (its subject), when it
+//! happened, and its `data`. The schemas are documented in `docs/events.md`.
+//!
+//! # Layout
+//! - [`subjects`]: subject names and the JetStream streams that cover them.
+//! - [`task`]: payloads of `task.*` events.
+//! - [`bus`]: the [`EventBus`] trait, its JetStream implementation and an
+//!   in-process one.
+
+pub mod bus;
+pub mod subjects;
+pub mod task;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+pub use bus::{BusError, EventBus, JetStreamBus, MemoryBus};
+
+/// The JSON wrapper of every event on the bus.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope<T> {
+    /// Unique per event; redeliveries keep it.
+    pub id: Uuid,
+    /// The subject, e.g. `task.created`.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub occurred_at: DateTime<Utc>,
+    pub data: T,
+}
+
+impl<T: Serialize> Envelope<T> {
+    /// A new envelope with a fresh time-ordered id.
+    pub fn new(event_type: impl Into<String>, data: T) -> Self {
+        Envelope {
+            id: Uuid::now_v7(),
+            event_type: event_type.into(),
+            occurred_at: Utc::now(),
+            data,
+        }
+    }
+
+    /// The JSON bytes that go on the wire.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec(self)
+    }
+}

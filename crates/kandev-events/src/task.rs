@@ -1,0 +1,61 @@
+//! Payloads of `task.*` events.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// A task as it stands after the change, as carried by `task.*` events.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskSnapshot {
+    pub id: Uuid,
+    pub board_id: Uuid,
+    pub title: String,
+    pub description: String,
+    /// Upper-case state name, e.g. `TODO`.
+    pub state: String,
+    pub priority: i32,
+    pub agent_type: Option<String>,
+    pub repository_url: String,
+    pub branch: String,
+    pub workspace_path: String,
+    pub metadata: serde_json::Value,
+    pub max_retries: i32,
+    pub created_by: String,
+    pub position: i64,
+    pub version: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// `task.created`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskCreated {
+    pub actor: String,
+    pub task: TaskSnapshot,
+}
+
+/// `task.updated`: fields other than the state changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskUpdated {
+    pub actor: String,
+    /// Names of the fields that changed.
+    pub changed: Vec<String>,
+    pub task: TaskSnapshot,
+}
+
+/// `task.state_changed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskStateChanged {
+    pub actor: String,
+    pub from: String,
+    pub to: String,
+    pub reason: String,
+    pub task: TaskSnapshot,
+}
+
+/// `task.deleted`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskDeleted {
+    pub actor: String,
+    pub task: TaskSnapshot,
+}

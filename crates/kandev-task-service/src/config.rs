@@ -1,0 +1,74 @@
+//! Settings of the task service.
+
+use kandev_common::{config::Validate, telemetry::LogSettings};
+use serde::{Deserialize, Serialize};
+
+/// Loaded from defaults, the config file and `KANDEV_*` variables.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Settings {
+    /// gRPC and HTTP (`/healthz`, `/readyz`) on one port (`KANDEV_LISTEN_ADDR`).
+    pub listen_addr: String,
+    /// `KANDEV_DATABASE_URL`; may hold a password, so it is never logged.
+    pub database_url: String,
+    /// The Postgres schema this service owns.
+    pub database_schema: String,
+    pub database_max_connections: u32,
+    /// `KANDEV_NATS_URL`.
+    pub nats_url: String,
+    /// How often the outbox relay polls when nothing wakes it, in ms.
+    pub outbox_poll_ms: u64,
+    pub log: LogSettings,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("listen_addr", &self.listen_addr)
+            .field("database_schema", &self.database_schema)
+            .field("nats_url", &self.nats_url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            listen_addr: "127.0.0.1:8081".into(),
+            database_url: "postgres://postgres@127.0.0.1:5432/kandev".into(),
+            database_schema: "task_service".into(),
+            database_max_connections: 10,
+            nats_url: "nats://127.0.0.1:4222".into(),
+            outbox_poll_ms: 1000,
+            log: LogSettings::default(),
+        }
+    }
+}
+
+impl Validate for Settings {
+    fn validate(&self) -> Result<(), String> {
+        self.listen_addr
+            .parse::<std::net::SocketAddr>()
+            .map_err(|e| format!("listen_addr {:?}: {e}", self.listen_addr))?;
+        if !self.database_url.starts_with("postgres://")
+            && !self.database_url.starts_with("postgresql://")
+        {
+            return Err("database_url must be a postgres:// URL".into());
+        }
+        let schema_ok = !self.database_schema.is_empty()
+            && self
+                .database_schema
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !schema_ok {
+            return Err("database_schema must be lower-case letters, digits and _".into());
+        }
+        if self.database_max_connections == 0 {
+            return Err("database_max_connections must be at least 1".into());
+        }
+        if self.outbox_poll_ms == 0 {
+            return Err("outbox_poll_ms must be at least 1".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,355 @@
+//! The gRPC adapter: parse the request into domain inputs, call the store,
+//! convert the result. No logic of its own.
+
+use std::sync::Arc;
+
+use kandev_common::ServiceError;
+use kandev_proto::{
+    time::from_chrono,
+    v1::{self as pb, task_service_server::TaskService},
+};
+use tonic::{Request, Response, Status};
+
+use crate::{
+    domain::{
+        self, Board, BoardName, BoardPatch, NewBoard, NewTask, Page, StateChange, Task, TaskError,
+        TaskEventRecord, TaskPatch, TaskState, TaskTitle, bounded, parse_id,
+    },
+    store::TaskStore,
+};
+
+/// Serves `kandev.v1.TaskService` over a [`TaskStore`].
+pub struct GrpcTaskAdapter {
+    store: Arc<dyn TaskStore>,
+}
+
+impl GrpcTaskAdapter {
+    pub fn new(store: Arc<dyn TaskStore>) -> Self {
+        GrpcTaskAdapter { store }
+    }
+}
+
+fn status(err: TaskError) -> Status {
+    err.to_status()
+}
+
+fn state_from_proto(value: i32) -> Result<TaskState, TaskError> {
+    use pb::TaskState as P;
+    match P::try_from(value) {
+        Ok(P::Todo) => Ok(TaskState::Todo),
+        Ok(P::InProgress) => Ok(TaskState::InProgress),
+        Ok(P::Review) => Ok(TaskState::Review),
+        Ok(P::Blocked) => Ok(TaskState::Blocked),
+        Ok(P::WaitingForInput) => Ok(TaskState::WaitingForInput),
+        Ok(P::Completed) => Ok(TaskState::Completed),
+        Ok(P::Failed) => Ok(TaskState::Failed),
+        Ok(P::Cancelled) => Ok(TaskState::Cancelled),
+        Ok(P::Unspecified) => Err(TaskError::InvalidArgument("state is required".into())),
+        Err(_) => Err(TaskError::InvalidArgument(format!("unknown state {value}"))),
+    }
+}
+
+/// The proto enum value of a domain state.
+pub fn state_to_proto(state: TaskState) -> pb::TaskState {
+    use pb::TaskState as P;
+    match state {
+        TaskState::Todo => P::Todo,
+        TaskState::InProgress => P::InProgress,
+        TaskState::Review => P::Review,
+        TaskState::Blocked => P::Blocked,
+        TaskState::WaitingForInput => P::WaitingForInput,
+        TaskState::Completed => P::Completed,
+        TaskState::Failed => P::Failed,
+        TaskState::Cancelled => P::Cancelled,
+    }
+}
+
+fn board_to_proto(b: Board) -> pb::Board {
+    pb::Board {
+        id: b.id.to_string(),
+        name: b.name,
+        description: b.description,
+        owner: b.owner,
+        created_at: Some(from_chrono(b.created_at)),
+        updated_at: Some(from_chrono(b.updated_at)),
+    }
+}
+
+fn task_to_proto(t: Task) -> pb::Task {
+    pb::Task {
+        id: t.id.to_string(),
+        board_id: t.board_id.to_string(),
+        title: t.title,
+        description: t.description,
+        state: state_to_proto(t.state) as i32,
+        priority: t.priority,
+        agent_type: t.agent_type,
+        repository_url: t.repository_url,
+        branch: t.branch,
+        workspace_path: t.workspace_path,
+        metadata_json: serde_json::Value::Object(t.metadata).to_string(),
+        max_retries: t.max_retries,
+        created_by: t.created_by,
+        position: t.position,
+        version: t.version,
+        created_at: Some(from_chrono(t.created_at)),
+        updated_at: Some(from_chrono(t.updated_at)),
+    }
+}
+
+fn event_to_proto(e: TaskEventRecord) -> pb::TaskEvent {
+    pb::TaskEvent {
+        id: e.id.to_string(),
+        task_id: e.task_id.to_string(),
+        board_id: e.board_id.to_string(),
+        kind: e.kind,
+        actor: e.actor,
+        old_value_json: e.old_value.to_string(),
+        new_value_json: e.new_value.to_string(),
+        created_at: Some(from_chrono(e.created_at)),
+    }
+}
+
+fn new_task(r: pb::CreateTaskRequest) -> Result<NewTask, TaskError> {
+    let state = match r.state {
+        0 => TaskState::Todo,
+        other => state_from_proto(other)?,
+    };
+    Ok(NewTask {
+        board_id: parse_id("board_id", &r.board_id)?,
+        title: TaskTitle::parse(&r.title)?,
+        description: bounded("description", &r.description, domain::MAX_DESCRIPTION_BYTES)?,
+        state,
+        priority: domain::priority(r.priority)?,
+        agent_type: r
+            .agent_type
+            .filter(|a| !a.is_empty())
+            .map(|a| domain::agent_type(&a))
+            .transpose()?,
+        repository_url: bounded("repository_url", &r.repository_url, domain::MAX_FIELD_BYTES)?,
+        branch: bounded("branch", &r.branch, domain::MAX_FIELD_BYTES)?,
+        workspace_path: bounded("workspace_path", &r.workspace_path, domain::MAX_FIELD_BYTES)?,
+        metadata: domain::json_object("metadata", &r.metadata_json)?,
+        max_retries: domain::max_retries(r.max_retries.unwrap_or(domain::DEFAULT_MAX_RETRIES))?,
+        created_by: bounded("created_by", &r.created_by, domain::MAX_FIELD_BYTES)?,
+    })
+}
+
+fn task_patch(r: pb::UpdateTaskRequest) -> Result<TaskPatch, TaskError> {
+    let field = |name: &str, v: Option<String>| {
+        v.map(|v| bounded(name, &v, domain::MAX_FIELD_BYTES))
+            .transpose()
+    };
+    let agent_type = if r.clear_agent_type {
+        Some(None)
+    } else {
+        r.agent_type
+            .map(|a| domain::agent_type(&a).map(Some))
+            .transpose()?
+    };
+    Ok(TaskPatch {
+        expected_version: r.expected_version,
+        title: r.title.as_deref().map(TaskTitle::parse).transpose()?,
+        description: r
+            .description
+            .map(|d| bounded("description", &d, domain::MAX_DESCRIPTION_BYTES))
+            .transpose()?,
+        priority: r.priority.map(domain::priority).transpose()?,
+        agent_type,
+        repository_url: field("repository_url", r.repository_url)?,
+        branch: field("branch", r.branch)?,
+        workspace_path: field("workspace_path", r.workspace_path)?,
+        metadata_patch: r
+            .metadata_patch_json
+            .map(|m| domain::json_object("metadata_patch", &m))
+            .transpose()?,
+        max_retries: r.max_retries.map(domain::max_retries).transpose()?,
+        position: r.position,
+        actor: r.actor,
+    })
+}
+
+#[tonic::async_trait]
+impl TaskService for GrpcTaskAdapter {
+    async fn create_board(
+        &self,
+        request: Request<pb::CreateBoardRequest>,
+    ) -> Result<Response<pb::Board>, Status> {
+        let r = request.into_inner();
+        let new = (|| {
+            Ok::<_, TaskError>(NewBoard {
+                name: BoardName::parse(&r.name)?,
+                description: bounded("description", &r.description, domain::MAX_DESCRIPTION_BYTES)?,
+                owner: bounded("owner", &r.owner, domain::MAX_FIELD_BYTES)?,
+            })
+        })()
+        .map_err(status)?;
+        let board = self.store.create_board(new).await.map_err(status)?;
+        Ok(Response::new(board_to_proto(board)))
+    }
+
+    async fn get_board(
+        &self,
+        request: Request<pb::GetBoardRequest>,
+    ) -> Result<Response<pb::Board>, Status> {
+        let id = parse_id("id", &request.into_inner().id).map_err(status)?;
+        let board = self.store.get_board(id).await.map_err(status)?;
+        Ok(Response::new(board_to_proto(board)))
+    }
+
+    async fn list_boards(
+        &self,
+        request: Request<pb::ListBoardsRequest>,
+    ) -> Result<Response<pb::ListBoardsResponse>, Status> {
+        let r = request.into_inner();
+        let page = Page::parse(r.page_size, &r.page_token).map_err(status)?;
+        let owner = (!r.owner.is_empty()).then_some(r.owner);
+        let (boards, next_page_token) =
+            self.store.list_boards(owner, page).await.map_err(status)?;
+        Ok(Response::new(pb::ListBoardsResponse {
+            boards: boards.into_iter().map(board_to_proto).collect(),
+            next_page_token,
+        }))
+    }
+
+    async fn update_board(
+        &self,
+        request: Request<pb::UpdateBoardRequest>,
+    ) -> Result<Response<pb::Board>, Status> {
+        let r = request.into_inner();
+        let (id, patch) = (|| {
+            Ok::<_, TaskError>((
+                parse_id("id", &r.id)?,
+                BoardPatch {
+                    name: r.name.as_deref().map(BoardName::parse).transpose()?,
+                    description: r
+                        .description
+                        .as_deref()
+                        .map(|d| bounded("description", d, domain::MAX_DESCRIPTION_BYTES))
+                        .transpose()?,
+                },
+            ))
+        })()
+        .map_err(status)?;
+        let board = self.store.update_board(id, patch).await.map_err(status)?;
+        Ok(Response::new(board_to_proto(board)))
+    }
+
+    async fn delete_board(
+        &self,
+        request: Request<pb::DeleteBoardRequest>,
+    ) -> Result<Response<pb::DeleteBoardResponse>, Status> {
+        let r = request.into_inner();
+        let id = parse_id("id", &r.id).map_err(status)?;
+        self.store.delete_board(id, r.actor).await.map_err(status)?;
+        Ok(Response::new(pb::DeleteBoardResponse {}))
+    }
+
+    async fn create_task(
+        &self,
+        request: Request<pb::CreateTaskRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        let new = new_task(request.into_inner()).map_err(status)?;
+        let task = self.store.create_task(new).await.map_err(status)?;
+        Ok(Response::new(task_to_proto(task)))
+    }
+
+    async fn get_task(
+        &self,
+        request: Request<pb::GetTaskRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        let id = parse_id("id", &request.into_inner().id).map_err(status)?;
+        let task = self.store.get_task(id).await.map_err(status)?;
+        Ok(Response::new(task_to_proto(task)))
+    }
+
+    async fn list_tasks(
+        &self,
+        request: Request<pb::ListTasksRequest>,
+    ) -> Result<Response<pb::ListTasksResponse>, Status> {
+        let r = request.into_inner();
+        let (board_id, states, page) = (|| {
+            Ok::<_, TaskError>((
+                parse_id("board_id", &r.board_id)?,
+                r.states
+                    .iter()
+                    .map(|s| state_from_proto(*s))
+                    .collect::<Result<Vec<_>, _>>()?,
+                Page::parse(r.page_size, &r.page_token)?,
+            ))
+        })()
+        .map_err(status)?;
+        let (tasks, next_page_token) = self
+            .store
+            .list_tasks(board_id, states, page)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::ListTasksResponse {
+            tasks: tasks.into_iter().map(task_to_proto).collect(),
+            next_page_token,
+        }))
+    }
+
+    async fn update_task(
+        &self,
+        request: Request<pb::UpdateTaskRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        let r = request.into_inner();
+        let id = parse_id("id", &r.id).map_err(status)?;
+        let patch = task_patch(r).map_err(status)?;
+        let task = self.store.update_task(id, patch).await.map_err(status)?;
+        Ok(Response::new(task_to_proto(task)))
+    }
+
+    async fn change_task_state(
+        &self,
+        request: Request<pb::ChangeTaskStateRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        let r = request.into_inner();
+        let (id, change) = (|| {
+            Ok::<_, TaskError>((
+                parse_id("id", &r.id)?,
+                StateChange {
+                    to: state_from_proto(r.state)?,
+                    expected_version: r.expected_version,
+                    actor: r.actor,
+                    reason: bounded("reason", &r.reason, domain::MAX_FIELD_BYTES)?,
+                    metadata_patch: r
+                        .metadata_patch_json
+                        .map(|m| domain::json_object("metadata_patch", &m))
+                        .transpose()?,
+                },
+            ))
+        })()
+        .map_err(status)?;
+        let task = self.store.change_state(id, change).await.map_err(status)?;
+        Ok(Response::new(task_to_proto(task)))
+    }
+
+    async fn delete_task(
+        &self,
+        request: Request<pb::DeleteTaskRequest>,
+    ) -> Result<Response<pb::DeleteTaskResponse>, Status> {
+        let r = request.into_inner();
+        let id = parse_id("id", &r.id).map_err(status)?;
+        self.store
+            .delete_task(id, r.expected_version, r.actor)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::DeleteTaskResponse {}))
+    }
+
+    async fn list_task_events(
+        &self,
+        request: Request<pb::ListTaskEventsRequest>,
+    ) -> Result<Response<pb::ListTaskEventsResponse>, Status> {
+        let r = request.into_inner();
+        let id = parse_id("task_id", &r.task_id).map_err(status)?;
+        let page = Page::parse(r.page_size, &r.page_token).map_err(status)?;
+        let (events, next_page_token) = self.store.list_events(id, page).await.map_err(status)?;
+        Ok(Response::new(pb::ListTaskEventsResponse {
+            events: events.into_iter().map(event_to_proto).collect(),
+            next_page_token,
+        }))
+    }
+}

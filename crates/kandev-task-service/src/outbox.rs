@@ -1,0 +1,141 @@
+//! The outbox relay: publishes committed events to the bus, in commit order,
+//! at least once.
+//!
+//! Events are written to the `outbox` table in the transaction of their
+//! change. The relay takes the oldest rows, publishes each and waits for the
+//! bus to acknowledge it, then deletes it. When the bus is unreachable the
+//! rows stay and the relay retries with backoff, so an event is published
+//! late but never lost. A crash between publish and delete republishes the
+//! event with the same id, which JetStream's duplicate window and consumers
+//! drop. A transaction-scoped advisory lock lets one relay run at a time when
+//! several replicas share the database, which keeps the order.
+
+use std::{sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use kandev_common::CancellationToken;
+use kandev_events::{BusError, EventBus};
+use sqlx::PgPool;
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+const BATCH: i64 = 200;
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Arbitrary but fixed: the advisory lock key of the relay.
+const RELAY_LOCK: i64 = 0x006b_616e_6465_7601;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    #[error("outbox storage: {0}")]
+    Storage(#[from] sqlx::Error),
+}
+
+/// Drains the outbox to an [`EventBus`].
+pub struct OutboxRelay {
+    pool: PgPool,
+    bus: Arc<dyn EventBus>,
+    wake: Arc<Notify>,
+    poll: Duration,
+}
+
+impl OutboxRelay {
+    pub fn new(pool: PgPool, bus: Arc<dyn EventBus>, wake: Arc<Notify>, poll: Duration) -> Self {
+        OutboxRelay {
+            pool,
+            bus,
+            wake,
+            poll,
+        }
+    }
+
+    /// Publishes up to one batch. Returns how many events were published;
+    /// stops at the first bus error, keeping that event and those after it.
+    pub async fn drain_once(&self) -> Result<usize, RelayError> {
+        let mut tx = self.pool.begin().await?;
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+            .bind(RELAY_LOCK)
+            .fetch_one(&mut *tx)
+            .await?;
+        if !locked {
+            return Ok(0);
+        }
+        let rows: Vec<(i64, Uuid, String, String)> = sqlx::query_as(
+            "SELECT id, event_id, subject, payload::text FROM outbox ORDER BY id LIMIT $1",
+        )
+        .bind(BATCH)
+        .fetch_all(&mut *tx)
+        .await?;
+
+        let mut published = Vec::with_capacity(rows.len());
+        let mut failure = None;
+        for (id, event_id, subject, payload) in rows {
+            match self
+                .bus
+                .publish(&subject, event_id, Bytes::from(payload))
+                .await
+            {
+                Ok(()) => published.push(id),
+                Err(err) => {
+                    failure = Some(err);
+                    break;
+                }
+            }
+        }
+        if !published.is_empty() {
+            sqlx::query("DELETE FROM outbox WHERE id = ANY($1)")
+                .bind(&published)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        match failure {
+            Some(err) => Err(err.into()),
+            None => Ok(published.len()),
+        }
+    }
+
+    /// Number of events waiting to be published.
+    pub async fn pending(&self) -> Result<i64, sqlx::Error> {
+        sqlx::query_scalar("SELECT count(*) FROM outbox")
+            .fetch_one(&self.pool)
+            .await
+    }
+
+    /// Runs until `shutdown`, then makes one last bounded attempt to drain.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match self.drain_once().await {
+                Ok(n) if n as i64 >= BATCH => continue,
+                Ok(_) => {
+                    backoff = Duration::from_millis(100);
+                    tokio::select! {
+                        () = shutdown.cancelled() => break,
+                        () = self.wake.notified() => {}
+                        () = tokio::time::sleep(self.poll) => {}
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(%err, retry_in_ms = backoff.as_millis() as u64, "outbox relay cannot publish");
+                    tokio::select! {
+                        () = shutdown.cancelled() => break,
+                        () = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+        let last = tokio::time::timeout(Duration::from_secs(3), async {
+            while let Ok(n) = self.drain_once().await {
+                if n == 0 {
+                    break;
+                }
+            }
+        });
+        if last.await.is_err() {
+            tracing::warn!("outbox not fully drained at shutdown; it is published on next start");
+        }
+    }
+}

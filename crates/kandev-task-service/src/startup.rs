@@ -1,0 +1,177 @@
+//! Wiring: database, migrations, event bus, outbox relay and the server.
+
+use std::{net::SocketAddr, str::FromStr, sync::Arc, time::Duration};
+
+use kandev_common::{
+    CancellationToken,
+    serve::{self, ReadinessCheck},
+};
+use kandev_events::{EventBus, JetStreamBus};
+use kandev_proto::v1::task_service_server::TaskServiceServer;
+use sqlx::{
+    Executor, PgPool,
+    postgres::{PgConnectOptions, PgPoolOptions},
+};
+use tokio::{net::TcpListener, sync::Notify};
+
+use crate::{
+    config::Settings,
+    grpc::GrpcTaskAdapter,
+    outbox::OutboxRelay,
+    store::{PgTaskStore, TaskStore},
+};
+
+/// Why the service could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("event bus: {0}")]
+    Bus(#[from] kandev_events::BusError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("server: {0}")]
+    Serve(std::io::Error),
+    #[error("grpc setup: {0}")]
+    Grpc(String),
+}
+
+/// The built service, bound to its port but not yet serving.
+pub struct Application {
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    pool: PgPool,
+    bus: Arc<dyn EventBus>,
+    bus_ready: ReadinessCheck,
+    store: Arc<PgTaskStore>,
+    outbox_wake: Arc<Notify>,
+    settings: Settings,
+}
+
+/// Connects to Postgres with `search_path` set to the service's schema,
+/// creating the schema and running migrations.
+pub async fn connect_database(settings: &Settings) -> Result<PgPool, StartupError> {
+    let base = PgConnectOptions::from_str(&settings.database_url)?;
+    let schema = settings.database_schema.clone();
+    // The schema must exist before the pool pins search_path to it.
+    let bootstrap = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(base.clone())
+        .await?;
+    bootstrap
+        .execute(format!("CREATE SCHEMA IF NOT EXISTS {schema}").as_str())
+        .await?;
+    bootstrap.close().await;
+
+    let pool = PgPoolOptions::new()
+        .max_connections(settings.database_max_connections)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(base.options([("search_path", schema.as_str())]))
+        .await?;
+    sqlx::migrate!("./migrations").run(&pool).await?;
+    Ok(pool)
+}
+
+impl Application {
+    /// Connects to NATS JetStream from the settings.
+    pub async fn build(settings: Settings) -> Result<Self, StartupError> {
+        let bus = JetStreamBus::connect(&settings.nats_url).await?;
+        let ready_bus = bus.clone();
+        let bus_ready: ReadinessCheck = Arc::new(move || {
+            let bus = ready_bus.clone();
+            Box::pin(async move {
+                if bus.is_connected() {
+                    Ok(())
+                } else {
+                    Err("nats not connected".to_string())
+                }
+            })
+        });
+        Self::build_with_bus(settings, Arc::new(bus), bus_ready).await
+    }
+
+    /// Builds on a given bus (an in-process one, in a one-binary mode).
+    pub async fn build_with_bus(
+        settings: Settings,
+        bus: Arc<dyn EventBus>,
+        bus_ready: ReadinessCheck,
+    ) -> Result<Self, StartupError> {
+        let pool = connect_database(&settings).await?;
+        let outbox_wake = Arc::new(Notify::new());
+        let store = Arc::new(PgTaskStore::new(pool.clone(), outbox_wake.clone()));
+        let listener = TcpListener::bind(&settings.listen_addr)
+            .await
+            .map_err(|source| StartupError::Listen {
+                addr: settings.listen_addr.clone(),
+                source,
+            })?;
+        let local_addr = listener.local_addr().map_err(StartupError::Serve)?;
+        Ok(Application {
+            listener,
+            local_addr,
+            pool,
+            bus,
+            bus_ready,
+            store,
+            outbox_wake,
+            settings,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.local_addr.port()
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Serves until `shutdown` fires, drains in-flight requests and the
+    /// outbox (bounded), then returns.
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {
+        let (mut routes, health) =
+            serve::grpc_base(kandev_proto::FILE_DESCRIPTOR_SET).map_err(StartupError::Grpc)?;
+        let store: Arc<dyn TaskStore> = self.store.clone();
+        routes.add_service(TaskServiceServer::new(GrpcTaskAdapter::new(store)));
+        health
+            .set_serving::<TaskServiceServer<GrpcTaskAdapter>>()
+            .await;
+
+        let db_store = self.store.clone();
+        let db_ready: ReadinessCheck = Arc::new(move || {
+            let store = db_store.clone();
+            Box::pin(async move { store.ping().await.map_err(|e| e.to_string()) })
+        });
+        let router = routes
+            .routes()
+            .into_axum_router()
+            .merge(serve::health_routes(vec![
+                ("postgres", db_ready),
+                ("nats", self.bus_ready.clone()),
+            ]));
+
+        let relay = OutboxRelay::new(
+            self.pool.clone(),
+            self.bus.clone(),
+            self.outbox_wake.clone(),
+            Duration::from_millis(self.settings.outbox_poll_ms),
+        );
+        let relay_stop = CancellationToken::new();
+        let relay_task = tokio::spawn(relay.run(relay_stop.clone()));
+
+        tracing::info!(addr = %self.local_addr, "task service listening (gRPC, /healthz, /readyz)");
+        let served = serve::serve(self.listener, router, shutdown).await;
+        // Requests have drained; now the relay publishes what they wrote.
+        relay_stop.cancel();
+        let _ = relay_task.await;
+        self.pool.close().await;
+        tracing::info!("task service stopped");
+        served.map_err(StartupError::Serve)
+    }
+}

@@ -1,0 +1,289 @@
+use std::{
+    net::TcpListener as StdListener,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::LazyLock,
+    time::Duration,
+};
+
+use futures::StreamExt;
+use kandev_common::CancellationToken;
+use kandev_proto::v1::{self as pb, task_service_client::TaskServiceClient};
+use kandev_task_service::{Application, Settings};
+use sqlx::{Connection, Executor, PgConnection};
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+use uuid::Uuid;
+
+/// Postgres server URL without a database; overridable for other machines.
+pub static PG_BASE: LazyLock<String> = LazyLock::new(|| {
+    std::env::var("KANDEV_TEST_PG_BASE")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+});
+pub static NATS_URL: LazyLock<String> = LazyLock::new(|| {
+    std::env::var("KANDEV_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
+});
+
+static TRACING: LazyLock<()> = LazyLock::new(|| {
+    if std::env::var("TEST_LOG").is_ok() {
+        kandev_common::telemetry::init(&Default::default());
+    }
+});
+
+/// A fresh, empty database; dropped by [`TestDb::drop_db`].
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+}
+
+impl TestDb {
+    pub async fn create() -> TestDb {
+        let name = format!("kandev_test_{}", Uuid::new_v4().simple());
+        let mut admin = PgConnection::connect(&format!("{}/postgres", *PG_BASE))
+            .await
+            .expect("postgres must be running");
+        admin
+            .execute(format!(r#"CREATE DATABASE "{name}""#).as_str())
+            .await
+            .unwrap();
+        TestDb {
+            url: format!("{}/{name}", *PG_BASE),
+            name,
+        }
+    }
+
+    pub async fn drop_db(&self) {
+        if let Ok(mut admin) = PgConnection::connect(&format!("{}/postgres", *PG_BASE)).await {
+            let _ = admin
+                .execute(
+                    format!(r#"DROP DATABASE IF EXISTS "{}" WITH (FORCE)"#, self.name).as_str(),
+                )
+                .await;
+        }
+    }
+}
+
+pub struct TestApp {
+    pub client: TaskServiceClient<Channel>,
+    pub db: TestDb,
+    shutdown: CancellationToken,
+    handle: JoinHandle<()>,
+}
+
+pub fn settings(db: &TestDb, nats_url: &str) -> Settings {
+    Settings {
+        listen_addr: "127.0.0.1:0".into(),
+        database_url: db.url.clone(),
+        nats_url: nats_url.into(),
+        outbox_poll_ms: 200,
+        ..Settings::default()
+    }
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with_nats(&NATS_URL).await
+}
+
+pub async fn spawn_app_with_nats(nats_url: &str) -> TestApp {
+    LazyLock::force(&TRACING);
+    let db = TestDb::create().await;
+    let app = Application::build(settings(&db, nats_url))
+        .await
+        .expect("app builds");
+    let addr = app.local_addr();
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let handle = tokio::spawn(async move {
+        app.run_until_stopped(stop).await.expect("server runs");
+    });
+    let client = TaskServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("client connects");
+    TestApp {
+        client,
+        db,
+        shutdown,
+        handle,
+    }
+}
+
+impl TestApp {
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        let _ = self.handle.await;
+        self.db.drop_db().await;
+    }
+
+    pub async fn board(&mut self) -> pb::Board {
+        self.client
+            .create_board(pb::CreateBoardRequest {
+                name: "Board".into(),
+                description: "a board".into(),
+                owner: "alice".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    pub async fn task(&mut self, board_id: &str, title: &str) -> pb::Task {
+        self.client
+            .create_task(task_request(board_id, title))
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    pub async fn set_state(
+        &mut self,
+        id: &str,
+        state: pb::TaskState,
+    ) -> Result<pb::Task, tonic::Status> {
+        self.client
+            .change_task_state(pb::ChangeTaskStateRequest {
+                id: id.into(),
+                state: state as i32,
+                actor: "tester".into(),
+                ..Default::default()
+            })
+            .await
+            .map(|r| r.into_inner())
+    }
+}
+
+pub fn task_request(board_id: &str, title: &str) -> pb::CreateTaskRequest {
+    pb::CreateTaskRequest {
+        board_id: board_id.into(),
+        title: title.into(),
+        description: "do the thing".into(),
+        priority: 2,
+        agent_type: Some("mock-agent".into()),
+        repository_url: "file:///tmp/repo".into(),
+        branch: "main".into(),
+        metadata_json: r#"{"labels":["x"]}"#.into(),
+        created_by: "alice".into(),
+        ..Default::default()
+    }
+}
+
+/// Every `task.*` event on NATS whose task is on `board_id`, in arrival order.
+pub struct EventWatch {
+    sub: async_nats::Subscriber,
+    board_id: String,
+}
+
+impl EventWatch {
+    pub async fn start(nats_url: &str, board_id: &str) -> EventWatch {
+        let client = async_nats::connect(nats_url)
+            .await
+            .expect("nats is running");
+        let sub = client.subscribe("task.>").await.unwrap();
+        client.flush().await.unwrap();
+        EventWatch {
+            sub,
+            board_id: board_id.to_string(),
+        }
+    }
+
+    /// The next `n` events of the board, as (subject, envelope).
+    pub async fn next(&mut self, n: usize) -> Vec<(String, serde_json::Value)> {
+        let mut out = vec![];
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while out.len() < n {
+            let msg = tokio::time::timeout_at(deadline, self.sub.next())
+                .await
+                .unwrap_or_else(|_| panic!("timed out after {} of {n} events: {out:?}", out.len()))
+                .expect("subscription open");
+            let env: serde_json::Value = serde_json::from_slice(&msg.payload).unwrap();
+            if env["data"]["task"]["board_id"] == self.board_id.as_str() {
+                out.push((msg.subject.to_string(), env));
+            }
+        }
+        out
+    }
+
+    /// Asserts no further event of the board arrives within `wait`.
+    pub async fn assert_quiet(&mut self, wait: Duration) {
+        let deadline = tokio::time::Instant::now() + wait;
+        while let Ok(Some(msg)) = tokio::time::timeout_at(deadline, self.sub.next()).await {
+            let env: serde_json::Value = serde_json::from_slice(&msg.payload).unwrap();
+            assert_ne!(
+                env["data"]["task"]["board_id"],
+                self.board_id.as_str(),
+                "unexpected event {env}"
+            );
+        }
+    }
+}
+
+pub fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A `nats-server` of the test's own, with JetStream, that can be stopped
+/// and restarted on the same port and store.
+pub struct OwnNats {
+    pub port: u16,
+    store: PathBuf,
+    child: Option<Child>,
+}
+
+impl OwnNats {
+    pub async fn start() -> OwnNats {
+        let store = std::env::temp_dir().join(format!("kandev-nats-{}", Uuid::new_v4().simple()));
+        let mut nats = OwnNats {
+            port: free_port(),
+            store,
+            child: None,
+        };
+        nats.restart().await;
+        nats
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    pub async fn restart(&mut self) {
+        let child = Command::new("nats-server")
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-js",
+                "-sd",
+            ])
+            .arg(&self.store)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nats-server is installed");
+        self.child = Some(child);
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("nats-server did not start");
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for OwnNats {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.store);
+    }
+}
