@@ -22,8 +22,8 @@ use crate::{
     session::{ActiveTurn, SessionRef, config_options_json, modes_json, persist},
     turn::{Turn, TurnEnd, chunk},
     wire::{
-        AUTH_REQUIRED, INVALID_REQUEST, PARSE_ERROR, REQUEST_CANCELLED, RESOURCE_NOT_FOUND,
-        RpcError, error_response, notification, response,
+        AUTH_REQUIRED, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, REQUEST_CANCELLED,
+        RESOURCE_NOT_FOUND, RpcError, error_response, notification, response,
     },
 };
 
@@ -119,20 +119,16 @@ async fn handle_request(ctx: &Arc<Ctx>, method: &str, id: Value, params: Value) 
         })),
         (Dialect::Seed, "session/new") => Ok(seed_new_session(ctx, &params)),
         (Dialect::Seed, "session/load") => seed_load_session(ctx, &params),
-        (Dialect::Seed, _) => Err(
-            RpcError::new(crate::wire::METHOD_NOT_FOUND, "Method not found")
-                .with_data(json!({ "method": method })),
-        ),
+        (Dialect::Seed, _) => Err(RpcError::new(METHOD_NOT_FOUND, "Method not found")
+            .with_data(json!({ "method": method }))),
         (_, "initialize") => Ok(initialize(ctx, &params)),
         (_, "authenticate") => authenticate(ctx, &params),
         (_, "session/new") => new_session(ctx, &params).await,
         (_, "session/load") => load_session(ctx, &params).await,
         (_, "session/set_mode") => set_mode(ctx, &params),
         (_, "session/set_config_option") => set_config_option(ctx, &params),
-        _ => Err(
-            RpcError::new(crate::wire::METHOD_NOT_FOUND, "Method not found")
-                .with_data(json!({ "method": method })),
-        ),
+        _ => Err(RpcError::new(METHOD_NOT_FOUND, "Method not found")
+            .with_data(json!({ "method": method }))),
     };
     let reply = match result {
         Ok(result) => response(&id, result),
