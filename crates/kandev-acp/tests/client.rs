@@ -845,3 +845,52 @@ fn events_round_trip_through_json() {
     let back: AcpEvent = serde_json::from_str(&text).expect("deserialize");
     assert_eq!(back, event);
 }
+
+#[tokio::test]
+async fn load_session_replays_history_before_returning() {
+    let (client, mut events, mut agent) = connect(ClientOptions::default());
+    let flow = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client.initialize().await.expect("initialize");
+            client.load_session("old", "/workspace", vec![]).await
+        }
+    });
+    agent.answer_v1_initialize(json!({})).await;
+    let load = agent.recv().await;
+    assert_eq!(load["method"], "session/load");
+    assert_eq!(load["params"]["sessionId"], "old");
+    agent
+        .send(update(
+            "old",
+            json!({"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"before"}}),
+        ))
+        .await;
+    agent
+        .send(json!({"jsonrpc":"2.0","id":load["id"],"result":null}))
+        .await;
+    assert_eq!(flow.await.expect("join").expect("load").session_id, "old");
+    let replay = events.until("message_chunk").await;
+    assert!(matches!(&replay.kind, EventKind::MessageChunk(c)
+        if c.role == kandev_acp::event::ChunkRole::User && c.text.as_deref() == Some("before")));
+    assert_eq!(client.session_id().as_deref(), Some("old"));
+
+    // Without the capability the call is refused locally.
+    let (client, _events, mut agent) = connect(ClientOptions::default());
+    let flow = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client.initialize().await.expect("initialize");
+            client.load_session("old", "/workspace", vec![]).await
+        }
+    });
+    let init = agent.recv().await;
+    agent
+        .send(json!({"jsonrpc":"2.0","id":init["id"],"result":{"protocolVersion":1}}))
+        .await;
+    let result = flow.await.expect("join");
+    assert!(
+        matches!(result, Err(AcpError::Unsupported(_))),
+        "{result:?}"
+    );
+}
