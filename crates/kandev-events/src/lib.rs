@@ -8,9 +8,11 @@
 //! # Layout
 //! - [`subjects`]: subject names and the JetStream streams that cover them.
 //! - [`task`]: payloads of `task.*` events.
+//! - [`agent`]: payloads of `agent.*` events and `acp.message.<task_id>`.
 //! - [`bus`]: the [`EventBus`] trait, its JetStream implementation and an
 //!   in-process one.
 
+pub mod agent;
 pub mod bus;
 pub mod subjects;
 pub mod task;
