@@ -1,0 +1,109 @@
+// Thin JSON client for the gateway's /api/v1. Keeps the bearer token for the
+// tab's lifetime (sessionStorage) and turns error bodies into ApiError.
+
+const TOKEN_KEY = 'kandev.token';
+const USER_KEY = 'kandev.user';
+export const API = '/api/v1';
+
+export class ApiError extends Error {
+  constructor(status, body) {
+    const msg = (body && (body.message || body.error)) || `HTTP ${status}`;
+    super(msg);
+    this.status = status;
+    this.code = body && body.error;
+    this.details = body && body.details;
+  }
+}
+
+export const auth = {
+  get token() { return sessionStorage.getItem(TOKEN_KEY); },
+  get user() { return sessionStorage.getItem(USER_KEY) || ''; },
+  set(token, user) {
+    sessionStorage.setItem(TOKEN_KEY, token);
+    sessionStorage.setItem(USER_KEY, user || '');
+  },
+  clear() {
+    sessionStorage.removeItem(TOKEN_KEY);
+    sessionStorage.removeItem(USER_KEY);
+  },
+};
+
+let onUnauthorized = () => {};
+export function setUnauthorizedHandler(fn) { onUnauthorized = fn; }
+
+export async function request(method, path, body, { signal } = {}) {
+  const headers = { Accept: 'application/json' };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  const token = auth.token;
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const res = await fetch(API + path, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+    signal,
+  });
+  const text = await res.text();
+  let data = null;
+  if (text) {
+    try { data = JSON.parse(text); } catch { data = { message: text }; }
+  }
+  if (!res.ok) {
+    const err = new ApiError(res.status, data);
+    if (res.status === 401 && !path.startsWith('/auth/login')) onUnauthorized(err);
+    throw err;
+  }
+  return data;
+}
+
+export const get = (p, o) => request('GET', p, undefined, o);
+export const post = (p, b, o) => request('POST', p, b === undefined ? {} : b, o);
+export const patch = (p, b, o) => request('PATCH', p, b, o);
+export const del = (p, o) => request('DELETE', p, undefined, o);
+
+// Lists may come bare or wrapped ({boards:[...]}, {items:[...]}, ...).
+export function asList(data, ...keys) {
+  if (Array.isArray(data)) return data;
+  if (!data || typeof data !== 'object') return [];
+  for (const k of [...keys, 'items', 'data', 'results']) {
+    if (Array.isArray(data[k])) return data[k];
+  }
+  const arr = Object.values(data).find(Array.isArray);
+  return arr || [];
+}
+
+export const enc = encodeURIComponent;
+
+export const api = {
+  login: (username, password) => post('/auth/login', { username, password }),
+  me: () => get('/auth/me'),
+  boards: async () => asList(await get('/boards'), 'boards'),
+  board: (id) => get(`/boards/${enc(id)}`),
+  createBoard: (b) => post('/boards', b),
+  updateBoard: (id, b) => patch(`/boards/${enc(id)}`, b),
+  deleteBoard: (id) => del(`/boards/${enc(id)}`),
+  tasks: async (boardId, opts) => {
+    const all = [];
+    let token = '';
+    for (let page = 0; page < 20; page++) {
+      const data = await get(`/boards/${enc(boardId)}/tasks?page_size=500${token ? `&page_token=${enc(token)}` : ''}`, opts);
+      all.push(...asList(data, 'tasks'));
+      token = data && data.next_page_token;
+      if (!token) break;
+    }
+    return all;
+  },
+  createTask: (boardId, t) => post(`/boards/${enc(boardId)}/tasks`, t),
+  task: (id, opts) => get(`/tasks/${enc(id)}`, opts),
+  updateTask: (id, t) => patch(`/tasks/${enc(id)}`, t),
+  deleteTask: (id) => del(`/tasks/${enc(id)}`),
+  setState: (id, state) => patch(`/tasks/${enc(id)}/state`, { state }),
+  taskEvents: async (id) => asList(await get(`/tasks/${enc(id)}/events`), 'events'),
+  agentTypes: async () => asList(await get('/agent-types'), 'agent_types', 'agentTypes', 'types'),
+  logs: (instanceId, tail = 500) => get(`/agents/${enc(instanceId)}/logs?tail=${tail}`),
+  start: (taskId, body) => post(`/orchestrator/tasks/${enc(taskId)}/start`, body),
+  stop: (taskId, body) => post(`/orchestrator/tasks/${enc(taskId)}/stop`, body),
+  status: (taskId, opts) => get(`/orchestrator/tasks/${enc(taskId)}/status`, opts),
+};
+
+// Task object helpers, tolerant of small naming differences.
+export function taskState(t) { return String(t.state || 'TODO').replace(/^TASK_STATE_/, '').toUpperCase(); }

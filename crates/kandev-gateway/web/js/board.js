@@ -1,0 +1,214 @@
+// The board view: one column per state, cards that follow the server by
+// polling, drag and drop plus a keyboard-friendly state select.
+
+import { h, clear, toast, confirmDialog } from './dom.js';
+import { api, taskState } from './api.js';
+import { STATES, STATE_LABELS, execBadge, execState, taskDialog } from './common.js';
+
+const POLL_MS = 2000;
+const STATUS_STATES = new Set(['TODO', 'IN_PROGRESS', 'WAITING_FOR_INPUT', 'BLOCKED', 'FAILED']);
+
+export function boardView(main, boardId, { setCrumbs }) {
+  let alive = true;
+  let board = null;
+  const cards = new Map();    // id -> {el, task, key}
+  const statuses = new Map(); // id -> execution status
+  const pending = new Set();  // ids with a state change in flight
+  let timer = null;
+
+  const title = h('h1', { class: 'page-title', testid: 'board-title' }, 'Board');
+  const newBtn = h('button', { type: 'button', class: 'btn btn-primary', testid: 'new-task', onclick: createTask }, '+ New task');
+  const columns = new Map();
+  const colWrap = h('div', { class: 'columns', testid: 'columns' });
+  for (const st of STATES) {
+    const list = h('ul', { class: 'card-list', 'aria-label': STATE_LABELS[st] });
+    const count = h('span', { class: 'count', testid: 'column-count' }, '0');
+    const col = h('section', { class: `column col-${st}`, testid: 'column', dataset: { state: st }, 'aria-labelledby': `col-h-${st}` },
+      h('h2', { class: 'column-title', id: `col-h-${st}` }, STATE_LABELS[st], ' ', count), list);
+    col.addEventListener('dragover', (e) => { if (e.dataTransfer.types.includes('text/x-kandev-task')) { e.preventDefault(); col.classList.add('drop'); } });
+    col.addEventListener('dragleave', (e) => { if (!col.contains(e.relatedTarget)) col.classList.remove('drop'); });
+    col.addEventListener('drop', (e) => {
+      e.preventDefault();
+      col.classList.remove('drop');
+      const id = e.dataTransfer.getData('text/x-kandev-task');
+      if (id) moveTask(id, st);
+    });
+    columns.set(st, { col, list, count });
+    colWrap.append(col);
+  }
+  const updated = h('span', { class: 'muted small', testid: 'board-updated', 'aria-live': 'off' });
+  clear(main).append(
+    h('div', { class: 'page-head' }, title, h('div', { class: 'page-actions' }, updated, newBtn)),
+    colWrap);
+
+  function cardKey(t) {
+    const s = statuses.get(t.id);
+    return JSON.stringify([t.title, t.agent_type, t.priority, taskState(t), t.version, s && [execState(s), s.queue_position, s.last_error, s.attempts]]);
+  }
+
+  function renderCard(t) {
+    const st = taskState(t);
+    const badge = execBadge(statuses.get(t.id));
+    const select = h('select', { class: 'state-select', testid: 'card-state-select', 'aria-label': `State of ${t.title}` },
+      STATES.map((s) => h('option', { value: s }, STATE_LABELS[s])));
+    select.value = st;
+    select.addEventListener('change', () => moveTask(t.id, select.value));
+    const el = h('li', { class: `card prio-${t.priority > 0 ? 'high' : 'normal'}`, testid: 'card', draggable: 'true',
+      dataset: { taskId: t.id, state: st } },
+      h('a', { class: 'card-title', href: `#/tasks/${encodeURIComponent(t.id)}`, testid: 'card-link' }, t.title || '(untitled)'),
+      h('div', { class: 'card-meta' },
+        t.agent_type ? h('span', { class: 'chip', testid: 'card-agent' }, t.agent_type) : h('span', { class: 'chip muted' }, 'no agent'),
+        h('span', { class: 'chip', testid: 'card-priority', title: 'Priority' }, `P${t.priority ?? 0}`),
+        badge ? h('span', { class: `badge exec-${badge.cls}`, testid: 'card-status', dataset: { exec: execState(statuses.get(t.id)) }, title: badge.text }, badge.text) : null),
+      h('div', { class: 'card-actions' },
+        select,
+        h('button', { type: 'button', class: 'btn btn-small', testid: 'card-edit', 'aria-label': `Edit ${t.title}`, onclick: () => editTask(t.id) }, 'Edit'),
+        h('button', { type: 'button', class: 'btn btn-small btn-danger-ghost', testid: 'card-delete', 'aria-label': `Delete ${t.title}`, onclick: () => deleteTask(t.id) }, 'Delete')));
+    el.addEventListener('dragstart', (e) => {
+      e.dataTransfer.setData('text/x-kandev-task', t.id);
+      e.dataTransfer.effectAllowed = 'move';
+      el.classList.add('dragging');
+    });
+    el.addEventListener('dragend', () => el.classList.remove('dragging'));
+    return el;
+  }
+
+  function place(id, el, st) {
+    const { list } = columns.get(st) || columns.get('TODO');
+    if (el.parentNode !== list) list.append(el);
+  }
+
+  function sortColumns() {
+    for (const [, { list, count }] of columns) {
+      const els = [...list.children];
+      els.sort((a, b) => {
+        const ta = cards.get(a.dataset.taskId)?.task, tb = cards.get(b.dataset.taskId)?.task;
+        return (Number(ta?.position) || 0) - (Number(tb?.position) || 0) || String(ta?.created_at).localeCompare(String(tb?.created_at));
+      });
+      els.forEach((e, i) => { if (list.children[i] !== e) list.insertBefore(e, list.children[i] || null); });
+      count.textContent = String(els.length);
+    }
+  }
+
+  function apply(tasks) {
+    const seen = new Set();
+    for (const t of tasks) {
+      seen.add(t.id);
+      if (pending.has(t.id)) continue;
+      const key = cardKey(t);
+      const cur = cards.get(t.id);
+      if (cur && cur.key === key) continue;
+      const focused = cur && cur.el.contains(document.activeElement) ? document.activeElement.dataset.testid : null;
+      const el = renderCard(t);
+      if (cur) cur.el.replaceWith(el);
+      cards.set(t.id, { el, task: t, key });
+      place(t.id, el, taskState(t));
+      if (focused) el.querySelector(`[data-testid="${focused}"]`)?.focus();
+    }
+    for (const [id, c] of cards) if (!seen.has(id) && !pending.has(id)) { c.el.remove(); cards.delete(id); }
+    sortColumns();
+  }
+
+  async function refreshStatuses(tasks) {
+    const want = tasks.filter((t) => STATUS_STATES.has(taskState(t)) || statuses.has(t.id));
+    const queue = [...want];
+    const worker = async () => {
+      while (queue.length && alive) {
+        const t = queue.shift();
+        try { statuses.set(t.id, await api.status(t.id)); }
+        catch (e) { if (e.status === 404) statuses.delete(t.id); }
+      }
+    };
+    await Promise.all([worker(), worker(), worker(), worker()]);
+  }
+
+  async function poll() {
+    clearTimeout(timer);
+    try {
+      const tasks = await api.tasks(boardId);
+      if (!alive) return;
+      await refreshStatuses(tasks);
+      if (!alive) return;
+      apply(tasks);
+      updated.textContent = `Updated ${new Date().toLocaleTimeString()}`;
+    } catch (e) {
+      if (!alive) return;
+      if (e.status === 404) { toast('This board no longer exists.', 'error'); location.hash = '#/boards'; return; }
+      updated.textContent = `Offline: ${e.message}`;
+    }
+    if (alive) timer = setTimeout(poll, document.hidden ? POLL_MS * 3 : POLL_MS);
+  }
+
+  async function moveTask(id, state) {
+    const c = cards.get(id);
+    if (!c) return;
+    const from = taskState(c.task);
+    if (from === state) return;
+    pending.add(id);
+    place(id, c.el, state); // optimistic
+    c.el.dataset.state = state;
+    const sel = c.el.querySelector('select');
+    if (sel) sel.value = state;
+    sortColumns();
+    try {
+      const t = await api.setState(id, state);
+      pending.delete(id);
+      if (t && t.id) c.task = t;
+      c.key = null;
+      poll();
+    } catch (e) {
+      pending.delete(id);
+      place(id, c.el, from); // snap back
+      c.el.dataset.state = from;
+      if (sel) sel.value = from;
+      sortColumns();
+      c.el.classList.add('refused');
+      setTimeout(() => c.el.classList.remove('refused'), 1200);
+      toast(`Cannot move “${c.task.title}” to ${STATE_LABELS[state]}: ${e.message}`, 'error');
+    }
+  }
+
+  async function createTask() {
+    const body = await taskDialog(null);
+    if (!body) return;
+    try {
+      await api.createTask(boardId, body);
+      toast('Task created.');
+      poll();
+    } catch (e) { toast(`Could not create the task: ${e.message}`, 'error'); }
+  }
+
+  async function editTask(id) {
+    const c = cards.get(id);
+    if (!c) return;
+    const body = await taskDialog(c.task);
+    if (!body) return;
+    try { await api.updateTask(id, body); poll(); } catch (e) { toast(`Could not save: ${e.message}`, 'error'); }
+  }
+
+  async function deleteTask(id) {
+    const c = cards.get(id);
+    if (!c) return;
+    if (!(await confirmDialog('Delete task', `Delete “${c.task.title}”? This cannot be undone.`))) return;
+    try { await api.deleteTask(id); c.el.remove(); cards.delete(id); sortColumns(); } catch (e) { toast(`Could not delete: ${e.message}`, 'error'); }
+  }
+
+  api.board(boardId).then((b) => {
+    if (!alive) return;
+    board = b;
+    title.textContent = b.name || 'Board';
+    document.title = `${b.name} · Kandev`;
+    setCrumbs([{ href: '#/boards', text: 'Boards' }, { text: b.name }]);
+  }).catch(() => {});
+  setCrumbs([{ href: '#/boards', text: 'Boards' }]);
+  poll();
+  const onVis = () => { if (!document.hidden) poll(); };
+  document.addEventListener('visibilitychange', onVis);
+
+  return () => {
+    alive = false;
+    clearTimeout(timer);
+    document.removeEventListener('visibilitychange', onVis);
+    void board;
+  };
+}

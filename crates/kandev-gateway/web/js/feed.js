@@ -1,0 +1,465 @@
+// The live agent feed: a model of normalized ACP events plus a renderer that
+// batches DOM work per animation frame and keeps the DOM bounded.
+//
+// - Frames are deduped by their per-task `seq`: anything <= the last seq
+//   seen is ignored (counted in `duplicatesIgnored`).
+// - Consecutive message chunks (same role, same message id) merge into one
+//   message; thoughts likewise into one collapsed <details>.
+// - Tool calls are cards keyed by tool_call_id, patched by tool_call_update.
+// - Only the last `windowSize` items are in the DOM; "show earlier" widens it.
+
+import { h, clear } from './dom.js';
+import { renderMarkdown } from './markdown.js';
+import { lineDiff, hunks } from './diff.js';
+
+const MD_LIMIT = 64 * 1024;      // above this, a message renders as plain text
+const TEXT_LIMIT = 256 * 1024;   // above this, only the tail is shown until expanded
+
+export function requestIdText(id) {
+  return typeof id === 'string' ? id : JSON.stringify(id);
+}
+
+function updateOf(ev) {
+  const p = ev.raw && typeof ev.raw === 'object' ? ev.raw.params : null;
+  if (!p || typeof p !== 'object') return {};
+  return (p.update && typeof p.update === 'object' ? p.update : null)
+    || (p.data && typeof p.data === 'object' ? p.data : null) || {};
+}
+
+function promptText(ev) {
+  const p = ev.raw && ev.raw.params;
+  if (!p) return '';
+  if (Array.isArray(p.prompt)) {
+    return p.prompt.map((b) => (b && b.type === 'text' ? b.text : b && b.uri ? `[${b.uri}]` : '')).filter(Boolean).join('\n');
+  }
+  return typeof p.message === 'string' ? p.message : '';
+}
+
+export class Feed {
+  constructor(root, { onPermission, onEvent, windowSize = 300 } = {}) {
+    this.onPermission = onPermission || (() => false);
+    this.onEvent = onEvent || (() => {});
+    this.windowSize = windowSize;
+    this.lastSeq = 0;
+    this.duplicatesIgnored = 0;
+    this.applied = 0;
+    this.items = [];
+    this.tools = new Map();
+    this.perms = new Map();
+    this.plan = null;
+    this.replaying = false;
+    this.replayCount = 0;
+    this.queue = [];
+    this.dirty = new Set();
+    this.scheduled = false;
+    this.renderedStart = 0;
+    this.renderedEnd = 0;
+    this.controlCounter = 0;
+
+    this.root = root;
+    this.earlier = h('button', { type: 'button', class: 'btn btn-small feed-earlier', testid: 'feed-show-earlier', hidden: true,
+      onclick: () => this.showEarlier() });
+    this.list = h('ol', { class: 'feed-list', testid: 'feed-list', 'aria-live': 'polite', 'aria-relevant': 'additions', 'aria-label': 'Agent feed' });
+    this.empty = h('p', { class: 'feed-empty muted', testid: 'feed-empty' }, 'No agent activity yet.');
+    clear(root).append(this.earlier, this.empty, this.list);
+    // Follow the tail unless the user scrolled up (content-visibility makes
+    // heights change after layout, so intent is tracked, not measured).
+    this.stick = true;
+    this.autoTop = 0;
+    root.addEventListener('scroll', () => {
+      const dist = root.scrollHeight - root.scrollTop - root.clientHeight;
+      if (dist < 80) this.stick = true;
+      else if (root.scrollTop < this.autoTop - 8) this.stick = false;
+    }, { passive: true });
+  }
+
+  // --- input -------------------------------------------------------------
+
+  /** A feed frame {seq, event, ...}. Returns false if it was a duplicate. */
+  push(frame) {
+    const seq = Number(frame.seq);
+    if (!Number.isFinite(seq) || seq <= this.lastSeq) { this.duplicatesIgnored++; return false; }
+    this.lastSeq = seq;
+    this.queue.push(frame);
+    this.schedule();
+    return true;
+  }
+
+  /** A control-frame error or a local notice (no seq). */
+  pushNotice(kind, text) {
+    this.queue.push({ notice: { kind, text } });
+    this.schedule();
+  }
+
+  schedule() {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    const run = () => { if (this.scheduled) this.flush(); };
+    requestAnimationFrame(run);
+    setTimeout(run, 200); // rAF is paused in hidden tabs
+  }
+
+  flush() {
+    this.scheduled = false;
+    const q = this.queue;
+    this.queue = [];
+    for (const f of q) {
+      try {
+        if (f.notice) this.addItem({ kind: f.notice.kind === 'error' ? 'error' : 'note', seq: null, message: f.notice.text, local: true });
+        else this.apply(f);
+      } catch (e) { console.error('feed: bad frame', f, e); }
+    }
+    this.render();
+  }
+
+  // --- model -------------------------------------------------------------
+
+  last() { return this.items[this.items.length - 1]; }
+
+  addItem(item) {
+    item.index = this.items.length;
+    item.seqs = item.seq == null ? [] : [item.seq];
+    this.items.push(item);
+    this.dirty.add(item);
+    return item;
+  }
+
+  touch(item, seq) {
+    if (seq != null && item.seqs) item.seqs.push(seq);
+    this.dirty.add(item);
+  }
+
+  apply(frame) {
+    const ev = frame.event || {};
+    const seq = Number(frame.seq);
+    const d = ev.data || {};
+    this.applied++;
+    switch (ev.kind) {
+      case 'message_chunk':
+      case 'thought_chunk': {
+        if (this.replaying) { this.replayCount++; break; }
+        const kind = ev.kind === 'message_chunk' ? 'message' : 'thought';
+        const role = d.role || 'agent';
+        const text = d.text != null ? d.text : d.content_type && d.content_type !== 'text' ? `[${d.content_type}]` : '';
+        const last = this.last();
+        if (last && last.kind === kind && last.role === role && !last.closed
+            && (last.messageId == null || d.message_id == null || last.messageId === d.message_id)) {
+          last.text += text;
+          if (d.message_id != null) last.messageId = d.message_id;
+          this.touch(last, seq);
+        } else {
+          this.addItem({ kind, seq, role, text, messageId: d.message_id ?? null });
+        }
+        break;
+      }
+      case 'tool_call':
+      case 'tool_call_update': {
+        const id = d.tool_call_id || `tool-${seq}`;
+        const u = updateOf(ev);
+        let item = this.tools.get(id);
+        if (!item) {
+          item = this.addItem({ kind: 'tool_call', seq, toolCallId: id, title: '', toolKind: '', status: '', locations: [], content: [] });
+          this.tools.set(id, item);
+        } else this.touch(item, seq);
+        if (d.title != null) item.title = d.title;
+        if (d.tool_kind != null) item.toolKind = d.tool_kind;
+        if (d.status != null) item.status = d.status;
+        if (Array.isArray(u.locations)) item.locations = u.locations;
+        if (Array.isArray(u.content)) item.content = u.content;
+        if (u.rawInput !== undefined) item.rawInput = u.rawInput;
+        if (u.rawOutput !== undefined) item.rawOutput = u.rawOutput;
+        break;
+      }
+      case 'plan': {
+        const entries = Array.isArray(d.entries) ? d.entries : [];
+        if (!this.plan) this.plan = this.addItem({ kind: 'plan', seq, entries });
+        else { this.plan.entries = entries; this.touch(this.plan, seq); }
+        break;
+      }
+      case 'permission_request': {
+        const rid = requestIdText(d.request_id);
+        const item = this.addItem({ kind: 'permission_request', seq, requestId: rid, toolCallId: d.tool_call_id,
+          title: d.title || (this.tools.get(d.tool_call_id) || {}).title || d.tool_call_id || 'a tool call',
+          options: Array.isArray(d.options) ? d.options : [], answered: null, sent: null, expired: false });
+        this.perms.set(rid, item);
+        break;
+      }
+      case 'permission_response': {
+        const item = this.perms.get(requestIdText(d.request_id));
+        if (item) { item.answered = { outcome: d.outcome, optionId: d.option_id }; this.touch(item, seq); }
+        break;
+      }
+      case 'turn_end': {
+        for (const p of this.perms.values()) if (!p.answered && !p.expired) { p.expired = true; this.dirty.add(p); }
+        this.closeOpen();
+        this.addItem({ kind: 'turn_end', seq, stopReason: d.stop_reason || 'unknown', message: d.message || '' });
+        break;
+      }
+      case 'protocol_error':
+        this.addItem({ kind: 'protocol_error', seq, message: d.message || 'protocol error', code: d.code });
+        break;
+      case 'progress':
+        this.addItem({ kind: 'progress', seq, message: `${d.percent != null ? `${d.percent}% ` : ''}${d.message || ''}`.trim() || 'progress' });
+        break;
+      case 'mode_change':
+        this.addItem({ kind: 'mode_change', seq, message: `Mode: ${d.mode_id}` });
+        break;
+      case 'other': {
+        if (ev.direction === 'to_agent' && d.method === 'session/prompt') {
+          const text = promptText(ev);
+          this.closeOpen();
+          if (text) this.addItem({ kind: 'prompt', seq, text });
+        } else if (ev.direction === 'to_agent' && d.method === 'session/load') {
+          this.replaying = true; this.replayCount = 0;
+        }
+        break;
+      }
+      case 'lifecycle': {
+        if (d.phase === 'session_loaded' || d.phase === 'closed') {
+          if (this.replaying && this.replayCount) this.addItem({ kind: 'note', seq, message: `Session resumed (${this.replayCount} history chunks restored).` });
+          this.replaying = false;
+        }
+        if (d.phase === 'closed') { this.closeOpen(); this.addItem({ kind: 'lifecycle', seq, message: `Agent exited${d.detail ? `: ${d.detail}` : ''}.` }); }
+        break;
+      }
+      default:
+        break; // usage, log, config_change... are shown elsewhere
+    }
+    this.onEvent(ev, frame);
+  }
+
+  closeOpen() { const l = this.last(); if (l && (l.kind === 'message' || l.kind === 'thought')) l.closed = true; }
+
+  hasPendingPermission() {
+    for (const p of this.perms.values()) if (!p.answered && !p.expired) return true;
+    return false;
+  }
+
+  // --- rendering ----------------------------------------------------------
+
+  showEarlier() {
+    this.windowSize += 300;
+    this.render(true);
+  }
+
+  render(grow = false) {
+    const items = this.items;
+    const sc = this.root;
+    const prevHeight = sc.scrollHeight;
+    this.empty.hidden = items.length > 0;
+
+    // new items
+    const frag = document.createDocumentFragment();
+    for (let i = this.renderedEnd; i < items.length; i++) {
+      const it = items[i];
+      this.renderItem(it);
+      frag.appendChild(it.el);
+      this.dirty.delete(it);
+    }
+    this.list.appendChild(frag);
+    this.renderedEnd = items.length;
+
+    // grow the window at the top
+    const wantStart = Math.max(0, items.length - this.windowSize);
+    if (grow && wantStart < this.renderedStart) {
+      const top = document.createDocumentFragment();
+      for (let i = wantStart; i < this.renderedStart; i++) { this.renderItem(items[i]); top.appendChild(items[i].el); this.dirty.delete(items[i]); }
+      this.list.insertBefore(top, this.list.firstChild);
+      this.renderedStart = wantStart;
+    }
+    // trim the window at the top
+    while (this.renderedStart < wantStart) {
+      const it = items[this.renderedStart++];
+      if (it.el) { it.el.remove(); it.el = null; }
+      this.dirty.delete(it);
+    }
+    // patch updated items that are on screen
+    for (const it of this.dirty) if (it.el) this.renderItem(it);
+    this.dirty.clear();
+
+    const hiddenCount = this.renderedStart;
+    this.earlier.hidden = hiddenCount === 0;
+    this.earlier.textContent = `Show earlier (${hiddenCount} hidden)`;
+    if (grow) sc.scrollTop += sc.scrollHeight - prevHeight;
+    else if (this.stick) { sc.scrollTop = sc.scrollHeight; this.autoTop = sc.scrollTop; }
+  }
+
+  renderItem(it) {
+    if (!it.el) {
+      it.el = h('li', { class: `feed-item feed-${it.kind}`, testid: 'feed-item', dataset: { kind: it.kind } });
+      if (it.seq != null) it.el.dataset.seq = String(it.seq);
+      else it.el.dataset.local = String(++this.controlCounter);
+    }
+    it.el.dataset.seqs = String(it.seqs.length);
+    const fn = this[`render_${it.kind}`] || this.render_note;
+    fn.call(this, it, it.el);
+  }
+
+  render_message(it, el) {
+    el.classList.toggle('from-user', it.role === 'user');
+    let body = el.querySelector('.msg-body');
+    if (!body) {
+      el.append(h('div', { class: 'item-label' }, it.role === 'user' ? 'You' : 'Agent'), body = h('div', { class: 'msg-body md' }));
+    }
+    let text = it.text;
+    if (text.length > TEXT_LIMIT && !it.expanded) {
+      const cut = text.length - TEXT_LIMIT;
+      text = text.slice(cut);
+      if (!el.querySelector('.msg-expand')) {
+        el.insertBefore(h('button', { type: 'button', class: 'btn btn-small msg-expand', onclick: () => { it.expanded = true; el.querySelector('.msg-expand').remove(); this.dirty.add(it); this.schedule(); } },
+          'Show the whole message'), body);
+      }
+    }
+    if (text.length > MD_LIMIT) { body.classList.add('plain'); body.textContent = text; }
+    else { body.classList.remove('plain'); body.innerHTML = renderMarkdown(text); } // escaped by renderMarkdown
+  }
+
+  render_prompt(it, el) {
+    clear(el).append(h('div', { class: 'item-label' }, 'Prompt'), h('div', { class: 'msg-body plain' }, it.text));
+  }
+
+  render_thought(it, el) {
+    let det = el.querySelector('details');
+    if (!det) {
+      det = h('details', { class: 'thought' }, h('summary', null, 'Thinking…'), h('div', { class: 'thought-body plain' }));
+      el.append(det);
+    }
+    det.querySelector('.thought-body').textContent = it.text;
+    det.querySelector('summary').textContent = `Thinking (${it.text.length} chars)`;
+  }
+
+  render_tool_call(it, el) {
+    const open = el.querySelector('details.tool-raw')?.open;
+    const status = it.status || 'pending';
+    el.dataset.status = status;
+    el.dataset.toolCallId = it.toolCallId;
+    const head = h('div', { class: 'tool-head' },
+      h('span', { class: `tool-kind kind-${(it.toolKind || 'other').replace(/\W/g, '')}` }, it.toolKind || 'tool'),
+      h('span', { class: 'tool-title' }, it.title || it.toolCallId),
+      h('span', { class: `badge status-${status.replace(/\W/g, '')}`, testid: 'tool-status' }, status));
+    const parts = [head];
+    if (it.locations.length) {
+      parts.push(h('ul', { class: 'tool-locations', testid: 'tool-locations' },
+        it.locations.map((l) => h('li', null, h('code', null, `${l.path || ''}${l.line != null ? `:${l.line}` : ''}`)))));
+    }
+    for (const c of it.content) {
+      if (!c || typeof c !== 'object') continue;
+      if (c.type === 'diff') parts.push(renderDiff(c));
+      else if (c.type === 'content' && c.content) {
+        const t = c.content.type === 'text' ? c.content.text : `[${c.content.type}]`;
+        if (t) parts.push(h('pre', { class: 'tool-output' }, t.length > 4000 ? `${t.slice(0, 4000)}\n… (${t.length - 4000} more characters)` : t));
+      } else if (c.type === 'terminal') parts.push(h('p', { class: 'muted' }, `Terminal ${c.terminalId || ''}`));
+    }
+    if (it.rawInput !== undefined || it.rawOutput !== undefined) {
+      const det = h('details', { class: 'tool-raw' }, h('summary', null, 'Input / output'),
+        it.rawInput !== undefined ? h('pre', null, `input: ${safeJson(it.rawInput)}`) : null,
+        it.rawOutput !== undefined ? h('pre', null, `output: ${safeJson(it.rawOutput)}`) : null);
+      if (open) det.open = true;
+      parts.push(det);
+    }
+    clear(el).append(...parts);
+  }
+
+  render_plan(it, el) {
+    clear(el).append(h('div', { class: 'item-label' }, 'Plan'), renderPlan(it.entries));
+  }
+
+  render_permission_request(it, el) {
+    const state = it.answered ? 'answered' : it.expired ? 'expired' : it.sent ? 'sent' : 'open';
+    el.dataset.state = state;
+    el.dataset.requestId = it.requestId;
+    const buttons = it.options.map((o) => h('button', {
+      type: 'button',
+      class: `btn ${/^allow/.test(o.option_kind) ? 'btn-primary' : /^reject/.test(o.option_kind) ? 'btn-danger' : ''}`,
+      testid: 'permission-option',
+      dataset: { optionId: o.option_id, optionKind: o.option_kind },
+      disabled: state !== 'open',
+      'aria-pressed': (it.answered?.optionId || it.sent) === o.option_id ? 'true' : undefined,
+      onclick: () => this.answer(it, o.option_id),
+    }, o.name || o.option_id));
+    let status = '';
+    if (it.answered) {
+      const opt = it.options.find((o) => o.option_id === it.answered.optionId);
+      status = it.answered.outcome === 'selected' ? `Answered: ${opt ? opt.name : it.answered.optionId}` : 'Answered: cancelled';
+    } else if (it.expired) status = 'No longer pending.';
+    else if (it.sent) status = 'Answer sent…';
+    else if (it.error) status = `Could not answer: ${it.error}`;
+    clear(el).append(
+      h('div', { class: 'item-label' }, 'Permission requested'),
+      h('p', { class: 'perm-title' }, it.title),
+      h('div', { class: 'perm-options', role: 'group', 'aria-label': 'Permission options' }, buttons),
+      h('p', { class: 'perm-status', testid: 'permission-status', hidden: !status }, status));
+  }
+
+  answer(it, optionId) {
+    if (it.answered || it.sent) return;
+    it.sent = optionId;
+    it.error = '';
+    this.dirty.add(it);
+    this.schedule();
+    Promise.resolve(this.onPermission(it.requestId, optionId)).then((ok) => {
+      if (ok === false) { it.sent = null; this.dirty.add(it); this.schedule(); }
+    }, (e) => {
+      it.sent = null;
+      it.error = e && e.message ? e.message : String(e);
+      this.dirty.add(it);
+      this.schedule();
+    });
+  }
+
+  render_turn_end(it, el) {
+    const ok = it.stopReason === 'end_turn';
+    el.dataset.stopReason = it.stopReason;
+    clear(el).append(
+      h('div', { class: 'item-label' }, ok ? 'Turn finished' : 'Turn ended'),
+      h('p', null, h('span', { class: `badge stop-${it.stopReason.replace(/\W/g, '')}`, testid: 'stop-reason' }, it.stopReason),
+        it.message ? ' ' : '', it.message ? h('span', { class: 'turn-message' }, it.message) : null));
+  }
+
+  render_protocol_error(it, el) {
+    clear(el).append(h('div', { class: 'item-label' }, 'Error'), h('p', { class: 'plain' }, `${it.message}${it.code != null ? ` (code ${it.code})` : ''}`));
+  }
+
+  render_error(it, el) { this.render_protocol_error(it, el); }
+
+  render_note(it, el) { clear(el).append(h('p', { class: 'muted plain' }, it.message || it.kind)); }
+}
+
+function safeJson(v) {
+  try {
+    const s = JSON.stringify(v, null, 2);
+    return s.length > 4000 ? `${s.slice(0, 4000)}…` : s;
+  } catch { return String(v); }
+}
+
+export function renderPlan(entries) {
+  return h('ul', { class: 'plan', testid: 'plan-list' }, entries.map((e) => {
+    const st = e.status || 'pending';
+    const box = h('input', { type: 'checkbox', disabled: true, 'aria-label': st });
+    box.checked = st === 'completed';
+    box.indeterminate = st === 'in_progress';
+    return h('li', { class: `plan-entry plan-${st}`, testid: 'plan-entry', dataset: { status: st } },
+      box, h('span', { class: 'plan-text' }, e.content), h('span', { class: `prio prio-${e.priority}` }, e.priority));
+  }));
+}
+
+export function renderDiff(c) {
+  const lines = hunks(lineDiff(c.oldText, c.newText));
+  const added = lines.filter((l) => l.op === '+').length;
+  const removed = lines.filter((l) => l.op === '-').length;
+  const body = h('div', { class: 'diff-body', role: 'table', 'aria-label': `Diff of ${c.path || 'file'}` });
+  const shown = lines.slice(0, 800);
+  for (const l of shown) {
+    const cls = l.op === '+' ? 'add' : l.op === '-' ? 'del' : l.op === '…' ? 'skip' : 'ctx';
+    body.append(h('div', { class: `diff-line diff-${cls}`, role: 'row' },
+      h('span', { class: 'ln', role: 'cell' }, l.oldNo ?? ''),
+      h('span', { class: 'ln', role: 'cell' }, l.newNo ?? ''),
+      h('span', { class: 'op', role: 'cell', 'aria-hidden': 'true' }, l.op === '…' ? '' : l.op),
+      h('span', { class: 'code', role: 'cell' }, l.text)));
+  }
+  if (lines.length > shown.length) body.append(h('div', { class: 'diff-line diff-skip' }, `… ${lines.length - shown.length} more lines`));
+  return h('div', { class: 'diff', testid: 'diff' },
+    h('div', { class: 'diff-head' }, h('code', null, c.path || ''), c.oldText == null ? h('span', { class: 'badge' }, 'new file') : null,
+      h('span', { class: 'diff-stat' }, h('span', { class: 'add' }, `+${added}`), ' ', h('span', { class: 'del' }, `−${removed}`))),
+    body);
+}

@@ -1,0 +1,372 @@
+// The task view: live agent feed over the task stream, follow-up prompts,
+// start / cancel / stop, logs and attempt history.
+
+import { h, clear, toast, confirmDialog, fmtTime } from './dom.js';
+import { api, taskState, asList } from './api.js';
+import { renderMarkdown } from './markdown.js';
+import { Feed, renderPlan } from './feed.js';
+import { TaskSocket } from './socket.js';
+import { STATE_LABELS, execBadge, execState, ACTIVE_EXEC, taskDialog } from './common.js';
+
+const STATUS_POLL_MS = 2000;
+
+export function taskView(main, taskId, { setCrumbs, debug }) {
+  let alive = true;
+  let task = null;
+  let status = null;
+  let turnActive = false;
+  let busy = false;          // a start/stop request is in flight
+  let usage = null;
+  let statusTimer = null;
+  const runs = new Map();    // instance_id -> {first, last, turns, stopReason, seqFrom, seqTo}
+  const liveLogs = [];
+
+  // ---- layout ----
+  const title = h('h1', { class: 'page-title', testid: 'task-title' }, 'Task');
+  const stateBadge = h('span', { class: 'badge', testid: 'task-state' });
+  const execEl = h('span', { class: 'badge', testid: 'exec-status', hidden: true });
+  const sockEl = h('span', { class: 'sock', testid: 'socket-status', dataset: { status: 'idle' }, title: 'Live connection' }, 'idle');
+  const reconEl = h('span', { class: 'muted small', testid: 'reconnect-count', title: 'Reconnects' }, '0');
+  const startBtn = h('button', { type: 'button', class: 'btn btn-primary', testid: 'btn-start', onclick: () => start() }, 'Start');
+  const cancelBtn = h('button', { type: 'button', class: 'btn', testid: 'btn-cancel', onclick: cancelTurn, title: 'Cancel the current turn' }, 'Cancel turn');
+  const stopBtn = h('button', { type: 'button', class: 'btn btn-danger', testid: 'btn-stop', onclick: stop, title: 'Stop the agent' }, 'Stop');
+  const editBtn = h('button', { type: 'button', class: 'btn btn-ghost', testid: 'btn-edit', onclick: edit }, 'Edit');
+
+  const tabs = ['feed', 'logs', 'history'];
+  const tabBtns = {};
+  const panels = {};
+  const tablist = h('div', { class: 'tabs', role: 'tablist', 'aria-label': 'Task views' });
+  for (const t of tabs) {
+    tabBtns[t] = h('button', { type: 'button', role: 'tab', id: `tab-${t}`, class: 'tab', testid: `tab-${t}`, 'aria-controls': `panel-${t}`,
+      onclick: () => select(t), onkeydown: (e) => {
+        const i = tabs.indexOf(t);
+        if (e.key === 'ArrowRight') { select(tabs[(i + 1) % tabs.length]); tabBtns[tabs[(i + 1) % tabs.length]].focus(); }
+        if (e.key === 'ArrowLeft') { select(tabs[(i + 2) % tabs.length]); tabBtns[tabs[(i + 2) % tabs.length]].focus(); }
+      } }, t[0].toUpperCase() + t.slice(1));
+    tablist.append(tabBtns[t]);
+  }
+
+  const feedBox = h('div', { class: 'feed', testid: 'feed', tabindex: '0', 'aria-label': 'Agent feed' });
+  const promptInput = h('textarea', { id: 'prompt-input', class: 'prompt-input', rows: 2, testid: 'prompt-input', placeholder: 'Send a follow-up to the agent… (Ctrl+Enter)' });
+  const sendBtn = h('button', { type: 'submit', class: 'btn btn-primary', testid: 'prompt-send' }, 'Send');
+  const promptForm = h('form', { class: 'prompt-form', testid: 'prompt-form' },
+    h('label', { for: 'prompt-input', class: 'sr-only' }, 'Follow-up prompt'), promptInput, sendBtn);
+  promptForm.addEventListener('submit', (e) => { e.preventDefault(); sendPrompt(); });
+  promptInput.addEventListener('keydown', (e) => { if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { e.preventDefault(); sendPrompt(); } });
+  promptInput.addEventListener('input', updateButtons);
+  panels.feed = h('div', { class: 'panel panel-feed', id: 'panel-feed', role: 'tabpanel', 'aria-labelledby': 'tab-feed' }, feedBox, promptForm);
+
+  const logsPre = h('pre', { class: 'logs', testid: 'logs', tabindex: '0', 'aria-label': 'Agent logs' });
+  const logsInfo = h('p', { class: 'muted small', testid: 'logs-info' });
+  panels.logs = h('div', { class: 'panel', id: 'panel-logs', role: 'tabpanel', 'aria-labelledby': 'tab-logs', hidden: true },
+    h('div', { class: 'row' }, logsInfo, h('button', { type: 'button', class: 'btn btn-small', testid: 'logs-refresh', onclick: () => loadLogs() }, 'Refresh')), logsPre);
+
+  const historyBox = h('div', { class: 'history', testid: 'history' });
+  panels.history = h('div', { class: 'panel', id: 'panel-history', role: 'tabpanel', 'aria-labelledby': 'tab-history', hidden: true }, historyBox);
+
+  const planBox = h('div', { class: 'side-plan', testid: 'plan' }, h('p', { class: 'muted' }, 'No plan yet.'));
+  const details = h('div', { class: 'side-details', testid: 'task-details' });
+  const execInfo = h('dl', { class: 'kv', testid: 'exec-info' });
+  const usageEl = h('p', { class: 'muted small', testid: 'usage' });
+
+  clear(main).append(
+    h('div', { class: 'page-head task-head' },
+      h('div', { class: 'title-wrap' }, title, h('div', { class: 'badges' }, stateBadge, execEl)),
+      h('div', { class: 'page-actions' },
+        h('span', { class: 'sock-wrap' }, sockEl, ' reconnects: ', reconEl),
+        startBtn, cancelBtn, stopBtn, editBtn)),
+    h('div', { class: 'task-layout' },
+      h('div', { class: 'task-main' }, tablist, panels.feed, panels.logs, panels.history),
+      h('aside', { class: 'task-side', 'aria-label': 'Task details' },
+        h('section', null, h('h2', null, 'Plan'), planBox),
+        h('section', null, h('h2', null, 'Execution'), execInfo, usageEl),
+        h('section', null, h('h2', null, 'Details'), details))));
+
+  function select(t) {
+    for (const x of tabs) {
+      const on = x === t;
+      tabBtns[x].setAttribute('aria-selected', String(on));
+      tabBtns[x].tabIndex = on ? 0 : -1;
+      panels[x].hidden = !on;
+    }
+    if (t === 'logs') loadLogs();
+    if (t === 'history') loadHistory();
+  }
+  select('feed');
+
+  // ---- feed + socket ----
+  const feed = new Feed(feedBox, {
+    onPermission: (requestId, optionId) => socket.command({ type: 'permission', request_id: requestId, option_id: optionId }),
+    onEvent: onEvent,
+  });
+
+  function onEvent(ev, frame) {
+    const d = ev.data || {};
+    const iid = frame.instance_id || 'unknown';
+    let run = runs.get(iid);
+    if (!run) { run = { instanceId: iid, first: ev.timestamp, last: ev.timestamp, turns: 0, stopReason: null, seqFrom: frame.seq, seqTo: frame.seq }; runs.set(iid, run); }
+    run.last = ev.timestamp; run.seqTo = frame.seq;
+    switch (ev.kind) {
+      case 'turn_end': turnActive = false; run.turns++; run.stopReason = d.stop_reason; refreshSoon(); break;
+      case 'lifecycle':
+        if (d.phase === 'turn_started') turnActive = true;
+        if (d.phase === 'closed') { turnActive = false; refreshSoon(); }
+        if (d.phase === 'session_created' || d.phase === 'session_loaded') refreshSoon();
+        break;
+      case 'other': if (ev.direction === 'to_agent' && d.method === 'session/prompt') turnActive = true; break;
+      case 'plan': clear(planBox).append(renderPlan(d.entries || [])); break;
+      case 'usage': usage = d; renderUsage(); break;
+      case 'log': {
+        liveLogs.push(`${d.level ? `[${d.level}] ` : ''}${d.line}`);
+        if (liveLogs.length > 5000) liveLogs.splice(0, liveLogs.length - 5000);
+        if (!panels.logs.hidden) appendLog(`${d.level ? `[${d.level}] ` : ''}${d.line}`);
+        break;
+      }
+      default: break;
+    }
+    scheduleButtons();
+  }
+
+  let btnScheduled = false;
+  function scheduleButtons() {
+    if (btnScheduled) return;
+    btnScheduled = true;
+    requestAnimationFrame(() => { btnScheduled = false; updateButtons(); });
+  }
+
+  const socket = new TaskSocket(taskId, {
+    lastSeq: () => feed.lastSeq,
+    onFrame: (f) => feed.push(f),
+    onControl: (c) => {
+      if (c.type === 'error') {
+        const msg = c.message || c.error || 'error';
+        feed.pushNotice('error', `Server: ${msg}`);
+      } else if (c.type === 'lagging') feed.pushNotice('note', 'The connection fell behind; resuming…');
+    },
+    onStatus: (s, sock) => {
+      sockEl.textContent = s;
+      sockEl.dataset.status = s;
+      reconEl.textContent = String(sock.reconnects);
+      scheduleButtons();
+    },
+  });
+  socket.open();
+
+  // ---- status ----
+  let refreshTimer = null;
+  function refreshSoon() { clearTimeout(refreshTimer); refreshTimer = setTimeout(refresh, 250); }
+
+  async function refresh() {
+    clearTimeout(statusTimer);
+    try {
+      const [t, s] = await Promise.all([api.task(taskId), api.status(taskId).catch((e) => (e.status === 404 ? null : Promise.reject(e)))]);
+      if (!alive) return;
+      task = t; status = s;
+      renderTask();
+    } catch (e) {
+      if (!alive) return;
+      if (e.status === 404) { clear(main).append(h('p', { class: 'empty' }, 'This task does not exist (any more).'), h('a', { href: '#/boards' }, 'Back to boards')); cleanup(); return; }
+    }
+    if (alive) statusTimer = setTimeout(refresh, STATUS_POLL_MS);
+  }
+
+  function renderTask() {
+    const st = taskState(task);
+    title.textContent = task.title;
+    document.title = `${task.title} · Kandev`;
+    stateBadge.textContent = STATE_LABELS[st] || st;
+    stateBadge.className = `badge state-${st}`;
+    stateBadge.dataset.state = st;
+    const b = execBadge(status);
+    execEl.hidden = !b;
+    if (b) { execEl.textContent = b.text; execEl.className = `badge exec-${b.cls}`; execEl.dataset.exec = execState(status); }
+    setCrumbs([{ href: '#/boards', text: 'Boards' }, { href: `#/boards/${encodeURIComponent(task.board_id)}`, text: 'Board' }, { text: task.title }]);
+    const key = JSON.stringify([task.description, task.agent_type, task.repository_url, task.branch, task.priority, task.version]);
+    if (details.dataset.key !== key) {
+      details.dataset.key = key;
+      const desc = h('div', { class: 'md desc' });
+      desc.innerHTML = renderMarkdown(task.description || ''); // escaped by renderMarkdown
+      clear(details).append(desc, h('dl', { class: 'kv' },
+        kv('Agent', task.agent_type || '—'), kv('Priority', String(task.priority ?? 0)),
+        kv('Repository', task.repository_url || '—'), kv('Branch', task.branch || '—'),
+        kv('Created', fmtTime(task.created_at)), kv('By', task.created_by || '—')));
+    }
+    clear(execInfo).append(...[
+      kv('State', execState(status)), kv('Attempts', String(status?.attempts ?? 0)),
+      status?.queue_position ? kv('Queue position', String(status.queue_position)) : null,
+      status?.instance_id ? kv('Instance', status.instance_id) : null,
+      status?.last_error ? kv('Last error', status.last_error) : null].flat().filter(Boolean));
+    if (status?.last_error) execInfo.lastElementChild?.classList.add('error-text');
+    updateButtons();
+  }
+
+  function renderUsage() {
+    if (!usage) return;
+    const pct = usage.size ? Math.round((usage.used / usage.size) * 100) : 0;
+    usageEl.textContent = `Context: ${usage.used.toLocaleString()} / ${usage.size.toLocaleString()} tokens (${pct}%)${usage.cost_amount != null ? ` · cost ${usage.cost_amount.toFixed(2)} ${usage.cost_currency || ''}` : ''}`;
+  }
+
+  function updateButtons() {
+    const es = execState(status);
+    const active = ACTIVE_EXEC.has(es);
+    const running = es === 'running';
+    const open = socket.isOpen;
+    const terminal = task && ['COMPLETED', 'CANCELLED'].includes(taskState(task));
+    startBtn.disabled = busy || !task || active;
+    startBtn.textContent = !active && (terminal || (status && status.attempts > 0)) ? 'Restart' : 'Start';
+    stopBtn.disabled = busy || !active;
+    cancelBtn.disabled = !(open && running && turnActive);
+    const text = promptInput.value.trim();
+    const canPrompt = !busy && !!task && ((running && open && !turnActive) || !active);
+    sendBtn.disabled = !text || !canPrompt;
+    promptInput.disabled = busy || (active && !running);
+    sendBtn.textContent = running ? 'Send' : 'Send & start';
+  }
+
+  async function start(prompt) {
+    busy = true; updateButtons();
+    try {
+      status = await api.start(taskId, prompt ? { prompt } : {});
+      toast(prompt ? 'Follow-up sent; agent starting.' : 'Agent starting.');
+      return true;
+    } catch (e) {
+      toast(`Could not start: ${e.message}`, 'error');
+      return false;
+    } finally { busy = false; refresh(); }
+  }
+
+  async function stop() {
+    if (!(await confirmDialog('Stop the agent', 'Stop the agent now? The current turn is abandoned.', 'Stop'))) return;
+    busy = true; updateButtons();
+    try { status = await api.stop(taskId, { reason: 'stopped from the UI' }); toast('Agent stopping.'); }
+    catch (e) { toast(`Could not stop: ${e.message}`, 'error'); }
+    finally { busy = false; refresh(); }
+  }
+
+  async function cancelTurn() {
+    cancelBtn.disabled = true;
+    try { await socket.command({ type: 'cancel' }); toast('Cancel requested.'); }
+    catch (e) { toast(`Could not cancel: ${e.message}`, 'error'); updateButtons(); }
+  }
+
+  async function sendPrompt() {
+    const text = promptInput.value.trim();
+    if (!text || sendBtn.disabled) return;
+    busy = true; updateButtons();
+    try {
+      // The socket command runs a follow-up on the live agent, or starts a
+      // new run that resumes the session; REST start is the fallback.
+      if (socket.isOpen) await socket.command({ type: 'prompt', text });
+      else status = await api.start(taskId, { prompt: text });
+      promptInput.value = '';
+      toast('Follow-up sent.');
+    } catch (e) {
+      toast(`Could not send: ${e.message}`, 'error');
+    } finally { busy = false; refresh(); }
+  }
+
+  async function edit() {
+    if (!task) return;
+    const body = await taskDialog(task);
+    if (!body) return;
+    try { await api.updateTask(taskId, body); refresh(); } catch (e) { toast(`Could not save: ${e.message}`, 'error'); }
+  }
+
+  // ---- logs ----
+  function appendLog(line) {
+    const atBottom = logsPre.scrollHeight - logsPre.scrollTop - logsPre.clientHeight < 40;
+    logsPre.append(`${line}\n`);
+    if (logsPre.childNodes.length > 6000) for (let i = 0; i < 1000; i++) logsPre.firstChild.remove();
+    if (atBottom) logsPre.scrollTop = logsPre.scrollHeight;
+  }
+
+  async function loadLogs(instanceId) {
+    const iid = instanceId || status?.instance_id;
+    logsPre.textContent = '';
+    if (!iid) {
+      logsInfo.textContent = liveLogs.length ? 'Live log lines from the feed:' : 'No agent instance yet.';
+      liveLogs.forEach(appendLog);
+      return;
+    }
+    logsInfo.textContent = `Instance ${iid} — last 500 lines`;
+    try {
+      const data = await api.logs(iid, 500);
+      let lines;
+      if (typeof data === 'string') lines = data.split('\n');
+      else if (data && typeof data.logs === 'string') lines = data.logs.split('\n');
+      else if (data && typeof data.text === 'string') lines = data.text.split('\n');
+      else lines = asList(data, 'lines', 'logs', 'entries').map((l) => (typeof l === 'string' ? l : `${l.stream && l.stream !== 'stderr' ? `[${l.stream}] ` : ''}${l.line ?? l.text ?? l.message ?? JSON.stringify(l)}`));
+      lines.forEach(appendLog);
+      if (!lines.length) logsInfo.textContent += ' (empty)';
+    } catch (e) {
+      logsInfo.textContent = `Could not load logs: ${e.message}. Live lines from the feed:`;
+      liveLogs.forEach(appendLog);
+    }
+  }
+
+  // ---- history ----
+  async function loadHistory() {
+    clear(historyBox).append(h('p', { class: 'muted' }, 'Loading…'));
+    const runRows = [...runs.values()].filter((r) => r.instanceId !== 'unknown');
+    const runsTable = h('table', { class: 'table', testid: 'attempts' },
+      h('caption', null, `Agent runs (${status?.attempts ?? runRows.length} attempts recorded)`),
+      h('thead', null, h('tr', null, h('th', { scope: 'col' }, '#'), h('th', { scope: 'col' }, 'Instance'), h('th', { scope: 'col' }, 'Started'), h('th', { scope: 'col' }, 'Last activity'), h('th', { scope: 'col' }, 'Turns'), h('th', { scope: 'col' }, 'Last stop reason'), h('th', { scope: 'col' }, 'Logs'))),
+      h('tbody', null, runRows.map((r, i) => h('tr', { testid: 'attempt-row' },
+        h('td', null, String(i + 1)), h('td', null, h('code', null, r.instanceId.slice(0, 8))), h('td', null, fmtTime(r.first)), h('td', null, fmtTime(r.last)),
+        h('td', null, String(r.turns)), h('td', null, r.stopReason || '—'),
+        h('td', null, h('button', { type: 'button', class: 'btn btn-small', onclick: () => { select('logs'); loadLogs(r.instanceId); } }, 'Logs'))))));
+    let events = [];
+    try { events = await api.taskEvents(taskId); } catch { /* shown as empty */ }
+    if (!alive) return;
+    const evTable = h('table', { class: 'table', testid: 'task-events' },
+      h('caption', null, 'Task changes'),
+      h('thead', null, h('tr', null, h('th', { scope: 'col' }, 'When'), h('th', { scope: 'col' }, 'What'), h('th', { scope: 'col' }, 'Who'), h('th', { scope: 'col' }, 'Details'))),
+      h('tbody', null, events.map((e) => h('tr', { testid: 'task-event-row' },
+        h('td', null, fmtTime(e.created_at || e.occurred_at || e.at)),
+        h('td', null, String(e.kind || e.event_type || e.type || '')),
+        h('td', null, String(e.actor || '')),
+        h('td', null, describeChange(e))))));
+    clear(historyBox).append(runRows.length ? runsTable : h('p', { class: 'muted' }, 'No agent runs seen yet.'), evTable);
+  }
+
+  function describeChange(e) {
+    const pick = (v) => (v && typeof v === 'object' ? v.state ?? v.to ?? null : v);
+    if (e.kind === 'state_changed') {
+      const from = pick(e.old_value), to = pick(e.new_value);
+      const reason = (e.new_value && e.new_value.reason) || '';
+      return `${from || '?'} → ${to || '?'}${reason ? ` (${reason})` : ''}`;
+    }
+    if (e.new_value && typeof e.new_value === 'object') {
+      const keys = Object.keys(e.new_value).filter((k) => !['version', 'updated_at'].includes(k));
+      return keys.length > 6 ? `${keys.length} fields` : keys.join(', ');
+    }
+    return '';
+  }
+
+  function kv(k, v) { return [h('dt', null, k), h('dd', null, v)]; }
+
+  // ---- debug hooks for tests ----
+  Object.assign(debug, {
+    closeSocket: () => socket.drop(),
+    get reconnects() { return socket.reconnects; },
+    get socketStatus() { return socket.status; },
+    get lastSeq() { return feed.lastSeq; },
+    get duplicatesIgnored() { return feed.duplicatesIgnored; },
+    get feedItems() { return feed.items.length; },
+    get eventsApplied() { return feed.applied; },
+    feed,
+  });
+
+  refresh();
+  const onVis = () => { if (!document.hidden) refresh(); };
+  document.addEventListener('visibilitychange', onVis);
+
+  function cleanup() {
+    alive = false;
+    clearTimeout(statusTimer);
+    clearTimeout(refreshTimer);
+    socket.close();
+    document.removeEventListener('visibilitychange', onVis);
+  }
+  return cleanup;
+}
