@@ -1,0 +1,122 @@
+//! The services the orchestrator drives: the agent manager behind the
+//! [`AgentControl`] trait (its gRPC implementation is [`GrpcAgentControl`]),
+//! and the task service's gRPC client.
+
+use async_trait::async_trait;
+use kandev_proto::v1::{
+    self as pb, agent_manager_client::AgentManagerClient, task_service_client::TaskServiceClient,
+};
+use tonic::{Status, transport::Channel};
+
+/// What the orchestrator asks of the agent manager.
+#[async_trait]
+pub trait AgentControl: Send + Sync + 'static {
+    async fn launch(&self, request: pb::LaunchAgentRequest) -> Result<pb::AgentInstance, Status>;
+    async fn send_prompt(&self, instance_id: &str, prompt: &str) -> Result<(), Status>;
+    async fn cancel(&self, instance_id: &str, reason: &str) -> Result<(), Status>;
+    async fn stop(&self, instance_id: &str, reason: &str) -> Result<(), Status>;
+    async fn respond_permission(&self, request: pb::RespondPermissionRequest)
+    -> Result<(), Status>;
+    async fn list_instances(&self, task_id: &str) -> Result<Vec<pb::AgentInstance>, Status>;
+}
+
+/// [`AgentControl`] over the agent manager's gRPC API.
+#[derive(Clone)]
+pub struct GrpcAgentControl {
+    client: AgentManagerClient<Channel>,
+}
+
+fn lazy_channel(url: &str) -> Result<Channel, String> {
+    Ok(Channel::from_shared(url.to_string())
+        .map_err(|e| format!("{url}: {e}"))?
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .connect_lazy())
+}
+
+impl GrpcAgentControl {
+    /// Connects on first use, so the agent manager may start later.
+    pub fn lazy(url: &str) -> Result<Self, String> {
+        Ok(GrpcAgentControl {
+            client: AgentManagerClient::new(lazy_channel(url)?),
+        })
+    }
+}
+
+#[async_trait]
+impl AgentControl for GrpcAgentControl {
+    async fn launch(&self, request: pb::LaunchAgentRequest) -> Result<pb::AgentInstance, Status> {
+        Ok(self
+            .client
+            .clone()
+            .launch_agent(request)
+            .await?
+            .into_inner())
+    }
+
+    async fn send_prompt(&self, instance_id: &str, prompt: &str) -> Result<(), Status> {
+        let accepted = self
+            .client
+            .clone()
+            .send_prompt(pb::SendPromptRequest {
+                instance_id: instance_id.into(),
+                prompt: prompt.into(),
+            })
+            .await?
+            .into_inner()
+            .accepted;
+        if accepted {
+            Ok(())
+        } else {
+            Err(Status::failed_precondition(
+                "the agent did not accept the prompt",
+            ))
+        }
+    }
+
+    async fn cancel(&self, instance_id: &str, reason: &str) -> Result<(), Status> {
+        self.client
+            .clone()
+            .cancel_agent(pb::CancelAgentRequest {
+                instance_id: instance_id.into(),
+                reason: reason.into(),
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn stop(&self, instance_id: &str, reason: &str) -> Result<(), Status> {
+        self.client
+            .clone()
+            .stop_agent(pb::StopAgentRequest {
+                instance_id: instance_id.into(),
+                reason: reason.into(),
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn respond_permission(
+        &self,
+        request: pb::RespondPermissionRequest,
+    ) -> Result<(), Status> {
+        self.client.clone().respond_permission(request).await?;
+        Ok(())
+    }
+
+    async fn list_instances(&self, task_id: &str) -> Result<Vec<pb::AgentInstance>, Status> {
+        Ok(self
+            .client
+            .clone()
+            .list_instances(pb::ListInstancesRequest {
+                task_id: task_id.into(),
+            })
+            .await?
+            .into_inner()
+            .instances)
+    }
+}
+
+/// A lazily connecting task service client.
+pub fn task_client(url: &str) -> Result<TaskServiceClient<Channel>, String> {
+    Ok(TaskServiceClient::new(lazy_channel(url)?))
+}

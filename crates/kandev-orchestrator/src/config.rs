@@ -1,0 +1,200 @@
+//! Settings of the orchestrator.
+
+use std::collections::BTreeMap;
+
+use kandev_common::{config::Validate, telemetry::LogSettings};
+use serde::{Deserialize, Serialize};
+
+/// Loaded from defaults, the config file and `KANDEV_*` variables.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Settings {
+    /// gRPC and HTTP (REST, WebSocket, `/healthz`, `/readyz`) on one port
+    /// (`KANDEV_LISTEN_ADDR`).
+    pub listen_addr: String,
+    /// `KANDEV_DATABASE_URL`; may hold a password, so it is never logged.
+    pub database_url: String,
+    /// The Postgres schema this service owns.
+    pub database_schema: String,
+    pub database_max_connections: u32,
+    /// `KANDEV_NATS_URL`.
+    pub nats_url: String,
+    /// `KANDEV_TASK_SERVICE_URL`.
+    pub task_service_url: String,
+    /// `KANDEV_AGENT_MANAGER_URL`.
+    pub agent_manager_url: String,
+    /// At most this many runs at once (launching or running), all types.
+    pub max_concurrent: u32,
+    /// At most this many runs at once per agent type
+    /// (`KANDEV_PER_AGENT_TYPE_LIMITS='{mock-agent=1}'` or a TOML table).
+    pub per_agent_type_limits: BTreeMap<String, u32>,
+    /// A completed run moves its task to REVIEW instead of COMPLETED.
+    pub complete_to_review: bool,
+    /// Delay before the first retry of a failed run, in ms; doubles per retry.
+    pub retry_backoff_ms: u64,
+    /// The longest delay between retries, in ms.
+    pub retry_backoff_max_ms: u64,
+    /// Frames buffered per WebSocket client before it counts as lagging.
+    pub ws_client_buffer: usize,
+    /// How long a lagging client gets to take its close frame, in ms.
+    pub ws_close_grace_ms: u64,
+    /// Feed writes are flushed after this many ms...
+    pub feed_flush_ms: u64,
+    /// ...or this many messages, whichever comes first.
+    pub feed_flush_max: usize,
+    /// Durable consumer names and subject filters; tests on a shared NATS
+    /// give each instance its own.
+    pub consumers: ConsumerSettings,
+    pub log: LogSettings,
+}
+
+/// The three JetStream durable consumers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ConsumerSettings {
+    pub task_durable: String,
+    pub task_filter: String,
+    pub agent_durable: String,
+    pub agent_filter: String,
+    pub acp_durable: String,
+    pub acp_filter: String,
+}
+
+impl Default for ConsumerSettings {
+    fn default() -> Self {
+        ConsumerSettings {
+            task_durable: "orchestrator-tasks".into(),
+            task_filter: "task.>".into(),
+            agent_durable: "orchestrator-agents".into(),
+            agent_filter: "agent.>".into(),
+            acp_durable: "orchestrator-acp".into(),
+            acp_filter: "acp.message.>".into(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("listen_addr", &self.listen_addr)
+            .field("database_schema", &self.database_schema)
+            .field("nats_url", &self.nats_url)
+            .field("task_service_url", &self.task_service_url)
+            .field("agent_manager_url", &self.agent_manager_url)
+            .field("max_concurrent", &self.max_concurrent)
+            .field("per_agent_type_limits", &self.per_agent_type_limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            listen_addr: "127.0.0.1:8082".into(),
+            database_url: "postgres://postgres@127.0.0.1:5432/kandev".into(),
+            database_schema: "orchestrator".into(),
+            database_max_connections: 10,
+            nats_url: "nats://127.0.0.1:4222".into(),
+            task_service_url: "http://127.0.0.1:8081".into(),
+            agent_manager_url: "http://127.0.0.1:8083".into(),
+            max_concurrent: 4,
+            per_agent_type_limits: BTreeMap::new(),
+            complete_to_review: false,
+            retry_backoff_ms: 2000,
+            retry_backoff_max_ms: 60_000,
+            ws_client_buffer: 1024,
+            ws_close_grace_ms: 5000,
+            feed_flush_ms: 50,
+            feed_flush_max: 500,
+            consumers: ConsumerSettings::default(),
+            log: LogSettings::default(),
+        }
+    }
+}
+
+impl Settings {
+    /// The retry delay after `attempts` runs (1-based): backoff, doubling.
+    pub fn retry_delay(&self, attempts: i32) -> std::time::Duration {
+        let shift = attempts.saturating_sub(1).clamp(0, 20) as u32;
+        let ms = self
+            .retry_backoff_ms
+            .saturating_mul(1u64 << shift)
+            .min(self.retry_backoff_max_ms);
+        std::time::Duration::from_millis(ms)
+    }
+}
+
+fn is_url(s: &str) -> bool {
+    s.starts_with("http://") || s.starts_with("https://")
+}
+
+impl Validate for Settings {
+    fn validate(&self) -> Result<(), String> {
+        self.listen_addr
+            .parse::<std::net::SocketAddr>()
+            .map_err(|e| format!("listen_addr {:?}: {e}", self.listen_addr))?;
+        if !self.database_url.starts_with("postgres://")
+            && !self.database_url.starts_with("postgresql://")
+        {
+            return Err("database_url must be a postgres:// URL".into());
+        }
+        let schema_ok = !self.database_schema.is_empty()
+            && self
+                .database_schema
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !schema_ok {
+            return Err("database_schema must be lower-case letters, digits and _".into());
+        }
+        if self.database_max_connections == 0 {
+            return Err("database_max_connections must be at least 1".into());
+        }
+        if !is_url(&self.task_service_url) {
+            return Err("task_service_url must be an http(s):// URL".into());
+        }
+        if !is_url(&self.agent_manager_url) {
+            return Err("agent_manager_url must be an http(s):// URL".into());
+        }
+        if self.max_concurrent == 0 {
+            return Err("max_concurrent must be at least 1".into());
+        }
+        if self.ws_client_buffer == 0 || self.feed_flush_max == 0 || self.feed_flush_ms == 0 {
+            return Err(
+                "ws_client_buffer, feed_flush_max and feed_flush_ms must be positive".into(),
+            );
+        }
+        let c = &self.consumers;
+        for name in [&c.task_durable, &c.agent_durable, &c.acp_durable] {
+            if name.is_empty() || name.contains(['.', '*', '>', ' ']) {
+                return Err(format!("invalid durable consumer name {name:?}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_backoff_doubles_up_to_the_cap() {
+        let s = Settings::default();
+        s.validate().unwrap();
+        assert_eq!(s.retry_delay(1).as_millis(), 2000);
+        assert_eq!(s.retry_delay(2).as_millis(), 4000);
+        assert_eq!(s.retry_delay(30).as_millis(), 60_000);
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let s = Settings {
+            max_concurrent: 0,
+            ..Settings::default()
+        };
+        assert!(s.validate().is_err());
+        let mut s = Settings::default();
+        s.consumers.acp_durable = "a.b".into();
+        assert!(s.validate().is_err());
+    }
+}

@@ -1,0 +1,198 @@
+//! The orchestrator's domain: execution states, the [`Orchestration`] trait
+//! that gRPC, REST and WebSocket adapters call, and [`OrchestratorError`].
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use kandev_common::{ErrorCode, ServiceError};
+use kandev_proto::v1 as pb;
+use serde::Serialize;
+use uuid::Uuid;
+
+/// Where a task's execution stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecState {
+    Idle,
+    Queued,
+    Launching,
+    Running,
+    RetryWait,
+    Completed,
+    Failed,
+    Stopped,
+}
+
+impl ExecState {
+    pub const ALL: [ExecState; 8] = [
+        ExecState::Idle,
+        ExecState::Queued,
+        ExecState::Launching,
+        ExecState::Running,
+        ExecState::RetryWait,
+        ExecState::Completed,
+        ExecState::Failed,
+        ExecState::Stopped,
+    ];
+
+    /// The name stored in the database and shown over REST.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecState::Idle => "idle",
+            ExecState::Queued => "queued",
+            ExecState::Launching => "launching",
+            ExecState::Running => "running",
+            ExecState::RetryWait => "retry_wait",
+            ExecState::Completed => "completed",
+            ExecState::Failed => "failed",
+            ExecState::Stopped => "stopped",
+        }
+    }
+
+    pub fn parse(s: &str) -> ExecState {
+        ExecState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .unwrap_or(ExecState::Idle)
+    }
+
+    /// Launching or running: holds a concurrency slot.
+    pub fn is_active(self) -> bool {
+        matches!(self, ExecState::Launching | ExecState::Running)
+    }
+
+    pub fn to_proto(self) -> pb::ExecutionState {
+        match self {
+            ExecState::Idle => pb::ExecutionState::Idle,
+            ExecState::Queued => pb::ExecutionState::Queued,
+            ExecState::Launching => pb::ExecutionState::Launching,
+            ExecState::Running => pb::ExecutionState::Running,
+            ExecState::RetryWait => pb::ExecutionState::RetryWait,
+            ExecState::Completed => pb::ExecutionState::Completed,
+            ExecState::Failed => pb::ExecutionState::Failed,
+            ExecState::Stopped => pb::ExecutionState::Stopped,
+        }
+    }
+}
+
+/// What `GetTaskExecution` and `GET .../status` report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExecutionView {
+    pub task_id: Uuid,
+    pub state: ExecState,
+    pub instance_id: Option<Uuid>,
+    pub attempts: i32,
+    /// 1-based place in the launch queue; 0 when not queued.
+    pub queue_position: i32,
+    pub last_error: String,
+    pub acp_session_id: String,
+    pub updated_at: DateTime<Utc>,
+    /// The highest feed seq of the task, stored or not yet stored.
+    pub last_seq: i64,
+}
+
+impl ExecutionView {
+    pub fn to_proto(&self) -> pb::TaskExecution {
+        pb::TaskExecution {
+            task_id: self.task_id.to_string(),
+            state: self.state.to_proto() as i32,
+            instance_id: self.instance_id.map(|i| i.to_string()).unwrap_or_default(),
+            attempts: self.attempts,
+            queue_position: self.queue_position,
+            last_error: self.last_error.clone(),
+            acp_session_id: self.acp_session_id.clone(),
+            updated_at: Some(kandev_proto::time::from_chrono(self.updated_at)),
+            last_seq: self.last_seq,
+        }
+    }
+}
+
+/// An answer to a permission request of the agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PermissionAnswer {
+    /// The JSON-RPC id of the request, as JSON text.
+    pub request_id: String,
+    pub option_id: String,
+    pub cancelled: bool,
+}
+
+/// Everything the adapters can ask of the orchestrator.
+#[async_trait]
+pub trait Orchestration: Send + Sync + 'static {
+    /// Queues a run (or, while one runs, sends `prompt` as a follow-up).
+    async fn start_task(&self, task_id: Uuid, prompt: Option<String>) -> Result<ExecutionView>;
+    /// Stops the running agent or takes the task out of the queue.
+    async fn stop_task(&self, task_id: Uuid, reason: &str) -> Result<ExecutionView>;
+    async fn get_execution(&self, task_id: Uuid) -> Result<ExecutionView>;
+    /// A follow-up prompt: to the running agent, or a new run resuming the
+    /// session when none runs.
+    async fn prompt(&self, task_id: Uuid, text: String) -> Result<ExecutionView>;
+    /// Cancels the running prompt turn (`session/cancel`).
+    async fn cancel_turn(&self, task_id: Uuid) -> Result<()>;
+    async fn respond_permission(&self, task_id: Uuid, answer: PermissionAnswer) -> Result<()>;
+}
+
+pub type Result<T, E = OrchestratorError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OrchestratorError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Validation(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// An error answered by the task service or the agent manager.
+    #[error("{service}: {}", status.message())]
+    Upstream {
+        service: &'static str,
+        status: tonic::Status,
+    },
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+impl OrchestratorError {
+    pub fn upstream(service: &'static str) -> impl FnOnce(tonic::Status) -> Self {
+        move |status| OrchestratorError::Upstream { service, status }
+    }
+}
+
+impl ServiceError for OrchestratorError {
+    fn error_code(&self) -> ErrorCode {
+        match self {
+            OrchestratorError::BadRequest(_) => ErrorCode::BadRequest,
+            OrchestratorError::Validation(_) => ErrorCode::Validation,
+            OrchestratorError::NotFound(_) => ErrorCode::NotFound,
+            OrchestratorError::FailedPrecondition(_) => ErrorCode::FailedPrecondition,
+            OrchestratorError::Upstream { status, .. } => match status.code() {
+                // The dependency itself is down, whatever it says.
+                tonic::Code::Unknown => ErrorCode::Unavailable,
+                code => ErrorCode::from_grpc(code),
+            },
+            OrchestratorError::Database(_) => ErrorCode::Internal,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_round_trip_and_errors_map() {
+        for st in ExecState::ALL {
+            assert_eq!(ExecState::parse(st.as_str()), st);
+        }
+        let e = OrchestratorError::Upstream {
+            service: "agent manager",
+            status: tonic::Status::unavailable("down"),
+        };
+        assert_eq!(e.error_code(), ErrorCode::Unavailable);
+        assert_eq!(
+            OrchestratorError::NotFound("x".into()).to_status().code(),
+            tonic::Code::NotFound
+        );
+    }
+}

@@ -1,0 +1,159 @@
+//! REST control and the WebSocket feed, on the orchestrator's own HTTP side.
+//!
+//! - `POST /api/v1/orchestrator/tasks/{taskId}/start` (optional `{"prompt"}`)
+//! - `POST /api/v1/orchestrator/tasks/{taskId}/stop` (optional `{"reason"}`)
+//! - `GET  /api/v1/orchestrator/tasks/{taskId}/status`
+//! - `WS   /api/v1/orchestrator/tasks/{taskId}/stream[?after=<seq>]`
+//!
+//! Errors have the shape `{"error","message","details","http_status"}`.
+
+use std::{sync::Arc, time::Duration};
+
+use axum::{
+    Json, Router,
+    body::Bytes,
+    extract::{Path, Query, State, WebSocketUpgrade},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use kandev_common::{ErrorCode, ServiceError};
+use serde::Deserialize;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::{
+    domain::{Orchestration, OrchestratorError},
+    feed::FeedHub,
+    ws,
+};
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    pub orchestration: Arc<dyn Orchestration>,
+    pub hub: Arc<FeedHub>,
+    pub pool: PgPool,
+    /// How long a lagging client gets to take its close frame.
+    pub close_grace: Duration,
+}
+
+pub fn routes(state: AppState) -> Router {
+    Router::new()
+        .route("/api/v1/orchestrator/tasks/{task_id}/start", post(start))
+        .route("/api/v1/orchestrator/tasks/{task_id}/stop", post(stop))
+        .route("/api/v1/orchestrator/tasks/{task_id}/status", get(status))
+        .route("/api/v1/orchestrator/tasks/{task_id}/stream", get(stream))
+        .with_state(state)
+}
+
+/// An error as the API shows it.
+#[derive(Debug)]
+pub struct ApiError(pub OrchestratorError);
+
+impl From<OrchestratorError> for ApiError {
+    fn from(e: OrchestratorError) -> Self {
+        ApiError(e)
+    }
+}
+
+/// The JSON body of an error: `{"error","message","details","http_status"}`.
+pub fn error_body(err: &OrchestratorError) -> serde_json::Value {
+    let code = err.error_code();
+    let message = if code == ErrorCode::Internal {
+        tracing::error!(error = %err, "internal error");
+        "internal error".to_string()
+    } else {
+        err.to_string()
+    };
+    serde_json::json!({
+        "error": code.as_str(),
+        "message": message,
+        "details": null,
+        "http_status": code.http_status().as_u16(),
+    })
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.0.error_code().http_status();
+        (status, Json(error_body(&self.0))).into_response()
+    }
+}
+
+pub fn parse_task_id(raw: &str) -> Result<Uuid, OrchestratorError> {
+    Uuid::parse_str(raw)
+        .map_err(|_| OrchestratorError::BadRequest(format!("invalid task id {raw:?}")))
+}
+
+fn parse_body<T: for<'de> Deserialize<'de> + Default>(
+    body: &Bytes,
+) -> Result<T, OrchestratorError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| OrchestratorError::BadRequest(format!("invalid JSON body: {e}")))
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct StartBody {
+    #[serde(default)]
+    prompt: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct StopBody {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+async fn start(
+    State(state): State<AppState>,
+    Path(task_id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let task_id = parse_task_id(&task_id)?;
+    let body: StartBody = parse_body(&body)?;
+    let view = state.orchestration.start_task(task_id, body.prompt).await?;
+    Ok((axum::http::StatusCode::ACCEPTED, Json(view)).into_response())
+}
+
+async fn stop(
+    State(state): State<AppState>,
+    Path(task_id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let task_id = parse_task_id(&task_id)?;
+    let body: StopBody = parse_body(&body)?;
+    let view = state
+        .orchestration
+        .stop_task(task_id, body.reason.as_deref().unwrap_or(""))
+        .await?;
+    Ok(Json(view).into_response())
+}
+
+async fn status(
+    State(state): State<AppState>,
+    Path(task_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let task_id = parse_task_id(&task_id)?;
+    Ok(Json(state.orchestration.get_execution(task_id).await?).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct StreamQuery {
+    #[serde(default)]
+    after: Option<i64>,
+}
+
+async fn stream(
+    State(state): State<AppState>,
+    Path(task_id): Path<String>,
+    query: Result<Query<StreamQuery>, axum::extract::rejection::QueryRejection>,
+    upgrade: WebSocketUpgrade,
+) -> Result<Response, ApiError> {
+    let task_id = parse_task_id(&task_id)?;
+    let Query(query) = query.map_err(|e| OrchestratorError::BadRequest(e.body_text()))?;
+    let after = query.after.unwrap_or(0).max(0);
+    Ok(upgrade.on_upgrade(move |socket| ws::session(state, task_id, after, socket)))
+}

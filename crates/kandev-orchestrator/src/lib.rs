@@ -1,0 +1,36 @@
+//! The Kandev orchestrator: a persisted priority queue of eligible tasks,
+//! launched through the agent manager within concurrency limits and
+//! supervised through `agent.*` events; and the ACP feed, every
+//! `acp.message.<task_id>` numbered per task, broadcast live and stored in
+//! Postgres, replayed over WebSocket with no gap and no duplicate.
+//!
+//! # Layout
+//! - [`config`]: the service's typed settings.
+//! - [`domain`]: execution states, the [`Orchestration`] trait the adapters
+//!   call, and [`OrchestratorError`] with its place in the error table.
+//! - [`engine`]: the queue, limits, launching, retries and event reactions.
+//! - [`clients`]: the [`AgentControl`] trait over the agent manager, its gRPC
+//!   implementation, and the task service client.
+//! - [`consumers`]: durable JetStream consumers of `task.*` and `agent.*`.
+//! - [`feed`]: the `acp.message.*` consumer, seq numbering, batched storage
+//!   and the live [`FeedHub`].
+//! - [`http`] and [`ws`]: REST control and the WebSocket feed.
+//! - [`grpc`]: the thin tonic adapter over an `Orchestration`.
+//! - [`startup`]: `build(settings)` then `run_until_stopped(shutdown)`.
+
+pub mod clients;
+pub mod config;
+pub mod consumers;
+pub mod domain;
+pub mod engine;
+pub mod feed;
+pub mod grpc;
+pub mod http;
+pub mod startup;
+pub mod ws;
+
+pub use clients::{AgentControl, GrpcAgentControl};
+pub use config::Settings;
+pub use domain::{ExecState, ExecutionView, Orchestration, OrchestratorError};
+pub use feed::FeedHub;
+pub use startup::Application;

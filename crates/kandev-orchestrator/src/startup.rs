@@ -1,0 +1,273 @@
+//! Wiring: database, event bus, clients, the engine, consumers and the server.
+
+use std::{net::SocketAddr, str::FromStr, sync::Arc, time::Duration};
+
+use kandev_common::{
+    CancellationToken,
+    serve::{self, ReadinessCheck},
+};
+use kandev_events::JetStreamBus;
+use kandev_proto::v1::orchestrator_server::OrchestratorServer;
+use sqlx::{
+    Executor, PgPool,
+    postgres::{PgConnectOptions, PgPoolOptions},
+};
+use tokio::net::TcpListener;
+use tokio_util::task::AbortOnDropHandle;
+
+use crate::{
+    clients::{self, AgentControl, GrpcAgentControl},
+    config::Settings,
+    consumers::{self, Source},
+    domain::Orchestration,
+    engine::Engine,
+    feed::{self, FeedConsumer, FeedHub},
+    grpc::GrpcOrchestratorAdapter,
+    http::{self, AppState},
+};
+
+/// Why the service could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("event bus: {0}")]
+    Bus(#[from] kandev_events::BusError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("server: {0}")]
+    Serve(std::io::Error),
+    #[error("grpc setup: {0}")]
+    Grpc(String),
+    #[error("client setup: {0}")]
+    Client(String),
+}
+
+/// The built service, bound to its port but not yet serving.
+pub struct Application {
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    pool: PgPool,
+    bus: JetStreamBus,
+    hub: Arc<FeedHub>,
+    engine: Arc<Engine>,
+    settings: Arc<Settings>,
+}
+
+/// Connects to Postgres with `search_path` set to the service's schema,
+/// creating the schema and running migrations.
+pub async fn connect_database(settings: &Settings) -> Result<PgPool, StartupError> {
+    let base = PgConnectOptions::from_str(&settings.database_url)?;
+    let schema = settings.database_schema.clone();
+    let bootstrap = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(base.clone())
+        .await?;
+    bootstrap
+        .execute(format!("CREATE SCHEMA IF NOT EXISTS {schema}").as_str())
+        .await?;
+    bootstrap.close().await;
+
+    let pool = PgPoolOptions::new()
+        .max_connections(settings.database_max_connections)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(base.options([("search_path", schema.as_str())]))
+        .await?;
+    sqlx::migrate!("./migrations").run(&pool).await?;
+    Ok(pool)
+}
+
+impl Application {
+    /// Connects to everything from the settings; the agent manager is
+    /// reached over gRPC at `agent_manager_url`.
+    pub async fn build(settings: Settings) -> Result<Self, StartupError> {
+        let agents =
+            GrpcAgentControl::lazy(&settings.agent_manager_url).map_err(StartupError::Client)?;
+        Self::build_with_agents(settings, Arc::new(agents)).await
+    }
+
+    /// Builds with a given agent manager client.
+    pub async fn build_with_agents(
+        settings: Settings,
+        agents: Arc<dyn AgentControl>,
+    ) -> Result<Self, StartupError> {
+        let settings = Arc::new(settings);
+        let bus = JetStreamBus::connect(&settings.nats_url).await?;
+        let pool = connect_database(&settings).await?;
+        let tasks =
+            clients::task_client(&settings.task_service_url).map_err(StartupError::Client)?;
+        let hub = FeedHub::new(settings.ws_client_buffer);
+        let engine = Engine::new(pool.clone(), settings.clone(), agents, tasks, hub.clone());
+        let listener = TcpListener::bind(&settings.listen_addr)
+            .await
+            .map_err(|source| StartupError::Listen {
+                addr: settings.listen_addr.clone(),
+                source,
+            })?;
+        let local_addr = listener.local_addr().map_err(StartupError::Serve)?;
+        Ok(Application {
+            listener,
+            local_addr,
+            pool,
+            bus,
+            hub,
+            engine,
+            settings,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.local_addr.port()
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Serves until `shutdown` fires, then stops the consumers and flushes
+    /// the feed. Dropping this future instead (a crash) loses nothing: every
+    /// unacknowledged message comes again after a restart.
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {
+        let (mut routes, health) =
+            serve::grpc_base(kandev_proto::FILE_DESCRIPTOR_SET).map_err(StartupError::Grpc)?;
+        let orchestration: Arc<dyn Orchestration> = self.engine.clone();
+        routes.add_service(OrchestratorServer::new(GrpcOrchestratorAdapter::new(
+            orchestration.clone(),
+        )));
+        health
+            .set_serving::<OrchestratorServer<GrpcOrchestratorAdapter>>()
+            .await;
+
+        let db_pool = self.pool.clone();
+        let db_ready: ReadinessCheck = Arc::new(move || {
+            let pool = db_pool.clone();
+            Box::pin(async move {
+                sqlx::query("SELECT 1")
+                    .execute(&pool)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+        });
+        let ready_bus = self.bus.clone();
+        let bus_ready: ReadinessCheck = Arc::new(move || {
+            let bus = ready_bus.clone();
+            Box::pin(async move {
+                if bus.is_connected() {
+                    Ok(())
+                } else {
+                    Err("nats not connected".to_string())
+                }
+            })
+        });
+        let state = AppState {
+            orchestration,
+            hub: self.hub.clone(),
+            pool: self.pool.clone(),
+            close_grace: Duration::from_millis(self.settings.ws_close_grace_ms),
+        };
+        let router = routes
+            .routes()
+            .into_axum_router()
+            .merge(http::routes(state))
+            .merge(serve::health_routes(vec![
+                ("postgres", db_ready),
+                ("nats", bus_ready),
+            ]));
+
+        // Background work; aborted with this future if it is dropped.
+        let stop = CancellationToken::new();
+        let c = &self.settings.consumers;
+        let feed_task = AbortOnDropHandle::new(tokio::spawn(run_feed(
+            self.bus.clone(),
+            self.pool.clone(),
+            self.hub.clone(),
+            self.settings.clone(),
+            stop.clone(),
+        )));
+        let task_consumer = AbortOnDropHandle::new(tokio::spawn(consumers::run(
+            self.bus.clone(),
+            Source::Tasks,
+            c.task_durable.clone(),
+            c.task_filter.clone(),
+            self.engine.clone(),
+            stop.clone(),
+        )));
+        let agent_consumer = AbortOnDropHandle::new(tokio::spawn(consumers::run(
+            self.bus.clone(),
+            Source::Agents,
+            c.agent_durable.clone(),
+            c.agent_filter.clone(),
+            self.engine.clone(),
+            stop.clone(),
+        )));
+        let ticker =
+            AbortOnDropHandle::new(tokio::spawn(run_ticker(self.engine.clone(), stop.clone())));
+
+        tracing::info!(addr = %self.local_addr, "orchestrator listening (gRPC, REST, WebSocket, /healthz, /readyz)");
+        let served = serve::serve(self.listener, router, shutdown).await;
+        stop.cancel();
+        let _ = task_consumer.await;
+        let _ = agent_consumer.await;
+        let _ = ticker.await;
+        let _ = feed_task.await;
+        self.pool.close().await;
+        tracing::info!("orchestrator stopped");
+        served.map_err(StartupError::Serve)
+    }
+}
+
+async fn run_feed(
+    bus: JetStreamBus,
+    pool: PgPool,
+    hub: Arc<FeedHub>,
+    settings: Arc<Settings>,
+    stop: CancellationToken,
+) {
+    let c = &settings.consumers;
+    let consumer = loop {
+        match feed::acp_consumer(&bus, &c.acp_durable, &c.acp_filter).await {
+            Ok(consumer) => break consumer,
+            Err(err) => {
+                tracing::warn!(%err, "acp consumer not ready, retrying");
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        }
+    };
+    FeedConsumer {
+        pool,
+        hub,
+        consumer,
+        flush_every: Duration::from_millis(settings.feed_flush_ms),
+        flush_max: settings.feed_flush_max,
+    }
+    .run(stop)
+    .await;
+}
+
+async fn run_ticker(engine: Arc<Engine>, stop: CancellationToken) {
+    if let Err(err) = engine.recover().await {
+        tracing::warn!(%err, "recovery after restart failed");
+    }
+    let mut interval = tokio::time::interval(Duration::from_millis(250));
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = interval.tick() => {
+                if let Err(err) = engine.tick().await {
+                    tracing::warn!(%err, "scheduler tick failed");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! One WebSocket client of a task's feed.
+//!
+//! Frames sent: every feed frame is a JSON text object with a top-level
+//! `seq` (`{"seq","task_id","instance_id","instance_seq","event"}`); other
+//! frames have no `seq` and a `type` (`ack`, `error`).
+//!
+//! Order of work: subscribe to live frames (taking the unstored tail), read
+//! the stored history after `?after=`, send it, send the tail, then live
+//! frames, skipping every `seq` already sent: no gap, no duplicate.
+//!
+//! Commands the client may send: `{"type":"prompt","text"}`,
+//! `{"type":"cancel"}`, `{"type":"permission","request_id","option_id"}` or
+//! with `"cancelled":true`; each is answered with `{"type":"ack",...}` or
+//! `{"type":"error",...}`. An optional `id` is echoed back.
+//!
+//! A client whose bounded queue overflows gets a close frame (code 1008,
+//! reason `lagging: ...`) and is disconnected; the others never wait for it.
+
+use std::{sync::Arc, time::Duration};
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use futures::{Sink, SinkExt, StreamExt};
+use kandev_common::CancellationToken;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use crate::{
+    domain::{Orchestration, OrchestratorError, PermissionAnswer},
+    feed,
+    http::{AppState, error_body},
+};
+
+/// Stored frames read per query while replaying.
+const HISTORY_PAGE: i64 = 1000;
+/// The close code of a lagging client (policy violation).
+pub const LAGGING_CLOSE_CODE: u16 = 1008;
+
+/// Serves one client until it leaves or lags.
+pub async fn session(state: AppState, task_id: Uuid, after: i64, socket: WebSocket) {
+    let subscription = state.hub.subscribe(task_id);
+    let (sink, stream) = socket.split();
+    let (reply_tx, reply_rx) = mpsc::channel::<String>(16);
+    let done = CancellationToken::new();
+    let reader = tokio::spawn(read_commands(
+        stream,
+        state.orchestration.clone(),
+        task_id,
+        reply_tx,
+        done.clone(),
+    ));
+    let buffer = state.hub.buffer();
+    let outcome = write_frames(
+        sink,
+        subscription,
+        &state,
+        task_id,
+        after,
+        reply_rx,
+        done.clone(),
+    )
+    .await;
+    match outcome {
+        Outcome::Lagged => {
+            tracing::warn!(%task_id, buffer, "websocket client lagging, disconnected");
+        }
+        Outcome::Closed => tracing::debug!(%task_id, "websocket client left"),
+    }
+    done.cancel();
+    reader.abort();
+}
+
+enum Outcome {
+    Closed,
+    Lagged,
+}
+
+async fn send_or_lag<S>(
+    sink: &mut S,
+    msg: Message,
+    lagged: &CancellationToken,
+    grace: Duration,
+) -> bool
+where
+    S: Sink<Message> + Unpin,
+{
+    let send = sink.send(msg);
+    tokio::pin!(send);
+    tokio::select! {
+        r = &mut send => r.is_ok(),
+        () = lagged.cancelled() => matches!(tokio::time::timeout(grace, send).await, Ok(Ok(()))),
+    }
+}
+
+async fn write_frames<S>(
+    mut sink: S,
+    mut sub: feed::Subscription,
+    state: &AppState,
+    task_id: Uuid,
+    after: i64,
+    mut replies: mpsc::Receiver<String>,
+    done: CancellationToken,
+) -> Outcome
+where
+    S: Sink<Message> + Unpin,
+{
+    let grace = state.close_grace;
+    let lagged = sub.lagged.clone();
+    let mut last = after;
+    let outcome = 'run: {
+        // Stored history.
+        loop {
+            let page = match feed::history(&state.pool, task_id, last, HISTORY_PAGE).await {
+                Ok(page) => page,
+                Err(err) => {
+                    let body = error_body(&OrchestratorError::Database(err));
+                    let mut frame = json!({"type": "error"});
+                    merge(&mut frame, body);
+                    let _ = sink.send(Message::Text(frame.to_string().into())).await;
+                    break 'run Outcome::Closed;
+                }
+            };
+            let full = page.len() as i64 == HISTORY_PAGE;
+            for frame in page {
+                if lagged.is_cancelled() {
+                    break 'run Outcome::Lagged;
+                }
+                if !send_or_lag(&mut sink, Message::Text(frame.text.into()), &lagged, grace).await {
+                    break 'run Outcome::Closed;
+                }
+                last = frame.seq;
+            }
+            if !full {
+                break;
+            }
+        }
+        // The tail that was not yet stored when we subscribed.
+        for frame in std::mem::take(&mut sub.tail) {
+            if frame.seq <= last {
+                continue;
+            }
+            if !send_or_lag(
+                &mut sink,
+                Message::Text(frame.text.clone().into()),
+                &lagged,
+                grace,
+            )
+            .await
+            {
+                break 'run Outcome::Closed;
+            }
+            last = frame.seq;
+        }
+        // Live.
+        loop {
+            tokio::select! {
+                biased;
+                () = lagged.cancelled() => break 'run Outcome::Lagged,
+                () = done.cancelled() => break 'run Outcome::Closed,
+                Some(reply) = replies.recv() => {
+                    if !send_or_lag(&mut sink, Message::Text(reply.into()), &lagged, grace).await {
+                        break 'run Outcome::Closed;
+                    }
+                }
+                frame = sub.rx.recv() => match frame {
+                    Some(frame) if frame.seq > last => {
+                        if !send_or_lag(&mut sink, Message::Text(frame.text.clone().into()), &lagged, grace).await {
+                            break 'run Outcome::Closed;
+                        }
+                        last = frame.seq;
+                    }
+                    Some(_) => {}
+                    None => break 'run Outcome::Closed,
+                },
+            }
+        }
+    };
+    if let Outcome::Lagged = outcome {
+        let reason = format!(
+            "lagging: more than {} frames behind; reconnect with ?after={last}",
+            state.hub.buffer()
+        );
+        let close = Message::Close(Some(CloseFrame {
+            code: LAGGING_CLOSE_CODE,
+            reason: reason.into(),
+        }));
+        let _ = tokio::time::timeout(grace, sink.send(close)).await;
+    } else {
+        let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
+    }
+    outcome
+}
+
+fn merge(into: &mut Value, from: Value) {
+    if let (Some(a), Value::Object(b)) = (into.as_object_mut(), from) {
+        a.extend(b);
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Command {
+    Prompt {
+        text: String,
+    },
+    Cancel,
+    Permission {
+        request_id: Value,
+        #[serde(default)]
+        option_id: String,
+        #[serde(default)]
+        cancelled: bool,
+    },
+}
+
+async fn read_commands<S>(
+    mut stream: S,
+    orchestration: Arc<dyn Orchestration>,
+    task_id: Uuid,
+    replies: mpsc::Sender<String>,
+    done: CancellationToken,
+) where
+    S: futures::Stream<Item = Result<Message, axum::Error>> + Unpin,
+{
+    while let Some(Ok(msg)) = stream.next().await {
+        match msg {
+            Message::Text(text) => {
+                let reply = handle_command(orchestration.as_ref(), task_id, text.as_str()).await;
+                if replies.send(reply.to_string()).await.is_err() {
+                    break;
+                }
+            }
+            Message::Close(_) => break,
+            _ => {}
+        }
+    }
+    done.cancel();
+}
+
+/// Runs one client command and returns its `ack` or `error` frame.
+pub async fn handle_command(orchestration: &dyn Orchestration, task_id: Uuid, text: &str) -> Value {
+    let raw: Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => {
+            return command_error(
+                None,
+                None,
+                &OrchestratorError::BadRequest(format!("invalid JSON: {e}")),
+            );
+        }
+    };
+    let id = raw.get("id").cloned();
+    let name = raw.get("type").and_then(Value::as_str).map(str::to_string);
+    let command: Command = match serde_json::from_value(raw) {
+        Ok(c) => c,
+        Err(e) => {
+            return command_error(
+                id,
+                name,
+                &OrchestratorError::BadRequest(format!("invalid command: {e}")),
+            );
+        }
+    };
+    let result = match command {
+        Command::Prompt { text } => orchestration.prompt(task_id, text).await.map(|_| ()),
+        Command::Cancel => orchestration.cancel_turn(task_id).await,
+        Command::Permission {
+            request_id,
+            option_id,
+            cancelled,
+        } => {
+            let request_id = match request_id {
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+            if option_id.is_empty() && !cancelled {
+                Err(OrchestratorError::Validation(
+                    "permission needs option_id or cancelled: true".into(),
+                ))
+            } else {
+                orchestration
+                    .respond_permission(
+                        task_id,
+                        PermissionAnswer {
+                            request_id,
+                            option_id,
+                            cancelled,
+                        },
+                    )
+                    .await
+            }
+        }
+    };
+    match result {
+        Ok(()) => {
+            let mut ack = json!({"type": "ack", "command": name});
+            if let Some(id) = id {
+                ack["id"] = id;
+            }
+            ack
+        }
+        Err(err) => command_error(id, name, &err),
+    }
+}
+
+fn command_error(id: Option<Value>, name: Option<String>, err: &OrchestratorError) -> Value {
+    let mut frame = json!({"type": "error", "command": name});
+    merge(&mut frame, error_body(err));
+    if let Some(id) = id {
+        frame["id"] = id;
+    }
+    frame
+}

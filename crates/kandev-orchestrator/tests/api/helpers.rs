@@ -1,0 +1,479 @@
+use std::{
+    collections::BTreeMap,
+    net::SocketAddr,
+    sync::{Arc, LazyLock, Mutex},
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use http_body_util::{BodyExt, Full};
+use kandev_common::CancellationToken;
+use kandev_events::{
+    Envelope, EventBus, JetStreamBus,
+    agent::{AcpMessage, AgentEventKind, AgentLifecycle},
+    subjects,
+};
+use kandev_orchestrator::{AgentControl, Application, Settings, config::ConsumerSettings};
+use kandev_proto::v1::{self as pb, task_service_client::TaskServiceClient};
+use kandev_testkit::{OwnNats, TestDb};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, tungstenite::Message};
+use tonic::{Status, transport::Channel};
+use uuid::Uuid;
+
+static TRACING: LazyLock<()> = LazyLock::new(|| {
+    if std::env::var("TEST_LOG").is_ok() {
+        kandev_common::telemetry::init(&Default::default());
+    }
+});
+
+pub fn init_tracing() {
+    LazyLock::force(&TRACING);
+}
+
+pub fn settings(db: &TestDb, nats_url: &str) -> Settings {
+    Settings {
+        listen_addr: "127.0.0.1:0".into(),
+        database_url: db.url.clone(),
+        nats_url: nats_url.into(),
+        // Nobody listens there unless the test starts a task service.
+        task_service_url: format!("http://127.0.0.1:{}", kandev_testkit::free_port()),
+        feed_flush_ms: 20,
+        retry_backoff_ms: 100,
+        retry_backoff_max_ms: 400,
+        consumers: ConsumerSettings::default(),
+        ..Settings::default()
+    }
+}
+
+/// What the recording agent manager was asked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentCall {
+    Launch(pb::LaunchAgentRequest, Uuid),
+    Prompt(Uuid, String),
+    Cancel(Uuid),
+    Stop(Uuid),
+    Permission(pb::RespondPermissionRequest),
+}
+
+/// An [`AgentControl`] that records calls and answers them at once; the
+/// test plays the agent manager's events on NATS. Used only where the test
+/// is about the orchestrator's own decisions (queue, limits, retries).
+#[derive(Default)]
+pub struct RecordingAgents {
+    pub calls: Mutex<Vec<AgentCall>>,
+    /// When set, SendPrompt is refused with this code (the agent manager
+    /// refuses a follow-up on a stopped instance, for example).
+    pub refuse_prompts: Mutex<Option<tonic::Code>>,
+}
+
+impl RecordingAgents {
+    pub fn calls(&self) -> Vec<AgentCall> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    /// (task_id, instance_id) of every launch, in order.
+    pub fn launches(&self) -> Vec<(String, Uuid, pb::LaunchAgentRequest)> {
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                AgentCall::Launch(req, id) => Some((req.task_id.clone(), id, req)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl AgentControl for RecordingAgents {
+    async fn launch(&self, request: pb::LaunchAgentRequest) -> Result<pb::AgentInstance, Status> {
+        let id = Uuid::new_v4();
+        let instance = pb::AgentInstance {
+            id: id.to_string(),
+            task_id: request.task_id.clone(),
+            agent_type: request.agent_type.clone(),
+            status: pb::AgentStatus::Starting as i32,
+            ..Default::default()
+        };
+        self.calls
+            .lock()
+            .unwrap()
+            .push(AgentCall::Launch(request, id));
+        Ok(instance)
+    }
+
+    async fn send_prompt(&self, instance_id: &str, prompt: &str) -> Result<(), Status> {
+        let id = Uuid::parse_str(instance_id).unwrap();
+        if let Some(code) = *self.refuse_prompts.lock().unwrap() {
+            return Err(Status::new(code, "the instance was stopped"));
+        }
+        self.calls
+            .lock()
+            .unwrap()
+            .push(AgentCall::Prompt(id, prompt.to_string()));
+        Ok(())
+    }
+
+    async fn cancel(&self, instance_id: &str, _reason: &str) -> Result<(), Status> {
+        let id = Uuid::parse_str(instance_id).unwrap();
+        self.calls.lock().unwrap().push(AgentCall::Cancel(id));
+        Ok(())
+    }
+
+    async fn stop(&self, instance_id: &str, _reason: &str) -> Result<(), Status> {
+        let id = Uuid::parse_str(instance_id).unwrap();
+        self.calls.lock().unwrap().push(AgentCall::Stop(id));
+        Ok(())
+    }
+
+    async fn respond_permission(
+        &self,
+        request: pb::RespondPermissionRequest,
+    ) -> Result<(), Status> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(AgentCall::Permission(request));
+        Ok(())
+    }
+
+    async fn list_instances(&self, _task_id: &str) -> Result<Vec<pb::AgentInstance>, Status> {
+        Ok(vec![])
+    }
+}
+
+/// A running orchestrator (and, when asked, a task service) on a private
+/// NATS and a fresh database.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub db: TestDb,
+    pub nats: OwnNats,
+    pub bus: JetStreamBus,
+    pub agents: Arc<RecordingAgents>,
+    pub tasks: Option<TaskServiceClient<Channel>>,
+    shutdown: CancellationToken,
+    handle: JoinHandle<()>,
+    task_service: Option<(CancellationToken, JoinHandle<()>)>,
+}
+
+pub struct Options {
+    pub with_task_service: bool,
+    pub tweak: Box<dyn FnOnce(&mut Settings) + Send>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            with_task_service: false,
+            tweak: Box::new(|_| {}),
+        }
+    }
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(Options::default()).await
+}
+
+pub async fn spawn_app_with(options: Options) -> TestApp {
+    init_tracing();
+    let nats = OwnNats::start().await;
+    let db = TestDb::create().await;
+    let mut settings = settings(&db, &nats.url());
+    let mut task_service = None;
+    let mut tasks = None;
+    if options.with_task_service {
+        let ts_settings = kandev_task_service::Settings {
+            listen_addr: "127.0.0.1:0".into(),
+            database_url: db.url.clone(),
+            nats_url: nats.url(),
+            outbox_poll_ms: 100,
+            ..kandev_task_service::Settings::default()
+        };
+        let app = kandev_task_service::Application::build(ts_settings)
+            .await
+            .expect("task service builds");
+        let addr = app.local_addr();
+        let stop = CancellationToken::new();
+        let s = stop.clone();
+        let handle = tokio::spawn(async move {
+            app.run_until_stopped(s).await.expect("task service runs");
+        });
+        settings.task_service_url = format!("http://{addr}");
+        tasks = Some(
+            TaskServiceClient::connect(format!("http://{addr}"))
+                .await
+                .expect("task service client"),
+        );
+        task_service = Some((stop, handle));
+    }
+    (options.tweak)(&mut settings);
+    let agents = Arc::new(RecordingAgents::default());
+    let app = Application::build_with_agents(settings, agents.clone())
+        .await
+        .expect("orchestrator builds");
+    let addr = app.local_addr();
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let handle = tokio::spawn(async move {
+        app.run_until_stopped(stop)
+            .await
+            .expect("orchestrator runs");
+    });
+    let bus = JetStreamBus::connect(&nats.url()).await.expect("bus");
+    bus.ensure_streams().await.expect("streams");
+    TestApp {
+        addr,
+        db,
+        nats,
+        bus,
+        agents,
+        tasks,
+        shutdown,
+        handle,
+        task_service,
+    }
+}
+
+impl TestApp {
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        let _ = self.handle.await;
+        if let Some((stop, handle)) = self.task_service {
+            stop.cancel();
+            let _ = handle.await;
+        }
+        self.db.drop_db().await;
+    }
+
+    pub fn tasks(&self) -> TaskServiceClient<Channel> {
+        self.tasks.clone().expect("started with a task service")
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn ws_url(&self, task_id: Uuid, after: Option<i64>) -> String {
+        ws_url(self.addr, task_id, after)
+    }
+}
+
+pub fn ws_url(addr: SocketAddr, task_id: Uuid, after: Option<i64>) -> String {
+    let base = format!("ws://{addr}/api/v1/orchestrator/tasks/{task_id}/stream");
+    match after {
+        Some(a) => format!("{base}?after={a}"),
+        None => base,
+    }
+}
+
+/// An ACP message as the agent manager publishes it.
+pub fn acp(task_id: Uuid, instance_id: Uuid, instance_seq: u64) -> AcpMessage {
+    AcpMessage {
+        task_id,
+        instance_id,
+        instance_seq,
+        event: json!({
+            "seq": instance_seq,
+            "timestamp": "2026-01-10T12:00:00.000Z",
+            "direction": "from_agent",
+            "session_id": "sess_test",
+            "kind": "message_chunk",
+            "data": {"role": "agent", "text": format!("chunk {instance_seq}"), "content_type": "text"},
+            "raw": null,
+        }),
+    }
+}
+
+/// Publishes ACP messages, in order, each acknowledged by JetStream.
+pub async fn publish_acp(bus: &JetStreamBus, messages: &[AcpMessage]) {
+    for m in messages {
+        publish_acp_with_id(bus, m, m.event_id()).await;
+    }
+}
+
+pub async fn publish_acp_with_id(bus: &JetStreamBus, m: &AcpMessage, id: Uuid) {
+    let subject = subjects::acp_message(&m.task_id);
+    let mut env = Envelope::new(subject.clone(), m.clone());
+    env.id = id;
+    bus.publish(&subject, id, Bytes::from(env.to_bytes().unwrap()))
+        .await
+        .expect("publish acp message");
+}
+
+/// Publishes messages fast: the acks are awaited together.
+pub async fn publish_acp_fast(nats_url: &str, messages: &[AcpMessage]) {
+    let client = async_nats::connect(nats_url).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    for chunk in messages.chunks(256) {
+        let mut acks = vec![];
+        for m in chunk {
+            let subject = subjects::acp_message(&m.task_id);
+            let mut env = Envelope::new(subject.clone(), m.clone());
+            env.id = m.event_id();
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("Nats-Msg-Id", env.id.to_string().as_str());
+            let ack = js
+                .publish_with_headers(subject, headers, env.to_bytes().unwrap().into())
+                .await
+                .unwrap();
+            acks.push(ack);
+        }
+        for ack in acks {
+            ack.await.unwrap();
+        }
+    }
+}
+
+/// Publishes an `agent.*` lifecycle event as the agent manager would.
+pub async fn publish_agent(bus: &JetStreamBus, ev: AgentLifecycle, turn: u64) {
+    let subject = ev.kind.subject();
+    let id = ev.event_id(turn);
+    let mut env = Envelope::new(subject, ev);
+    env.id = id;
+    bus.publish(subject, id, Bytes::from(env.to_bytes().unwrap()))
+        .await
+        .expect("publish agent event");
+}
+
+pub fn lifecycle(kind: AgentEventKind, task_id: &str, instance_id: Uuid) -> AgentLifecycle {
+    AgentLifecycle {
+        kind,
+        task_id: Uuid::parse_str(task_id).unwrap(),
+        instance_id,
+        agent_type: "mock-agent".into(),
+        container_id: None,
+        acp_session_id: None,
+        stop_reason: None,
+        summary: None,
+        error: None,
+        exit_code: None,
+        last_seq: 0,
+        at: chrono::Utc::now(),
+    }
+}
+
+pub type Ws = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
+
+pub async fn ws_connect(url: &str) -> Ws {
+    let (ws, _) = tokio_tungstenite::connect_async(url)
+        .await
+        .expect("websocket connects");
+    ws
+}
+
+/// What a client read.
+#[derive(Debug)]
+pub enum Read {
+    Frame(Value),
+    Closed(Option<(u16, String)>),
+}
+
+pub async fn ws_read(ws: &mut Ws, wait: Duration) -> Option<Read> {
+    loop {
+        let msg = match tokio::time::timeout(wait, ws.next()).await {
+            Err(_) => return None,
+            Ok(None) => return Some(Read::Closed(None)),
+            Ok(Some(Err(_))) => return Some(Read::Closed(None)),
+            Ok(Some(Ok(m))) => m,
+        };
+        match msg {
+            Message::Text(t) => {
+                return Some(Read::Frame(serde_json::from_str(t.as_str()).unwrap()));
+            }
+            Message::Close(frame) => {
+                return Some(Read::Closed(
+                    frame.map(|f| (u16::from(f.code), f.reason.to_string())),
+                ));
+            }
+            _ => continue,
+        }
+    }
+}
+
+/// Reads feed frames until `n` arrived; panics on a timeout or a close.
+pub async fn ws_frames(ws: &mut Ws, n: usize) -> Vec<Value> {
+    let mut out = vec![];
+    while out.len() < n {
+        match ws_read(ws, Duration::from_secs(20)).await {
+            Some(Read::Frame(f)) => {
+                if f.get("seq").is_some() {
+                    out.push(f);
+                }
+            }
+            other => panic!("after {} of {n} frames: {other:?}", out.len()),
+        }
+    }
+    out
+}
+
+pub async fn ws_send(ws: &mut Ws, value: Value) {
+    ws.send(Message::Text(value.to_string().into()))
+        .await
+        .unwrap();
+}
+
+pub fn seqs(frames: &[Value]) -> Vec<i64> {
+    frames.iter().map(|f| f["seq"].as_i64().unwrap()).collect()
+}
+
+/// A plain HTTP/1.1 request; returns the status and the JSON body.
+pub async fn http(method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
+    let uri: hyper::Uri = url.parse().unwrap();
+    let host = uri.authority().unwrap().to_string();
+    let stream = tokio::net::TcpStream::connect(&host).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let bytes = body.map(|b| b.to_string()).unwrap_or_default();
+    let req = hyper::Request::builder()
+        .method(method)
+        .uri(uri.path_and_query().unwrap().as_str())
+        .header("host", host)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(bytes)))
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    (status, value)
+}
+
+/// Polls `check` until it returns `Some`, for up to `secs` seconds.
+pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// (seq, instance_id, instance_seq) of every stored frame of a task.
+pub async fn stored(db: &TestDb, task_id: Uuid) -> Vec<(i64, Uuid, i64)> {
+    let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+    let rows = sqlx::query_as(
+        "SELECT seq, instance_id, instance_seq FROM orchestrator.feed WHERE task_id = $1 ORDER BY seq",
+    )
+    .bind(task_id)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    rows
+}
+
+pub fn limits(pairs: &[(&str, u32)]) -> BTreeMap<String, u32> {
+    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}

@@ -1,0 +1,436 @@
+//! Queue order, limits, completion, retries, cancellation and session
+//! resumption against the real task service (in-process, same Postgres,
+//! same private NATS). The agent manager is played by the test: launches go
+//! to a recording `AgentControl`, and its `agent.*` events are published on
+//! NATS, the orchestrator's real input.
+
+use std::time::Duration;
+
+use kandev_events::agent::AgentEventKind;
+use kandev_proto::v1 as pb;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::helpers::*;
+
+async fn board(app: &TestApp) -> String {
+    app.tasks()
+        .create_board(pb::CreateBoardRequest {
+            name: "Board".into(),
+            description: String::new(),
+            owner: "alice".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .id
+}
+
+async fn task(app: &TestApp, board: &str, title: &str, priority: i32, agent_type: &str) -> String {
+    app.tasks()
+        .create_task(pb::CreateTaskRequest {
+            board_id: board.into(),
+            title: title.into(),
+            description: "scenario: echo hello".into(),
+            priority,
+            agent_type: Some(agent_type.into()),
+            workspace_path: "/tmp/kandev-test-ws".into(),
+            max_retries: Some(1),
+            created_by: "alice".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .id
+}
+
+async fn get_task(app: &TestApp, id: &str) -> pb::Task {
+    app.tasks()
+        .get_task(pb::GetTaskRequest { id: id.into() })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+async fn status(app: &TestApp, id: &str) -> Value {
+    let (code, body) = http(
+        "GET",
+        &app.url(&format!("/api/v1/orchestrator/tasks/{id}/status")),
+        None,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    body
+}
+
+async fn wait_launches(app: &TestApp, n: usize) -> Vec<(String, Uuid, pb::LaunchAgentRequest)> {
+    eventually(15, &format!("{n} launches"), || async {
+        let l = app.agents.launches();
+        (l.len() >= n).then_some(l)
+    })
+    .await
+}
+
+async fn wait_state(app: &TestApp, id: &str, state: pb::TaskState) -> pb::Task {
+    eventually(15, &format!("task in {state:?}"), || async {
+        let t = get_task(app, id).await;
+        (t.state == state as i32).then_some(t)
+    })
+    .await
+}
+
+fn metadata(task: &pb::Task) -> Value {
+    serde_json::from_str(&task.metadata_json).unwrap()
+}
+
+#[tokio::test]
+async fn queue_runs_by_priority_then_arrival_within_the_limit_and_records_completion() {
+    let app = spawn_app_with(Options {
+        with_task_service: true,
+        tweak: Box::new(|s| s.max_concurrent = 1),
+    })
+    .await;
+    let board = board(&app).await;
+    let first = task(&app, &board, "first", 0, "mock-agent").await;
+    let launches = wait_launches(&app, 1).await;
+    assert_eq!(launches[0].0, first);
+    let req = &launches[0].2;
+    assert_eq!(req.prompt, "first\n\nscenario: echo hello");
+    assert_eq!(
+        req.workspace,
+        Some(pb::launch_agent_request::Workspace::WorkspacePath(
+            "/tmp/kandev-test-ws".into()
+        ))
+    );
+    assert_eq!(req.resume_session_id, None);
+    wait_state(&app, &first, pb::TaskState::InProgress).await;
+
+    // Four more wait behind the limit, ordered by priority then arrival.
+    let low = task(&app, &board, "low", 1, "mock-agent").await;
+    let high = task(&app, &board, "high", 5, "mock-agent").await;
+    let mid1 = task(&app, &board, "mid1", 3, "mock-agent").await;
+    let mid2 = task(&app, &board, "mid2", 3, "mock-agent").await;
+    for (id, pos) in [(&high, 1), (&mid1, 2), (&mid2, 3), (&low, 4)] {
+        eventually(10, "queue positions", || async {
+            let s = status(&app, id).await;
+            (s["state"] == "queued" && s["queue_position"] == pos).then_some(())
+        })
+        .await;
+    }
+    let s = status(&app, &first).await;
+    assert_eq!(s["state"], "running");
+    assert_eq!(s["attempts"], 1);
+    assert_eq!(app.agents.launches().len(), 1, "the limit holds");
+
+    // Each completion frees the slot for the next in line.
+    let mut order = vec![first.clone()];
+    for n in 2..=5 {
+        let (task_id, instance, _) = app.agents.launches().last().unwrap().clone();
+        let mut done = lifecycle(AgentEventKind::Completed, &task_id, instance);
+        done.summary = Some(format!("done with {task_id}"));
+        done.stop_reason = Some("end_turn".into());
+        done.acp_session_id = Some(format!("sess_{n}"));
+        publish_agent(&app.bus, done, 1).await;
+        let l = wait_launches(&app, n).await;
+        order.push(l[n - 1].0.clone());
+    }
+    assert_eq!(order, vec![first.clone(), high, mid1, mid2, low]);
+
+    // The completion is recorded in the task.
+    let t = wait_state(&app, &first, pb::TaskState::Completed).await;
+    let meta = metadata(&t);
+    assert_eq!(meta["summary"], format!("done with {first}"));
+    assert_eq!(meta["stop_reason"], "end_turn");
+    assert_eq!(meta["acp_session_id"], "sess_2");
+    assert!(meta["completed_at"].is_string());
+    assert_eq!(status(&app, &first).await["state"], "completed");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn per_agent_type_limits_hold_without_blocking_other_types() {
+    let app = spawn_app_with(Options {
+        with_task_service: true,
+        tweak: Box::new(|s| {
+            s.max_concurrent = 3;
+            s.per_agent_type_limits = limits(&[("slow-agent", 1)]);
+        }),
+    })
+    .await;
+    let board = board(&app).await;
+    let slow1 = task(&app, &board, "slow1", 0, "slow-agent").await;
+    wait_launches(&app, 1).await;
+    let slow2 = task(&app, &board, "slow2", 9, "slow-agent").await;
+    let fast = task(&app, &board, "fast", 0, "mock-agent").await;
+    let l = wait_launches(&app, 2).await;
+    assert_eq!(
+        l.iter().map(|x| x.0.clone()).collect::<Vec<_>>(),
+        vec![slow1.clone(), fast]
+    );
+    eventually(10, "slow2 waits", || async {
+        let s = status(&app, &slow2).await;
+        (s["state"] == "queued" && s["queue_position"] == 1).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(app.agents.launches().len(), 2);
+
+    let instance = l[0].1;
+    publish_agent(
+        &app.bus,
+        lifecycle(AgentEventKind::Completed, &slow1, instance),
+        1,
+    )
+    .await;
+    let l = wait_launches(&app, 3).await;
+    assert_eq!(l[2].0, slow2);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_run_is_retried_with_backoff_then_the_task_fails() {
+    let app = spawn_app_with(Options {
+        with_task_service: true,
+        ..Options::default()
+    })
+    .await;
+    let board = board(&app).await;
+    // max_retries = 1: two runs in all.
+    let id = task(&app, &board, "flaky", 0, "mock-agent").await;
+    let l = wait_launches(&app, 1).await;
+    let mut failed = lifecycle(AgentEventKind::Failed, &id, l[0].1);
+    failed.error = Some("agent exited with code 1".into());
+    failed.exit_code = Some(1);
+    publish_agent(&app.bus, failed, 1).await;
+    eventually(10, "retry wait", || async {
+        let s = status(&app, &id).await;
+        (s["state"] == "retry_wait" || s["state"] == "running").then_some(())
+    })
+    .await;
+
+    let l = wait_launches(&app, 2).await;
+    assert_eq!(l[1].0, id);
+    let s = status(&app, &id).await;
+    assert_eq!(s["attempts"], 2);
+    assert_eq!(s["last_error"], "agent exited with code 1");
+
+    let mut failed = lifecycle(AgentEventKind::Failed, &id, l[1].1);
+    failed.error = Some("agent exited with code 2".into());
+    publish_agent(&app.bus, failed, 1).await;
+    let t = wait_state(&app, &id, pb::TaskState::Failed).await;
+    assert_eq!(metadata(&t)["last_error"], "agent exited with code 2");
+    let s = status(&app, &id).await;
+    assert_eq!(s["state"], "failed");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(app.agents.launches().len(), 2, "no third run");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn cancelling_a_running_task_stops_its_agent() {
+    let app = spawn_app_with(Options {
+        with_task_service: true,
+        ..Options::default()
+    })
+    .await;
+    let board = board(&app).await;
+    let id = task(&app, &board, "to cancel", 0, "mock-agent").await;
+    let l = wait_launches(&app, 1).await;
+    wait_state(&app, &id, pb::TaskState::InProgress).await;
+    app.tasks()
+        .change_task_state(pb::ChangeTaskStateRequest {
+            id: id.clone(),
+            state: pb::TaskState::Cancelled as i32,
+            actor: "alice".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    eventually(10, "StopAgent", || async {
+        app.agents
+            .calls()
+            .contains(&AgentCall::Stop(l[0].1))
+            .then_some(())
+    })
+    .await;
+    eventually(10, "stopped", || async {
+        (status(&app, &id).await["state"] == "stopped").then_some(())
+    })
+    .await;
+    assert_eq!(
+        get_task(&app, &id).await.state,
+        pb::TaskState::Cancelled as i32
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn follow_ups_continue_the_run_and_reruns_resume_the_session() {
+    let app = spawn_app_with(Options {
+        with_task_service: true,
+        ..Options::default()
+    })
+    .await;
+    let board = board(&app).await;
+    let id = task(&app, &board, "twice", 0, "mock-agent").await;
+    let l = wait_launches(&app, 1).await;
+    let first = l[0].1;
+    let mut done = lifecycle(AgentEventKind::Completed, &id, first);
+    done.acp_session_id = Some("sess_abc".into());
+    done.summary = Some("first run".into());
+    publish_agent(&app.bus, done, 1).await;
+    let t = wait_state(&app, &id, pb::TaskState::Completed).await;
+    assert_eq!(metadata(&t)["acp_session_id"], "sess_abc");
+    assert_eq!(metadata(&t)["summary"], "first run");
+
+    // A follow-up prompt over the WebSocket goes to the same instance.
+    let task_id = Uuid::parse_str(&id).unwrap();
+    let mut ws = ws_connect(&app.ws_url(task_id, None)).await;
+    ws_send(
+        &mut ws,
+        serde_json::json!({"type": "prompt", "text": "and now the tests", "id": 7}),
+    )
+    .await;
+    let ack = match ws_read(&mut ws, Duration::from_secs(10)).await {
+        Some(Read::Frame(f)) => f,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(ack["type"], "ack", "{ack}");
+    assert_eq!(ack["command"], "prompt");
+    assert_eq!(ack["id"], 7);
+    assert!(
+        app.agents
+            .calls()
+            .contains(&AgentCall::Prompt(first, "and now the tests".into()))
+    );
+    wait_state(&app, &id, pb::TaskState::InProgress).await;
+    assert_eq!(status(&app, &id).await["state"], "running");
+
+    // While it runs, commands go to its instance.
+    ws_send(&mut ws, serde_json::json!({"type": "cancel"})).await;
+    ws_send(
+        &mut ws,
+        serde_json::json!({"type": "permission", "request_id": "5", "option_id": "allow-once"}),
+    )
+    .await;
+    ws_send(
+        &mut ws,
+        serde_json::json!({"type": "permission", "request_id": 6, "cancelled": true}),
+    )
+    .await;
+    ws_send(
+        &mut ws,
+        serde_json::json!({"type": "permission", "request_id": 6}),
+    )
+    .await;
+    ws_send(&mut ws, serde_json::json!({"type": "dance"})).await;
+    let mut replies = vec![];
+    for _ in 0..5 {
+        match ws_read(&mut ws, Duration::from_secs(10)).await {
+            Some(Read::Frame(f)) => replies.push(f),
+            other => panic!("{other:?}"),
+        }
+    }
+    let types: Vec<_> = replies
+        .iter()
+        .map(|r| r["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        vec!["ack", "ack", "ack", "error", "error"],
+        "{replies:?}"
+    );
+    assert_eq!(replies[3]["error"], "validation_error");
+    assert_eq!(replies[4]["error"], "bad_request");
+    assert!(replies[4].get("seq").is_none());
+    let calls = app.agents.calls();
+    assert!(calls.contains(&AgentCall::Cancel(first)));
+    assert!(
+        calls.contains(&AgentCall::Permission(pb::RespondPermissionRequest {
+            instance_id: first.to_string(),
+            request_id: "5".into(),
+            option_id: "allow-once".into(),
+            cancelled: false,
+        }))
+    );
+    assert!(
+        calls.contains(&AgentCall::Permission(pb::RespondPermissionRequest {
+            instance_id: first.to_string(),
+            request_id: "6".into(),
+            option_id: String::new(),
+            cancelled: true,
+        }))
+    );
+
+    // The second turn completes; then the task is sent back to TODO: a new
+    // run resumes the stored session.
+    let mut done = lifecycle(AgentEventKind::Completed, &id, first);
+    done.acp_session_id = Some("sess_abc".into());
+    done.summary = Some("second turn".into());
+    publish_agent(&app.bus, done, 2).await;
+    let t = wait_state(&app, &id, pb::TaskState::Completed).await;
+    assert_eq!(metadata(&t)["summary"], "second turn");
+    app.tasks()
+        .change_task_state(pb::ChangeTaskStateRequest {
+            id: id.clone(),
+            state: pb::TaskState::Todo as i32,
+            actor: "alice".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let l = wait_launches(&app, 2).await;
+    assert_eq!(l[1].2.resume_session_id.as_deref(), Some("sess_abc"));
+    assert_eq!(l[1].2.prompt, "twice\n\nscenario: echo hello");
+    let second = l[1].1;
+    let mut done = lifecycle(AgentEventKind::Completed, &id, second);
+    done.acp_session_id = Some("sess_abc".into());
+    publish_agent(&app.bus, done, 1).await;
+    wait_state(&app, &id, pb::TaskState::Completed).await;
+
+    // A follow-up the instance refuses becomes a new run that resumes.
+    *app.agents.refuse_prompts.lock().unwrap() = Some(tonic::Code::FailedPrecondition);
+    ws_send(
+        &mut ws,
+        serde_json::json!({"type": "prompt", "text": "third"}),
+    )
+    .await;
+    match ws_read(&mut ws, Duration::from_secs(10)).await {
+        Some(Read::Frame(f)) => assert_eq!(f["type"], "ack", "{f}"),
+        other => panic!("{other:?}"),
+    }
+    let l = wait_launches(&app, 3).await;
+    assert_eq!(l[2].2.prompt, "third");
+    assert_eq!(l[2].2.resume_session_id.as_deref(), Some("sess_abc"));
+    let third = l[2].1;
+
+    // REST stop, then start again with a prompt.
+    let (code, body) = http(
+        "POST",
+        &app.url(&format!("/api/v1/orchestrator/tasks/{id}/stop")),
+        None,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["state"], "stopped");
+    assert!(app.agents.calls().contains(&AgentCall::Stop(third)));
+    let (code, body) = http(
+        "POST",
+        &app.url(&format!("/api/v1/orchestrator/tasks/{id}/stop")),
+        None,
+    )
+    .await;
+    assert_eq!(code, 409, "{body}");
+    assert_eq!(body["error"], "conflict");
+    let (code, body) = http(
+        "POST",
+        &app.url(&format!("/api/v1/orchestrator/tasks/{id}/start")),
+        Some(serde_json::json!({"prompt": "fourth"})),
+    )
+    .await;
+    assert_eq!(code, 202, "{body}");
+    let l = wait_launches(&app, 4).await;
+    assert_eq!(l[3].2.prompt, "fourth");
+    app.stop().await;
+}
