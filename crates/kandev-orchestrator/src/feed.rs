@@ -347,12 +347,12 @@ impl FeedConsumer {
     /// Runs until `stop` fires; the last batch is flushed before returning.
     pub async fn run(self, stop: CancellationToken) {
         let (batch_tx, batch_rx) = mpsc::channel::<Batch>(64);
-        let writer = tokio::spawn(write_batches(
+        let writer = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(write_batches(
             self.pool.clone(),
             self.hub.clone(),
             batch_rx,
             stop.clone(),
-        ));
+        )));
         let mut counters = Counters::default();
         let mut frames: Vec<Arc<Frame>> = Vec::new();
         let mut last: Option<jetstream::Message> = None;

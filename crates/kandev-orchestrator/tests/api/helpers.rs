@@ -154,6 +154,7 @@ pub struct TestApp {
     pub bus: JetStreamBus,
     pub agents: Arc<RecordingAgents>,
     pub tasks: Option<TaskServiceClient<Channel>>,
+    pub settings: Settings,
     shutdown: CancellationToken,
     handle: JoinHandle<()>,
     task_service: Option<(CancellationToken, JoinHandle<()>)>,
@@ -211,7 +212,7 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
     }
     (options.tweak)(&mut settings);
     let agents = Arc::new(RecordingAgents::default());
-    let app = Application::build_with_agents(settings, agents.clone())
+    let app = Application::build_with_agents(settings.clone(), agents.clone())
         .await
         .expect("orchestrator builds");
     let addr = app.local_addr();
@@ -231,6 +232,7 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
         bus,
         agents,
         tasks,
+        settings,
         shutdown,
         handle,
         task_service,
@@ -246,6 +248,29 @@ impl TestApp {
             let _ = handle.await;
         }
         self.db.drop_db().await;
+    }
+
+    /// Kills the orchestrator without any graceful shutdown: its future
+    /// and every task it spawned are dropped mid-flight.
+    pub async fn crash(&mut self) {
+        self.handle.abort();
+        let _ = (&mut self.handle).await;
+    }
+
+    /// Starts a new orchestrator on the same database, NATS and durable
+    /// consumers (on a new port).
+    pub async fn restart(&mut self) {
+        let app = Application::build_with_agents(self.settings.clone(), self.agents.clone())
+            .await
+            .expect("orchestrator builds again");
+        self.addr = app.local_addr();
+        self.shutdown = CancellationToken::new();
+        let stop = self.shutdown.clone();
+        self.handle = tokio::spawn(async move {
+            app.run_until_stopped(stop)
+                .await
+                .expect("orchestrator runs");
+        });
     }
 
     pub fn tasks(&self) -> TaskServiceClient<Channel> {

@@ -434,3 +434,160 @@ async fn follow_ups_continue_the_run_and_reruns_resume_the_session() {
     assert_eq!(l[3].2.prompt, "fourth");
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_crash_mid_run_loses_nothing_and_the_task_converges() {
+    let mut app = spawn_app_with(Options {
+        with_task_service: true,
+        tweak: Box::new(|s| {
+            s.max_concurrent = 1;
+            // A slow flush, so the crash lands with unstored messages.
+            s.feed_flush_ms = 300;
+        }),
+    })
+    .await;
+    let board = board(&app).await;
+    let id = task(&app, &board, "long run", 0, "mock-agent").await;
+    let waiting = task(&app, &board, "next", 0, "mock-agent").await;
+    let l = wait_launches(&app, 1).await;
+    let instance = l[0].1;
+    wait_state(&app, &id, pb::TaskState::InProgress).await;
+    eventually(10, "second task queued", || async {
+        (status(&app, &waiting).await["queue_position"] == 1).then_some(())
+    })
+    .await;
+
+    let task_id = Uuid::parse_str(&id).unwrap();
+    let mut ws = ws_connect(&app.ws_url(task_id, None)).await;
+    publish_acp(
+        &app.bus,
+        &(1..=20)
+            .map(|i| acp(task_id, instance, i))
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    let before = ws_frames(&mut ws, 20).await;
+    app.crash().await;
+
+    // While it is down the run goes on: more messages, then its end.
+    publish_acp(
+        &app.bus,
+        &(21..=40)
+            .map(|i| acp(task_id, instance, i))
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    let mut done = lifecycle(AgentEventKind::Completed, &id, instance);
+    done.summary = Some("finished while nobody watched".into());
+    done.acp_session_id = Some("sess_long".into());
+    done.last_seq = 40;
+    publish_agent(&app.bus, done, 1).await;
+
+    app.restart().await;
+    let t = wait_state(&app, &id, pb::TaskState::Completed).await;
+    assert_eq!(metadata(&t)["summary"], "finished while nobody watched");
+    assert_eq!(metadata(&t)["acp_session_id"], "sess_long");
+    // The queue survived: the waiting task runs now, and nothing ran twice.
+    let l = wait_launches(&app, 2).await;
+    assert_eq!(l[1].0, waiting);
+    assert_eq!(l.iter().filter(|x| x.0 == id).count(), 1);
+
+    let mut ws = ws_connect(&app.ws_url(task_id, Some(20))).await;
+    let after = ws_frames(&mut ws, 20).await;
+    let all: Vec<_> = before.iter().chain(after.iter()).collect();
+    for (i, f) in all.iter().enumerate() {
+        assert_eq!(f["seq"], i as i64 + 1);
+        assert_eq!(f["instance_seq"], i as i64 + 1);
+    }
+    let rows = eventually(10, "feed stored", || async {
+        let rows = stored(&app.db, task_id).await;
+        (rows.len() == 40).then_some(rows)
+    })
+    .await;
+    assert!(
+        rows.iter()
+            .enumerate()
+            .all(|(i, r)| r.0 == i as i64 + 1 && r.2 == i as i64 + 1)
+    );
+    let s = status(&app, &id).await;
+    assert_eq!(s["last_seq"], 40);
+    assert_eq!(s["state"], "completed");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn grpc_twins_answer_like_rest() {
+    let app = spawn_app_with(Options {
+        with_task_service: true,
+        tweak: Box::new(|s| s.max_concurrent = 1),
+    })
+    .await;
+    let board = board(&app).await;
+    let first = task(&app, &board, "first", 0, "mock-agent").await;
+    wait_launches(&app, 1).await;
+    let second = task(&app, &board, "second", 0, "mock-agent").await;
+    let mut client = kandev_proto::v1::orchestrator_client::OrchestratorClient::connect(format!(
+        "http://{}",
+        app.addr
+    ))
+    .await
+    .unwrap();
+    let exec = eventually(10, "queued", || {
+        let mut client = client.clone();
+        let second = second.clone();
+        async move {
+            let e = client
+                .get_task_execution(pb::GetTaskExecutionRequest { task_id: second })
+                .await
+                .unwrap()
+                .into_inner();
+            (e.state == pb::ExecutionState::Queued as i32).then_some(e)
+        }
+    })
+    .await;
+    assert_eq!(exec.queue_position, 1);
+    let running = client
+        .get_task_execution(pb::GetTaskExecutionRequest {
+            task_id: first.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(running.state, pb::ExecutionState::Running as i32);
+    assert!(!running.instance_id.is_empty());
+    assert_eq!(running.attempts, 1);
+
+    let err = client
+        .start_task(pb::StartTaskRequest {
+            task_id: first.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    let stopped = client
+        .stop_task(pb::StopTaskRequest {
+            task_id: second.clone(),
+            reason: "not needed".into(),
+            actor: "alice".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stopped.state, pb::ExecutionState::Stopped as i32);
+    let err = client
+        .get_task_execution(pb::GetTaskExecutionRequest {
+            task_id: Uuid::new_v4().to_string(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    let err = client
+        .get_task_execution(pb::GetTaskExecutionRequest {
+            task_id: "nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    app.stop().await;
+}
