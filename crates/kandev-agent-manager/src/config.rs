@@ -1,0 +1,190 @@
+//! Settings of the agent manager.
+
+use std::{collections::BTreeMap, path::Path};
+
+use kandev_common::{
+    config::{self, ConfigError, Validate},
+    telemetry::LogSettings,
+};
+use secrecy::SecretString;
+use serde::{Deserialize, Serialize};
+
+/// Host variables passed to agents whose type lists them (required or
+/// optional env), read once by [`load`].
+pub const HOST_PASSTHROUGH_ENV: &[&str] = &["GITHUB_TOKEN", "GITLAB_TOKEN", "GEMINI_API_KEY"];
+
+/// What happens to a cloned workspace when its instance is stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkspacePolicy {
+    /// Workspaces stay on the host (the default).
+    #[default]
+    Keep,
+    /// A workspace the manager cloned is deleted on `StopAgent`. A caller's
+    /// own `workspace_path` is never deleted.
+    RemoveOnStop,
+}
+
+/// Loaded from defaults, the config file and `KANDEV_*` variables.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Settings {
+    /// gRPC and HTTP (`/healthz`, `/readyz`) on one port (`KANDEV_LISTEN_ADDR`).
+    pub listen_addr: String,
+    /// `KANDEV_DATABASE_URL`; may hold a password, so it is never logged.
+    pub database_url: String,
+    /// The Postgres schema this service owns.
+    pub database_schema: String,
+    pub database_max_connections: u32,
+    /// `KANDEV_NATS_URL`.
+    pub nats_url: String,
+    /// `KANDEV_DOCKER_HOST`: a `unix://` socket or `tcp://` address; empty
+    /// uses the local defaults (`DOCKER_HOST`, then the unix socket).
+    pub docker_host: String,
+    /// Names this manager in the `kandev.manager` label of its containers;
+    /// reconciliation only touches containers with its own name
+    /// (`KANDEV_MANAGER_ID`). Managers sharing a Docker host need distinct ids.
+    pub manager_id: String,
+    /// Pull a missing image (`KANDEV_PULL_IMAGES`); tests turn it off.
+    pub pull_images: bool,
+    /// Cloned repositories go to `<workspaces_root>/<task_id>`.
+    pub workspaces_root: String,
+    /// A request's `workspace_path` must lie under one of these (after
+    /// canonicalizing); empty refuses every `workspace_path`.
+    pub allowed_workspace_roots: Vec<String>,
+    pub workspace_policy: WorkspacePolicy,
+    /// Where `.ssh`, `.gitconfig` and `.git-credentials` are looked up for
+    /// read-only credential mounts (`KANDEV_CREDENTIALS_HOME`); defaults to
+    /// the host's `HOME` when loaded by [`load`].
+    pub credentials_home: String,
+    /// Where the credential files appear in the container.
+    pub container_home: String,
+    /// Seconds to wait for the agent's `initialize` answer.
+    pub initialize_timeout_secs: u64,
+    /// Seconds an `ask` permission request waits for `RespondPermission`.
+    pub permission_timeout_secs: u64,
+    /// stderr lines kept per instance in `agent_logs`.
+    pub max_log_lines: i64,
+    /// How often the last published `seq` and the progress are stored, in ms.
+    pub seq_flush_ms: u64,
+    /// Capacity of the per-instance publish queue.
+    pub publish_queue: usize,
+    /// Values for agent env variables (`KANDEV_AGENT_ENV__ANTHROPIC_API_KEY`),
+    /// plus [`HOST_PASSTHROUGH_ENV`] from the host. Secrets: never logged,
+    /// never serialized, never returned by the API.
+    #[serde(skip_serializing)]
+    pub agent_env: BTreeMap<String, SecretString>,
+    pub log: LogSettings,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("listen_addr", &self.listen_addr)
+            .field("database_schema", &self.database_schema)
+            .field("nats_url", &self.nats_url)
+            .field("workspaces_root", &self.workspaces_root)
+            .field("allowed_workspace_roots", &self.allowed_workspace_roots)
+            .field("agent_env", &self.agent_env.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            listen_addr: "127.0.0.1:8083".into(),
+            database_url: "postgres://postgres@127.0.0.1:5432/kandev".into(),
+            database_schema: "agent_manager".into(),
+            database_max_connections: 10,
+            nats_url: "nats://127.0.0.1:4222".into(),
+            docker_host: String::new(),
+            manager_id: "kandev-agent-manager".into(),
+            pull_images: true,
+            workspaces_root: "/tmp/kandev/workspaces".into(),
+            allowed_workspace_roots: vec![],
+            workspace_policy: WorkspacePolicy::Keep,
+            credentials_home: String::new(),
+            container_home: "/root".into(),
+            initialize_timeout_secs: 30,
+            permission_timeout_secs: 300,
+            max_log_lines: 1000,
+            seq_flush_ms: 500,
+            publish_queue: 1024,
+            agent_env: BTreeMap::new(),
+            log: LogSettings::default(),
+        }
+    }
+}
+
+impl Settings {
+    /// The value configured for an agent env variable, if any.
+    pub fn agent_env_value(&self, name: &str) -> Option<&SecretString> {
+        self.agent_env
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    }
+}
+
+impl Validate for Settings {
+    fn validate(&self) -> Result<(), String> {
+        self.listen_addr
+            .parse::<std::net::SocketAddr>()
+            .map_err(|e| format!("listen_addr {:?}: {e}", self.listen_addr))?;
+        if !self.database_url.starts_with("postgres://")
+            && !self.database_url.starts_with("postgresql://")
+        {
+            return Err("database_url must be a postgres:// URL".into());
+        }
+        let schema_ok = !self.database_schema.is_empty()
+            && self
+                .database_schema
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !schema_ok {
+            return Err("database_schema must be lower-case letters, digits and _".into());
+        }
+        if self.database_max_connections == 0 {
+            return Err("database_max_connections must be at least 1".into());
+        }
+        if self.manager_id.trim().is_empty() {
+            return Err("manager_id must not be empty".into());
+        }
+        if !Path::new(&self.workspaces_root).is_absolute() {
+            return Err("workspaces_root must be an absolute path".into());
+        }
+        if self.initialize_timeout_secs == 0 || self.seq_flush_ms == 0 || self.publish_queue == 0 {
+            return Err(
+                "initialize_timeout_secs, seq_flush_ms and publish_queue must be at least 1".into(),
+            );
+        }
+        if self.max_log_lines < 1 {
+            return Err("max_log_lines must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// Loads the settings ([`kandev_common::config::load`]) and reads the host
+/// environment once: [`HOST_PASSTHROUGH_ENV`] into `agent_env` (unless
+/// configured), and `HOME` as `credentials_home` (unless configured).
+pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
+    let mut settings: Settings = config::load(file)?;
+    for name in HOST_PASSTHROUGH_ENV {
+        if settings.agent_env_value(name).is_none()
+            && let Ok(value) = std::env::var(name)
+            && !value.is_empty()
+        {
+            settings
+                .agent_env
+                .insert((*name).to_string(), SecretString::from(value));
+        }
+    }
+    if settings.credentials_home.is_empty()
+        && let Ok(home) = std::env::var("HOME")
+    {
+        settings.credentials_home = home;
+    }
+    Ok(settings)
+}

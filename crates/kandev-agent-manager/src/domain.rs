@@ -1,0 +1,242 @@
+//! Domain types of the agent manager: agent types, instances, statuses,
+//! log lines, and errors with their place in the common error table.
+
+use chrono::{DateTime, Utc};
+use kandev_common::{ErrorCode, ServiceError};
+use uuid::Uuid;
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("{0}")]
+    PermissionDenied(String),
+    #[error("{0}")]
+    FailedPrecondition(String),
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("storage error: {0}")]
+    Storage(#[from] sqlx::Error),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ServiceError for AgentError {
+    fn error_code(&self) -> ErrorCode {
+        match self {
+            AgentError::InvalidArgument(_) => ErrorCode::Validation,
+            AgentError::NotFound(_) => ErrorCode::NotFound,
+            AgentError::PermissionDenied(_) => ErrorCode::Forbidden,
+            AgentError::FailedPrecondition(_) => ErrorCode::FailedPrecondition,
+            AgentError::Unavailable(_) => ErrorCode::Unavailable,
+            AgentError::Storage(_) | AgentError::Internal(_) => ErrorCode::Internal,
+        }
+    }
+}
+
+pub type Result<T, E = AgentError> = std::result::Result<T, E>;
+
+pub fn invalid(msg: impl Into<String>) -> AgentError {
+    AgentError::InvalidArgument(msg.into())
+}
+
+/// Parses a UUID field of a request.
+pub fn parse_id(field: &str, value: &str) -> Result<Uuid> {
+    Uuid::parse_str(value.trim()).map_err(|_| invalid(format!("{field} must be a UUID")))
+}
+
+/// How the manager answers `session/request_permission`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PermissionPolicyKind {
+    AutoApprove,
+    Deny,
+    /// Waits for `RespondPermission`, with a timeout.
+    Ask,
+}
+
+impl PermissionPolicyKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PermissionPolicyKind::AutoApprove => "auto_approve",
+            PermissionPolicyKind::Deny => "deny",
+            PermissionPolicyKind::Ask => "ask",
+        }
+    }
+
+    pub fn parse(value: &str) -> Result<Self> {
+        match value {
+            "auto_approve" => Ok(PermissionPolicyKind::AutoApprove),
+            "deny" => Ok(PermissionPolicyKind::Deny),
+            "ask" => Ok(PermissionPolicyKind::Ask),
+            other => Err(invalid(format!(
+                "permission_policy {other:?} must be auto_approve, deny or ask"
+            ))),
+        }
+    }
+}
+
+/// Which host credentials are mounted read-only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CredentialMounts {
+    pub ssh: bool,
+    pub gitconfig: bool,
+    pub git_credentials: bool,
+}
+
+/// One registered kind of agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentType {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    pub image: String,
+    /// Entrypoint and arguments; empty uses the image's own.
+    pub command: Vec<String>,
+    pub working_dir: String,
+    pub memory_mb: i64,
+    pub cpu_cores: f64,
+    pub pids_limit: i64,
+    pub timeout_seconds: i64,
+    pub capabilities: Vec<String>,
+    pub required_env: Vec<String>,
+    pub optional_env: Vec<String>,
+    pub credential_mounts: CredentialMounts,
+    pub network_mode: String,
+    pub permission_policy: PermissionPolicyKind,
+    pub enabled: bool,
+}
+
+fn env_name_ok(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+impl AgentType {
+    /// Checks an agent type from `UpsertAgentType`.
+    pub fn validate(&self) -> Result<()> {
+        let id_ok = !self.id.is_empty()
+            && self.id.len() <= 64
+            && self
+                .id
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
+            && !self.id.starts_with(['.', '_', '-']);
+        if !id_ok {
+            return Err(invalid(
+                "id must be 1-64 lower-case letters, digits, '.', '_' or '-'",
+            ));
+        }
+        if self.name.trim().is_empty() {
+            return Err(invalid("name is required"));
+        }
+        if self.image.trim().is_empty() || self.image.starts_with('-') {
+            return Err(invalid("image is required"));
+        }
+        if !self.working_dir.starts_with('/') {
+            return Err(invalid("working_dir must be an absolute path"));
+        }
+        if self.memory_mb < 16 || self.cpu_cores <= 0.0 || self.pids_limit < 1 {
+            return Err(invalid(
+                "memory_mb must be at least 16, cpu_cores and pids_limit positive",
+            ));
+        }
+        if self.timeout_seconds < 1 {
+            return Err(invalid("timeout_seconds must be at least 1"));
+        }
+        if let Some(bad) = self
+            .required_env
+            .iter()
+            .chain(&self.optional_env)
+            .find(|n| !env_name_ok(n))
+        {
+            return Err(invalid(format!(
+                "{bad:?} is not an environment variable name"
+            )));
+        }
+        if self.network_mode.trim().is_empty() {
+            return Err(invalid(
+                "network_mode is required (none, bridge, host or a network)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The lifecycle of an agent instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstanceStatus {
+    Pending,
+    Starting,
+    Running,
+    Completed,
+    Failed,
+    Stopped,
+}
+
+impl InstanceStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InstanceStatus::Pending => "pending",
+            InstanceStatus::Starting => "starting",
+            InstanceStatus::Running => "running",
+            InstanceStatus::Completed => "completed",
+            InstanceStatus::Failed => "failed",
+            InstanceStatus::Stopped => "stopped",
+        }
+    }
+
+    pub fn parse(value: &str) -> Result<Self> {
+        Ok(match value {
+            "pending" => InstanceStatus::Pending,
+            "starting" => InstanceStatus::Starting,
+            "running" => InstanceStatus::Running,
+            "completed" => InstanceStatus::Completed,
+            "failed" => InstanceStatus::Failed,
+            "stopped" => InstanceStatus::Stopped,
+            other => return Err(AgentError::Internal(format!("unknown status {other}"))),
+        })
+    }
+
+    /// No container runs for the instance any more.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            InstanceStatus::Completed | InstanceStatus::Failed | InstanceStatus::Stopped
+        )
+    }
+}
+
+/// One run of an agent for a task (one or more prompt turns).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentInstance {
+    pub id: Uuid,
+    pub task_id: Uuid,
+    pub agent_type: String,
+    pub status: InstanceStatus,
+    pub container_id: String,
+    pub acp_session_id: String,
+    pub workspace_path: String,
+    pub workspace_owned: bool,
+    pub exit_code: Option<i64>,
+    pub error: String,
+    pub stop_reason: String,
+    pub progress: f64,
+    pub last_seq: i64,
+    pub turns: i64,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// One stored log line of an instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogLine {
+    pub at: DateTime<Utc>,
+    /// `stderr` or `system`.
+    pub stream: String,
+    pub line: String,
+}

@@ -1,0 +1,315 @@
+//! The gRPC adapter: parse the request, call the [`AgentManager`], convert
+//! the result. No logic of its own.
+
+use std::collections::BTreeMap;
+
+use kandev_acp::PermissionDecision;
+use kandev_common::ServiceError;
+use kandev_proto::{
+    time::from_chrono,
+    v1::{self as pb, agent_manager_server::AgentManager as AgentManagerRpc},
+};
+use tonic::{Request, Response, Status};
+
+use crate::{
+    domain::{
+        AgentError, AgentInstance, AgentType, CredentialMounts, InstanceStatus,
+        PermissionPolicyKind, invalid, parse_id,
+    },
+    manager::{AgentManager, LaunchRequest},
+    workspace::WorkspaceSource,
+};
+
+/// Serves `kandev.v1.AgentManager` over an [`AgentManager`].
+pub struct GrpcAgentAdapter {
+    manager: AgentManager,
+}
+
+impl GrpcAgentAdapter {
+    pub fn new(manager: AgentManager) -> Self {
+        GrpcAgentAdapter { manager }
+    }
+}
+
+fn status(err: AgentError) -> Status {
+    err.to_status()
+}
+
+fn status_to_proto(s: InstanceStatus) -> pb::AgentStatus {
+    match s {
+        InstanceStatus::Pending => pb::AgentStatus::Pending,
+        InstanceStatus::Starting => pb::AgentStatus::Starting,
+        InstanceStatus::Running => pb::AgentStatus::Running,
+        InstanceStatus::Completed => pb::AgentStatus::Completed,
+        InstanceStatus::Failed => pb::AgentStatus::Failed,
+        InstanceStatus::Stopped => pb::AgentStatus::Stopped,
+    }
+}
+
+fn instance_to_proto(i: AgentInstance) -> pb::AgentInstance {
+    pb::AgentInstance {
+        id: i.id.to_string(),
+        task_id: i.task_id.to_string(),
+        agent_type: i.agent_type,
+        container_id: i.container_id,
+        status: status_to_proto(i.status) as i32,
+        started_at: i.started_at.map(from_chrono),
+        finished_at: i.finished_at.map(from_chrono),
+        exit_code: i.exit_code,
+        error: i.error,
+        acp_session_id: i.acp_session_id,
+        progress: i.progress,
+        stop_reason: i.stop_reason,
+        last_seq: i.last_seq,
+    }
+}
+
+fn type_to_proto(t: AgentType) -> pb::AgentType {
+    pb::AgentType {
+        id: t.id,
+        name: t.name,
+        description: t.description,
+        image: t.image,
+        command: t.command,
+        working_dir: t.working_dir,
+        memory_mb: t.memory_mb,
+        cpu_cores: t.cpu_cores,
+        pids_limit: t.pids_limit,
+        timeout_seconds: t.timeout_seconds,
+        capabilities: t.capabilities,
+        required_env: t.required_env,
+        optional_env: t.optional_env,
+        credential_mounts: Some(pb::CredentialMounts {
+            ssh: t.credential_mounts.ssh,
+            gitconfig: t.credential_mounts.gitconfig,
+            git_credentials: t.credential_mounts.git_credentials,
+        }),
+        network_mode: t.network_mode,
+        permission_policy: t.permission_policy.as_str().to_string(),
+        enabled: t.enabled,
+    }
+}
+
+fn type_from_proto(t: pb::AgentType) -> Result<AgentType, AgentError> {
+    let mounts = t.credential_mounts.unwrap_or_default();
+    let or = |v: String, d: &str| {
+        if v.trim().is_empty() {
+            d.to_string()
+        } else {
+            v
+        }
+    };
+    Ok(AgentType {
+        id: t.id.trim().to_string(),
+        name: t.name,
+        description: t.description,
+        image: t.image.trim().to_string(),
+        command: t.command,
+        working_dir: or(t.working_dir, "/workspace"),
+        memory_mb: if t.memory_mb == 0 { 2048 } else { t.memory_mb },
+        cpu_cores: if t.cpu_cores == 0.0 { 1.0 } else { t.cpu_cores },
+        pids_limit: if t.pids_limit == 0 { 512 } else { t.pids_limit },
+        timeout_seconds: if t.timeout_seconds == 0 {
+            3600
+        } else {
+            t.timeout_seconds
+        },
+        capabilities: t.capabilities,
+        required_env: t.required_env,
+        optional_env: t.optional_env,
+        credential_mounts: CredentialMounts {
+            ssh: mounts.ssh,
+            gitconfig: mounts.gitconfig,
+            git_credentials: mounts.git_credentials,
+        },
+        network_mode: or(t.network_mode, "none"),
+        permission_policy: PermissionPolicyKind::parse(&or(t.permission_policy, "auto_approve"))?,
+        enabled: t.enabled,
+    })
+}
+
+fn launch_request(r: pb::LaunchAgentRequest) -> Result<LaunchRequest, AgentError> {
+    use pb::launch_agent_request::Workspace;
+    let workspace = match r.workspace {
+        Some(Workspace::Repository(g)) => WorkspaceSource::Git {
+            url: g.repository_url,
+            branch: g.branch,
+        },
+        Some(Workspace::WorkspacePath(p)) if !p.trim().is_empty() => WorkspaceSource::Path(p),
+        _ => WorkspaceSource::Empty,
+    };
+    Ok(LaunchRequest {
+        task_id: parse_id("task_id", &r.task_id)?,
+        agent_type: r.agent_type.trim().to_string(),
+        workspace,
+        env: r.env.into_iter().collect::<BTreeMap<_, _>>(),
+        prompt: r.prompt,
+        resume_session_id: r.resume_session_id.filter(|s| !s.trim().is_empty()),
+    })
+}
+
+#[tonic::async_trait]
+impl AgentManagerRpc for GrpcAgentAdapter {
+    async fn launch_agent(
+        &self,
+        request: Request<pb::LaunchAgentRequest>,
+    ) -> Result<Response<pb::AgentInstance>, Status> {
+        let launch = launch_request(request.into_inner()).map_err(status)?;
+        let instance = self.manager.launch(launch).await.map_err(status)?;
+        Ok(Response::new(instance_to_proto(instance)))
+    }
+
+    async fn send_prompt(
+        &self,
+        request: Request<pb::SendPromptRequest>,
+    ) -> Result<Response<pb::SendPromptResponse>, Status> {
+        let r = request.into_inner();
+        let id = parse_id("instance_id", &r.instance_id).map_err(status)?;
+        self.manager
+            .send_prompt(id, r.prompt)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::SendPromptResponse { accepted: true }))
+    }
+
+    async fn cancel_agent(
+        &self,
+        request: Request<pb::CancelAgentRequest>,
+    ) -> Result<Response<pb::CancelAgentResponse>, Status> {
+        let id = parse_id("instance_id", &request.into_inner().instance_id).map_err(status)?;
+        let cancelled = self.manager.cancel(id).await.map_err(status)?;
+        Ok(Response::new(pb::CancelAgentResponse { cancelled }))
+    }
+
+    async fn stop_agent(
+        &self,
+        request: Request<pb::StopAgentRequest>,
+    ) -> Result<Response<pb::StopAgentResponse>, Status> {
+        let r = request.into_inner();
+        let id = parse_id("instance_id", &r.instance_id).map_err(status)?;
+        let instance = self.manager.stop(id, &r.reason).await.map_err(status)?;
+        Ok(Response::new(pb::StopAgentResponse {
+            instance: Some(instance_to_proto(instance)),
+        }))
+    }
+
+    async fn get_status(
+        &self,
+        request: Request<pb::GetStatusRequest>,
+    ) -> Result<Response<pb::AgentInstance>, Status> {
+        let id = parse_id("instance_id", &request.into_inner().instance_id).map_err(status)?;
+        let instance = self.manager.get_instance(id).await.map_err(status)?;
+        Ok(Response::new(instance_to_proto(instance)))
+    }
+
+    async fn get_logs(
+        &self,
+        request: Request<pb::GetLogsRequest>,
+    ) -> Result<Response<pb::GetLogsResponse>, Status> {
+        let r = request.into_inner();
+        let id = parse_id("instance_id", &r.instance_id).map_err(status)?;
+        let lines = self
+            .manager
+            .logs(id, i64::from(r.tail))
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::GetLogsResponse {
+            lines: lines
+                .into_iter()
+                .map(|l| pb::LogLine {
+                    timestamp: Some(from_chrono(l.at)),
+                    stream: l.stream,
+                    line: l.line,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn get_session(
+        &self,
+        request: Request<pb::GetSessionRequest>,
+    ) -> Result<Response<pb::AgentSession>, Status> {
+        let id = parse_id("instance_id", &request.into_inner().instance_id).map_err(status)?;
+        let i = self.manager.get_instance(id).await.map_err(status)?;
+        Ok(Response::new(pb::AgentSession {
+            instance_id: i.id.to_string(),
+            task_id: i.task_id.to_string(),
+            session_id: i.acp_session_id,
+            status: status_to_proto(i.status) as i32,
+        }))
+    }
+
+    async fn list_instances(
+        &self,
+        request: Request<pb::ListInstancesRequest>,
+    ) -> Result<Response<pb::ListInstancesResponse>, Status> {
+        let r = request.into_inner();
+        let task_id = if r.task_id.trim().is_empty() {
+            None
+        } else {
+            Some(parse_id("task_id", &r.task_id).map_err(status)?)
+        };
+        let instances = self.manager.list_instances(task_id).await.map_err(status)?;
+        Ok(Response::new(pb::ListInstancesResponse {
+            instances: instances.into_iter().map(instance_to_proto).collect(),
+        }))
+    }
+
+    async fn list_agent_types(
+        &self,
+        request: Request<pb::ListAgentTypesRequest>,
+    ) -> Result<Response<pb::ListAgentTypesResponse>, Status> {
+        let types = self
+            .manager
+            .list_types(request.into_inner().include_disabled)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::ListAgentTypesResponse {
+            agent_types: types.into_iter().map(type_to_proto).collect(),
+        }))
+    }
+
+    async fn get_agent_type(
+        &self,
+        request: Request<pb::GetAgentTypeRequest>,
+    ) -> Result<Response<pb::AgentType>, Status> {
+        let t = self
+            .manager
+            .get_type(request.into_inner().id.trim())
+            .await
+            .map_err(status)?;
+        Ok(Response::new(type_to_proto(t)))
+    }
+
+    async fn upsert_agent_type(
+        &self,
+        request: Request<pb::UpsertAgentTypeRequest>,
+    ) -> Result<Response<pb::AgentType>, Status> {
+        let t = request
+            .into_inner()
+            .agent_type
+            .ok_or_else(|| invalid("agent_type is required"))
+            .and_then(type_from_proto)
+            .map_err(status)?;
+        let t = self.manager.upsert_type(t).await.map_err(status)?;
+        Ok(Response::new(type_to_proto(t)))
+    }
+
+    async fn respond_permission(
+        &self,
+        request: Request<pb::RespondPermissionRequest>,
+    ) -> Result<Response<pb::RespondPermissionResponse>, Status> {
+        let r = request.into_inner();
+        let id = parse_id("instance_id", &r.instance_id).map_err(status)?;
+        let decision = if r.cancelled || r.option_id.is_empty() {
+            PermissionDecision::Cancel
+        } else {
+            PermissionDecision::Select(r.option_id)
+        };
+        self.manager
+            .respond_permission(id, &r.request_id, decision)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::RespondPermissionResponse {}))
+    }
+}

@@ -1,0 +1,36 @@
+//! The Kandev agent manager: coding agents in Docker containers, driven over
+//! ACP (JSON-RPC on the container's attached stdin/stdout), with every ACP
+//! event published to `acp.message.<task_id>` and lifecycle events to
+//! `agent.*` on NATS JetStream.
+//!
+//! # Layout
+//! - [`domain`]: agent types, instances, statuses, and [`AgentError`] with
+//!   its place in the common error table.
+//! - [`store`]: Postgres tables `agent_types` (seeded), `agent_instances`
+//!   and `agent_logs`.
+//! - [`docker`]: bollard: images, containers with limits and labels,
+//!   attach, exit codes.
+//! - [`exec`]: `terminal/*` as `docker exec` in the agent's container.
+//! - [`workspace`]: git clone into `<workspaces_root>/<task_id>`, or an
+//!   allowed host directory.
+//! - [`runner`]: one prompt turn in one container, and the event pipeline.
+//! - [`manager`]: the domain API ([`AgentManager`]) and reconciliation.
+//! - [`grpc`]: the thin tonic adapter.
+//! - [`startup`]: `build(settings)` then `run_until_stopped(shutdown)`.
+//! - [`config`]: the service's typed settings.
+
+pub mod config;
+pub mod docker;
+pub mod domain;
+pub mod exec;
+pub mod grpc;
+pub mod manager;
+pub mod runner;
+pub mod startup;
+pub mod store;
+pub mod workspace;
+
+pub use config::Settings;
+pub use domain::AgentError;
+pub use manager::AgentManager;
+pub use startup::Application;

@@ -1,0 +1,597 @@
+//! The agent manager's domain API: the registry, launching and driving
+//! instances, and reconciling containers left by an earlier run.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::Path,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use kandev_acp::PermissionDecision;
+use kandev_events::{EventBus, agent::AgentEventKind};
+use secrecy::ExposeSecret;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+use crate::{
+    config::{Settings, WorkspacePolicy},
+    docker::{ContainerSpec, Docker, LABEL_INSTANCE, LABEL_MANAGER, LABEL_TASK, LABEL_TYPE},
+    domain::{AgentError, AgentInstance, AgentType, InstanceStatus, LogLine, Result, invalid},
+    runner::{self, CONTAINER_WORKSPACE, RunHandle, Shared, TurnSpec},
+    store::{Outcome, Store},
+    workspace::{self, WorkspaceSource},
+};
+
+/// A validated `LaunchAgent` request.
+#[derive(Clone)]
+pub struct LaunchRequest {
+    pub task_id: Uuid,
+    pub agent_type: String,
+    pub workspace: WorkspaceSource,
+    /// Extra env for the container; values may be secrets.
+    pub env: BTreeMap<String, String>,
+    pub prompt: String,
+    pub resume_session_id: Option<String>,
+}
+
+impl std::fmt::Debug for LaunchRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LaunchRequest")
+            .field("task_id", &self.task_id)
+            .field("agent_type", &self.agent_type)
+            .field("workspace", &self.workspace)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The service; cheap to clone.
+#[derive(Clone)]
+pub struct AgentManager {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shared: Shared,
+    runs: Mutex<HashMap<Uuid, Arc<RunHandle>>>,
+    /// Request env of each instance, kept in memory for follow-up turns.
+    envs: Mutex<HashMap<Uuid, BTreeMap<String, String>>>,
+    tasks: TaskTracker,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn env_name_ok(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+impl AgentManager {
+    pub fn new(docker: Docker, store: Store, bus: Arc<dyn EventBus>, settings: Settings) -> Self {
+        AgentManager {
+            inner: Arc::new(Inner {
+                shared: Shared {
+                    docker,
+                    store,
+                    bus,
+                    settings: Arc::new(settings),
+                },
+                runs: Mutex::new(HashMap::new()),
+                envs: Mutex::new(HashMap::new()),
+                tasks: TaskTracker::new(),
+            }),
+        }
+    }
+
+    fn store(&self) -> &Store {
+        &self.inner.shared.store
+    }
+
+    fn settings(&self) -> &Settings {
+        &self.inner.shared.settings
+    }
+
+    pub async fn ping_store(&self) -> Result<()> {
+        self.store().ping().await
+    }
+
+    pub async fn ping_docker(&self) -> std::result::Result<(), String> {
+        self.inner.shared.docker.ping().await
+    }
+
+    // ---- registry ----
+
+    pub async fn list_types(&self, include_disabled: bool) -> Result<Vec<AgentType>> {
+        self.store().list_types(include_disabled).await
+    }
+
+    pub async fn get_type(&self, id: &str) -> Result<AgentType> {
+        self.store().get_type(id).await
+    }
+
+    pub async fn upsert_type(&self, agent_type: AgentType) -> Result<AgentType> {
+        agent_type.validate()?;
+        self.store().upsert_type(&agent_type).await
+    }
+
+    // ---- instances ----
+
+    pub async fn get_instance(&self, id: Uuid) -> Result<AgentInstance> {
+        self.store().get_instance(id).await
+    }
+
+    pub async fn list_instances(&self, task_id: Option<Uuid>) -> Result<Vec<AgentInstance>> {
+        self.store().list_instances(task_id).await
+    }
+
+    pub async fn logs(&self, id: Uuid, tail: i64) -> Result<Vec<LogLine>> {
+        self.store().get_instance(id).await?;
+        let tail = if tail <= 0 { 200 } else { tail.min(10_000) };
+        self.store().tail_logs(id, tail).await
+    }
+
+    /// Creates the instance, prepares type, env, image and workspace, and
+    /// starts the first turn in the background. A preparation failure ends
+    /// the instance `failed` (published as `agent.failed`) and is returned.
+    pub async fn launch(&self, request: LaunchRequest) -> Result<AgentInstance> {
+        if request.agent_type.trim().is_empty() {
+            return Err(invalid("agent_type is required"));
+        }
+        if request.prompt.trim().is_empty() {
+            return Err(invalid("prompt is required"));
+        }
+        if let Some(bad) = request.env.keys().find(|k| !env_name_ok(k)) {
+            return Err(invalid(format!(
+                "{bad:?} is not an environment variable name"
+            )));
+        }
+        let instance = self
+            .store()
+            .create_instance(Uuid::now_v7(), request.task_id, &request.agent_type)
+            .await?;
+        match self.prepare(&instance, &request).await {
+            Ok((agent_type, host_path)) => {
+                lock(&self.inner.envs).insert(instance.id, request.env.clone());
+                self.start_turn(
+                    instance.id,
+                    agent_type,
+                    host_path,
+                    request.prompt,
+                    request.resume_session_id,
+                )
+                .await
+            }
+            Err(err) => {
+                self.fail_early(&instance, &err).await;
+                Err(err)
+            }
+        }
+    }
+
+    async fn prepare(
+        &self,
+        instance: &AgentInstance,
+        request: &LaunchRequest,
+    ) -> Result<(AgentType, std::path::PathBuf)> {
+        let agent_type = match self.store().get_type(&request.agent_type).await {
+            Ok(t) => t,
+            Err(AgentError::NotFound(_)) => {
+                return Err(AgentError::NotFound(format!(
+                    "agent type {:?}",
+                    request.agent_type
+                )));
+            }
+            Err(e) => return Err(e),
+        };
+        if !agent_type.enabled {
+            return Err(AgentError::FailedPrecondition(format!(
+                "agent type {:?} is disabled",
+                agent_type.id
+            )));
+        }
+        self.container_env(&agent_type, &request.env)?;
+        self.inner
+            .shared
+            .docker
+            .ensure_image(&agent_type.image, self.settings().pull_images)
+            .await
+            .map_err(AgentError::FailedPrecondition)?;
+        let prepared =
+            workspace::prepare(self.settings(), request.task_id, request.workspace.clone()).await?;
+        let path = prepared.host_path.display().to_string();
+        self.store()
+            .set_workspace(instance.id, &path, prepared.owned)
+            .await?;
+        Ok((agent_type, prepared.host_path))
+    }
+
+    async fn fail_early(&self, instance: &AgentInstance, err: &AgentError) {
+        let message = match err {
+            AgentError::Storage(_) | AgentError::Internal(_) => "internal error".to_string(),
+            AgentError::NotFound(what) => format!("unknown {what}"),
+            other => other.to_string(),
+        };
+        let outcome = Outcome {
+            error: message.clone(),
+            ..Outcome::default()
+        };
+        if let Err(e) = self
+            .store()
+            .finish(instance.id, InstanceStatus::Failed, &outcome)
+            .await
+        {
+            tracing::error!(error = %e, "cannot store the failure");
+        }
+        runner::publish_lifecycle(
+            self.inner.shared.bus.as_ref(),
+            instance,
+            AgentEventKind::Failed,
+            |e| e.error = Some(message),
+        )
+        .await;
+    }
+
+    /// `KEY=VALUE` for the container: required env (request, then the
+    /// manager's configuration), optional env when available, and the
+    /// request's own variables.
+    fn container_env(
+        &self,
+        agent_type: &AgentType,
+        request_env: &BTreeMap<String, String>,
+    ) -> Result<Vec<String>> {
+        let settings = self.settings();
+        let lookup = |name: &str| -> Option<String> {
+            request_env
+                .get(name)
+                .filter(|v| !v.is_empty())
+                .cloned()
+                .or_else(|| {
+                    settings
+                        .agent_env_value(name)
+                        .map(|s| s.expose_secret().to_string())
+                        .filter(|v| !v.is_empty())
+                })
+        };
+        let mut env = BTreeMap::new();
+        for name in &agent_type.required_env {
+            let value = lookup(name).ok_or_else(|| {
+                AgentError::FailedPrecondition(format!(
+                    "agent type {:?} requires the environment variable {name}, which is not set",
+                    agent_type.id
+                ))
+            })?;
+            env.insert(name.clone(), value);
+        }
+        for name in &agent_type.optional_env {
+            if let Some(value) = lookup(name) {
+                env.insert(name.clone(), value);
+            }
+        }
+        for (k, v) in request_env {
+            env.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        Ok(env.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
+    }
+
+    fn container_spec(
+        &self,
+        instance: &AgentInstance,
+        agent_type: &AgentType,
+        host_path: &Path,
+        env: Vec<String>,
+    ) -> ContainerSpec {
+        let settings = self.settings();
+        let mut binds = vec![format!("{}:{CONTAINER_WORKSPACE}:rw", host_path.display())];
+        let home = Path::new(&settings.credentials_home);
+        let mounts = agent_type.credential_mounts;
+        if !settings.credentials_home.is_empty() {
+            for (wanted, name) in [
+                (mounts.ssh, ".ssh"),
+                (mounts.gitconfig, ".gitconfig"),
+                (mounts.git_credentials, ".git-credentials"),
+            ] {
+                let source = home.join(name);
+                if wanted && source.exists() {
+                    binds.push(format!(
+                        "{}:{}/{name}:ro",
+                        source.display(),
+                        settings.container_home.trim_end_matches('/')
+                    ));
+                }
+            }
+        }
+        let labels = HashMap::from([
+            (LABEL_TASK.to_string(), instance.task_id.to_string()),
+            (LABEL_INSTANCE.to_string(), instance.id.to_string()),
+            (LABEL_TYPE.to_string(), agent_type.id.clone()),
+            (LABEL_MANAGER.to_string(), settings.manager_id.clone()),
+        ]);
+        ContainerSpec {
+            name: format!("kandev-{}-{}", instance.id, instance.turns),
+            image: agent_type.image.clone(),
+            command: agent_type.command.clone(),
+            working_dir: agent_type.working_dir.clone(),
+            env,
+            binds,
+            labels,
+            memory_bytes: agent_type.memory_mb.saturating_mul(1024 * 1024),
+            nano_cpus: (agent_type.cpu_cores * 1e9) as i64,
+            pids_limit: agent_type.pids_limit,
+            network_mode: agent_type.network_mode.clone(),
+        }
+    }
+
+    /// Registers a run for the instance and spawns it.
+    async fn start_turn(
+        &self,
+        instance_id: Uuid,
+        agent_type: AgentType,
+        host_path: std::path::PathBuf,
+        prompt: String,
+        resume_session: Option<String>,
+    ) -> Result<AgentInstance> {
+        let handle = Arc::new(RunHandle::default());
+        {
+            let mut runs = lock(&self.inner.runs);
+            if runs.contains_key(&instance_id) {
+                return Err(AgentError::FailedPrecondition(
+                    "a turn is already running for this instance".into(),
+                ));
+            }
+            runs.insert(instance_id, handle.clone());
+        }
+        let instance = match self.store().begin_turn(instance_id).await {
+            Ok(i) => i,
+            Err(e) => {
+                lock(&self.inner.runs).remove(&instance_id);
+                return Err(e);
+            }
+        };
+        let request_env = lock(&self.inner.envs)
+            .get(&instance_id)
+            .cloned()
+            .unwrap_or_default();
+        let env = match self.container_env(&agent_type, &request_env) {
+            Ok(env) => env,
+            Err(e) => {
+                lock(&self.inner.runs).remove(&instance_id);
+                self.fail_early(&instance, &e).await;
+                return Err(e);
+            }
+        };
+        let container = self.container_spec(&instance, &agent_type, &host_path, env);
+        let spec = TurnSpec {
+            instance: instance.clone(),
+            agent_type,
+            container,
+            workspace: host_path,
+            prompt,
+            resume_session,
+        };
+        let shared = self.inner.shared.clone();
+        let inner = self.inner.clone();
+        self.inner
+            .tasks
+            .spawn(runner::run_turn(shared, spec, handle, move || {
+                lock(&inner.runs).remove(&instance_id);
+            }));
+        Ok(instance)
+    }
+
+    /// A follow-up prompt in the instance's ACP session: the turn runs in a
+    /// new container that resumes the stored session with `session/load`.
+    pub async fn send_prompt(&self, id: Uuid, prompt: String) -> Result<AgentInstance> {
+        if prompt.trim().is_empty() {
+            return Err(invalid("prompt is required"));
+        }
+        if lock(&self.inner.runs).contains_key(&id) {
+            return Err(AgentError::FailedPrecondition(
+                "a turn is in progress; cancel it or wait for it to end".into(),
+            ));
+        }
+        let instance = self.store().get_instance(id).await?;
+        if instance.status == InstanceStatus::Stopped {
+            return Err(AgentError::FailedPrecondition(
+                "the instance was stopped".into(),
+            ));
+        }
+        if instance.acp_session_id.is_empty() || instance.workspace_path.is_empty() {
+            return Err(AgentError::FailedPrecondition(
+                "the instance has no ACP session to continue".into(),
+            ));
+        }
+        let agent_type = self.store().get_type(&instance.agent_type).await?;
+        self.start_turn(
+            id,
+            agent_type,
+            instance.workspace_path.clone().into(),
+            prompt,
+            Some(instance.acp_session_id.clone()),
+        )
+        .await
+    }
+
+    fn run(&self, id: Uuid) -> Option<Arc<RunHandle>> {
+        lock(&self.inner.runs).get(&id).cloned()
+    }
+
+    /// `session/cancel` on the running turn, which then ends `cancelled`.
+    pub async fn cancel(&self, id: Uuid) -> Result<bool> {
+        self.store().get_instance(id).await?;
+        let Some(run) = self.run(id) else {
+            return Err(AgentError::FailedPrecondition("no turn is running".into()));
+        };
+        run.cancel()
+            .await
+            .map_err(|e| AgentError::FailedPrecondition(format!("cannot cancel: {e}")))
+    }
+
+    /// Kills and removes the container; the instance ends `stopped`.
+    pub async fn stop(&self, id: Uuid, reason: &str) -> Result<AgentInstance> {
+        let instance = self.store().get_instance(id).await?;
+        if let Some(run) = self.run(id) {
+            run.stop(reason);
+            let _ = tokio::time::timeout(Duration::from_secs(30), run.wait_done()).await;
+        } else if !instance.status.is_terminal() {
+            if !instance.container_id.is_empty() {
+                self.inner
+                    .shared
+                    .docker
+                    .remove(&instance.container_id)
+                    .await;
+            }
+            let outcome = Outcome {
+                stop_reason: "stopped".into(),
+                ..Outcome::default()
+            };
+            if self
+                .store()
+                .finish(id, InstanceStatus::Stopped, &outcome)
+                .await?
+            {
+                let reason = reason.to_string();
+                runner::publish_lifecycle(
+                    self.inner.shared.bus.as_ref(),
+                    &instance,
+                    AgentEventKind::Stopped,
+                    |e| e.error = (!reason.is_empty()).then_some(reason),
+                )
+                .await;
+            }
+        }
+        let instance = self.store().get_instance(id).await?;
+        if self.settings().workspace_policy == WorkspacePolicy::RemoveOnStop
+            && instance.workspace_owned
+            && !instance.workspace_path.is_empty()
+        {
+            let _ = tokio::fs::remove_dir_all(&instance.workspace_path).await;
+        }
+        lock(&self.inner.envs).remove(&id);
+        Ok(instance)
+    }
+
+    /// Answers an `ask` permission request of the running turn.
+    pub async fn respond_permission(
+        &self,
+        id: Uuid,
+        request_id: &str,
+        decision: PermissionDecision,
+    ) -> Result<()> {
+        self.store().get_instance(id).await?;
+        let key_value: serde_json::Value = serde_json::from_str(request_id)
+            .unwrap_or_else(|_| serde_json::Value::String(request_id.to_string()));
+        let Some(run) = self.run(id) else {
+            return Err(AgentError::FailedPrecondition("no turn is running".into()));
+        };
+        match run.respond(&runner::ask_key(&key_value), decision) {
+            Some(true) => Ok(()),
+            Some(false) => Err(AgentError::FailedPrecondition(
+                "the permission request already ended (timed out or cancelled)".into(),
+            )),
+            None => Err(AgentError::NotFound(format!(
+                "open permission request {request_id}"
+            ))),
+        }
+    }
+
+    /// Brings containers left by an earlier run in line with the database:
+    /// containers of unknown or ended instances are removed; exited ones
+    /// end their instance (`failed`, with the exit code) and are removed;
+    /// running ones are killed and their instance ends `failed` (re-attaching
+    /// is not implemented yet). Active instances without a container end
+    /// `failed`. No orphan is left.
+    pub async fn reconcile(&self) {
+        let docker = &self.inner.shared.docker;
+        let containers = match docker.list_managed(&self.settings().manager_id).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot list agent containers");
+                return;
+            }
+        };
+        let mut seen = std::collections::HashSet::new();
+        for c in containers {
+            let Some(container_id) = c.id.clone() else {
+                continue;
+            };
+            let instance_id = c
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_INSTANCE))
+                .and_then(|v| Uuid::parse_str(v).ok());
+            let instance = match instance_id {
+                Some(id) => self.store().get_instance(id).await.ok(),
+                None => None,
+            };
+            let Some(instance) = instance.filter(|i| !i.status.is_terminal()) else {
+                tracing::info!(container = %container_id, "removing container of an ended or unknown instance");
+                docker.remove(&container_id).await;
+                continue;
+            };
+            seen.insert(instance.id);
+            let running = docker.is_running(&container_id).await == Some(true);
+            let exit_code = if running {
+                None
+            } else {
+                docker.exit_code(&container_id).await
+            };
+            docker.remove(&container_id).await;
+            let error = match exit_code {
+                Some(code) => {
+                    format!("the agent exited with code {code} while the manager was not running")
+                }
+                None => "the manager restarted during the turn; the agent was stopped".to_string(),
+            };
+            self.end_failed(&instance, error, exit_code).await;
+        }
+        let active = match self.store().active_instances().await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot list active instances");
+                return;
+            }
+        };
+        for instance in active {
+            if !seen.contains(&instance.id) && !lock(&self.inner.runs).contains_key(&instance.id) {
+                self.end_failed(
+                    &instance,
+                    "the manager restarted before the agent container was running".into(),
+                    None,
+                )
+                .await;
+            }
+        }
+    }
+
+    async fn end_failed(&self, instance: &AgentInstance, error: String, exit_code: Option<i64>) {
+        let outcome = Outcome {
+            error: error.clone(),
+            exit_code,
+            ..Outcome::default()
+        };
+        match self
+            .store()
+            .finish(instance.id, InstanceStatus::Failed, &outcome)
+            .await
+        {
+            Ok(true) => {
+                runner::publish_lifecycle(
+                    self.inner.shared.bus.as_ref(),
+                    instance,
+                    AgentEventKind::Failed,
+                    |e| {
+                        e.error = Some(error);
+                        e.exit_code = exit_code;
+                    },
+                )
+                .await;
+            }
+            Ok(false) => {}
+            Err(e) => tracing::error!(error = %e, "cannot store the failure"),
+        }
+    }
+}

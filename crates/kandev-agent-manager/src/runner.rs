@@ -1,0 +1,759 @@
+//! One prompt turn of one agent instance in its own container: create,
+//! attach, start, drive ACP, publish every event, end the instance.
+//!
+//! Events leave the ACP client's stream through a drain task that only
+//! updates in-memory state and pushes into a bounded queue; a publisher
+//! task sends them to the bus in order, a flusher stores the last published
+//! `seq` and the progress periodically, and a log writer batches stderr
+//! lines into `agent_logs`. Nothing on the read path waits for Postgres.
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use chrono::Utc;
+use futures::StreamExt;
+use kandev_acp::{
+    AcpClient, AcpError, AcpEvent, AskDecider, AutoApprove, ClientOptions, Deny, EventKind,
+    EventStream, PermissionAsk, PermissionDecision, PermissionPolicy, Workspace,
+    event::{ChunkRole, LogSource},
+};
+use kandev_events::{
+    Envelope, EventBus,
+    agent::{AcpMessage, AgentEventKind, AgentLifecycle},
+    subjects,
+};
+use tokio::sync::{mpsc, watch};
+use tokio_util::{io::StreamReader, sync::CancellationToken};
+use uuid::Uuid;
+
+use crate::{
+    config::Settings,
+    docker::{ContainerSpec, Docker},
+    domain::{AgentInstance, AgentType, InstanceStatus, LogLine, PermissionPolicyKind},
+    exec::DockerExec,
+    store::{Outcome, Store},
+};
+
+/// Where the workspace appears in every agent container.
+pub const CONTAINER_WORKSPACE: &str = "/workspace";
+
+/// What every run needs.
+#[derive(Clone)]
+pub struct Shared {
+    pub docker: Docker,
+    pub store: Store,
+    pub bus: Arc<dyn EventBus>,
+    pub settings: Arc<Settings>,
+}
+
+/// One turn to run.
+pub struct TurnSpec {
+    /// The instance after `begin_turn`.
+    pub instance: AgentInstance,
+    pub agent_type: AgentType,
+    pub container: ContainerSpec,
+    pub workspace: PathBuf,
+    pub prompt: String,
+    /// `session/load` this session instead of `session/new`.
+    pub resume_session: Option<String>,
+}
+
+/// The manager's handle on a running turn.
+pub struct RunHandle {
+    client: Mutex<Option<AcpClient>>,
+    stop: CancellationToken,
+    stop_reason: Mutex<String>,
+    asks: Mutex<HashMap<String, PermissionAsk>>,
+    done: watch::Sender<bool>,
+}
+
+impl Default for RunHandle {
+    fn default() -> Self {
+        RunHandle {
+            client: Mutex::new(None),
+            stop: CancellationToken::new(),
+            stop_reason: Mutex::new(String::new()),
+            asks: Mutex::new(HashMap::new()),
+            done: watch::channel(false).0,
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The key of a permission request id (JSON text, normalized).
+pub fn ask_key(request_id: &serde_json::Value) -> String {
+    request_id.to_string()
+}
+
+impl RunHandle {
+    /// Sends `session/cancel`; false when no session is up yet.
+    pub async fn cancel(&self) -> Result<bool, AcpError> {
+        let client = lock(&self.client).clone();
+        match client {
+            Some(client) => client.cancel().await.map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Kills the turn; the run ends the instance `stopped`.
+    pub fn stop(&self, reason: &str) {
+        *lock(&self.stop_reason) = reason.to_string();
+        self.stop.cancel();
+    }
+
+    /// Answers an open permission request. `None` when there is none with
+    /// this id, `Some(false)` when it came too late.
+    pub fn respond(&self, key: &str, decision: PermissionDecision) -> Option<bool> {
+        let ask = lock(&self.asks).remove(key)?;
+        Some(ask.respond(decision))
+    }
+
+    /// Waits until the run has ended the instance.
+    pub async fn wait_done(&self) {
+        let mut rx = self.done.subscribe();
+        let _ = rx.wait_for(|d| *d).await;
+    }
+}
+
+/// Live state of the turn, updated by the drain task.
+#[derive(Debug, Default)]
+struct TurnState {
+    /// The agent's current (last) message.
+    summary: String,
+    summary_id: Option<String>,
+    in_message: bool,
+    progress: f64,
+    /// The last seq handed to the bus.
+    published_seq: u64,
+}
+
+impl TurnState {
+    fn observe(&mut self, event: &AcpEvent) {
+        match &event.kind {
+            EventKind::MessageChunk(chunk) if chunk.role == ChunkRole::Agent => {
+                if !self.in_message || chunk.message_id != self.summary_id {
+                    self.summary.clear();
+                    self.summary_id = chunk.message_id.clone();
+                    self.in_message = true;
+                }
+                if let Some(text) = &chunk.text {
+                    self.summary.push_str(text);
+                }
+            }
+            EventKind::Plan(plan) => {
+                self.in_message = false;
+                let total = plan.entries.len();
+                if total > 0 {
+                    let done = plan
+                        .entries
+                        .iter()
+                        .filter(|e| e.status == "completed")
+                        .count();
+                    self.progress = done as f64 / total as f64;
+                }
+            }
+            EventKind::ThoughtChunk(_)
+            | EventKind::ToolCall(_)
+            | EventKind::ToolCallUpdate(_)
+            | EventKind::PermissionRequest(_) => self.in_message = false,
+            _ => {}
+        }
+    }
+}
+
+/// Why a turn did not complete.
+#[derive(Debug)]
+enum Failure {
+    Failed {
+        error: String,
+        exit_code: Option<i64>,
+    },
+    Stopped,
+}
+
+fn failed(error: impl Into<String>) -> Failure {
+    Failure::Failed {
+        error: error.into(),
+        exit_code: None,
+    }
+}
+
+struct TurnResult {
+    session_id: String,
+    stop_reason: String,
+}
+
+/// Publishes with retries; the envelope id stays the same, so the bus drops
+/// duplicates.
+async fn publish_retrying(bus: &dyn EventBus, subject: &str, id: Uuid, payload: Bytes) {
+    let mut delay = Duration::from_millis(100);
+    for attempt in 1..=10 {
+        match bus.publish(subject, id, payload.clone()).await {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::warn!(subject, attempt, error = %e, "publish failed, retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+    tracing::error!(subject, %id, "event dropped after 10 attempts");
+}
+
+/// Publishes an `agent.*` lifecycle event of an instance.
+pub async fn publish_lifecycle(
+    bus: &dyn EventBus,
+    instance: &AgentInstance,
+    kind: AgentEventKind,
+    fill: impl FnOnce(&mut AgentLifecycle),
+) {
+    let mut payload = AgentLifecycle {
+        kind,
+        task_id: instance.task_id,
+        instance_id: instance.id,
+        agent_type: instance.agent_type.clone(),
+        container_id: (!instance.container_id.is_empty()).then(|| instance.container_id.clone()),
+        acp_session_id: (!instance.acp_session_id.is_empty())
+            .then(|| instance.acp_session_id.clone()),
+        stop_reason: None,
+        summary: None,
+        error: None,
+        exit_code: None,
+        last_seq: u64::try_from(instance.last_seq).unwrap_or(0),
+        at: Utc::now(),
+    };
+    fill(&mut payload);
+    let turn = u64::try_from(instance.turns).unwrap_or(0);
+    let mut envelope = Envelope::new(kind.subject(), payload);
+    envelope.id = envelope.data.event_id(turn);
+    match envelope.to_bytes() {
+        Ok(bytes) => publish_retrying(bus, kind.subject(), envelope.id, bytes.into()).await,
+        Err(e) => tracing::error!(error = %e, "cannot serialize lifecycle event"),
+    }
+}
+
+/// Sends every event of the queue to `acp.message.<task_id>`, in order.
+async fn publisher(
+    bus: Arc<dyn EventBus>,
+    instance: AgentInstance,
+    mut rx: mpsc::Receiver<AcpEvent>,
+    state: Arc<Mutex<TurnState>>,
+) {
+    let subject = subjects::acp_message(&instance.task_id);
+    while let Some(event) = rx.recv().await {
+        let seq = event.seq;
+        let occurred_at = event.timestamp;
+        let event = match serde_json::to_value(&event) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot serialize acp event");
+                continue;
+            }
+        };
+        let message = AcpMessage {
+            task_id: instance.task_id,
+            instance_id: instance.id,
+            instance_seq: seq,
+            event,
+        };
+        let envelope = Envelope {
+            id: message.event_id(),
+            event_type: subject.clone(),
+            occurred_at,
+            data: message,
+        };
+        match envelope.to_bytes() {
+            Ok(bytes) => publish_retrying(bus.as_ref(), &subject, envelope.id, bytes.into()).await,
+            Err(e) => tracing::error!(error = %e, "cannot serialize acp message"),
+        }
+        lock(&state).published_seq = seq;
+    }
+}
+
+/// Stores the last published seq and the progress every `every` until
+/// `stop` fires.
+async fn flusher(
+    store: Store,
+    id: Uuid,
+    state: Arc<Mutex<TurnState>>,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    let mut saved = (0u64, -1.0f64);
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = stop.cancelled() => return,
+        }
+        let now = {
+            let s = lock(&state);
+            (s.published_seq, s.progress)
+        };
+        if now != saved && now.0 > 0 {
+            let seq = i64::try_from(now.0).unwrap_or(i64::MAX);
+            match store.save_progress(id, seq, now.1).await {
+                Ok(()) => saved = now,
+                Err(e) => tracing::warn!(error = %e, "cannot store last_seq"),
+            }
+        }
+    }
+}
+
+/// Batches log lines into `agent_logs`.
+async fn log_writer(store: Store, id: Uuid, keep: i64, mut rx: mpsc::Receiver<LogLine>) {
+    let mut batch = Vec::with_capacity(128);
+    while rx.recv_many(&mut batch, 128).await > 0 {
+        if let Err(e) = store.append_logs(id, &batch, keep).await {
+            tracing::warn!(error = %e, "cannot store agent logs");
+        }
+        batch.clear();
+    }
+}
+
+/// Reads the client's events: updates the turn state, queues stderr lines
+/// for storage (dropping them when the writer lags) and queues every event
+/// for publishing.
+async fn drain(
+    mut events: EventStream,
+    out: mpsc::Sender<AcpEvent>,
+    logs: mpsc::Sender<LogLine>,
+    state: Arc<Mutex<TurnState>>,
+) {
+    while let Some(event) = events.recv().await {
+        lock(&state).observe(&event);
+        if let EventKind::Log(log) = &event.kind
+            && log.source == LogSource::Stderr
+        {
+            let _ = logs.try_send(LogLine {
+                at: event.timestamp,
+                stream: "stderr".into(),
+                line: log.line.clone(),
+            });
+        }
+        if out.send(event).await.is_err() {
+            break;
+        }
+    }
+}
+
+/// Splits the attach stream: stdout bytes to the ACP reader, stderr lines
+/// to the client's log events.
+async fn demux(
+    mut output: std::pin::Pin<
+        Box<
+            dyn futures::Stream<
+                    Item = Result<bollard::container::LogOutput, bollard::errors::Error>,
+                > + Send,
+        >,
+    >,
+    stdout: mpsc::Sender<std::io::Result<Bytes>>,
+    client: AcpClient,
+) {
+    use bollard::container::LogOutput;
+    const MAX_STDERR_LINE: usize = 64 * 1024;
+    let mut err_buf: Vec<u8> = Vec::new();
+    while let Some(item) = output.next().await {
+        match item {
+            Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => {
+                if stdout.send(Ok(message)).await.is_err() {
+                    break;
+                }
+            }
+            Ok(LogOutput::StdErr { message }) => {
+                err_buf.extend_from_slice(&message);
+                while let Some(pos) = err_buf.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = err_buf.drain(..=pos).collect();
+                    let text = String::from_utf8_lossy(&line);
+                    client.log_line(text.trim_end_matches(['\n', '\r'])).await;
+                }
+                if err_buf.len() > MAX_STDERR_LINE {
+                    let text = String::from_utf8_lossy(&err_buf).into_owned();
+                    err_buf.clear();
+                    client.log_line(text).await;
+                }
+            }
+            Ok(LogOutput::StdIn { .. }) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "attach stream ended");
+                break;
+            }
+        }
+    }
+    if !err_buf.is_empty() {
+        client
+            .log_line(String::from_utf8_lossy(&err_buf).into_owned())
+            .await;
+    }
+}
+
+/// Runs one turn to its end and records the outcome. Never panics on agent
+/// misbehaviour; every failure ends the instance `failed` with a message.
+pub async fn run_turn(
+    shared: Shared,
+    spec: TurnSpec,
+    handle: Arc<RunHandle>,
+    on_end: impl FnOnce() + Send,
+) {
+    let instance = spec.instance.clone();
+    let settings = shared.settings.clone();
+    let state = Arc::new(Mutex::new(TurnState::default()));
+    let (events_tx, events_rx) = mpsc::channel(settings.publish_queue);
+    let (logs_tx, logs_rx) = mpsc::channel(1024);
+    let publisher_task = tokio::spawn(publisher(
+        shared.bus.clone(),
+        instance.clone(),
+        events_rx,
+        state.clone(),
+    ));
+    let flush_stop = CancellationToken::new();
+    let flusher_task = tokio::spawn(flusher(
+        shared.store.clone(),
+        instance.id,
+        state.clone(),
+        Duration::from_millis(settings.seq_flush_ms),
+        flush_stop.clone(),
+    ));
+    let log_task = tokio::spawn(log_writer(
+        shared.store.clone(),
+        instance.id,
+        settings.max_log_lines,
+        logs_rx,
+    ));
+
+    let container_id = Arc::new(Mutex::new(None::<String>));
+    let demux_slot = Arc::new(Mutex::new(None::<tokio::task::JoinHandle<()>>));
+    let timeout = Duration::from_secs(u64::try_from(spec.agent_type.timeout_seconds).unwrap_or(1));
+    let result = tokio::select! {
+        r = tokio::time::timeout(
+            timeout,
+            drive(
+                &shared,
+                &spec,
+                &handle,
+                (&container_id, &demux_slot),
+                events_tx,
+                logs_tx.clone(),
+                state.clone(),
+            ),
+        ) => match r {
+            Ok(r) => r,
+            Err(_) => Err(failed(format!(
+                "timed out after {} s",
+                spec.agent_type.timeout_seconds
+            ))),
+        },
+        () = handle.stop.cancelled() => Err(Failure::Stopped),
+    };
+
+    // The container goes whatever happened; that also ends the attach
+    // stream, the client and so the event pipeline.
+    let container = lock(&container_id).clone();
+    let mut exit_code = None;
+    if let Some(id) = &container {
+        if result.is_ok() {
+            // The mock and real agents exit on SIGTERM; give them a moment.
+            shared.docker.stop(id, 5).await;
+        } else {
+            shared.docker.kill(id).await;
+        }
+        // The attach stream ends once the container's output is fully
+        // copied, so no late stderr line is lost.
+        let demux = lock(&demux_slot).take();
+        if let Some(demux) = demux
+            && tokio::time::timeout(Duration::from_secs(10), demux)
+                .await
+                .is_err()
+        {
+            tracing::warn!(container = %id, "attach stream did not end after the container stopped");
+        }
+        exit_code = shared.docker.exit_code(id).await;
+        shared.docker.remove(id).await;
+    }
+    *lock(&handle.client) = None;
+    lock(&handle.asks).clear();
+    drop(logs_tx);
+    if tokio::time::timeout(Duration::from_secs(30), publisher_task)
+        .await
+        .is_err()
+    {
+        tracing::warn!(instance = %instance.id, "event publishing did not drain in 30 s");
+    }
+    flush_stop.cancel();
+    let _ = flusher_task.await;
+    let _ = tokio::time::timeout(Duration::from_secs(10), log_task).await;
+
+    let (last_seq, progress, summary) = {
+        let s = lock(&state);
+        (s.published_seq, s.progress, s.summary.clone())
+    };
+    if last_seq > 0
+        && let Err(e) = shared
+            .store
+            .save_progress(
+                instance.id,
+                i64::try_from(last_seq).unwrap_or(i64::MAX),
+                progress,
+            )
+            .await
+    {
+        tracing::warn!(error = %e, "cannot store last_seq");
+    }
+
+    let (status, outcome) = match &result {
+        Ok(turn) => (
+            InstanceStatus::Completed,
+            Outcome {
+                stop_reason: turn.stop_reason.clone(),
+                exit_code,
+                ..Outcome::default()
+            },
+        ),
+        Err(Failure::Failed {
+            error,
+            exit_code: code,
+        }) => (
+            InstanceStatus::Failed,
+            Outcome {
+                error: error.clone(),
+                exit_code: code.or(exit_code),
+                ..Outcome::default()
+            },
+        ),
+        Err(Failure::Stopped) => (
+            InstanceStatus::Stopped,
+            Outcome {
+                error: String::new(),
+                exit_code,
+                stop_reason: "stopped".into(),
+            },
+        ),
+    };
+    if let Err(e) = shared.store.finish(instance.id, status, &outcome).await {
+        tracing::error!(instance = %instance.id, error = %e, "cannot store the outcome");
+    }
+    let final_instance = shared
+        .store
+        .get_instance(instance.id)
+        .await
+        .unwrap_or(instance.clone());
+    // Unregistered before the final event, so a follow-up can start at once.
+    on_end();
+    let _ = handle.done.send(true);
+    let bus = shared.bus.as_ref();
+    match result {
+        Ok(turn) => {
+            tracing::info!(instance = %instance.id, stop_reason = %turn.stop_reason, "turn completed");
+            publish_lifecycle(bus, &final_instance, AgentEventKind::Completed, |e| {
+                e.stop_reason = Some(turn.stop_reason);
+                e.acp_session_id = Some(turn.session_id);
+                e.summary = Some(summary);
+            })
+            .await;
+        }
+        Err(Failure::Failed { error, .. }) => {
+            tracing::warn!(instance = %instance.id, %error, "agent failed");
+            publish_lifecycle(bus, &final_instance, AgentEventKind::Failed, |e| {
+                e.error = Some(error);
+                e.exit_code = outcome.exit_code;
+            })
+            .await;
+        }
+        Err(Failure::Stopped) => {
+            let reason = lock(&handle.stop_reason).clone();
+            publish_lifecycle(bus, &final_instance, AgentEventKind::Stopped, |e| {
+                e.error = (!reason.is_empty()).then_some(reason);
+            })
+            .await;
+        }
+    }
+}
+
+fn policy(
+    kind: PermissionPolicyKind,
+    settings: &Settings,
+    handle: &Arc<RunHandle>,
+) -> Arc<dyn PermissionPolicy> {
+    match kind {
+        PermissionPolicyKind::AutoApprove => Arc::new(AutoApprove),
+        PermissionPolicyKind::Deny => Arc::new(Deny),
+        PermissionPolicyKind::Ask => {
+            let (decider, mut asks) = AskDecider::new(
+                Duration::from_secs(settings.permission_timeout_secs.max(1)),
+                PermissionDecision::Cancel,
+                64,
+            );
+            let handle = handle.clone();
+            tokio::spawn(async move {
+                while let Some(ask) = asks.recv().await {
+                    let key = ask_key(&ask.request_id);
+                    lock(&handle.asks).insert(key, ask);
+                }
+            });
+            Arc::new(decider)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn drive(
+    shared: &Shared,
+    spec: &TurnSpec,
+    handle: &Arc<RunHandle>,
+    (container_slot, demux_slot): (
+        &Mutex<Option<String>>,
+        &Mutex<Option<tokio::task::JoinHandle<()>>>,
+    ),
+    events_tx: mpsc::Sender<AcpEvent>,
+    logs_tx: mpsc::Sender<LogLine>,
+    state: Arc<Mutex<TurnState>>,
+) -> Result<TurnResult, Failure> {
+    let docker = &shared.docker;
+    let settings = &shared.settings;
+    let instance = &spec.instance;
+
+    let id = docker.create(&spec.container).await.map_err(failed)?;
+    *lock(container_slot) = Some(id.clone());
+    if let Err(e) = shared.store.set_container(instance.id, &id).await {
+        tracing::warn!(error = %e, "cannot store container id");
+    }
+    let attach = docker.attach(&id).await.map_err(failed)?;
+
+    let (stdout_tx, stdout_rx) = mpsc::channel::<std::io::Result<Bytes>>(64);
+    let reader = StreamReader::new(tokio_stream::wrappers::ReceiverStream::new(stdout_rx));
+    let offers = |cap: &str| spec.agent_type.capabilities.iter().any(|c| c == cap);
+    let workspace = if offers("fs") {
+        Some(
+            Workspace::new(&spec.workspace, CONTAINER_WORKSPACE)
+                .map_err(|e| failed(format!("workspace {:?}: {e}", spec.workspace)))?,
+        )
+    } else {
+        None
+    };
+    let terminal: Option<Arc<dyn kandev_acp::TerminalExecutor>> = if offers("terminal") {
+        Some(Arc::new(DockerExec::new(docker.clone(), id.clone())))
+    } else {
+        None
+    };
+    let options = ClientOptions {
+        start_seq: u64::try_from(instance.last_seq).unwrap_or(0) + 1,
+        initialize_timeout: Duration::from_secs(settings.initialize_timeout_secs),
+        permission: policy(spec.agent_type.permission_policy, settings, handle),
+        workspace,
+        terminal,
+        ..ClientOptions::default()
+    };
+    let (client, events) = AcpClient::connect(reader, attach.input, options);
+    tokio::spawn(drain(events, events_tx, logs_tx, state));
+    *lock(demux_slot) = Some(tokio::spawn(demux(
+        attach.output,
+        stdout_tx,
+        client.clone(),
+    )));
+    *lock(&handle.client) = Some(client.clone());
+
+    docker.start(&id).await.map_err(failed)?;
+    let mut started = instance.clone();
+    started.container_id = id.clone();
+    publish_lifecycle(
+        shared.bus.as_ref(),
+        &started,
+        AgentEventKind::Started,
+        |_| {},
+    )
+    .await;
+
+    let crashed = |what: &str, err: AcpError| {
+        let docker = docker.clone();
+        let id = id.clone();
+        let what = what.to_string();
+        async move {
+            if matches!(err, AcpError::Closed { .. }) {
+                let code = tokio::time::timeout(Duration::from_secs(10), docker.wait_exit(&id))
+                    .await
+                    .ok()
+                    .flatten();
+                let error = match code {
+                    Some(code) => format!("the agent exited with code {code} during {what}"),
+                    None => format!("the agent closed its output during {what}"),
+                };
+                Failure::Failed {
+                    error,
+                    exit_code: code,
+                }
+            } else {
+                failed(format!("{what} failed: {err}"))
+            }
+        }
+    };
+
+    if let Err(e) = client.initialize().await {
+        return Err(match e {
+            AcpError::Timeout { .. } => failed(format!(
+                "the agent did not answer initialize within {} s",
+                settings.initialize_timeout_secs
+            )),
+            e => crashed("initialize", e).await,
+        });
+    }
+    let session = match &spec.resume_session {
+        Some(session_id) => {
+            client
+                .load_session(session_id, CONTAINER_WORKSPACE, vec![])
+                .await
+        }
+        None => client.new_session(CONTAINER_WORKSPACE, vec![]).await,
+    };
+    let session = match session {
+        Ok(s) => s,
+        Err(AcpError::AuthRequired { message, .. }) => {
+            let needs = if spec.agent_type.required_env.is_empty() {
+                "credentials for the agent".to_string()
+            } else {
+                spec.agent_type.required_env.join(", ")
+            };
+            return Err(failed(format!(
+                "the agent requires authentication ({message}); provide {needs}"
+            )));
+        }
+        Err(e) => return Err(crashed("session setup", e).await),
+    };
+    if let Err(e) = shared
+        .store
+        .set_running(instance.id, &session.session_id)
+        .await
+    {
+        tracing::warn!(error = %e, "cannot store session id");
+    }
+    let mut running = started.clone();
+    running.acp_session_id = session.session_id.clone();
+    publish_lifecycle(
+        shared.bus.as_ref(),
+        &running,
+        AgentEventKind::Running,
+        |_| {},
+    )
+    .await;
+
+    let stop = match client.prompt(vec![spec.prompt.clone().into()]).await {
+        Ok(stop) => stop,
+        Err(AcpError::TurnFailed(why)) => return Err(failed(format!("the turn failed: {why}"))),
+        Err(e) => return Err(crashed("the turn", e).await),
+    };
+    let stop_reason = serde_json::to_value(stop)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| format!("{stop:?}"));
+    Ok(TurnResult {
+        session_id: session.session_id,
+        stop_reason,
+    })
+}

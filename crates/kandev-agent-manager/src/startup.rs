@@ -1,0 +1,175 @@
+//! Wiring: database, migrations, Docker, event bus, reconciliation and the
+//! server.
+
+use std::{net::SocketAddr, str::FromStr, sync::Arc, time::Duration};
+
+use kandev_common::{
+    CancellationToken,
+    serve::{self, ReadinessCheck},
+};
+use kandev_events::{EventBus, JetStreamBus};
+use kandev_proto::v1::agent_manager_server::AgentManagerServer;
+use sqlx::{
+    Executor, PgPool,
+    postgres::{PgConnectOptions, PgPoolOptions},
+};
+use tokio::net::TcpListener;
+
+use crate::{
+    config::Settings, docker::Docker, grpc::GrpcAgentAdapter, manager::AgentManager, store::Store,
+};
+
+/// Why the service could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("event bus: {0}")]
+    Bus(#[from] kandev_events::BusError),
+    #[error("docker: {0}")]
+    Docker(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("server: {0}")]
+    Serve(std::io::Error),
+    #[error("grpc setup: {0}")]
+    Grpc(String),
+}
+
+/// The built service, bound to its port but not yet serving.
+pub struct Application {
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    pool: PgPool,
+    bus_ready: ReadinessCheck,
+    manager: AgentManager,
+}
+
+/// Connects to Postgres with `search_path` set to the service's schema,
+/// creating the schema and running migrations.
+pub async fn connect_database(settings: &Settings) -> Result<PgPool, StartupError> {
+    let base = PgConnectOptions::from_str(&settings.database_url)?;
+    let schema = settings.database_schema.clone();
+    let bootstrap = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(base.clone())
+        .await?;
+    bootstrap
+        .execute(format!("CREATE SCHEMA IF NOT EXISTS {schema}").as_str())
+        .await?;
+    bootstrap.close().await;
+
+    let pool = PgPoolOptions::new()
+        .max_connections(settings.database_max_connections)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(base.options([("search_path", schema.as_str())]))
+        .await?;
+    sqlx::migrate!("./migrations").run(&pool).await?;
+    Ok(pool)
+}
+
+impl Application {
+    /// Connects to NATS JetStream from the settings.
+    pub async fn build(settings: Settings) -> Result<Self, StartupError> {
+        let bus = JetStreamBus::connect(&settings.nats_url).await?;
+        let ready_bus = bus.clone();
+        let bus_ready: ReadinessCheck = Arc::new(move || {
+            let bus = ready_bus.clone();
+            Box::pin(async move {
+                if bus.is_connected() {
+                    Ok(())
+                } else {
+                    Err("nats not connected".to_string())
+                }
+            })
+        });
+        Self::build_with_bus(settings, Arc::new(bus), bus_ready).await
+    }
+
+    /// Builds on a given bus (an in-process one, in a one-binary mode).
+    /// Reconciles containers left by an earlier run before returning.
+    pub async fn build_with_bus(
+        settings: Settings,
+        bus: Arc<dyn EventBus>,
+        bus_ready: ReadinessCheck,
+    ) -> Result<Self, StartupError> {
+        let pool = connect_database(&settings).await?;
+        let docker = Docker::connect(&settings.docker_host)
+            .map_err(|e| StartupError::Docker(e.to_string()))?;
+        docker.ping().await.map_err(StartupError::Docker)?;
+        let listener = TcpListener::bind(&settings.listen_addr)
+            .await
+            .map_err(|source| StartupError::Listen {
+                addr: settings.listen_addr.clone(),
+                source,
+            })?;
+        let local_addr = listener.local_addr().map_err(StartupError::Serve)?;
+        let manager = AgentManager::new(docker, Store::new(pool.clone()), bus, settings);
+        manager.reconcile().await;
+        Ok(Application {
+            listener,
+            local_addr,
+            pool,
+            bus_ready,
+            manager,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.local_addr.port()
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The domain service, for in-process callers.
+    pub fn manager(&self) -> AgentManager {
+        self.manager.clone()
+    }
+
+    /// Serves until `shutdown` fires and in-flight requests drain. Agent
+    /// containers keep running (they survive the manager) and are
+    /// reconciled by the next start.
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {
+        let (mut routes, health) =
+            serve::grpc_base(kandev_proto::FILE_DESCRIPTOR_SET).map_err(StartupError::Grpc)?;
+        routes.add_service(AgentManagerServer::new(GrpcAgentAdapter::new(
+            self.manager.clone(),
+        )));
+        health
+            .set_serving::<AgentManagerServer<GrpcAgentAdapter>>()
+            .await;
+
+        let db = self.manager.clone();
+        let db_ready: ReadinessCheck = Arc::new(move || {
+            let m = db.clone();
+            Box::pin(async move { m.ping_store().await.map_err(|e| e.to_string()) })
+        });
+        let dk = self.manager.clone();
+        let docker_ready: ReadinessCheck = Arc::new(move || {
+            let m = dk.clone();
+            Box::pin(async move { m.ping_docker().await })
+        });
+        let router = routes
+            .routes()
+            .into_axum_router()
+            .merge(serve::health_routes(vec![
+                ("postgres", db_ready),
+                ("nats", self.bus_ready.clone()),
+                ("docker", docker_ready),
+            ]));
+
+        tracing::info!(addr = %self.local_addr, "agent manager listening (gRPC, /healthz, /readyz)");
+        let served = serve::serve(self.listener, router, shutdown).await;
+        self.pool.close().await;
+        tracing::info!("agent manager stopped");
+        served.map_err(StartupError::Serve)
+    }
+}

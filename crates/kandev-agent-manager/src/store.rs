@@ -1,0 +1,392 @@
+//! Postgres storage of agent types, instances and their logs.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::domain::{
+    AgentError, AgentInstance, AgentType, CredentialMounts, InstanceStatus, LogLine,
+    PermissionPolicyKind, Result,
+};
+
+/// The agent manager's tables.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: PgPool,
+}
+
+#[derive(sqlx::FromRow)]
+struct TypeRow {
+    id: String,
+    name: String,
+    description: String,
+    image: String,
+    command: Vec<String>,
+    working_dir: String,
+    memory_mb: i64,
+    cpu_cores: f64,
+    pids_limit: i64,
+    timeout_seconds: i64,
+    capabilities: Vec<String>,
+    required_env: Vec<String>,
+    optional_env: Vec<String>,
+    mount_ssh: bool,
+    mount_gitconfig: bool,
+    mount_git_credentials: bool,
+    network_mode: String,
+    permission_policy: String,
+    enabled: bool,
+}
+
+impl TryFrom<TypeRow> for AgentType {
+    type Error = AgentError;
+
+    fn try_from(r: TypeRow) -> Result<AgentType> {
+        Ok(AgentType {
+            id: r.id,
+            name: r.name,
+            description: r.description,
+            image: r.image,
+            command: r.command,
+            working_dir: r.working_dir,
+            memory_mb: r.memory_mb,
+            cpu_cores: r.cpu_cores,
+            pids_limit: r.pids_limit,
+            timeout_seconds: r.timeout_seconds,
+            capabilities: r.capabilities,
+            required_env: r.required_env,
+            optional_env: r.optional_env,
+            credential_mounts: CredentialMounts {
+                ssh: r.mount_ssh,
+                gitconfig: r.mount_gitconfig,
+                git_credentials: r.mount_git_credentials,
+            },
+            network_mode: r.network_mode,
+            permission_policy: PermissionPolicyKind::parse(&r.permission_policy)
+                .map_err(|e| AgentError::Internal(e.to_string()))?,
+            enabled: r.enabled,
+        })
+    }
+}
+
+const TYPE_COLUMNS: &str = "id, name, description, image, command, working_dir, memory_mb, \
+    cpu_cores, pids_limit, timeout_seconds, capabilities, required_env, optional_env, mount_ssh, \
+    mount_gitconfig, mount_git_credentials, network_mode, permission_policy, enabled";
+
+#[derive(sqlx::FromRow)]
+struct InstanceRow {
+    id: Uuid,
+    task_id: Uuid,
+    agent_type: String,
+    status: String,
+    container_id: String,
+    acp_session_id: String,
+    workspace_path: String,
+    workspace_owned: bool,
+    exit_code: Option<i64>,
+    error: String,
+    stop_reason: String,
+    progress: f64,
+    last_seq: i64,
+    turns: i64,
+    created_at: DateTime<Utc>,
+    started_at: Option<DateTime<Utc>>,
+    finished_at: Option<DateTime<Utc>>,
+}
+
+impl TryFrom<InstanceRow> for AgentInstance {
+    type Error = AgentError;
+
+    fn try_from(r: InstanceRow) -> Result<AgentInstance> {
+        Ok(AgentInstance {
+            id: r.id,
+            task_id: r.task_id,
+            agent_type: r.agent_type,
+            status: InstanceStatus::parse(&r.status)?,
+            container_id: r.container_id,
+            acp_session_id: r.acp_session_id,
+            workspace_path: r.workspace_path,
+            workspace_owned: r.workspace_owned,
+            exit_code: r.exit_code,
+            error: r.error,
+            stop_reason: r.stop_reason,
+            progress: r.progress,
+            last_seq: r.last_seq,
+            turns: r.turns,
+            created_at: r.created_at,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+        })
+    }
+}
+
+const INSTANCE_COLUMNS: &str = "id, task_id, agent_type, status, container_id, acp_session_id, \
+    workspace_path, workspace_owned, exit_code, error, stop_reason, progress, last_seq, turns, \
+    created_at, started_at, finished_at";
+
+/// How an instance ended.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    pub error: String,
+    pub exit_code: Option<i64>,
+    pub stop_reason: String,
+}
+
+impl Store {
+    pub fn new(pool: PgPool) -> Self {
+        Store { pool }
+    }
+
+    pub async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    pub async fn list_types(&self, include_disabled: bool) -> Result<Vec<AgentType>> {
+        let rows: Vec<TypeRow> = sqlx::query_as(&format!(
+            "SELECT {TYPE_COLUMNS} FROM agent_types WHERE enabled OR $1 ORDER BY id"
+        ))
+        .bind(include_disabled)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(AgentType::try_from).collect()
+    }
+
+    pub async fn get_type(&self, id: &str) -> Result<AgentType> {
+        let row: Option<TypeRow> = sqlx::query_as(&format!(
+            "SELECT {TYPE_COLUMNS} FROM agent_types WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.ok_or_else(|| AgentError::NotFound(format!("agent type {id:?}")))?
+            .try_into()
+    }
+
+    pub async fn upsert_type(&self, t: &AgentType) -> Result<AgentType> {
+        let row: TypeRow = sqlx::query_as(&format!(
+            "INSERT INTO agent_types ({TYPE_COLUMNS}) VALUES \
+             ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19) \
+             ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, \
+             description = EXCLUDED.description, image = EXCLUDED.image, \
+             command = EXCLUDED.command, working_dir = EXCLUDED.working_dir, \
+             memory_mb = EXCLUDED.memory_mb, cpu_cores = EXCLUDED.cpu_cores, \
+             pids_limit = EXCLUDED.pids_limit, timeout_seconds = EXCLUDED.timeout_seconds, \
+             capabilities = EXCLUDED.capabilities, required_env = EXCLUDED.required_env, \
+             optional_env = EXCLUDED.optional_env, mount_ssh = EXCLUDED.mount_ssh, \
+             mount_gitconfig = EXCLUDED.mount_gitconfig, \
+             mount_git_credentials = EXCLUDED.mount_git_credentials, \
+             network_mode = EXCLUDED.network_mode, \
+             permission_policy = EXCLUDED.permission_policy, enabled = EXCLUDED.enabled, \
+             updated_at = now() RETURNING {TYPE_COLUMNS}"
+        ))
+        .bind(&t.id)
+        .bind(&t.name)
+        .bind(&t.description)
+        .bind(&t.image)
+        .bind(&t.command)
+        .bind(&t.working_dir)
+        .bind(t.memory_mb)
+        .bind(t.cpu_cores)
+        .bind(t.pids_limit)
+        .bind(t.timeout_seconds)
+        .bind(&t.capabilities)
+        .bind(&t.required_env)
+        .bind(&t.optional_env)
+        .bind(t.credential_mounts.ssh)
+        .bind(t.credential_mounts.gitconfig)
+        .bind(t.credential_mounts.git_credentials)
+        .bind(&t.network_mode)
+        .bind(t.permission_policy.as_str())
+        .bind(t.enabled)
+        .fetch_one(&self.pool)
+        .await?;
+        row.try_into()
+    }
+
+    pub async fn create_instance(
+        &self,
+        id: Uuid,
+        task_id: Uuid,
+        agent_type: &str,
+    ) -> Result<AgentInstance> {
+        let row: InstanceRow = sqlx::query_as(&format!(
+            "INSERT INTO agent_instances (id, task_id, agent_type, status) \
+             VALUES ($1, $2, $3, 'pending') RETURNING {INSTANCE_COLUMNS}"
+        ))
+        .bind(id)
+        .bind(task_id)
+        .bind(agent_type)
+        .fetch_one(&self.pool)
+        .await?;
+        row.try_into()
+    }
+
+    pub async fn get_instance(&self, id: Uuid) -> Result<AgentInstance> {
+        let row: Option<InstanceRow> = sqlx::query_as(&format!(
+            "SELECT {INSTANCE_COLUMNS} FROM agent_instances WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.ok_or_else(|| AgentError::NotFound(format!("agent instance {id}")))?
+            .try_into()
+    }
+
+    /// Instances of a task (all when `task_id` is `None`), oldest first.
+    pub async fn list_instances(&self, task_id: Option<Uuid>) -> Result<Vec<AgentInstance>> {
+        let rows: Vec<InstanceRow> = sqlx::query_as(&format!(
+            "SELECT {INSTANCE_COLUMNS} FROM agent_instances \
+             WHERE $1::uuid IS NULL OR task_id = $1 ORDER BY created_at, id LIMIT 1000"
+        ))
+        .bind(task_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(AgentInstance::try_from).collect()
+    }
+
+    /// Instances that a container may still be running for.
+    pub async fn active_instances(&self) -> Result<Vec<AgentInstance>> {
+        let rows: Vec<InstanceRow> = sqlx::query_as(&format!(
+            "SELECT {INSTANCE_COLUMNS} FROM agent_instances \
+             WHERE status IN ('pending', 'starting', 'running')"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(AgentInstance::try_from).collect()
+    }
+
+    pub async fn set_workspace(&self, id: Uuid, path: &str, owned: bool) -> Result<()> {
+        sqlx::query(
+            "UPDATE agent_instances SET workspace_path = $2, workspace_owned = $3, \
+             updated_at = now() WHERE id = $1",
+        )
+        .bind(id)
+        .bind(path)
+        .bind(owned)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// A turn starts: status `starting`, outcome cleared; returns the
+    /// instance with its turn counter incremented.
+    pub async fn begin_turn(&self, id: Uuid) -> Result<AgentInstance> {
+        let row: InstanceRow = sqlx::query_as(&format!(
+            "UPDATE agent_instances SET status = 'starting', error = '', exit_code = NULL, \
+             stop_reason = '', finished_at = NULL, started_at = coalesce(started_at, now()), \
+             turns = turns + 1, updated_at = now() WHERE id = $1 RETURNING {INSTANCE_COLUMNS}"
+        ))
+        .bind(id)
+        .fetch_one(&self.pool)
+        .await?;
+        row.try_into()
+    }
+
+    pub async fn set_container(&self, id: Uuid, container_id: &str) -> Result<()> {
+        sqlx::query(
+            "UPDATE agent_instances SET container_id = $2, updated_at = now() WHERE id = $1",
+        )
+        .bind(id)
+        .bind(container_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn set_running(&self, id: Uuid, session_id: &str) -> Result<()> {
+        sqlx::query(
+            "UPDATE agent_instances SET status = 'running', acp_session_id = $2, \
+             updated_at = now() WHERE id = $1",
+        )
+        .bind(id)
+        .bind(session_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Stores the last published `seq` and the plan progress.
+    pub async fn save_progress(&self, id: Uuid, last_seq: i64, progress: f64) -> Result<()> {
+        sqlx::query(
+            "UPDATE agent_instances SET last_seq = greatest(last_seq, $2), progress = $3, \
+             updated_at = now() WHERE id = $1",
+        )
+        .bind(id)
+        .bind(last_seq)
+        .bind(progress)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Ends the instance (completed, failed or stopped) unless it already
+    /// ended; returns whether this call ended it.
+    pub async fn finish(
+        &self,
+        id: Uuid,
+        status: InstanceStatus,
+        outcome: &Outcome,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE agent_instances SET status = $2, error = $3, \
+             exit_code = coalesce($4, exit_code), stop_reason = $5, finished_at = now(), \
+             updated_at = now() WHERE id = $1 AND status IN ('pending', 'starting', 'running')",
+        )
+        .bind(id)
+        .bind(status.as_str())
+        .bind(&outcome.error)
+        .bind(outcome.exit_code)
+        .bind(&outcome.stop_reason)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Appends log lines and keeps only the newest `keep` of the instance.
+    pub async fn append_logs(&self, id: Uuid, lines: &[LogLine], keep: i64) -> Result<()> {
+        if lines.is_empty() {
+            return Ok(());
+        }
+        let at: Vec<DateTime<Utc>> = lines.iter().map(|l| l.at).collect();
+        let streams: Vec<&str> = lines.iter().map(|l| l.stream.as_str()).collect();
+        let text: Vec<&str> = lines.iter().map(|l| l.line.as_str()).collect();
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO agent_logs (instance_id, at, stream, line) \
+             SELECT $1, * FROM unnest($2::timestamptz[], $3::text[], $4::text[])",
+        )
+        .bind(id)
+        .bind(&at)
+        .bind(&streams)
+        .bind(&text)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "DELETE FROM agent_logs WHERE instance_id = $1 AND id <= \
+             (SELECT id FROM agent_logs WHERE instance_id = $1 ORDER BY id DESC OFFSET $2 LIMIT 1)",
+        )
+        .bind(id)
+        .bind(keep)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The last `tail` log lines, oldest first.
+    pub async fn tail_logs(&self, id: Uuid, tail: i64) -> Result<Vec<LogLine>> {
+        let rows: Vec<(DateTime<Utc>, String, String)> = sqlx::query_as(
+            "SELECT at, stream, line FROM (SELECT id, at, stream, line FROM agent_logs \
+             WHERE instance_id = $1 ORDER BY id DESC LIMIT $2) t ORDER BY id",
+        )
+        .bind(id)
+        .bind(tail)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(at, stream, line)| LogLine { at, stream, line })
+            .collect())
+    }
+}

@@ -1,0 +1,264 @@
+use kandev_proto::v1 as pb;
+use tonic::Code;
+use uuid::Uuid;
+
+use crate::helpers::{TaskWatch, containers_of, git_repo, spawn_app};
+
+async fn only_instance(app: &mut crate::helpers::TestApp, task: Uuid) -> pb::AgentInstance {
+    let mut list = app
+        .client
+        .list_instances(pb::ListInstancesRequest {
+            task_id: task.to_string(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .instances;
+    assert_eq!(list.len(), 1);
+    list.remove(0)
+}
+
+#[tokio::test]
+async fn crash_mid_turn_fails_with_the_exit_code() {
+    let mut app = spawn_app().await;
+    let repo = git_repo(app.dir.path());
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    let instance = app
+        .launch(task, "mock-agent", &repo, "crash 3")
+        .await
+        .unwrap();
+    let failed = watch.until("agent.failed", 0).await;
+    assert!(
+        failed["error"]
+            .as_str()
+            .unwrap()
+            .contains("exited with code 3"),
+        "{failed}"
+    );
+    assert_eq!(failed["exit_code"], 3);
+    let status = app.status(&instance.id).await;
+    assert_eq!(status.status, pb::AgentStatus::Failed as i32);
+    assert_eq!(status.exit_code, Some(3));
+    assert!(containers_of(&instance.id).is_empty());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_type_timeout_kills_the_container() {
+    let mut app = spawn_app().await;
+    app.mock_type("mock-quick", |t| t.timeout_seconds = 2).await;
+    let repo = git_repo(app.dir.path());
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    let instance = app.launch(task, "mock-quick", &repo, "hang").await.unwrap();
+    let failed = watch.until("agent.failed", 0).await;
+    assert_eq!(failed["error"], "timed out after 2 s");
+    assert_eq!(
+        app.status(&instance.id).await.status,
+        pb::AgentStatus::Failed as i32
+    );
+    assert!(containers_of(&instance.id).is_empty());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn garbage_output_becomes_protocol_errors_and_the_turn_ends() {
+    let mut app = spawn_app().await;
+    let repo = git_repo(app.dir.path());
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    app.launch(task, "mock-agent", &repo, "garbage")
+        .await
+        .unwrap();
+    let done = watch.until("agent.completed", 0).await;
+    assert_eq!(done["stop_reason"], "end_turn");
+    let errors = watch
+        .kinds()
+        .iter()
+        .filter(|k| *k == "protocol_error")
+        .count();
+    assert!(errors >= 5, "{:?}", watch.kinds());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn auth_required_names_the_credential() {
+    let mut app = spawn_app().await;
+    app.mock_type("mock-auth", |t| {
+        t.required_env = vec!["KANDEV_MOCK_AUTH".into()];
+    })
+    .await;
+    let repo = git_repo(app.dir.path());
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    let instance = app
+        .client
+        .launch_agent(pb::LaunchAgentRequest {
+            task_id: task.to_string(),
+            agent_type: "mock-auth".into(),
+            workspace: Some(pb::launch_agent_request::Workspace::Repository(
+                pb::GitWorkspace {
+                    repository_url: repo,
+                    branch: "main".into(),
+                },
+            )),
+            env: [("KANDEV_MOCK_AUTH".to_string(), "agent".to_string())].into(),
+            prompt: "echo hi".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let failed = watch.until("agent.failed", 0).await;
+    let error = failed["error"].as_str().unwrap();
+    assert!(error.contains("requires authentication"), "{error}");
+    assert!(error.contains("KANDEV_MOCK_AUTH"), "{error}");
+    assert!(containers_of(&instance.id).is_empty());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_container_that_cannot_start_fails_cleanly() {
+    let mut app = spawn_app().await;
+    app.mock_type("mock-broken", |t| {
+        t.command = vec!["/no/such/binary".into()];
+    })
+    .await;
+    let repo = git_repo(app.dir.path());
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    let instance = app
+        .launch(task, "mock-broken", &repo, "echo hi")
+        .await
+        .unwrap();
+    let failed = watch.until("agent.failed", 0).await;
+    assert!(
+        failed["error"]
+            .as_str()
+            .unwrap()
+            .contains("failed to start"),
+        "{failed}"
+    );
+    assert!(containers_of(&instance.id).is_empty());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn launch_preparation_errors_fail_the_instance() {
+    let mut app = spawn_app().await;
+    let repo = git_repo(app.dir.path());
+
+    // Unknown type.
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    let err = app
+        .launch(task, "no-such-agent", &repo, "hi")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    assert!(err.message().contains("no-such-agent"), "{err:?}");
+    let failed = watch.until("agent.failed", 0).await;
+    assert!(failed["error"].as_str().unwrap().contains("no-such-agent"));
+    assert_eq!(
+        only_instance(&mut app, task).await.status,
+        pb::AgentStatus::Failed as i32
+    );
+
+    // Missing required env: the message names the variable, never a value.
+    let task = Uuid::new_v4();
+    let err = app
+        .launch(task, "claude-code", &repo, "hi")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(err.message().contains("ANTHROPIC_API_KEY"), "{err:?}");
+    let instance = only_instance(&mut app, task).await;
+    assert!(instance.error.contains("ANTHROPIC_API_KEY"));
+
+    // Missing image, pulling disabled.
+    app.mock_type("mock-missing", |t| {
+        t.image = "kandev/not-built:latest".into()
+    })
+    .await;
+    let task = Uuid::new_v4();
+    let err = app
+        .launch(task, "mock-missing", &repo, "hi")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(err.message().contains("kandev/not-built:latest"), "{err:?}");
+
+    // Disabled type.
+    app.mock_type("mock-off", |t| t.enabled = false).await;
+    let err = app
+        .launch(Uuid::new_v4(), "mock-off", &repo, "hi")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(err.message().contains("disabled"));
+
+    // Clone failure.
+    let task = Uuid::new_v4();
+    let err = app
+        .launch(task, "mock-agent", "file:///nonexistent/repo", "hi")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(
+        err.message().contains("cloning file:///nonexistent/repo"),
+        "{err:?}"
+    );
+    assert!(!app.path("workspaces").join(task.to_string()).exists());
+
+    // Workspace outside the allowed roots: refused, nothing mounted.
+    for path in [
+        "/etc".to_string(),
+        format!("{}/../..", app.path("allowed").display()),
+    ] {
+        let task = Uuid::new_v4();
+        let err = app
+            .client
+            .launch_agent(pb::LaunchAgentRequest {
+                task_id: task.to_string(),
+                agent_type: "mock-agent".into(),
+                workspace: Some(pb::launch_agent_request::Workspace::WorkspacePath(path)),
+                prompt: "hi".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::PermissionDenied);
+        let instance = only_instance(&mut app, task).await;
+        assert_eq!(instance.status, pb::AgentStatus::Failed as i32);
+        assert!(instance.container_id.is_empty());
+        assert!(containers_of(&instance.id).is_empty());
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_allowed_workspace_path_is_used_in_place() {
+    let mut app = spawn_app().await;
+    let ws = app.path("allowed").join("project");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("notes.md"), "notes\n").unwrap();
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    app.client
+        .launch_agent(pb::LaunchAgentRequest {
+            task_id: task.to_string(),
+            agent_type: "mock-agent".into(),
+            workspace: Some(pb::launch_agent_request::Workspace::WorkspacePath(
+                ws.display().to_string(),
+            )),
+            prompt: "code notes.md".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    watch.until("agent.completed", 0).await;
+    let text = std::fs::read_to_string(ws.join("notes.md")).unwrap();
+    assert!(text.contains("Edited by kandev-mock-agent"), "{text}");
+    app.stop().await;
+}

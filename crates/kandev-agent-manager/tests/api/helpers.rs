@@ -1,0 +1,408 @@
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::{LazyLock, Mutex},
+    time::Duration,
+};
+
+use futures::StreamExt;
+use kandev_agent_manager::{Application, Settings};
+use kandev_common::CancellationToken;
+use kandev_proto::v1::{self as pb, agent_manager_client::AgentManagerClient};
+use sqlx::{Connection, Executor, PgConnection};
+use tempfile::TempDir;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+use uuid::Uuid;
+
+pub const MOCK_IMAGE: &str = "kandev/mock-agent:latest";
+
+/// Postgres server URL without a database; overridable for other machines.
+pub static PG_BASE: LazyLock<String> = LazyLock::new(|| {
+    std::env::var("KANDEV_TEST_PG_BASE")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+});
+pub static NATS_URL: LazyLock<String> = LazyLock::new(|| {
+    std::env::var("KANDEV_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
+});
+
+static TRACING: LazyLock<()> = LazyLock::new(|| {
+    if std::env::var("TEST_LOG").is_ok() {
+        kandev_common::telemetry::init(&Default::default());
+    }
+});
+
+static DOCKER_READY: Mutex<bool> = Mutex::new(false);
+
+fn docker_answers() -> bool {
+    Command::new("docker")
+        .arg("info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Makes sure a Docker engine answers (starting `dockerd` without bridge
+/// or iptables when none does) and that the mock-agent image exists
+/// (built by `dockerfiles/mock-agent/build.sh`). Never pulls.
+pub fn ensure_docker() {
+    let mut ready = DOCKER_READY.lock().unwrap_or_else(|p| p.into_inner());
+    if *ready {
+        return;
+    }
+    if !docker_answers() {
+        // No bridge and no iptables: agent containers use network mode none.
+        let started = Command::new("bash")
+            .args([
+                "-c",
+                "setsid dockerd --bridge=none --iptables=false \
+                 >/tmp/kandev-test-dockerd.log 2>&1 </dev/null &",
+            ])
+            .status()
+            .expect("bash runs");
+        assert!(
+            started.success(),
+            "cannot start dockerd (apt-get install docker.io)"
+        );
+        let mut up = false;
+        for _ in 0..120 {
+            std::thread::sleep(Duration::from_millis(500));
+            if docker_answers() {
+                up = true;
+                break;
+            }
+        }
+        assert!(up, "dockerd did not start within 60 s");
+    }
+    let present = Command::new("docker")
+        .args(["image", "inspect", MOCK_IMAGE])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !present {
+        let status = Command::new("bash")
+            .arg(repo_root().join("dockerfiles/mock-agent/build.sh"))
+            .status()
+            .expect("bash runs");
+        assert!(status.success(), "building {MOCK_IMAGE} failed");
+    }
+    *ready = true;
+}
+
+/// A fresh, empty database; dropped by [`TestDb::drop_db`].
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+}
+
+impl TestDb {
+    pub async fn create() -> TestDb {
+        let name = format!("kandev_am_test_{}", Uuid::new_v4().simple());
+        let mut admin = PgConnection::connect(&format!("{}/postgres", *PG_BASE))
+            .await
+            .expect("postgres must be running");
+        admin
+            .execute(format!(r#"CREATE DATABASE "{name}""#).as_str())
+            .await
+            .unwrap();
+        TestDb {
+            url: format!("{}/{name}", *PG_BASE),
+            name,
+        }
+    }
+
+    pub async fn drop_db(&self) {
+        if let Ok(mut admin) = PgConnection::connect(&format!("{}/postgres", *PG_BASE)).await {
+            let _ = admin
+                .execute(
+                    format!(r#"DROP DATABASE IF EXISTS "{}" WITH (FORCE)"#, self.name).as_str(),
+                )
+                .await;
+        }
+    }
+}
+
+pub struct TestApp {
+    pub client: AgentManagerClient<Channel>,
+    pub db: TestDb,
+    /// Holds `workspaces/`, `allowed/` and a fake `home/`.
+    pub dir: TempDir,
+    shutdown: CancellationToken,
+    handle: JoinHandle<()>,
+}
+
+pub fn settings(db: &TestDb, dir: &Path) -> Settings {
+    Settings {
+        listen_addr: "127.0.0.1:0".into(),
+        database_url: db.url.clone(),
+        manager_id: db.name.clone(),
+        nats_url: NATS_URL.clone(),
+        pull_images: false,
+        workspaces_root: dir.join("workspaces").display().to_string(),
+        allowed_workspace_roots: vec![dir.join("allowed").display().to_string()],
+        credentials_home: dir.join("home").display().to_string(),
+        initialize_timeout_secs: 10,
+        permission_timeout_secs: 20,
+        seq_flush_ms: 100,
+        ..Settings::default()
+    }
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+pub async fn spawn_app_with(customize: impl FnOnce(&mut Settings)) -> TestApp {
+    LazyLock::force(&TRACING);
+    tokio::task::spawn_blocking(ensure_docker).await.unwrap();
+    let db = TestDb::create().await;
+    let dir = tempfile::tempdir().unwrap();
+    for sub in ["workspaces", "allowed", "home"] {
+        std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+    }
+    let mut settings = settings(&db, dir.path());
+    customize(&mut settings);
+    let app = Application::build(settings).await.expect("app builds");
+    let addr = app.local_addr();
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let handle = tokio::spawn(async move {
+        app.run_until_stopped(stop).await.expect("server runs");
+    });
+    let client = AgentManagerClient::connect(format!("http://{addr}"))
+        .await
+        .expect("client connects");
+    TestApp {
+        client,
+        db,
+        dir,
+        shutdown,
+        handle,
+    }
+}
+
+impl TestApp {
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        let _ = self.handle.await;
+        self.db.drop_db().await;
+    }
+
+    pub fn path(&self, sub: &str) -> PathBuf {
+        self.dir.path().join(sub)
+    }
+
+    /// Launches the mock agent on a fresh clone of `repo`.
+    pub async fn launch(
+        &mut self,
+        task_id: Uuid,
+        agent_type: &str,
+        repo: &str,
+        prompt: &str,
+    ) -> Result<pb::AgentInstance, tonic::Status> {
+        self.client
+            .launch_agent(pb::LaunchAgentRequest {
+                task_id: task_id.to_string(),
+                agent_type: agent_type.into(),
+                workspace: Some(pb::launch_agent_request::Workspace::Repository(
+                    pb::GitWorkspace {
+                        repository_url: repo.into(),
+                        branch: "main".into(),
+                    },
+                )),
+                prompt: prompt.into(),
+                ..Default::default()
+            })
+            .await
+            .map(|r| r.into_inner())
+    }
+
+    pub async fn status(&mut self, id: &str) -> pb::AgentInstance {
+        self.client
+            .get_status(pb::GetStatusRequest {
+                instance_id: id.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    /// Registers a copy of `mock-agent` under `id`, changed by `edit`.
+    pub async fn mock_type(&mut self, id: &str, edit: impl FnOnce(&mut pb::AgentType)) {
+        let mut t = self
+            .client
+            .get_agent_type(pb::GetAgentTypeRequest {
+                id: "mock-agent".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        t.id = id.into();
+        edit(&mut t);
+        self.client
+            .upsert_agent_type(pb::UpsertAgentTypeRequest {
+                agent_type: Some(t),
+            })
+            .await
+            .unwrap();
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let status = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .stdout(Stdio::null())
+        .status()
+        .expect("git is installed");
+    assert!(status.success(), "git {args:?}");
+}
+
+/// A git repository with `README.md` on branch `main`; its `file://` URL.
+pub fn git_repo(parent: &Path) -> String {
+    let dir = parent.join(format!("repo-{}", Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    git(&dir, &["init", "-q", "-b", "main"]);
+    std::fs::write(dir.join("README.md"), "# Demo\n").unwrap();
+    git(&dir, &["add", "."]);
+    git(&dir, &["commit", "-q", "-m", "init"]);
+    format!("file://{}", dir.display())
+}
+
+/// Everything published about one task: `acp.message.<task>` and `agent.*`.
+pub struct TaskWatch {
+    acp: async_nats::Subscriber,
+    agent: async_nats::Subscriber,
+    task_id: Uuid,
+    /// ACP events seen so far (the `event` JSON of each message).
+    pub events: Vec<serde_json::Value>,
+    /// `agent.*` events seen so far, as (subject, data).
+    pub lifecycle: Vec<(String, serde_json::Value)>,
+}
+
+impl TaskWatch {
+    pub async fn start(task_id: Uuid) -> TaskWatch {
+        let client = async_nats::connect(NATS_URL.as_str())
+            .await
+            .expect("nats is running");
+        let acp = client
+            .subscribe(format!("acp.message.{task_id}"))
+            .await
+            .unwrap();
+        let agent = client.subscribe("agent.>").await.unwrap();
+        client.flush().await.unwrap();
+        TaskWatch {
+            acp,
+            agent,
+            task_id,
+            events: vec![],
+            lifecycle: vec![],
+        }
+    }
+
+    /// Collects until an `agent.*` event with `subject` arrives for the task
+    /// (after `skip` earlier ones of that subject); returns its data.
+    pub async fn until(&mut self, subject: &str, skip: usize) -> serde_json::Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let seen = self
+                .lifecycle
+                .iter()
+                .filter(|(s, _)| s == subject)
+                .nth(skip)
+                .map(|(_, d)| d.clone());
+            if let Some(data) = seen {
+                // Let the ACP messages published before it arrive too.
+                self.drain_acp(Duration::from_millis(300)).await;
+                return data;
+            }
+            tokio::select! {
+                msg = self.acp.next() => {
+                    let env: serde_json::Value = serde_json::from_slice(&msg.unwrap().payload).unwrap();
+                    self.events.push(env["data"]["event"].clone());
+                }
+                msg = self.agent.next() => {
+                    let msg = msg.unwrap();
+                    let env: serde_json::Value = serde_json::from_slice(&msg.payload).unwrap();
+                    if env["data"]["task_id"] == self.task_id.to_string().as_str() {
+                        self.lifecycle.push((msg.subject.to_string(), env["data"].clone()));
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => panic!(
+                    "no {subject} within 60 s; lifecycle: {:?}", self.lifecycle
+                ),
+            }
+        }
+    }
+
+    /// Collects ACP events until one matches `pred`.
+    pub async fn until_event(&mut self, pred: impl Fn(&serde_json::Value) -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while !self.events.iter().any(&pred) {
+            let msg = tokio::time::timeout_at(deadline, self.acp.next())
+                .await
+                .expect("the expected ACP event did not arrive")
+                .unwrap();
+            let env: serde_json::Value = serde_json::from_slice(&msg.payload).unwrap();
+            self.events.push(env["data"]["event"].clone());
+        }
+    }
+
+    async fn drain_acp(&mut self, quiet: Duration) {
+        while let Ok(Some(msg)) = tokio::time::timeout(quiet, self.acp.next()).await {
+            let env: serde_json::Value = serde_json::from_slice(&msg.payload).unwrap();
+            self.events.push(env["data"]["event"].clone());
+        }
+    }
+
+    pub fn kinds(&self) -> Vec<String> {
+        self.events
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    pub fn seqs(&self) -> Vec<u64> {
+        self.events
+            .iter()
+            .map(|e| e["seq"].as_u64().unwrap())
+            .collect()
+    }
+}
+
+/// Containers labelled with the instance id, as `docker ps -a` ids.
+pub fn containers_of(instance_id: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=kandev.instance_id={instance_id}"),
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// `docker inspect` of one container.
+pub fn inspect(container: &str) -> serde_json::Value {
+    let out = Command::new("docker")
+        .args(["inspect", container])
+        .output()
+        .unwrap();
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    all[0].clone()
+}

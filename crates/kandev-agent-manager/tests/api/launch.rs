@@ -1,0 +1,375 @@
+use kandev_proto::v1 as pb;
+use uuid::Uuid;
+
+use crate::helpers::{TaskWatch, containers_of, git_repo, inspect, spawn_app};
+
+#[tokio::test]
+async fn coding_turn_streams_in_order_and_edits_the_workspace() {
+    let mut app = spawn_app().await;
+    let repo = git_repo(app.dir.path());
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    let instance = app
+        .launch(task, "mock-agent", &repo, "code README.md")
+        .await
+        .unwrap();
+    let done = watch.until("agent.completed", 0).await;
+    assert_eq!(done["stop_reason"], "end_turn");
+    assert_eq!(done["instance_id"], instance.id.as_str());
+    assert!(
+        done["summary"].as_str().unwrap().contains("README.md"),
+        "summary: {done}"
+    );
+    let subjects: Vec<&str> = watch.lifecycle.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(
+        subjects,
+        ["agent.started", "agent.running", "agent.completed"]
+    );
+
+    // Every event, in order, with contiguous seq from 1.
+    let seqs = watch.seqs();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    let kinds = watch.kinds();
+    for kind in [
+        "lifecycle",
+        "plan",
+        "tool_call",
+        "tool_call_update",
+        "message_chunk",
+        "turn_end",
+    ] {
+        assert!(kinds.iter().any(|k| k == kind), "no {kind} in {kinds:?}");
+    }
+
+    // The file really changed, through fs/* on the host workspace.
+    let readme = app
+        .path("workspaces")
+        .join(task.to_string())
+        .join("README.md");
+    let text = std::fs::read_to_string(readme).unwrap();
+    assert!(
+        text.contains("Edited by kandev-mock-agent (turn 1)"),
+        "{text}"
+    );
+
+    let status = app.status(&instance.id).await;
+    assert_eq!(status.status, pb::AgentStatus::Completed as i32);
+    assert_eq!(status.progress, 1.0);
+    assert_eq!(status.stop_reason, "end_turn");
+    assert_eq!(status.last_seq, *seqs.last().unwrap() as i64);
+    assert!(!status.acp_session_id.is_empty());
+    assert!(
+        containers_of(&instance.id).is_empty(),
+        "container left behind"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn follow_up_prompt_continues_the_session() {
+    let mut app = spawn_app().await;
+    let repo = git_repo(app.dir.path());
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    let instance = app
+        .launch(task, "mock-agent", &repo, "echo first question")
+        .await
+        .unwrap();
+    let first = watch.until("agent.completed", 0).await;
+    let first_count = watch.events.len();
+    app.client
+        .send_prompt(pb::SendPromptRequest {
+            instance_id: instance.id.clone(),
+            prompt: "echo second question".into(),
+        })
+        .await
+        .unwrap();
+    let second = watch.until("agent.completed", 1).await;
+    assert_eq!(first["acp_session_id"], second["acp_session_id"]);
+    assert!(
+        second["summary"]
+            .as_str()
+            .unwrap()
+            .contains("second question")
+    );
+    // The session was loaded (its history replayed), and numbering went on.
+    let seqs = watch.seqs();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    let later = &watch.events[first_count..];
+    assert!(
+        later
+            .iter()
+            .any(|e| e["kind"] == "lifecycle" && e["data"]["phase"] == "session_loaded"),
+        "no session_loaded in {later:?}"
+    );
+    let session = app
+        .client
+        .get_session(pb::GetSessionRequest {
+            instance_id: instance.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        session.session_id,
+        first["acp_session_id"].as_str().unwrap()
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn cancel_ends_the_turn_cancelled() {
+    let mut app = spawn_app().await;
+    let repo = git_repo(app.dir.path());
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    let instance = app
+        .launch(task, "mock-agent", &repo, "wait-cancel")
+        .await
+        .unwrap();
+    watch
+        .until_event(|e| e["kind"] == "message_chunk" && e["data"]["role"] == "agent")
+        .await;
+    let cancelled = app
+        .client
+        .cancel_agent(pb::CancelAgentRequest {
+            instance_id: instance.id.clone(),
+            reason: "user".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(cancelled.cancelled);
+    let done = watch.until("agent.completed", 0).await;
+    assert_eq!(done["stop_reason"], "cancelled");
+    assert!(containers_of(&instance.id).is_empty());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn limits_and_read_only_credentials_are_applied_then_stop_removes() {
+    let mut app = spawn_app().await;
+    let home = app.path("home");
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_test"), "not a key").unwrap();
+    std::fs::write(home.join(".gitconfig"), "[user]\n\tname = t\n").unwrap();
+    app.mock_type("mock-limited", |t| {
+        t.memory_mb = 128;
+        t.cpu_cores = 0.5;
+        t.pids_limit = 32;
+        t.credential_mounts = Some(pb::CredentialMounts {
+            ssh: true,
+            gitconfig: true,
+            git_credentials: true,
+        });
+    })
+    .await;
+    let repo = git_repo(app.dir.path());
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    let instance = app
+        .launch(task, "mock-limited", &repo, "wait-cancel")
+        .await
+        .unwrap();
+    watch.until("agent.running", 0).await;
+    let ids = containers_of(&instance.id);
+    assert_eq!(ids.len(), 1);
+    let info = inspect(&ids[0]);
+    let host = &info["HostConfig"];
+    assert_eq!(host["Memory"], 128 * 1024 * 1024);
+    assert_eq!(host["NanoCpus"], 500_000_000);
+    assert_eq!(host["PidsLimit"], 32);
+    assert_eq!(host["NetworkMode"], "none");
+    assert_eq!(host["CapDrop"], serde_json::json!(["ALL"]));
+    assert!(
+        host["SecurityOpt"]
+            .to_string()
+            .contains("no-new-privileges")
+    );
+    assert_eq!(info["Config"]["OpenStdin"], true);
+    assert_eq!(info["Config"]["StdinOnce"], false);
+    assert_eq!(
+        info["Config"]["Labels"]["kandev.task_id"],
+        task.to_string().as_str()
+    );
+    assert_eq!(
+        info["Config"]["Labels"]["kandev.instance_id"],
+        instance.id.as_str()
+    );
+    let mounts = info["Mounts"].as_array().unwrap();
+    let mount = |dest: &str| {
+        mounts
+            .iter()
+            .find(|m| m["Destination"] == dest)
+            .unwrap_or_else(|| panic!("no mount at {dest}: {mounts:?}"))
+            .clone()
+    };
+    assert_eq!(mount("/workspace")["RW"], true);
+    assert_eq!(mount("/root/.ssh")["RW"], false);
+    assert_eq!(mount("/root/.gitconfig")["RW"], false);
+    // No .git-credentials in the fake home, so nothing is mounted for it.
+    assert!(
+        mounts
+            .iter()
+            .all(|m| m["Destination"] != "/root/.git-credentials")
+    );
+
+    let stopped = app
+        .client
+        .stop_agent(pb::StopAgentRequest {
+            instance_id: instance.id.clone(),
+            reason: "enough".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .instance
+        .unwrap();
+    assert_eq!(stopped.status, pb::AgentStatus::Stopped as i32);
+    watch.until("agent.stopped", 0).await;
+    assert!(containers_of(&instance.id).is_empty());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn permission_ask_waits_for_respond_permission() {
+    let mut app = spawn_app().await;
+    app.mock_type("mock-ask", |t| t.permission_policy = "ask".into())
+        .await;
+    let repo = git_repo(app.dir.path());
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    let instance = app
+        .launch(task, "mock-ask", &repo, "permission granted.txt")
+        .await
+        .unwrap();
+    watch
+        .until_event(|e| e["kind"] == "permission_request")
+        .await;
+    let request = watch
+        .events
+        .iter()
+        .find(|e| e["kind"] == "permission_request")
+        .unwrap()
+        .clone();
+    let request_id = request["data"]["request_id"].to_string();
+    // The request reaches the decider just after the event; retry briefly.
+    let mut answered = false;
+    for _ in 0..50 {
+        let r = app
+            .client
+            .respond_permission(pb::RespondPermissionRequest {
+                instance_id: instance.id.clone(),
+                request_id: request_id.clone(),
+                option_id: "allow-once".into(),
+                cancelled: false,
+            })
+            .await;
+        match r {
+            Ok(_) => {
+                answered = true;
+                break;
+            }
+            Err(s) if s.code() == tonic::Code::NotFound => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(s) => panic!("{s:?}"),
+        }
+    }
+    assert!(answered);
+    let done = watch.until("agent.completed", 0).await;
+    assert_eq!(done["stop_reason"], "end_turn");
+    let written = app
+        .path("workspaces")
+        .join(task.to_string())
+        .join("granted.txt");
+    assert!(
+        std::fs::read_to_string(written)
+            .unwrap()
+            .contains("permission was granted")
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn stderr_lines_become_logs_and_log_events() {
+    let mut app = spawn_app().await;
+    let repo = git_repo(app.dir.path());
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    let instance = app
+        .launch(task, "mock-agent", &repo, "stderr 3")
+        .await
+        .unwrap();
+    watch.until("agent.completed", 0).await;
+    let log_events = watch
+        .events
+        .iter()
+        .filter(|e| e["kind"] == "log" && e["data"]["source"] == "stderr")
+        .count();
+    assert!(log_events >= 3, "{:?}", watch.kinds());
+    let logs = app
+        .client
+        .get_logs(pb::GetLogsRequest {
+            instance_id: instance.id.clone(),
+            tail: 100,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .lines;
+    assert!(logs.len() >= 3, "{logs:?}");
+    assert!(logs.iter().all(|l| l.stream == "stderr"));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn terminal_requests_run_as_docker_exec_in_the_agent_container() {
+    let mut app = spawn_app().await;
+    app.mock_type("mock-term", |t| {
+        t.capabilities = vec!["acp".into(), "fs".into(), "terminal".into()];
+    })
+    .await;
+    let repo = git_repo(app.dir.path());
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    app.launch(task, "mock-term", &repo, "code README.md")
+        .await
+        .unwrap();
+    let done = watch.until("agent.completed", 0).await;
+    assert_eq!(done["stop_reason"], "end_turn");
+    let methods: Vec<&str> = watch
+        .events
+        .iter()
+        .filter(|e| e["direction"] == "from_agent")
+        .filter_map(|e| e["raw"]["method"].as_str())
+        .collect();
+    for m in [
+        "terminal/create",
+        "terminal/wait_for_exit",
+        "terminal/output",
+        "terminal/release",
+    ] {
+        assert!(methods.contains(&m), "no {m} in {methods:?}");
+    }
+    // The image is FROM scratch: `cat` is not there, and the exec in the
+    // container says so with its own exit status.
+    let verify = watch
+        .events
+        .iter()
+        .rev()
+        .find(|e| e["kind"] == "tool_call_update" && e["data"]["tool_call_id"] == "call_exec_1")
+        .expect("the verify step ran")
+        .clone();
+    let raw_output = &verify["raw"]["params"]["update"]["rawOutput"];
+    assert_ne!(raw_output["exitCode"], 0, "{verify}");
+    assert!(!raw_output["exitCode"].is_null(), "{verify}");
+    assert!(
+        raw_output["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("cat"),
+        "{verify}"
+    );
+    app.stop().await;
+}
