@@ -10,7 +10,7 @@ use bollard::{
     models::{ContainerCreateBody, ContainerSummary, HostConfig},
     query_parameters::{
         AttachContainerOptions, CreateContainerOptions, CreateImageOptions, KillContainerOptions,
-        ListContainersOptions, RemoveContainerOptions, StopContainerOptions,
+        ListContainersOptions, LogsOptions, RemoveContainerOptions, StopContainerOptions,
     },
 };
 use futures::StreamExt;
@@ -23,6 +23,11 @@ pub const LABEL_INSTANCE: &str = "kandev.instance_id";
 pub const LABEL_MANAGER: &str = "kandev.manager";
 /// Label holding the agent type of an agent container.
 pub const LABEL_TYPE: &str = "kandev.agent_type";
+
+/// Output frames of a container.
+pub type LogStream = std::pin::Pin<
+    Box<dyn futures::Stream<Item = Result<bollard::container::LogOutput, BollardError>> + Send>,
+>;
 
 /// Everything needed to create one agent container.
 #[derive(Clone)]
@@ -166,12 +171,12 @@ impl Docker {
             .map_err(|e| format!("cannot create the container: {e}"))
     }
 
-    /// Attaches to stdin, stdout and stderr (no replay of past output).
+    /// Attaches to stdin only; output is read with [`Docker::follow_logs`].
     pub async fn attach(&self, id: &str) -> Result<AttachContainerResults, String> {
         let options = AttachContainerOptions {
             stdin: true,
-            stdout: true,
-            stderr: true,
+            stdout: false,
+            stderr: false,
             stream: true,
             logs: false,
             ..Default::default()
@@ -180,6 +185,21 @@ impl Docker {
             .attach_container(id, Some(options))
             .await
             .map_err(|e| format!("cannot attach to the container: {e}"))
+    }
+
+    /// Follows stdout and stderr from the Docker log, each frame prefixed
+    /// with its RFC 3339 timestamp, from `since` (unix seconds; 0 = start).
+    /// The stream ends when the container stops.
+    pub fn follow_logs(&self, id: &str, since: i32) -> LogStream {
+        let options = LogsOptions {
+            follow: true,
+            stdout: true,
+            stderr: true,
+            since,
+            timestamps: true,
+            ..Default::default()
+        };
+        Box::pin(self.client.logs(id, Some(options)))
     }
 
     pub async fn start(&self, id: &str) -> Result<(), String> {

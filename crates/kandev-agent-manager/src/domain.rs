@@ -227,9 +227,19 @@ pub struct AgentInstance {
     pub progress: f64,
     pub last_seq: i64,
     pub turns: i64,
+    /// Where `last_seq` stands in the container's Docker log.
+    pub cursors: LogCursors,
     pub created_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// The Docker log timestamps (RFC 3339, nanoseconds) of the last stdout
+/// and stderr lines whose events are published; empty when none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogCursors {
+    pub stdout: String,
+    pub stderr: String,
 }
 
 /// One stored log line of an instance.

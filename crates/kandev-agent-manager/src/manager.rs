@@ -371,6 +371,7 @@ impl AgentManager {
             workspace: host_path,
             prompt,
             resume_session,
+            reattach: None,
         };
         let shared = self.inner.shared.clone();
         let inner = self.inner.clone();
@@ -501,9 +502,12 @@ impl AgentManager {
     /// Brings containers left by an earlier run in line with the database:
     /// containers of unknown or ended instances are removed; exited ones
     /// end their instance (`failed`, with the exit code) and are removed;
-    /// running ones are killed and their instance ends `failed` (re-attaching
-    /// is not implemented yet). Active instances without a container end
-    /// `failed`. No orphan is left.
+    /// running ones are re-attached: their output is re-read from the
+    /// stored log position and numbered from the stored `last_seq + 1`
+    /// (events published after the last stored position come again with
+    /// the same seq and id, so JetStream and consumers drop them). A running
+    /// container that cannot be resumed is killed and ends `failed`.
+    /// Active instances without a container end `failed`. No orphan is left.
     pub async fn reconcile(&self) {
         let docker = &self.inner.shared.docker;
         let containers = match docker.list_managed(&self.settings().manager_id).await {
@@ -533,6 +537,11 @@ impl AgentManager {
                 continue;
             };
             seen.insert(instance.id);
+            if docker.is_running(&container_id).await == Some(true)
+                && self.reattach(&instance, &container_id).await
+            {
+                continue;
+            }
             let running = docker.is_running(&container_id).await == Some(true);
             let exit_code = if running {
                 None
@@ -593,5 +602,48 @@ impl AgentManager {
             Ok(false) => {}
             Err(e) => tracing::error!(error = %e, "cannot store the failure"),
         }
+    }
+
+    /// Resumes the turn running in `container_id`; false when the instance
+    /// lacks what that needs (its type, workspace or session).
+    async fn reattach(&self, instance: &AgentInstance, container_id: &str) -> bool {
+        if instance.workspace_path.is_empty() || instance.acp_session_id.is_empty() {
+            return false;
+        }
+        let Ok(agent_type) = self.store().get_type(&instance.agent_type).await else {
+            return false;
+        };
+        let handle = Arc::new(RunHandle::default());
+        {
+            let mut runs = lock(&self.inner.runs);
+            if runs.contains_key(&instance.id) {
+                return false;
+            }
+            runs.insert(instance.id, handle.clone());
+        }
+        let mut instance = instance.clone();
+        instance.container_id = container_id.to_string();
+        let host_path = std::path::PathBuf::from(&instance.workspace_path);
+        let container = self.container_spec(&instance, &agent_type, &host_path, vec![]);
+        let spec = TurnSpec {
+            instance: instance.clone(),
+            agent_type,
+            container,
+            workspace: host_path,
+            prompt: String::new(),
+            resume_session: None,
+            reattach: Some(container_id.to_string()),
+        };
+        let inner = self.inner.clone();
+        let instance_id = instance.id;
+        self.inner.tasks.spawn(runner::run_turn(
+            self.inner.shared.clone(),
+            spec,
+            handle,
+            move || {
+                lock(&inner.runs).remove(&instance_id);
+            },
+        ));
+        true
     }
 }

@@ -8,18 +8,18 @@
 //! lines into `agent_logs`. Nothing on the read path waits for Postgres.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     path::PathBuf,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
 use bytes::Bytes;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use kandev_acp::{
-    AcpClient, AcpError, AcpEvent, AskDecider, AutoApprove, ClientOptions, Deny, EventKind,
-    EventStream, PermissionAsk, PermissionDecision, PermissionPolicy, Workspace,
+    AcpClient, AcpError, AcpEvent, AskDecider, AutoApprove, ClientOptions, Deny, Direction,
+    EventKind, EventStream, PermissionAsk, PermissionDecision, PermissionPolicy, Workspace,
     event::{ChunkRole, LogSource},
 };
 use kandev_events::{
@@ -33,8 +33,8 @@ use uuid::Uuid;
 
 use crate::{
     config::Settings,
-    docker::{ContainerSpec, Docker},
-    domain::{AgentInstance, AgentType, InstanceStatus, LogLine, PermissionPolicyKind},
+    docker::{ContainerSpec, Docker, LogStream},
+    domain::{AgentInstance, AgentType, InstanceStatus, LogCursors, LogLine, PermissionPolicyKind},
     exec::DockerExec,
     store::{Outcome, Store},
 };
@@ -61,11 +61,17 @@ pub struct TurnSpec {
     pub prompt: String,
     /// `session/load` this session instead of `session/new`.
     pub resume_session: Option<String>,
+    /// Re-attach to this running container of an earlier manager instead
+    /// of creating one; its output is re-read from the stored log cursors
+    /// and numbered from `last_seq + 1`.
+    pub reattach: Option<String>,
 }
 
 /// The manager's handle on a running turn.
 pub struct RunHandle {
     client: Mutex<Option<AcpClient>>,
+    /// The ACP session, for `session/cancel` after a re-attach.
+    session: Mutex<String>,
     stop: CancellationToken,
     stop_reason: Mutex<String>,
     asks: Mutex<HashMap<String, PermissionAsk>>,
@@ -76,6 +82,7 @@ impl Default for RunHandle {
     fn default() -> Self {
         RunHandle {
             client: Mutex::new(None),
+            session: Mutex::new(String::new()),
             stop: CancellationToken::new(),
             stop_reason: Mutex::new(String::new()),
             asks: Mutex::new(HashMap::new()),
@@ -97,9 +104,23 @@ impl RunHandle {
     /// Sends `session/cancel`; false when no session is up yet.
     pub async fn cancel(&self) -> Result<bool, AcpError> {
         let client = lock(&self.client).clone();
-        match client {
-            Some(client) => client.cancel().await.map(|()| true),
-            None => Ok(false),
+        let Some(client) = client else {
+            return Ok(false);
+        };
+        match client.cancel().await {
+            Ok(()) => Ok(true),
+            // A re-attached client never saw the session being created.
+            Err(AcpError::State(_)) => {
+                let session = lock(&self.session).clone();
+                client
+                    .notify(
+                        "session/cancel",
+                        serde_json::json!({ "sessionId": session }),
+                    )
+                    .await
+                    .map(|()| true)
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -123,6 +144,35 @@ impl RunHandle {
     }
 }
 
+/// Docker log timestamps of the lines fed to the client, in order, one
+/// queue per stream: every non-blank stdout line becomes exactly one
+/// `from_agent` event, every stderr line one `log` event, so the drain can
+/// pair each event with the line it came from.
+#[derive(Debug, Default)]
+struct LineStamps {
+    stdout: VecDeque<String>,
+    stderr: VecDeque<String>,
+}
+
+type Stamps = Arc<Mutex<LineStamps>>;
+
+/// An event and, when it came from a log line, (is_stderr, timestamp).
+type Stamped = (AcpEvent, Option<(bool, String)>);
+
+fn parse_ts(text: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// Splits a `timestamps=true` log frame into its timestamp and payload.
+fn split_stamp(frame: &[u8]) -> Option<(String, &[u8])> {
+    let space = frame.iter().position(|b| *b == b' ')?;
+    let stamp = std::str::from_utf8(&frame[..space]).ok()?;
+    parse_ts(stamp)?;
+    Some((stamp.to_string(), &frame[space + 1..]))
+}
+
 /// Live state of the turn, updated by the drain task.
 #[derive(Debug, Default)]
 struct TurnState {
@@ -133,6 +183,8 @@ struct TurnState {
     progress: f64,
     /// The last seq handed to the bus.
     published_seq: u64,
+    /// The Docker log position of the last published line of each stream.
+    cursors: LogCursors,
 }
 
 impl TurnState {
@@ -244,11 +296,11 @@ pub async fn publish_lifecycle(
 async fn publisher(
     bus: Arc<dyn EventBus>,
     instance: AgentInstance,
-    mut rx: mpsc::Receiver<AcpEvent>,
+    mut rx: mpsc::Receiver<Stamped>,
     state: Arc<Mutex<TurnState>>,
 ) {
     let subject = subjects::acp_message(&instance.task_id);
-    while let Some(event) = rx.recv().await {
+    while let Some((event, stamp)) = rx.recv().await {
         let seq = event.seq;
         let occurred_at = event.timestamp;
         let event = match serde_json::to_value(&event) {
@@ -274,7 +326,13 @@ async fn publisher(
             Ok(bytes) => publish_retrying(bus.as_ref(), &subject, envelope.id, bytes.into()).await,
             Err(e) => tracing::error!(error = %e, "cannot serialize acp message"),
         }
-        lock(&state).published_seq = seq;
+        let mut s = lock(&state);
+        s.published_seq = seq;
+        match stamp {
+            Some((true, ts)) => s.cursors.stderr = ts,
+            Some((false, ts)) => s.cursors.stdout = ts,
+            None => {}
+        }
     }
 }
 
@@ -294,13 +352,13 @@ async fn flusher(
             _ = tick.tick() => {}
             () = stop.cancelled() => return,
         }
-        let now = {
+        let (now, cursors) = {
             let s = lock(&state);
-            (s.published_seq, s.progress)
+            ((s.published_seq, s.progress), s.cursors.clone())
         };
         if now != saved && now.0 > 0 {
             let seq = i64::try_from(now.0).unwrap_or(i64::MAX);
-            match store.save_progress(id, seq, now.1).await {
+            match store.save_progress(id, seq, now.1, &cursors).await {
                 Ok(()) => saved = now,
                 Err(e) => tracing::warn!(error = %e, "cannot store last_seq"),
             }
@@ -319,71 +377,121 @@ async fn log_writer(store: Store, id: Uuid, keep: i64, mut rx: mpsc::Receiver<Lo
     }
 }
 
-/// Reads the client's events: updates the turn state, queues stderr lines
-/// for storage (dropping them when the writer lags) and queues every event
-/// for publishing.
+/// Reads the client's events: pairs each with its log line, updates the
+/// turn state, queues stderr lines for storage (dropping them when the
+/// writer lags) and queues every event for publishing. In resume mode the
+/// agent's answer to the earlier manager's `session/prompt` ends the turn.
 async fn drain(
     mut events: EventStream,
-    out: mpsc::Sender<AcpEvent>,
+    out: mpsc::Sender<Stamped>,
     logs: mpsc::Sender<LogLine>,
     state: Arc<Mutex<TurnState>>,
+    stamps: Stamps,
+    turn_end: Option<watch::Sender<Option<String>>>,
 ) {
     while let Some(event) = events.recv().await {
         lock(&state).observe(&event);
-        if let EventKind::Log(log) = &event.kind
-            && log.source == LogSource::Stderr
-        {
+        let is_stderr =
+            matches!(&event.kind, EventKind::Log(log) if log.source == LogSource::Stderr);
+        let stamp = if event.direction == Direction::FromAgent {
+            let mut q = lock(&stamps);
+            if is_stderr {
+                q.stderr.pop_front().map(|t| (true, t))
+            } else {
+                q.stdout.pop_front().map(|t| (false, t))
+            }
+        } else {
+            None
+        };
+        if is_stderr && let EventKind::Log(log) = &event.kind {
             let _ = logs.try_send(LogLine {
                 at: event.timestamp,
                 stream: "stderr".into(),
                 line: log.line.clone(),
             });
         }
-        if out.send(event).await.is_err() {
+        if let Some(tx) = &turn_end
+            && event.direction == Direction::FromAgent
+            && event.raw.get("method").is_none()
+            && event.raw.get("id").is_some_and(|id| !id.is_null())
+        {
+            let stop = if let Some(result) = event.raw.get("result") {
+                result
+                    .get("stopReason")
+                    .and_then(|v| v.as_str())
+                    .map(str::to_string)
+            } else {
+                event.raw.get("error").map(|_| "error".to_string())
+            };
+            if let Some(stop) = stop {
+                let _ = tx.send(Some(stop));
+            }
+        }
+        if out.send((event, stamp)).await.is_err() {
             break;
         }
     }
 }
 
-/// Splits the attach stream: stdout bytes to the ACP reader, stderr lines
-/// to the client's log events.
+/// Splits the followed Docker log: stdout bytes to the ACP reader, stderr
+/// lines to the client's log events, recording each line's timestamp.
+/// Lines at or before `skip` (already published before a restart) are
+/// skipped.
 async fn demux(
-    mut output: std::pin::Pin<
-        Box<
-            dyn futures::Stream<
-                    Item = Result<bollard::container::LogOutput, bollard::errors::Error>,
-                > + Send,
-        >,
-    >,
+    mut output: LogStream,
     stdout: mpsc::Sender<std::io::Result<Bytes>>,
     client: AcpClient,
+    stamps: Stamps,
+    skip: LogCursors,
 ) {
     use bollard::container::LogOutput;
     const MAX_STDERR_LINE: usize = 64 * 1024;
+    let skip_out = parse_ts(&skip.stdout);
+    let skip_err = parse_ts(&skip.stderr);
     let mut err_buf: Vec<u8> = Vec::new();
+    let mut out_blank = true;
     while let Some(item) = output.next().await {
-        match item {
-            Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => {
-                if stdout.send(Ok(message)).await.is_err() {
-                    break;
-                }
-            }
-            Ok(LogOutput::StdErr { message }) => {
-                err_buf.extend_from_slice(&message);
-                while let Some(pos) = err_buf.iter().position(|b| *b == b'\n') {
-                    let line: Vec<u8> = err_buf.drain(..=pos).collect();
-                    let text = String::from_utf8_lossy(&line);
-                    client.log_line(text.trim_end_matches(['\n', '\r'])).await;
-                }
-                if err_buf.len() > MAX_STDERR_LINE {
-                    let text = String::from_utf8_lossy(&err_buf).into_owned();
-                    err_buf.clear();
-                    client.log_line(text).await;
-                }
-            }
-            Ok(LogOutput::StdIn { .. }) => {}
+        let (is_err, frame) = match item {
+            Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => (false, message),
+            Ok(LogOutput::StdErr { message }) => (true, message),
+            Ok(LogOutput::StdIn { .. }) => continue,
             Err(e) => {
-                tracing::debug!(error = %e, "attach stream ended");
+                tracing::debug!(error = %e, "log stream ended");
+                break;
+            }
+        };
+        let Some((stamp, payload)) = split_stamp(&frame) else {
+            tracing::warn!("log frame without a timestamp skipped");
+            continue;
+        };
+        let skip = if is_err { skip_err } else { skip_out };
+        if let (Some(skip), Some(ts)) = (skip, parse_ts(&stamp))
+            && ts <= skip
+        {
+            continue;
+        }
+        let complete = payload.ends_with(b"\n");
+        if is_err {
+            err_buf.extend_from_slice(payload);
+            if complete || err_buf.len() > MAX_STDERR_LINE {
+                let text = String::from_utf8_lossy(&err_buf).into_owned();
+                err_buf.clear();
+                lock(&stamps).stderr.push_back(stamp);
+                client.log_line(text.trim_end_matches(['\n', '\r'])).await;
+            }
+        } else {
+            out_blank &= payload.iter().all(u8::is_ascii_whitespace);
+            if complete {
+                if !out_blank {
+                    lock(&stamps).stdout.push_back(stamp);
+                }
+                out_blank = true;
+            }
+            if stdout
+                .send(Ok(Bytes::copy_from_slice(payload)))
+                .await
+                .is_err()
+            {
                 break;
             }
         }
@@ -405,7 +513,11 @@ pub async fn run_turn(
 ) {
     let instance = spec.instance.clone();
     let settings = shared.settings.clone();
-    let state = Arc::new(Mutex::new(TurnState::default()));
+    let state = Arc::new(Mutex::new(TurnState {
+        cursors: instance.cursors.clone(),
+        progress: instance.progress,
+        ..TurnState::default()
+    }));
     let (events_tx, events_rx) = mpsc::channel(settings.publish_queue);
     let (logs_tx, logs_rx) = mpsc::channel(1024);
     let publisher_task = tokio::spawn(publisher(
@@ -491,9 +603,14 @@ pub async fn run_turn(
     let _ = flusher_task.await;
     let _ = tokio::time::timeout(Duration::from_secs(10), log_task).await;
 
-    let (last_seq, progress, summary) = {
+    let (last_seq, progress, summary, cursors) = {
         let s = lock(&state);
-        (s.published_seq, s.progress, s.summary.clone())
+        (
+            s.published_seq,
+            s.progress,
+            s.summary.clone(),
+            s.cursors.clone(),
+        )
     };
     if last_seq > 0
         && let Err(e) = shared
@@ -502,6 +619,7 @@ pub async fn run_turn(
                 instance.id,
                 i64::try_from(last_seq).unwrap_or(i64::MAX),
                 progress,
+                &cursors,
             )
             .await
     {
@@ -612,7 +730,7 @@ async fn drive(
         &Mutex<Option<String>>,
         &Mutex<Option<tokio::task::JoinHandle<()>>>,
     ),
-    events_tx: mpsc::Sender<AcpEvent>,
+    events_tx: mpsc::Sender<Stamped>,
     logs_tx: mpsc::Sender<LogLine>,
     state: Arc<Mutex<TurnState>>,
 ) -> Result<TurnResult, Failure> {
@@ -620,12 +738,20 @@ async fn drive(
     let settings = &shared.settings;
     let instance = &spec.instance;
 
-    let id = docker.create(&spec.container).await.map_err(failed)?;
+    let id = match &spec.reattach {
+        Some(id) => id.clone(),
+        None => docker.create(&spec.container).await.map_err(failed)?,
+    };
     *lock(container_slot) = Some(id.clone());
-    if let Err(e) = shared.store.set_container(instance.id, &id).await {
+    if spec.reattach.is_none()
+        && let Err(e) = shared.store.set_container(instance.id, &id).await
+    {
         tracing::warn!(error = %e, "cannot store container id");
     }
     let attach = docker.attach(&id).await.map_err(failed)?;
+    // Only stdin is attached; hold the (silent) output half until the end.
+    let mut attach_output = attach.output;
+    tokio::spawn(async move { while attach_output.next().await.is_some() {} });
 
     let (stdout_tx, stdout_rx) = mpsc::channel::<std::io::Result<Bytes>>(64);
     let reader = StreamReader::new(tokio_stream::wrappers::ReceiverStream::new(stdout_rx));
@@ -652,15 +778,78 @@ async fn drive(
         ..ClientOptions::default()
     };
     let (client, events) = AcpClient::connect(reader, attach.input, options);
-    tokio::spawn(drain(events, events_tx, logs_tx, state));
-    *lock(demux_slot) = Some(tokio::spawn(demux(
-        attach.output,
-        stdout_tx,
-        client.clone(),
-    )));
+    let stamps = Stamps::default();
+    let (turn_tx, mut turn_rx) = watch::channel(None::<String>);
+    let resumed = spec.reattach.is_some();
+    tokio::spawn(drain(
+        events,
+        events_tx,
+        logs_tx,
+        state,
+        stamps.clone(),
+        resumed.then_some(turn_tx),
+    ));
     *lock(&handle.client) = Some(client.clone());
+    *lock(&handle.session) = instance.acp_session_id.clone();
+
+    if resumed {
+        // Re-read the log from the stored position; earlier lines are
+        // skipped, so numbering continues at last_seq + 1.
+        let cursors = &instance.cursors;
+        let since = [&cursors.stdout, &cursors.stderr]
+            .iter()
+            .map(|c| parse_ts(c).map_or(0, |t| t.timestamp()))
+            .min()
+            .unwrap_or(0);
+        let output = docker.follow_logs(&id, i32::try_from(since).unwrap_or(0));
+        *lock(demux_slot) = Some(tokio::spawn(demux(
+            output,
+            stdout_tx,
+            client.clone(),
+            stamps,
+            cursors.clone(),
+        )));
+        tracing::info!(instance = %instance.id, container = %id, "re-attached");
+        let turn_ended = async {
+            turn_rx
+                .wait_for(Option::is_some)
+                .await
+                .ok()
+                .and_then(|stop| stop.clone())
+        };
+        let ended = tokio::select! {
+            biased;
+            stop = turn_ended => stop,
+            () = client.closed() => None,
+        };
+        let ended = ended.or_else(|| turn_rx.borrow().clone());
+        let Some(stop_reason) = ended else {
+            let code = tokio::time::timeout(Duration::from_secs(10), docker.wait_exit(&id))
+                .await
+                .ok()
+                .flatten();
+            return Err(Failure::Failed {
+                error: match code {
+                    Some(code) => format!("the agent exited with code {code} during the turn"),
+                    None => "the agent closed its output during the turn".into(),
+                },
+                exit_code: code,
+            });
+        };
+        return Ok(TurnResult {
+            session_id: instance.acp_session_id.clone(),
+            stop_reason,
+        });
+    }
 
     docker.start(&id).await.map_err(failed)?;
+    *lock(demux_slot) = Some(tokio::spawn(demux(
+        docker.follow_logs(&id, 0),
+        stdout_tx,
+        client.clone(),
+        stamps,
+        LogCursors::default(),
+    )));
     let mut started = instance.clone();
     started.container_id = id.clone();
     publish_lifecycle(

@@ -5,7 +5,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::domain::{
-    AgentError, AgentInstance, AgentType, CredentialMounts, InstanceStatus, LogLine,
+    AgentError, AgentInstance, AgentType, CredentialMounts, InstanceStatus, LogCursors, LogLine,
     PermissionPolicyKind, Result,
 };
 
@@ -89,6 +89,8 @@ struct InstanceRow {
     progress: f64,
     last_seq: i64,
     turns: i64,
+    stdout_cursor: String,
+    stderr_cursor: String,
     created_at: DateTime<Utc>,
     started_at: Option<DateTime<Utc>>,
     finished_at: Option<DateTime<Utc>>,
@@ -113,6 +115,10 @@ impl TryFrom<InstanceRow> for AgentInstance {
             progress: r.progress,
             last_seq: r.last_seq,
             turns: r.turns,
+            cursors: LogCursors {
+                stdout: r.stdout_cursor,
+                stderr: r.stderr_cursor,
+            },
             created_at: r.created_at,
             started_at: r.started_at,
             finished_at: r.finished_at,
@@ -122,7 +128,7 @@ impl TryFrom<InstanceRow> for AgentInstance {
 
 const INSTANCE_COLUMNS: &str = "id, task_id, agent_type, status, container_id, acp_session_id, \
     workspace_path, workspace_owned, exit_code, error, stop_reason, progress, last_seq, turns, \
-    created_at, started_at, finished_at";
+    stdout_cursor, stderr_cursor, created_at, started_at, finished_at";
 
 /// How an instance ended.
 #[derive(Debug, Clone, Default)]
@@ -275,6 +281,7 @@ impl Store {
         let row: InstanceRow = sqlx::query_as(&format!(
             "UPDATE agent_instances SET status = 'starting', error = '', exit_code = NULL, \
              stop_reason = '', finished_at = NULL, started_at = coalesce(started_at, now()), \
+             stdout_cursor = '', stderr_cursor = '', \
              turns = turns + 1, updated_at = now() WHERE id = $1 RETURNING {INSTANCE_COLUMNS}"
         ))
         .bind(id)
@@ -306,15 +313,24 @@ impl Store {
         Ok(())
     }
 
-    /// Stores the last published `seq` and the plan progress.
-    pub async fn save_progress(&self, id: Uuid, last_seq: i64, progress: f64) -> Result<()> {
+    /// Stores the last published `seq`, the Docker log position that goes
+    /// with it, and the plan progress.
+    pub async fn save_progress(
+        &self,
+        id: Uuid,
+        last_seq: i64,
+        progress: f64,
+        cursors: &LogCursors,
+    ) -> Result<()> {
         sqlx::query(
-            "UPDATE agent_instances SET last_seq = greatest(last_seq, $2), progress = $3, \
-             updated_at = now() WHERE id = $1",
+            "UPDATE agent_instances SET last_seq = $2, progress = $3, stdout_cursor = $4, \
+             stderr_cursor = $5, updated_at = now() WHERE id = $1 AND last_seq <= $2",
         )
         .bind(id)
         .bind(last_seq)
         .bind(progress)
+        .bind(&cursors.stdout)
+        .bind(&cursors.stderr)
         .execute(&self.pool)
         .await?;
         Ok(())

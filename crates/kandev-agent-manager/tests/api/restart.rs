@@ -1,17 +1,20 @@
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
 use kandev_agent_manager::{
     Application, domain::InstanceStatus, manager::LaunchRequest, workspace::WorkspaceSource,
 };
 use uuid::Uuid;
 
-use crate::helpers::{TestDb, containers_of, ensure_docker, git_repo, settings};
+use crate::helpers::{TaskWatch, TestDb, containers_of, ensure_docker, git_repo, settings};
 
-/// A manager that dies without any cleanup (its runtime is dropped) leaves
-/// its containers running; the next start reconciles them: nothing is left
-/// behind and every instance gets a final status.
+/// A manager that dies without any cleanup (its runtime is dropped, as with
+/// SIGKILL) leaves its agents running. The next start re-attaches to the
+/// running one, whose stream continues where the stored `last_seq` left
+/// off: after dropping re-published duplicates (same seq, same content),
+/// every seq appears once and no chunk is lost. The agent that exited
+/// meanwhile gets its final status. No container is left behind.
 #[tokio::test]
-async fn restart_reconciles_containers_left_behind() {
+async fn restart_resumes_running_agents_and_reconciles_exited_ones() {
     tokio::task::spawn_blocking(ensure_docker).await.unwrap();
     let db = TestDb::create().await;
     let dir = tempfile::tempdir().unwrap();
@@ -20,6 +23,8 @@ async fn restart_reconciles_containers_left_behind() {
     }
     let settings = settings(&db, dir.path());
     let repo = git_repo(dir.path());
+    let slow_task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(slow_task).await;
 
     let first = settings.clone();
     let ids = std::thread::spawn(move || {
@@ -28,29 +33,30 @@ async fn restart_reconciles_containers_left_behind() {
             let app = Application::build(first).await.unwrap();
             let manager = app.manager();
             let mut ids = vec![];
-            for _ in 0..2 {
+            for (task_id, prompt) in [(slow_task, "slow 40 100"), (Uuid::new_v4(), "wait-cancel")] {
                 let instance = manager
                     .launch(LaunchRequest {
-                        task_id: Uuid::new_v4(),
+                        task_id,
                         agent_type: "mock-agent".into(),
                         workspace: WorkspaceSource::Git {
                             url: repo.clone(),
                             branch: "main".into(),
                         },
-                        env: Default::default(),
-                        prompt: "wait-cancel".into(),
+                        env: BTreeMap::new(),
+                        prompt: prompt.into(),
                         resume_session_id: None,
                     })
                     .await
                     .unwrap();
-                for _ in 0..200 {
-                    let now = manager.get_instance(instance.id).await.unwrap();
-                    if now.status == InstanceStatus::Running {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
                 ids.push(instance.id);
+            }
+            // Mid-turn: some chunks are out, and last_seq was stored.
+            for _ in 0..200 {
+                let now = manager.get_instance(ids[0]).await.unwrap();
+                if now.status == InstanceStatus::Running && now.last_seq >= 12 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
             ids
         })
@@ -66,7 +72,8 @@ async fn restart_reconciles_containers_left_behind() {
             "the agent survives its manager"
         );
     }
-    // One agent exits while no manager runs.
+    // The slow agent keeps writing while no manager runs; the other exits.
+    tokio::time::sleep(Duration::from_millis(700)).await;
     let killed = containers_of(&ids[1].to_string()).remove(0);
     let status = std::process::Command::new("docker")
         .args(["kill", &killed])
@@ -77,13 +84,6 @@ async fn restart_reconciles_containers_left_behind() {
 
     let app = Application::build(settings).await.unwrap();
     let manager = app.manager();
-    let running = manager.get_instance(ids[0]).await.unwrap();
-    assert_eq!(running.status, InstanceStatus::Failed);
-    assert!(
-        running.error.contains("manager restarted"),
-        "{}",
-        running.error
-    );
     let exited = manager.get_instance(ids[1]).await.unwrap();
     assert_eq!(exited.status, InstanceStatus::Failed);
     assert_eq!(exited.exit_code, Some(137));
@@ -92,6 +92,43 @@ async fn restart_reconciles_containers_left_behind() {
         "{}",
         exited.error
     );
+
+    let done = watch.until("agent.completed", 0).await;
+    assert_eq!(done["stop_reason"], "end_turn");
+    let resumed = manager.get_instance(ids[0]).await.unwrap();
+    assert_eq!(resumed.status, InstanceStatus::Completed);
+
+    // Dedupe by seq as consumers do; a repeated seq must be the same event.
+    let mut by_seq: BTreeMap<u64, serde_json::Value> = BTreeMap::new();
+    for e in &watch.events {
+        let seq = e["seq"].as_u64().unwrap();
+        let content = serde_json::json!([e["kind"], e["data"], e["raw"]]);
+        if let Some(seen) = by_seq.get(&seq) {
+            assert_eq!(seen, &content, "seq {seq} was reused for another event");
+        } else {
+            by_seq.insert(seq, content);
+        }
+    }
+    let seqs: Vec<u64> = by_seq.keys().copied().collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as u64).collect::<Vec<_>>(),
+        "gap in seq"
+    );
+    assert_eq!(resumed.last_seq, *seqs.last().unwrap() as i64);
+    let chunks: Vec<String> = by_seq
+        .values()
+        .filter(|c| c[0] == "message_chunk")
+        .filter_map(|c| c[1]["text"].as_str().map(str::to_string))
+        .collect();
+    for i in 1..=40 {
+        let want = format!("chunk {i}/40\n");
+        assert_eq!(
+            chunks.iter().filter(|c| **c == want).count(),
+            1,
+            "chunk {i} lost or duplicated: {chunks:?}"
+        );
+    }
     for id in &ids {
         assert!(
             containers_of(&id.to_string()).is_empty(),
