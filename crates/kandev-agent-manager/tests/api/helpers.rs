@@ -406,3 +406,47 @@ pub fn inspect(container: &str) -> serde_json::Value {
     let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     all[0].clone()
 }
+
+/// Checks a `slow N` turn's stream as a consumer sees it: after dropping
+/// repeated seqs (which must carry the same event), seqs run 1.. without a
+/// gap and every chunk appears exactly once. Returns the last seq.
+pub fn assert_slow_stream_complete(events: &[serde_json::Value], chunks: usize) -> u64 {
+    let mut by_seq: std::collections::BTreeMap<u64, serde_json::Value> = Default::default();
+    for e in events {
+        let seq = e["seq"].as_u64().unwrap();
+        let content = serde_json::json!([e["kind"], e["data"], e["raw"]]);
+        if let Some(seen) = by_seq.get(&seq) {
+            assert_eq!(seen, &content, "seq {seq} was reused for another event");
+        } else {
+            by_seq.insert(seq, content);
+        }
+    }
+    let seqs: Vec<u64> = by_seq.keys().copied().collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as u64).collect::<Vec<_>>(),
+        "gap in seq"
+    );
+    let texts: Vec<String> = by_seq
+        .values()
+        .filter(|c| c[0] == "message_chunk")
+        .filter_map(|c| c[1]["text"].as_str().map(str::to_string))
+        .collect();
+    for i in 1..=chunks {
+        let want = format!("chunk {i}/{chunks}\n");
+        assert_eq!(
+            texts.iter().filter(|c| **c == want).count(),
+            1,
+            "chunk {i} lost or duplicated: {texts:?}"
+        );
+    }
+    *seqs.last().unwrap()
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

@@ -5,7 +5,10 @@ use kandev_agent_manager::{
 };
 use uuid::Uuid;
 
-use crate::helpers::{TaskWatch, TestDb, containers_of, ensure_docker, git_repo, settings};
+use crate::helpers::{
+    TaskWatch, TestDb, assert_slow_stream_complete, containers_of, ensure_docker, git_repo,
+    settings,
+};
 
 /// A manager that dies without any cleanup (its runtime is dropped, as with
 /// SIGKILL) leaves its agents running. The next start re-attaches to the
@@ -98,37 +101,8 @@ async fn restart_resumes_running_agents_and_reconciles_exited_ones() {
     let resumed = manager.get_instance(ids[0]).await.unwrap();
     assert_eq!(resumed.status, InstanceStatus::Completed);
 
-    // Dedupe by seq as consumers do; a repeated seq must be the same event.
-    let mut by_seq: BTreeMap<u64, serde_json::Value> = BTreeMap::new();
-    for e in &watch.events {
-        let seq = e["seq"].as_u64().unwrap();
-        let content = serde_json::json!([e["kind"], e["data"], e["raw"]]);
-        if let Some(seen) = by_seq.get(&seq) {
-            assert_eq!(seen, &content, "seq {seq} was reused for another event");
-        } else {
-            by_seq.insert(seq, content);
-        }
-    }
-    let seqs: Vec<u64> = by_seq.keys().copied().collect();
-    assert_eq!(
-        seqs,
-        (1..=seqs.len() as u64).collect::<Vec<_>>(),
-        "gap in seq"
-    );
-    assert_eq!(resumed.last_seq, *seqs.last().unwrap() as i64);
-    let chunks: Vec<String> = by_seq
-        .values()
-        .filter(|c| c[0] == "message_chunk")
-        .filter_map(|c| c[1]["text"].as_str().map(str::to_string))
-        .collect();
-    for i in 1..=40 {
-        let want = format!("chunk {i}/40\n");
-        assert_eq!(
-            chunks.iter().filter(|c| **c == want).count(),
-            1,
-            "chunk {i} lost or duplicated: {chunks:?}"
-        );
-    }
+    let last = assert_slow_stream_complete(&watch.events, 40);
+    assert_eq!(resumed.last_seq, last as i64);
     for id in &ids {
         assert!(
             containers_of(&id.to_string()).is_empty(),
