@@ -149,7 +149,9 @@ mod tests {
         figment::Jail::expect_with(|jail| {
             jail.set_env("KANDEV_LOG__FORMAT", "xml");
             let err = load::<Demo>(None).unwrap_err();
-            assert!(err.to_string().contains("format"), "{err}");
+            // The message names the key and the accepted values.
+            let text = err.to_string().to_lowercase();
+            assert!(text.contains("log.format") && text.contains("json"), "{err}");
             Ok(())
         });
     }

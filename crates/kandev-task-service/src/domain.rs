@@ -184,22 +184,27 @@ pub struct TaskEventRecord {
     pub created_at: DateTime<Utc>,
 }
 
+/// A trimmed, non-empty line of text of at most `max_chars` characters.
+fn required_text(field: &str, s: &str, max_chars: usize) -> Result<String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err(invalid(format!("{field} must not be empty")));
+    }
+    if s.chars().count() > max_chars {
+        return Err(invalid(format!(
+            "{field} is longer than {max_chars} characters"
+        )));
+    }
+    Ok(s.to_string())
+}
+
 /// A validated board name.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BoardName(String);
 
 impl BoardName {
     pub fn parse(s: &str) -> Result<Self> {
-        let s = s.trim();
-        if s.is_empty() {
-            return Err(invalid("board name must not be empty"));
-        }
-        if s.chars().count() > MAX_NAME_CHARS {
-            return Err(invalid(format!(
-                "board name is longer than {MAX_NAME_CHARS} characters"
-            )));
-        }
-        Ok(BoardName(s.to_string()))
+        required_text("board name", s, MAX_NAME_CHARS).map(BoardName)
     }
 
     pub fn as_str(&self) -> &str {
@@ -213,16 +218,7 @@ pub struct TaskTitle(String);
 
 impl TaskTitle {
     pub fn parse(s: &str) -> Result<Self> {
-        let s = s.trim();
-        if s.is_empty() {
-            return Err(invalid("title must not be empty"));
-        }
-        if s.chars().count() > MAX_TITLE_CHARS {
-            return Err(invalid(format!(
-                "title is longer than {MAX_TITLE_CHARS} characters"
-            )));
-        }
-        Ok(TaskTitle(s.to_string()))
+        required_text("title", s, MAX_TITLE_CHARS).map(TaskTitle)
     }
 
     pub fn as_str(&self) -> &str {

@@ -260,6 +260,24 @@ impl PgTaskStore {
         Ok(())
     }
 
+    async fn record_deleted(tx: &mut Tx, task: &Task, actor: &str) -> Result<()> {
+        let snap = snapshot(task);
+        Self::record(
+            tx,
+            task,
+            "deleted",
+            actor,
+            json!(snap),
+            Value::Null,
+            subjects::TASK_DELETED,
+            TaskDeleted {
+                actor: actor.to_string(),
+                task: snap.clone(),
+            },
+        )
+        .await
+    }
+
     async fn commit(&self, tx: Tx) -> Result<()> {
         tx.commit().await?;
         self.outbox_wake.notify_one();
@@ -361,22 +379,7 @@ impl TaskStore for PgTaskStore {
         .fetch_all(&mut *tx)
         .await?;
         for row in rows {
-            let task = Task::try_from(row)?;
-            let snap = snapshot(&task);
-            Self::record(
-                &mut tx,
-                &task,
-                "deleted",
-                &actor,
-                json!(snap),
-                Value::Null,
-                subjects::TASK_DELETED,
-                TaskDeleted {
-                    actor: actor.clone(),
-                    task: snap.clone(),
-                },
-            )
-            .await?;
+            Self::record_deleted(&mut tx, &Task::try_from(row)?, &actor).await?;
         }
         sqlx::query("DELETE FROM boards WHERE id = $1")
             .bind(id)
@@ -618,21 +621,7 @@ impl TaskStore for PgTaskStore {
             .bind(id)
             .execute(&mut *tx)
             .await?;
-        let snap = snapshot(&task);
-        Self::record(
-            &mut tx,
-            &task,
-            "deleted",
-            &actor,
-            json!(snap),
-            Value::Null,
-            subjects::TASK_DELETED,
-            TaskDeleted {
-                actor: actor.clone(),
-                task: snap.clone(),
-            },
-        )
-        .await?;
+        Self::record_deleted(&mut tx, &task, &actor).await?;
         self.commit(tx).await
     }
 
