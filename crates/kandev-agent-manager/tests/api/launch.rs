@@ -1,7 +1,7 @@
 use kandev_proto::v1 as pb;
 use uuid::Uuid;
 
-use crate::helpers::{TaskWatch, containers_of, git_repo, inspect, spawn_app};
+use crate::helpers::{TaskWatch, containers_of, git_repo, inspect, spawn_app, spawn_app_with};
 
 #[tokio::test]
 async fn coding_turn_streams_in_order_and_edits_the_workspace() {
@@ -148,7 +148,16 @@ async fn cancel_ends_the_turn_cancelled() {
 
 #[tokio::test]
 async fn limits_and_read_only_credentials_are_applied_then_stop_removes() {
-    let mut app = spawn_app().await;
+    let mut app = spawn_app_with(|s| {
+        s.workspace_policy = kandev_agent_manager::config::WorkspacePolicy::RemoveOnStop;
+        for (k, v) in [
+            ("GITHUB_TOKEN", "ghp-test-token"),
+            ("GITLAB_TOKEN", "glpat-unused"),
+        ] {
+            s.agent_env.insert(k.into(), v.to_string().into());
+        }
+    })
+    .await;
     let home = app.path("home");
     std::fs::create_dir_all(home.join(".ssh")).unwrap();
     std::fs::write(home.join(".ssh/id_test"), "not a key").unwrap();
@@ -162,6 +171,7 @@ async fn limits_and_read_only_credentials_are_applied_then_stop_removes() {
             gitconfig: true,
             git_credentials: true,
         });
+        t.optional_env = vec!["GITHUB_TOKEN".into()];
     })
     .await;
     let repo = git_repo(app.dir.path());
@@ -213,6 +223,12 @@ async fn limits_and_read_only_credentials_are_applied_then_stop_removes() {
             .iter()
             .all(|m| m["Destination"] != "/root/.git-credentials")
     );
+    // Configured tokens reach the agent only when its type lists them.
+    let env = info["Config"]["Env"].to_string();
+    assert!(env.contains("GITHUB_TOKEN=ghp-test-token"), "{env}");
+    assert!(!env.contains("GITLAB_TOKEN"), "{env}");
+    let workspace = app.path("workspaces").join(task.to_string());
+    assert!(workspace.join("README.md").exists());
 
     let stopped = app
         .client
@@ -228,6 +244,20 @@ async fn limits_and_read_only_credentials_are_applied_then_stop_removes() {
     assert_eq!(stopped.status, pb::AgentStatus::Stopped as i32);
     watch.until("agent.stopped", 0).await;
     assert!(containers_of(&instance.id).is_empty());
+    // The cloned workspace goes with the instance under remove_on_stop.
+    assert!(!workspace.exists());
+    // Nothing the API returns carries a secret.
+    let listed = format!(
+        "{:?}",
+        app.client
+            .list_instances(pb::ListInstancesRequest {
+                task_id: task.to_string(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    );
+    assert!(!listed.contains("ghp-test-token"));
     app.stop().await;
 }
 
