@@ -187,6 +187,28 @@ mod tests {
     }
 
     #[test]
+    // figment's Jail API returns its own large error type.
+    #[allow(clippy::result_large_err)]
+    fn environment_sets_limits_and_consumer_names() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("KANDEV_PER_AGENT_TYPE_LIMITS", "{mock-agent=1,auggie=2}");
+            jail.set_env("KANDEV_MAX_CONCURRENT", "3");
+            jail.set_env("KANDEV_COMPLETE_TO_REVIEW", "true");
+            jail.set_env("KANDEV_CONSUMERS__ACP_DURABLE", "orch-acp-2");
+            jail.set_env("KANDEV_AGENT_MANAGER_URL", "http://am:8083");
+            let s: Settings = kandev_common::config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(s.per_agent_type_limits.get("mock-agent"), Some(&1));
+            assert_eq!(s.per_agent_type_limits.get("auggie"), Some(&2));
+            assert_eq!(s.max_concurrent, 3);
+            assert!(s.complete_to_review);
+            assert_eq!(s.consumers.acp_durable, "orch-acp-2");
+            assert_eq!(s.consumers.task_durable, "orchestrator-tasks");
+            assert_eq!(s.agent_manager_url, "http://am:8083");
+            Ok(())
+        });
+    }
+
+    #[test]
     fn bad_values_are_refused() {
         let s = Settings {
             max_concurrent: 0,

@@ -5,6 +5,9 @@
 //! - [`OwnNats`]: a `nats-server -js` of the test's own on a free port, that
 //!   can be stopped and restarted on the same port and store.
 //! - [`free_port`]: a port nobody listens on right now.
+//! - [`ensure_docker`]: a Docker engine that answers (started without bridge
+//!   or iptables when none does) and the `kandev/mock-agent:latest` image
+//!   (built by `dockerfiles/mock-agent/build.sh` when missing; never pulled).
 //!
 //! `KANDEV_TEST_PG_BASE` overrides the Postgres server URL
 //! (default `postgres://postgres@127.0.0.1:5432`).
@@ -130,4 +133,59 @@ impl Drop for OwnNats {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.store);
     }
+}
+
+/// The mock agent's image.
+pub const MOCK_IMAGE: &str = "kandev/mock-agent:latest";
+
+fn docker_answers() -> bool {
+    Command::new("docker")
+        .arg("info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+static DOCKER_READY: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+
+/// Makes sure a Docker engine answers and the mock-agent image exists.
+/// Blocking: call it from `spawn_blocking`.
+// dockerd is meant to outlive the tests; it is never waited for.
+#[allow(clippy::zombie_processes)]
+pub fn ensure_docker() {
+    let mut ready = DOCKER_READY.lock().unwrap_or_else(|p| p.into_inner());
+    if *ready {
+        return;
+    }
+    if !docker_answers() {
+        Command::new("setsid")
+            .args(["dockerd", "--bridge=none", "--iptables=false"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("dockerd is installed");
+        let up = (0..120).any(|_| {
+            std::thread::sleep(Duration::from_millis(500));
+            docker_answers()
+        });
+        assert!(up, "dockerd did not start within 60 s");
+    }
+    let present = Command::new("docker")
+        .args(["image", "inspect", MOCK_IMAGE])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !present {
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../dockerfiles/mock-agent/build.sh");
+        let status = Command::new("bash")
+            .arg(script)
+            .status()
+            .expect("bash runs");
+        assert!(status.success(), "building {MOCK_IMAGE} failed");
+    }
+    *ready = true;
 }

@@ -153,15 +153,29 @@ pub struct TestApp {
     pub nats: OwnNats,
     pub bus: JetStreamBus,
     pub agents: Arc<RecordingAgents>,
+    /// What the orchestrator drives: `agents`, or the real agent manager.
+    control: Arc<dyn AgentControl>,
     pub tasks: Option<TaskServiceClient<Channel>>,
     pub settings: Settings,
     shutdown: CancellationToken,
     handle: JoinHandle<()>,
     task_service: Option<(CancellationToken, JoinHandle<()>)>,
+    pub agent_manager: Option<AgentManagerProc>,
+}
+
+/// The real agent manager, in-process, with its workspaces in a temp dir.
+pub struct AgentManagerProc {
+    pub addr: SocketAddr,
+    pub dir: std::path::PathBuf,
+    stop: CancellationToken,
+    handle: JoinHandle<()>,
 }
 
 pub struct Options {
     pub with_task_service: bool,
+    /// Run the real agent manager (Docker, mock agent) instead of
+    /// recording launches.
+    pub with_agent_manager: bool,
     pub tweak: Box<dyn FnOnce(&mut Settings) + Send>,
 }
 
@@ -169,6 +183,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             with_task_service: false,
+            with_agent_manager: false,
             tweak: Box::new(|_| {}),
         }
     }
@@ -210,9 +225,19 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
         );
         task_service = Some((stop, handle));
     }
-    (options.tweak)(&mut settings);
     let agents = Arc::new(RecordingAgents::default());
-    let app = Application::build_with_agents(settings.clone(), agents.clone())
+    let mut control: Arc<dyn AgentControl> = agents.clone();
+    let mut agent_manager = None;
+    if options.with_agent_manager {
+        let am = spawn_agent_manager(&db, &nats).await;
+        settings.agent_manager_url = format!("http://{}", am.addr);
+        control = Arc::new(
+            kandev_orchestrator::GrpcAgentControl::lazy(&settings.agent_manager_url).unwrap(),
+        );
+        agent_manager = Some(am);
+    }
+    (options.tweak)(&mut settings);
+    let app = Application::build_with_agents(settings.clone(), control.clone())
         .await
         .expect("orchestrator builds");
     let addr = app.local_addr();
@@ -231,11 +256,13 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
         nats,
         bus,
         agents,
+        control,
         tasks,
         settings,
         shutdown,
         handle,
         task_service,
+        agent_manager,
     }
 }
 
@@ -246,6 +273,11 @@ impl TestApp {
         if let Some((stop, handle)) = self.task_service {
             stop.cancel();
             let _ = handle.await;
+        }
+        if let Some(am) = self.agent_manager {
+            am.stop.cancel();
+            let _ = am.handle.await;
+            let _ = std::fs::remove_dir_all(&am.dir);
         }
         self.db.drop_db().await;
     }
@@ -260,7 +292,7 @@ impl TestApp {
     /// Starts a new orchestrator on the same database, NATS and durable
     /// consumers (on a new port).
     pub async fn restart(&mut self) {
-        let app = Application::build_with_agents(self.settings.clone(), self.agents.clone())
+        let app = Application::build_with_agents(self.settings.clone(), self.control.clone())
             .await
             .expect("orchestrator builds again");
         self.addr = app.local_addr();
@@ -501,4 +533,42 @@ pub async fn stored(db: &TestDb, task_id: Uuid) -> Vec<(i64, Uuid, i64)> {
 
 pub fn limits(pairs: &[(&str, u32)]) -> BTreeMap<String, u32> {
     pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+async fn spawn_agent_manager(db: &TestDb, nats: &OwnNats) -> AgentManagerProc {
+    tokio::task::spawn_blocking(kandev_testkit::ensure_docker)
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("kandev-orch-am-{}", Uuid::new_v4().simple()));
+    for sub in ["workspaces", "allowed", "home"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+    }
+    let settings = kandev_agent_manager::Settings {
+        listen_addr: "127.0.0.1:0".into(),
+        database_url: db.url.clone(),
+        manager_id: db.name.clone(),
+        nats_url: nats.url(),
+        pull_images: false,
+        workspaces_root: dir.join("workspaces").display().to_string(),
+        allowed_workspace_roots: vec![dir.join("allowed").display().to_string()],
+        credentials_home: dir.join("home").display().to_string(),
+        initialize_timeout_secs: 20,
+        seq_flush_ms: 100,
+        ..kandev_agent_manager::Settings::default()
+    };
+    let app = kandev_agent_manager::Application::build(settings)
+        .await
+        .expect("agent manager builds");
+    let addr = app.local_addr();
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    let handle = tokio::spawn(async move {
+        app.run_until_stopped(s).await.expect("agent manager runs");
+    });
+    AgentManagerProc {
+        addr,
+        dir,
+        stop,
+        handle,
+    }
 }

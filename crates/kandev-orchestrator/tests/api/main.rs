@@ -4,6 +4,7 @@
 //! input (AcpMessage envelopes on NATS), the task service in-process.
 
 mod binary;
+mod e2e;
 mod feed;
 mod helpers;
 mod queue;

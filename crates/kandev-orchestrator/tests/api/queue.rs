@@ -89,6 +89,7 @@ async fn queue_runs_by_priority_then_arrival_within_the_limit_and_records_comple
     let app = spawn_app_with(Options {
         with_task_service: true,
         tweak: Box::new(|s| s.max_concurrent = 1),
+        ..Options::default()
     })
     .await;
     let board = board(&app).await;
@@ -156,6 +157,7 @@ async fn per_agent_type_limits_hold_without_blocking_other_types() {
             s.max_concurrent = 3;
             s.per_agent_type_limits = limits(&[("slow-agent", 1)]);
         }),
+        ..Options::default()
     })
     .await;
     let board = board(&app).await;
@@ -444,6 +446,7 @@ async fn a_crash_mid_run_loses_nothing_and_the_task_converges() {
             // A slow flush, so the crash lands with unstored messages.
             s.feed_flush_ms = 300;
         }),
+        ..Options::default()
     })
     .await;
     let board = board(&app).await;
@@ -520,6 +523,7 @@ async fn grpc_twins_answer_like_rest() {
     let app = spawn_app_with(Options {
         with_task_service: true,
         tweak: Box::new(|s| s.max_concurrent = 1),
+        ..Options::default()
     })
     .await;
     let board = board(&app).await;
