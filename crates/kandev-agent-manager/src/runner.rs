@@ -70,7 +70,7 @@ pub struct TurnSpec {
 /// The manager's handle on a running turn.
 pub struct RunHandle {
     client: Mutex<Option<AcpClient>>,
-    /// The ACP session, for `session/cancel` after a re-attach.
+    /// The ACP session of a re-attached turn, for `session/cancel`.
     session: Mutex<String>,
     stop: CancellationToken,
     stop_reason: Mutex<String>,
@@ -107,21 +107,23 @@ impl RunHandle {
         let Some(client) = client else {
             return Ok(false);
         };
-        match client.cancel().await {
-            Ok(()) => Ok(true),
-            // A re-attached client never saw the session being created.
-            Err(AcpError::State(_)) => {
-                let session = lock(&self.session).clone();
-                client
-                    .notify(
-                        "session/cancel",
-                        serde_json::json!({ "sessionId": session }),
-                    )
-                    .await
-                    .map(|()| true)
-            }
-            Err(e) => Err(e),
+        let session = lock(&self.session).clone();
+        if client.dialect().is_none() && !session.is_empty() {
+            // A re-attached client never saw the handshake: send the v1
+            // notification for the stored session itself.
+            return client
+                .notify(
+                    "session/cancel",
+                    serde_json::json!({ "sessionId": session }),
+                )
+                .await
+                .map(|()| true);
         }
+        if client.dialect().is_none() {
+            // Still in the handshake: there is no turn to cancel yet.
+            return Ok(false);
+        }
+        client.cancel().await.map(|()| true)
     }
 
     /// Kills the turn; the run ends the instance `stopped`.
@@ -790,9 +792,9 @@ async fn drive(
         resumed.then_some(turn_tx),
     ));
     *lock(&handle.client) = Some(client.clone());
-    *lock(&handle.session) = instance.acp_session_id.clone();
 
     if resumed {
+        *lock(&handle.session) = instance.acp_session_id.clone();
         // Re-read the log from the stored position; earlier lines are
         // skipped, so numbering continues at last_seq + 1.
         let cursors = &instance.cursors;

@@ -27,7 +27,9 @@ async fn restart_resumes_running_agents_and_reconciles_exited_ones() {
     let settings = settings(&db, dir.path());
     let repo = git_repo(dir.path());
     let slow_task = Uuid::new_v4();
+    let cancel_task = Uuid::new_v4();
     let mut watch = TaskWatch::start(slow_task).await;
+    let mut cancel_watch = TaskWatch::start(cancel_task).await;
 
     let first = settings.clone();
     let ids = std::thread::spawn(move || {
@@ -36,7 +38,11 @@ async fn restart_resumes_running_agents_and_reconciles_exited_ones() {
             let app = Application::build(first).await.unwrap();
             let manager = app.manager();
             let mut ids = vec![];
-            for (task_id, prompt) in [(slow_task, "slow 40 100"), (Uuid::new_v4(), "wait-cancel")] {
+            for (task_id, prompt) in [
+                (slow_task, "slow 40 100"),
+                (Uuid::new_v4(), "wait-cancel"),
+                (cancel_task, "wait-cancel"),
+            ] {
                 let instance = manager
                     .launch(LaunchRequest {
                         task_id,
@@ -53,7 +59,16 @@ async fn restart_resumes_running_agents_and_reconciles_exited_ones() {
                     .unwrap();
                 ids.push(instance.id);
             }
-            // Mid-turn: some chunks are out, and last_seq was stored.
+            // Mid-turn: every agent runs, some chunks are out, and last_seq
+            // was stored.
+            for id in &ids[1..] {
+                for _ in 0..200 {
+                    if manager.get_instance(*id).await.unwrap().status == InstanceStatus::Running {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
             for _ in 0..200 {
                 let now = manager.get_instance(ids[0]).await.unwrap();
                 if now.status == InstanceStatus::Running && now.last_seq >= 12 {
@@ -103,6 +118,11 @@ async fn restart_resumes_running_agents_and_reconciles_exited_ones() {
 
     let last = assert_slow_stream_complete(&watch.events, 40);
     assert_eq!(resumed.last_seq, last as i64);
+    // A re-attached turn can still be cancelled.
+    assert!(manager.cancel(ids[2]).await.unwrap());
+    let cancelled = cancel_watch.until("agent.completed", 0).await;
+    assert_eq!(cancelled["stop_reason"], "cancelled");
+
     for id in &ids {
         assert!(
             containers_of(&id.to_string()).is_empty(),
