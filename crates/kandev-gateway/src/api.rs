@@ -1,0 +1,785 @@
+//! The REST request and response types, their OpenAPI schemas, and their
+//! conversions from and to the proto messages. Request bodies are parsed
+//! into exactly these types, so the schema is what is validated.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use kandev_proto::{
+    time::{Timestamp, to_chrono},
+    v1 as pb,
+};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::error::ApiError;
+
+fn time(ts: Option<Timestamp>) -> Option<DateTime<Utc>> {
+    ts.as_ref().and_then(to_chrono)
+}
+
+/// Distinguishes an absent field (`None`) from an explicit `null`
+/// (`Some(None)`).
+fn double_option<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// Parses a JSON object sent by a service; anything else reads as `{}`.
+fn json_object(text: &str) -> Map<String, Value> {
+    match serde_json::from_str(text) {
+        Ok(Value::Object(map)) => map,
+        _ => Map::new(),
+    }
+}
+
+fn json_value(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+// ---------------------------------------------------------------- auth
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoginRequest {
+    pub username: String,
+    pub password: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LoginResponse {
+    /// An HS256 JWT; send it as `Authorization: Bearer <token>`.
+    pub token: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateUserRequest {
+    pub username: String,
+    pub password: String,
+    #[serde(default)]
+    pub is_admin: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UserResponse {
+    pub username: String,
+    pub is_admin: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<DateTime<Utc>>,
+}
+
+// ---------------------------------------------------------------- boards
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Board {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    /// The owner's username.
+    pub owner: String,
+    pub created_at: Option<DateTime<Utc>>,
+}
+
+impl From<pb::Board> for Board {
+    fn from(b: pb::Board) -> Self {
+        Board {
+            id: b.id,
+            name: b.name,
+            description: b.description,
+            owner: b.owner,
+            created_at: time(b.created_at),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateBoardRequest {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateBoardRequest {
+    pub name: Option<String>,
+    pub description: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BoardList {
+    pub boards: Vec<Board>,
+    /// Pass as `page_token` for the next page; absent on the last page.
+    pub next_page_token: Option<String>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PageParams {
+    /// Items per page (service default when absent).
+    pub page_size: Option<i32>,
+    pub page_token: Option<String>,
+}
+
+fn token(t: String) -> Option<String> {
+    (!t.is_empty()).then_some(t)
+}
+
+// ---------------------------------------------------------------- tasks
+
+/// The state of a task: one kanban column each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TaskState {
+    Todo,
+    InProgress,
+    Review,
+    Blocked,
+    WaitingForInput,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl TaskState {
+    pub const ALL: [TaskState; 8] = [
+        TaskState::Todo,
+        TaskState::InProgress,
+        TaskState::Review,
+        TaskState::Blocked,
+        TaskState::WaitingForInput,
+        TaskState::Completed,
+        TaskState::Failed,
+        TaskState::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Todo => "TODO",
+            TaskState::InProgress => "IN_PROGRESS",
+            TaskState::Review => "REVIEW",
+            TaskState::Blocked => "BLOCKED",
+            TaskState::WaitingForInput => "WAITING_FOR_INPUT",
+            TaskState::Completed => "COMPLETED",
+            TaskState::Failed => "FAILED",
+            TaskState::Cancelled => "CANCELLED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<TaskState, ApiError> {
+        TaskState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| ApiError::validation(format!("unknown state {s:?}")))
+    }
+
+    pub fn to_proto(self) -> pb::TaskState {
+        use pb::TaskState as P;
+        match self {
+            TaskState::Todo => P::Todo,
+            TaskState::InProgress => P::InProgress,
+            TaskState::Review => P::Review,
+            TaskState::Blocked => P::Blocked,
+            TaskState::WaitingForInput => P::WaitingForInput,
+            TaskState::Completed => P::Completed,
+            TaskState::Failed => P::Failed,
+            TaskState::Cancelled => P::Cancelled,
+        }
+    }
+
+    fn from_proto(value: i32) -> Option<TaskState> {
+        use pb::TaskState as P;
+        Some(match P::try_from(value).ok()? {
+            P::Todo => TaskState::Todo,
+            P::InProgress => TaskState::InProgress,
+            P::Review => TaskState::Review,
+            P::Blocked => TaskState::Blocked,
+            P::WaitingForInput => TaskState::WaitingForInput,
+            P::Completed => TaskState::Completed,
+            P::Failed => TaskState::Failed,
+            P::Cancelled => TaskState::Cancelled,
+            P::Unspecified => return None,
+        })
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Task {
+    pub id: String,
+    pub board_id: String,
+    pub title: String,
+    pub description: String,
+    pub state: Option<TaskState>,
+    pub priority: i32,
+    pub agent_type: Option<String>,
+    pub repository_url: String,
+    pub branch: String,
+    pub workspace_path: String,
+    /// A JSON object, e.g. `{"auggie_session_id": "..."}`.
+    #[schema(value_type = Object)]
+    pub metadata: Map<String, Value>,
+    pub max_retries: i32,
+    pub created_by: String,
+    pub position: i64,
+    /// Increases on every change; send it back as `version` to update only
+    /// an unchanged task.
+    pub version: i64,
+    pub created_at: Option<DateTime<Utc>>,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+impl From<pb::Task> for Task {
+    fn from(t: pb::Task) -> Self {
+        Task {
+            state: TaskState::from_proto(t.state),
+            metadata: json_object(&t.metadata_json),
+            id: t.id,
+            board_id: t.board_id,
+            title: t.title,
+            description: t.description,
+            priority: t.priority,
+            agent_type: t.agent_type,
+            repository_url: t.repository_url,
+            branch: t.branch,
+            workspace_path: t.workspace_path,
+            max_retries: t.max_retries,
+            created_by: t.created_by,
+            position: t.position,
+            version: t.version,
+            created_at: time(t.created_at),
+            updated_at: time(t.updated_at),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTaskRequest {
+    pub title: String,
+    #[serde(default)]
+    pub description: String,
+    pub agent_type: Option<String>,
+    #[serde(default)]
+    pub repository_url: String,
+    #[serde(default)]
+    pub branch: String,
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default)]
+    pub workspace_path: String,
+    pub max_retries: Option<i32>,
+    /// A JSON object stored with the task.
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Map<String, Value>>,
+    /// Initial state; TODO when absent.
+    pub state: Option<TaskState>,
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateTaskRequest {
+    /// When set, the update only applies if the task is still at this
+    /// version; otherwise 409 conflict.
+    pub version: Option<i64>,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub priority: Option<i32>,
+    /// `null` clears the agent type.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<String>, nullable)]
+    pub agent_type: Option<Option<String>>,
+    pub repository_url: Option<String>,
+    pub branch: Option<String>,
+    pub workspace_path: Option<String>,
+    /// Merged key by key into the stored metadata; a `null` value removes
+    /// the key.
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Map<String, Value>>,
+    pub max_retries: Option<i32>,
+    pub position: Option<i64>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChangeStateRequest {
+    pub state: TaskState,
+    pub version: Option<i64>,
+    #[serde(default)]
+    pub reason: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskList {
+    pub tasks: Vec<Task>,
+    pub next_page_token: Option<String>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DeleteTaskParams {
+    /// Delete only if the task is still at this version.
+    pub version: Option<i64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskEvent {
+    pub id: String,
+    pub task_id: String,
+    pub board_id: String,
+    /// created | updated | state_changed | deleted
+    pub kind: String,
+    pub actor: String,
+    #[schema(value_type = Object)]
+    pub old_value: Value,
+    #[schema(value_type = Object)]
+    pub new_value: Value,
+    pub created_at: Option<DateTime<Utc>>,
+}
+
+impl From<pb::TaskEvent> for TaskEvent {
+    fn from(e: pb::TaskEvent) -> Self {
+        TaskEvent {
+            old_value: json_value(&e.old_value_json),
+            new_value: json_value(&e.new_value_json),
+            id: e.id,
+            task_id: e.task_id,
+            board_id: e.board_id,
+            kind: e.kind,
+            actor: e.actor,
+            created_at: time(e.created_at),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskEventList {
+    pub events: Vec<TaskEvent>,
+    pub next_page_token: Option<String>,
+}
+
+impl BoardList {
+    pub fn from_proto(r: pb::ListBoardsResponse) -> Self {
+        BoardList {
+            boards: r.boards.into_iter().map(Board::from).collect(),
+            next_page_token: token(r.next_page_token),
+        }
+    }
+}
+
+impl TaskList {
+    pub fn from_proto(r: pb::ListTasksResponse) -> Self {
+        TaskList {
+            tasks: r.tasks.into_iter().map(Task::from).collect(),
+            next_page_token: token(r.next_page_token),
+        }
+    }
+}
+
+impl TaskEventList {
+    pub fn from_proto(r: pb::ListTaskEventsResponse) -> Self {
+        TaskEventList {
+            events: r.events.into_iter().map(TaskEvent::from).collect(),
+            next_page_token: token(r.next_page_token),
+        }
+    }
+}
+
+// ---------------------------------------------------------------- agents
+
+fn agent_status(value: i32) -> String {
+    use pb::AgentStatus as S;
+    match S::try_from(value).unwrap_or(S::Unspecified) {
+        S::Unspecified => "unknown",
+        S::Pending => "pending",
+        S::Starting => "starting",
+        S::Running => "running",
+        S::Completed => "completed",
+        S::Failed => "failed",
+        S::Stopped => "stopped",
+    }
+    .to_string()
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LaunchAgentRequest {
+    pub task_id: String,
+    pub agent_type: String,
+    /// A host directory to work in; or give `repository_url` (and `branch`).
+    pub workspace_path: Option<String>,
+    pub repository_url: Option<String>,
+    pub branch: Option<String>,
+    #[serde(default)]
+    pub env: HashMap<String, String>,
+    #[serde(default)]
+    pub priority: i32,
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Map<String, Value>>,
+    /// The first prompt; the task's description when absent.
+    pub prompt: Option<String>,
+    /// Resume this ACP session instead of creating one.
+    pub resume_session_id: Option<String>,
+}
+
+/// An agent instance (a container running one agent for one task).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AgentInstance {
+    pub id: String,
+    pub task_id: String,
+    pub agent_type: String,
+    pub container_id: String,
+    /// pending | starting | running | completed | failed | stopped
+    pub status: String,
+    /// Completed plan entries, in percent (0 to 100).
+    pub progress: f64,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub exit_code: Option<i64>,
+    pub error: Option<String>,
+    pub acp_session_id: Option<String>,
+}
+
+impl From<pb::AgentInstance> for AgentInstance {
+    fn from(i: pb::AgentInstance) -> Self {
+        AgentInstance {
+            status: agent_status(i.status),
+            progress: (i.progress * 100.0).clamp(0.0, 100.0),
+            started_at: time(i.started_at),
+            finished_at: time(i.finished_at),
+            error: token(i.error),
+            acp_session_id: token(i.acp_session_id),
+            id: i.id,
+            task_id: i.task_id,
+            agent_type: i.agent_type,
+            container_id: i.container_id,
+            exit_code: i.exit_code,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PromptRequest {
+    pub message: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PromptResponse {
+    pub accepted: bool,
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelRequest {
+    #[serde(default)]
+    pub reason: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CancelResponse {
+    pub cancelled: bool,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LogsParams {
+    /// The last N lines (1 to 10000); the service default when absent.
+    pub tail: Option<i32>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LogLine {
+    pub timestamp: Option<DateTime<Utc>>,
+    /// stderr | system
+    pub stream: String,
+    pub line: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LogsResponse {
+    pub lines: Vec<LogLine>,
+}
+
+impl From<pb::GetLogsResponse> for LogsResponse {
+    fn from(r: pb::GetLogsResponse) -> Self {
+        LogsResponse {
+            lines: r
+                .lines
+                .into_iter()
+                .map(|l| LogLine {
+                    timestamp: time(l.timestamp),
+                    stream: l.stream,
+                    line: l.line,
+                })
+                .collect(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AgentSession {
+    pub instance_id: String,
+    pub task_id: String,
+    pub session_id: String,
+    pub status: String,
+}
+
+impl From<pb::AgentSession> for AgentSession {
+    fn from(s: pb::AgentSession) -> Self {
+        AgentSession {
+            status: agent_status(s.status),
+            instance_id: s.instance_id,
+            task_id: s.task_id,
+            session_id: s.session_id,
+        }
+    }
+}
+
+// ---------------------------------------------------------------- agent types
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialMounts {
+    #[serde(default)]
+    pub ssh: bool,
+    #[serde(default)]
+    pub gitconfig: bool,
+    #[serde(default)]
+    pub git_credentials: bool,
+}
+
+/// A registered agent type.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentType {
+    pub id: String,
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub image: String,
+    /// Entrypoint and arguments; empty uses the image's own.
+    #[serde(default)]
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub working_dir: String,
+    #[serde(default)]
+    pub memory_mb: i64,
+    #[serde(default)]
+    pub cpu_cores: f64,
+    #[serde(default)]
+    pub pids_limit: i64,
+    #[serde(default)]
+    pub timeout_seconds: i64,
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    #[serde(default)]
+    pub required_env: Vec<String>,
+    #[serde(default)]
+    pub optional_env: Vec<String>,
+    #[serde(default)]
+    pub credential_mounts: CredentialMounts,
+    /// none | bridge | host | a network name
+    #[serde(default)]
+    pub network_mode: String,
+    /// auto_approve | deny | ask
+    #[serde(default)]
+    pub permission_policy: String,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl From<pb::AgentType> for AgentType {
+    fn from(t: pb::AgentType) -> Self {
+        let mounts = t.credential_mounts.unwrap_or_default();
+        AgentType {
+            id: t.id,
+            name: t.name,
+            description: t.description,
+            image: t.image,
+            command: t.command,
+            working_dir: t.working_dir,
+            memory_mb: t.memory_mb,
+            cpu_cores: t.cpu_cores,
+            pids_limit: t.pids_limit,
+            timeout_seconds: t.timeout_seconds,
+            capabilities: t.capabilities,
+            required_env: t.required_env,
+            optional_env: t.optional_env,
+            credential_mounts: CredentialMounts {
+                ssh: mounts.ssh,
+                gitconfig: mounts.gitconfig,
+                git_credentials: mounts.git_credentials,
+            },
+            network_mode: t.network_mode,
+            permission_policy: t.permission_policy,
+            enabled: t.enabled,
+        }
+    }
+}
+
+impl From<AgentType> for pb::AgentType {
+    fn from(t: AgentType) -> Self {
+        pb::AgentType {
+            id: t.id,
+            name: t.name,
+            description: t.description,
+            image: t.image,
+            command: t.command,
+            working_dir: t.working_dir,
+            memory_mb: t.memory_mb,
+            cpu_cores: t.cpu_cores,
+            pids_limit: t.pids_limit,
+            timeout_seconds: t.timeout_seconds,
+            capabilities: t.capabilities,
+            required_env: t.required_env,
+            optional_env: t.optional_env,
+            credential_mounts: Some(pb::CredentialMounts {
+                ssh: t.credential_mounts.ssh,
+                gitconfig: t.credential_mounts.gitconfig,
+                git_credentials: t.credential_mounts.git_credentials,
+            }),
+            network_mode: t.network_mode,
+            permission_policy: t.permission_policy,
+            enabled: t.enabled,
+        }
+    }
+}
+
+/// A partial update of an agent type: only the fields given change.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentTypePatch {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub image: Option<String>,
+    pub command: Option<Vec<String>>,
+    pub working_dir: Option<String>,
+    pub memory_mb: Option<i64>,
+    pub cpu_cores: Option<f64>,
+    pub pids_limit: Option<i64>,
+    pub timeout_seconds: Option<i64>,
+    pub capabilities: Option<Vec<String>>,
+    pub required_env: Option<Vec<String>>,
+    pub optional_env: Option<Vec<String>>,
+    pub credential_mounts: Option<CredentialMounts>,
+    pub network_mode: Option<String>,
+    pub permission_policy: Option<String>,
+    pub enabled: Option<bool>,
+}
+
+impl AgentTypePatch {
+    pub fn apply(self, t: &mut AgentType) {
+        macro_rules! set {
+            ($($f:ident),*) => { $( if let Some(v) = self.$f { t.$f = v; } )* };
+        }
+        set!(
+            name,
+            description,
+            image,
+            command,
+            working_dir,
+            memory_mb,
+            cpu_cores,
+            pids_limit,
+            timeout_seconds,
+            capabilities,
+            required_env,
+            optional_env,
+            credential_mounts,
+            network_mode,
+            permission_policy,
+            enabled
+        );
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AgentTypeList {
+    pub agent_types: Vec<AgentType>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AgentTypeParams {
+    /// Include disabled agent types.
+    #[serde(default)]
+    pub include_disabled: bool,
+}
+
+// ---------------------------------------------------------------- orchestrator
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StartTaskRequest {
+    /// A follow-up prompt; the task's description when absent.
+    #[serde(default)]
+    pub prompt: String,
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StopTaskRequest {
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// How the orchestrator is running a task.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskExecution {
+    pub task_id: String,
+    /// idle | queued | launching | running | retry_wait | completed | failed | stopped
+    pub state: String,
+    pub instance_id: Option<String>,
+    pub attempts: i32,
+    /// 1-based position in the launch queue; 0 when not queued.
+    pub queue_position: i32,
+    pub last_error: Option<String>,
+    pub acp_session_id: Option<String>,
+    pub updated_at: Option<DateTime<Utc>>,
+    /// The highest stream sequence number stored; resume with `?after=`.
+    pub last_seq: i64,
+}
+
+impl From<pb::TaskExecution> for TaskExecution {
+    fn from(e: pb::TaskExecution) -> Self {
+        use pb::ExecutionState as E;
+        let state = match E::try_from(e.state).unwrap_or(E::Unspecified) {
+            E::Unspecified => "unknown",
+            E::Idle => "idle",
+            E::Queued => "queued",
+            E::Launching => "launching",
+            E::Running => "running",
+            E::RetryWait => "retry_wait",
+            E::Completed => "completed",
+            E::Failed => "failed",
+            E::Stopped => "stopped",
+        };
+        TaskExecution {
+            task_id: e.task_id,
+            state: state.to_string(),
+            instance_id: token(e.instance_id),
+            attempts: e.attempts,
+            queue_position: e.queue_position,
+            last_error: token(e.last_error),
+            acp_session_id: token(e.acp_session_id),
+            updated_at: time(e.updated_at),
+            last_seq: e.last_seq,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct StreamParams {
+    /// Replay stored messages after this sequence number, then follow live.
+    pub after: Option<i64>,
+}

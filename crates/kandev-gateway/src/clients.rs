@@ -1,0 +1,81 @@
+//! Lazily connected gRPC clients of the three services, with connect and
+//! call timeouts, and their readiness checks.
+
+use std::time::Duration;
+
+use kandev_proto::v1::{
+    agent_manager_client::AgentManagerClient, orchestrator_client::OrchestratorClient,
+    task_service_client::TaskServiceClient,
+};
+use tonic::transport::{Channel, Endpoint};
+use tonic_health::pb::{
+    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+};
+
+use crate::config::Settings;
+
+/// The names used in error messages and readiness output.
+pub const TASK_SERVICE: &str = "task service";
+pub const AGENT_MANAGER: &str = "agent manager";
+pub const ORCHESTRATOR: &str = "orchestrator";
+
+/// Clients of the services; cheap to clone (channels are shared).
+#[derive(Debug, Clone)]
+pub struct Downstream {
+    pub tasks: TaskServiceClient<Channel>,
+    pub agents: AgentManagerClient<Channel>,
+    pub orchestrator: OrchestratorClient<Channel>,
+    channels: [(&'static str, Channel); 3],
+    /// `ws://host:port` of the orchestrator's stream endpoint.
+    pub orchestrator_ws_url: String,
+    pub connect_timeout: Duration,
+}
+
+fn channel(url: &str, settings: &Settings) -> Result<Channel, tonic::transport::Error> {
+    Ok(Endpoint::from_shared(url.to_string())?
+        .connect_timeout(Duration::from_millis(
+            settings.downstream_connect_timeout_ms,
+        ))
+        .timeout(Duration::from_millis(settings.downstream_timeout_ms))
+        .connect_lazy())
+}
+
+impl Downstream {
+    /// Clients for the configured endpoints; nothing connects until used.
+    pub fn new(settings: &Settings) -> Result<Self, tonic::transport::Error> {
+        let tasks = channel(&settings.task_service_url, settings)?;
+        let agents = channel(&settings.agent_manager_url, settings)?;
+        let orchestrator = channel(&settings.orchestrator_url, settings)?;
+        Ok(Downstream {
+            tasks: TaskServiceClient::new(tasks.clone()),
+            agents: AgentManagerClient::new(agents.clone()),
+            orchestrator: OrchestratorClient::new(orchestrator.clone()),
+            channels: [
+                (TASK_SERVICE, tasks),
+                (AGENT_MANAGER, agents),
+                (ORCHESTRATOR, orchestrator),
+            ],
+            orchestrator_ws_url: settings.orchestrator_ws_base(),
+            connect_timeout: Duration::from_millis(settings.downstream_connect_timeout_ms),
+        })
+    }
+
+    /// Each service's channel, for readiness checks.
+    pub fn channels(&self) -> &[(&'static str, Channel)] {
+        &self.channels
+    }
+}
+
+/// Asks a service's standard gRPC health endpoint whether it is serving.
+pub async fn check_health(channel: Channel, within: Duration) -> Result<(), String> {
+    let mut client = HealthClient::new(channel);
+    let call = client.check(HealthCheckRequest {
+        service: String::new(),
+    });
+    match tokio::time::timeout(within, call).await {
+        Err(_) => Err("timed out".into()),
+        Ok(Err(status)) => Err(format!("unreachable ({})", status.code())),
+        Ok(Ok(resp)) if resp.get_ref().status == ServingStatus::Serving as i32 => Ok(()),
+        Ok(Ok(_)) => Err("not serving".into()),
+    }
+}

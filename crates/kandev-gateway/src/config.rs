@@ -1,0 +1,297 @@
+//! Settings of the gateway.
+
+use kandev_common::{config::Validate, telemetry::LogSettings};
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// The shortest JWT signing key accepted, in bytes.
+pub const MIN_JWT_SECRET_BYTES: usize = 32;
+
+/// Loaded from defaults, the config file and `KANDEV_*` variables.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Settings {
+    /// HTTP and WebSocket listener (`KANDEV_LISTEN_ADDR`).
+    pub listen_addr: String,
+    /// `KANDEV_DATABASE_URL`; may hold a password, so it is never logged.
+    pub database_url: String,
+    /// The Postgres schema the gateway owns (users).
+    pub database_schema: String,
+    pub database_max_connections: u32,
+    /// The task service's gRPC endpoint (`KANDEV_TASK_SERVICE_URL`).
+    pub task_service_url: String,
+    /// The agent manager's gRPC endpoint (`KANDEV_AGENT_MANAGER_URL`).
+    pub agent_manager_url: String,
+    /// The orchestrator's gRPC endpoint (`KANDEV_ORCHESTRATOR_URL`).
+    pub orchestrator_url: String,
+    /// The orchestrator's WebSocket base, `ws://host:port`
+    /// (`KANDEV_ORCHESTRATOR_WS_URL`); the stream path is appended. Empty
+    /// means the same host and port as `orchestrator_url`.
+    pub orchestrator_ws_url: String,
+    /// Connect timeout of downstream calls, in ms.
+    pub downstream_connect_timeout_ms: u64,
+    /// Timeout of one downstream call, in ms.
+    pub downstream_timeout_ms: u64,
+    /// HS256 signing key, at least 32 bytes (`KANDEV_JWT_SECRET`).
+    #[serde(skip_serializing)]
+    pub jwt_secret: Option<SecretString>,
+    /// Development only: generate a random key at start when none is set
+    /// (`KANDEV_DEV_RANDOM_JWT_SECRET=true`); tokens die with the process.
+    pub dev_random_jwt_secret: bool,
+    /// Lifetime of an issued token, in seconds.
+    pub jwt_ttl_secs: u64,
+    /// The admin created on first start (`KANDEV_ADMIN_USERNAME`).
+    pub admin_username: String,
+    /// Its password (`KANDEV_ADMIN_PASSWORD`); without it no admin is created.
+    #[serde(skip_serializing)]
+    pub admin_password: Option<SecretString>,
+    /// Origins allowed by CORS: a list, or a comma-separated string in the
+    /// environment (`KANDEV_CORS_ALLOWED_ORIGINS=https://a,https://b`).
+    /// Empty allows no cross-origin request; `*` allows any.
+    #[serde(deserialize_with = "string_or_list")]
+    pub cors_allowed_origins: Vec<String>,
+    /// Largest accepted request body, in bytes.
+    pub body_limit_bytes: usize,
+    /// Use the first `X-Forwarded-For` address as the client's address, for
+    /// rate limiting behind a trusted proxy.
+    pub trust_forwarded_for: bool,
+    pub rate_limit: RateLimitSettings,
+    pub log: LogSettings,
+}
+
+/// Token buckets: `burst` requests at once, refilled at `per_minute`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RateLimitSettings {
+    /// Login attempts per client address (`KANDEV_RATE_LIMIT__LOGIN_PER_MINUTE`).
+    pub login_per_minute: u32,
+    pub login_burst: u32,
+    /// API requests per user, or per address before login.
+    pub api_per_minute: u32,
+    pub api_burst: u32,
+}
+
+impl Default for RateLimitSettings {
+    fn default() -> Self {
+        RateLimitSettings {
+            login_per_minute: 10,
+            login_burst: 5,
+            api_per_minute: 600,
+            api_burst: 100,
+        }
+    }
+}
+
+fn string_or_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => s
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect(),
+        OneOrMany::Many(v) => v,
+    })
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("listen_addr", &self.listen_addr)
+            .field("database_schema", &self.database_schema)
+            .field("task_service_url", &self.task_service_url)
+            .field("agent_manager_url", &self.agent_manager_url)
+            .field("orchestrator_url", &self.orchestrator_url)
+            .field("orchestrator_ws_url", &self.orchestrator_ws_url)
+            .field("cors_allowed_origins", &self.cors_allowed_origins)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            listen_addr: "127.0.0.1:8080".into(),
+            database_url: "postgres://postgres@127.0.0.1:5432/kandev".into(),
+            database_schema: "gateway".into(),
+            database_max_connections: 10,
+            task_service_url: "http://127.0.0.1:8081".into(),
+            orchestrator_url: "http://127.0.0.1:8082".into(),
+            orchestrator_ws_url: String::new(),
+            agent_manager_url: "http://127.0.0.1:8083".into(),
+            downstream_connect_timeout_ms: 2000,
+            downstream_timeout_ms: 10_000,
+            jwt_secret: None,
+            dev_random_jwt_secret: false,
+            jwt_ttl_secs: 12 * 3600,
+            admin_username: "admin".into(),
+            admin_password: None,
+            cors_allowed_origins: vec![],
+            body_limit_bytes: 1024 * 1024,
+            trust_forwarded_for: false,
+            rate_limit: RateLimitSettings::default(),
+            log: LogSettings::default(),
+        }
+    }
+}
+
+impl Settings {
+    /// The orchestrator's WebSocket base: the configured one, or
+    /// `orchestrator_url` with its scheme changed to `ws`/`wss`.
+    pub fn orchestrator_ws_base(&self) -> String {
+        let base = if self.orchestrator_ws_url.is_empty() {
+            if let Some(rest) = self.orchestrator_url.strip_prefix("https://") {
+                format!("wss://{rest}")
+            } else if let Some(rest) = self.orchestrator_url.strip_prefix("http://") {
+                format!("ws://{rest}")
+            } else {
+                self.orchestrator_url.clone()
+            }
+        } else {
+            self.orchestrator_ws_url.clone()
+        };
+        base.trim_end_matches('/').to_string()
+    }
+}
+
+impl Validate for Settings {
+    fn validate(&self) -> Result<(), String> {
+        self.listen_addr
+            .parse::<std::net::SocketAddr>()
+            .map_err(|e| format!("listen_addr {:?}: {e}", self.listen_addr))?;
+        if !self.database_url.starts_with("postgres://")
+            && !self.database_url.starts_with("postgresql://")
+        {
+            return Err("database_url must be a postgres:// URL".into());
+        }
+        let schema_ok = !self.database_schema.is_empty()
+            && self
+                .database_schema
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !schema_ok {
+            return Err("database_schema must be lower-case letters, digits and _".into());
+        }
+        if self.database_max_connections == 0 {
+            return Err("database_max_connections must be at least 1".into());
+        }
+        for (name, url) in [
+            ("task_service_url", &self.task_service_url),
+            ("agent_manager_url", &self.agent_manager_url),
+            ("orchestrator_url", &self.orchestrator_url),
+        ] {
+            if !url.starts_with("http://") && !url.starts_with("https://") {
+                return Err(format!("{name} must be an http:// or https:// URL"));
+            }
+        }
+        if !self.orchestrator_ws_url.is_empty()
+            && !self.orchestrator_ws_url.starts_with("ws://")
+            && !self.orchestrator_ws_url.starts_with("wss://")
+        {
+            return Err("orchestrator_ws_url must be a ws:// or wss:// URL".into());
+        }
+        match &self.jwt_secret {
+            Some(secret) if secret.expose_secret().len() < MIN_JWT_SECRET_BYTES => {
+                return Err(format!(
+                    "jwt_secret must be at least {MIN_JWT_SECRET_BYTES} bytes"
+                ));
+            }
+            None if !self.dev_random_jwt_secret => {
+                return Err(format!(
+                    "KANDEV_JWT_SECRET is required (at least {MIN_JWT_SECRET_BYTES} bytes); \
+                     set KANDEV_DEV_RANDOM_JWT_SECRET=true only for development"
+                ));
+            }
+            _ => {}
+        }
+        if self.jwt_ttl_secs == 0 {
+            return Err("jwt_ttl_secs must be at least 1".into());
+        }
+        if self.body_limit_bytes == 0 {
+            return Err("body_limit_bytes must be at least 1".into());
+        }
+        if self.downstream_timeout_ms == 0 || self.downstream_connect_timeout_ms == 0 {
+            return Err("downstream timeouts must be at least 1 ms".into());
+        }
+        let r = &self.rate_limit;
+        if r.login_per_minute == 0
+            || r.login_burst == 0
+            || r.api_per_minute == 0
+            || r.api_burst == 0
+        {
+            return Err("rate limits must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn valid() -> Settings {
+        Settings {
+            jwt_secret: Some("x".repeat(32).into()),
+            ..Settings::default()
+        }
+    }
+
+    #[test]
+    fn requires_a_long_enough_secret_or_the_dev_flag() {
+        assert!(valid().validate().is_ok());
+        let none = Settings::default();
+        assert!(none.validate().unwrap_err().contains("KANDEV_JWT_SECRET"));
+        let short = Settings {
+            jwt_secret: Some("short".into()),
+            ..Settings::default()
+        };
+        assert!(short.validate().unwrap_err().contains("32 bytes"));
+        let dev = Settings {
+            dev_random_jwt_secret: true,
+            ..Settings::default()
+        };
+        assert!(dev.validate().is_ok());
+    }
+
+    #[test]
+    fn debug_hides_secrets() {
+        let s = Settings {
+            admin_password: Some("hunter2-hunter2".into()),
+            ..valid()
+        };
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("xxxxxxxx"));
+        assert!(!shown.contains("hunter2"));
+    }
+
+    #[test]
+    fn websocket_base_follows_the_grpc_url_unless_set() {
+        let s = valid();
+        assert_eq!(s.orchestrator_ws_base(), "ws://127.0.0.1:8082");
+        let s = Settings {
+            orchestrator_url: "https://orch:9/".into(),
+            ..valid()
+        };
+        assert_eq!(s.orchestrator_ws_base(), "wss://orch:9");
+        let s = Settings {
+            orchestrator_ws_url: "ws://other:1".into(),
+            ..valid()
+        };
+        assert_eq!(s.orchestrator_ws_base(), "ws://other:1");
+    }
+
+    #[test]
+    fn origins_from_a_comma_list() {
+        let s: Settings = serde_json::from_value(
+            serde_json::json!({"cors_allowed_origins": "https://a, https://b"}),
+        )
+        .unwrap();
+        assert_eq!(s.cors_allowed_origins, vec!["https://a", "https://b"]);
+    }
+}

@@ -1,0 +1,38 @@
+//! The Kandev API gateway: the single entry point (port 8080). It holds no
+//! business logic: it authenticates, validates, routes to the services over
+//! gRPC, and proxies a task's live stream to the orchestrator's WebSocket.
+//!
+//! # Layout
+//! - [`config`]: the gateway's typed settings (`KANDEV_*`).
+//! - [`startup`]: `Application::build(settings)`, `port()`,
+//!   `run_until_stopped(shutdown)`.
+//! - [`routes`]: the router and one module per resource; [`routes::access`]
+//!   holds the ownership checks.
+//! - [`api`]: REST request and response types (with OpenAPI schemas) and
+//!   their conversions from the proto messages.
+//! - [`auth`]: JWTs, password hashes, the auth middleware; [`users`] is the
+//!   users table.
+//! - [`error`]: [`ApiError`], the one error body; [`extract`]: extractors
+//!   whose rejections use it.
+//! - [`clients`]: the gRPC clients and their health checks.
+//! - [`rate_limit`]: keyed token buckets.
+//! - [`openapi`]: the generated document (`docs/openapi.yaml`).
+//! - [`web`]: the embedded browser UI.
+
+pub mod api;
+pub mod auth;
+pub mod clients;
+pub mod config;
+pub mod error;
+pub mod extract;
+pub mod openapi;
+pub mod rate_limit;
+pub mod routes;
+pub mod startup;
+pub mod state;
+pub mod users;
+pub mod web;
+
+pub use config::Settings;
+pub use error::ApiError;
+pub use startup::Application;

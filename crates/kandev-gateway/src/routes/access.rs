@@ -1,0 +1,96 @@
+//! Ownership checks: users see only their own boards and the tasks, agent
+//! instances and executions under them; admins see everything. Anything
+//! not visible answers 404, exactly like something that does not exist.
+
+use kandev_common::ErrorCode;
+use kandev_proto::v1 as pb;
+
+use crate::{
+    auth::CurrentUser,
+    clients::{AGENT_MANAGER, TASK_SERVICE},
+    error::{ApiError, ApiResult},
+    state::AppState,
+};
+
+/// A well-formed id, or 400.
+pub fn parse_id(what: &str, id: &str) -> ApiResult<String> {
+    uuid::Uuid::parse_str(id)
+        .map(|u| u.to_string())
+        .map_err(|_| ApiError::bad_request(format!("{what} id {id:?} is not a UUID")))
+}
+
+/// Maps a task service error, turning its not-found into ours.
+pub fn task_err(status: tonic::Status) -> ApiError {
+    ApiError::from_status(TASK_SERVICE, status)
+}
+
+pub fn agent_err(status: tonic::Status) -> ApiError {
+    ApiError::from_status(AGENT_MANAGER, status)
+}
+
+/// The board, when the caller may see it.
+pub async fn visible_board(state: &AppState, user: &CurrentUser, id: &str) -> ApiResult<pb::Board> {
+    let id = parse_id("board", id)?;
+    let board = state
+        .downstream()
+        .tasks
+        .clone()
+        .get_board(pb::GetBoardRequest { id })
+        .await
+        .map_err(task_err)?
+        .into_inner();
+    if user.can_access(&board.owner) {
+        Ok(board)
+    } else {
+        Err(ApiError::not_found("board not found"))
+    }
+}
+
+/// The task, when the caller may see its board.
+pub async fn visible_task(state: &AppState, user: &CurrentUser, id: &str) -> ApiResult<pb::Task> {
+    let id = parse_id("task", id)?;
+    let task = state
+        .downstream()
+        .tasks
+        .clone()
+        .get_task(pb::GetTaskRequest { id })
+        .await
+        .map_err(task_err)?
+        .into_inner();
+    if user.is_admin {
+        return Ok(task);
+    }
+    match visible_board(state, user, &task.board_id).await {
+        Ok(_) => Ok(task),
+        Err(e) if e.code == ErrorCode::NotFound => Err(ApiError::not_found("task not found")),
+        Err(e) => Err(e),
+    }
+}
+
+/// The agent instance, when the caller may see its task.
+pub async fn visible_instance(
+    state: &AppState,
+    user: &CurrentUser,
+    instance_id: &str,
+) -> ApiResult<pb::AgentInstance> {
+    let instance = state
+        .downstream()
+        .agents
+        .clone()
+        .get_status(pb::GetStatusRequest {
+            instance_id: instance_id.to_string(),
+        })
+        .await
+        .map_err(agent_err)?
+        .into_inner();
+    if user.is_admin {
+        return Ok(instance);
+    }
+    match visible_task(state, user, &instance.task_id).await {
+        Ok(_) => Ok(instance),
+        Err(e) if matches!(e.code, ErrorCode::NotFound | ErrorCode::BadRequest) => {
+            Err(ApiError::not_found("agent instance not found"))
+        }
+        Err(e) => Err(e),
+    }
+}

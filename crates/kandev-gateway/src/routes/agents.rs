@@ -1,0 +1,194 @@
+//! Agent instances, as in the seed's AGENTS.md. Ownership goes through the
+//! instance's task and its board.
+
+use axum::{Json, extract::State, http::StatusCode};
+use kandev_proto::v1 as pb;
+
+use super::access::{agent_err, visible_instance, visible_task};
+use crate::{
+    api::{
+        AgentInstance, AgentSession, CancelRequest, CancelResponse, LaunchAgentRequest, LogsParams,
+        LogsResponse, PromptRequest, PromptResponse,
+    },
+    auth::CurrentUser,
+    error::{ApiError, ApiResult, ErrorBody},
+    extract::{ApiJson, ApiPath, ApiQuery},
+    state::AppState,
+};
+
+pub const MAX_LOG_TAIL: i32 = 10_000;
+
+#[utoipa::path(post, path = "/api/v1/agents/launch", tag = "agents",
+    request_body = LaunchAgentRequest,
+    responses((status = 201, body = AgentInstance), (status = 404, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub async fn launch(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiJson(body): ApiJson<LaunchAgentRequest>,
+) -> ApiResult<(StatusCode, Json<AgentInstance>)> {
+    let workspace = match (body.workspace_path, body.repository_url) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::validation(
+                "give either workspace_path or repository_url, not both",
+            ));
+        }
+        (Some(path), None) => Some(pb::launch_agent_request::Workspace::WorkspacePath(path)),
+        (None, Some(url)) => Some(pb::launch_agent_request::Workspace::Repository(
+            pb::GitWorkspace {
+                repository_url: url,
+                branch: body.branch.unwrap_or_default(),
+            },
+        )),
+        (None, None) => None,
+    };
+    if body.agent_type.trim().is_empty() {
+        return Err(ApiError::validation("agent_type must not be empty"));
+    }
+    let task = visible_task(&state, &user, &body.task_id).await?;
+    let instance = state
+        .downstream()
+        .agents
+        .clone()
+        .launch_agent(pb::LaunchAgentRequest {
+            task_id: task.id,
+            agent_type: body.agent_type,
+            workspace,
+            env: body.env,
+            priority: body.priority,
+            metadata_json: body
+                .metadata
+                .map(|m| serde_json::Value::Object(m).to_string())
+                .unwrap_or_default(),
+            prompt: body.prompt.unwrap_or_default(),
+            resume_session_id: body.resume_session_id,
+        })
+        .await
+        .map_err(agent_err)?
+        .into_inner();
+    Ok((StatusCode::CREATED, Json(instance.into())))
+}
+
+#[utoipa::path(post, path = "/api/v1/agents/{instanceId}/prompt", tag = "agents",
+    params(("instanceId" = String, Path, description = "agent instance id")),
+    request_body = PromptRequest,
+    responses((status = 200, body = PromptResponse), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub async fn prompt(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(instance_id): ApiPath<String>,
+    ApiJson(body): ApiJson<PromptRequest>,
+) -> ApiResult<Json<PromptResponse>> {
+    if body.message.trim().is_empty() {
+        return Err(ApiError::validation("message must not be empty"));
+    }
+    let instance = visible_instance(&state, &user, &instance_id).await?;
+    let resp = state
+        .downstream()
+        .agents
+        .clone()
+        .send_prompt(pb::SendPromptRequest {
+            instance_id: instance.id,
+            prompt: body.message,
+        })
+        .await
+        .map_err(agent_err)?
+        .into_inner();
+    Ok(Json(PromptResponse {
+        accepted: resp.accepted,
+    }))
+}
+
+#[utoipa::path(post, path = "/api/v1/agents/{instanceId}/cancel", tag = "agents",
+    params(("instanceId" = String, Path, description = "agent instance id")),
+    request_body = CancelRequest,
+    responses((status = 200, body = CancelResponse), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub async fn cancel(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(instance_id): ApiPath<String>,
+    ApiJson(body): ApiJson<CancelRequest>,
+) -> ApiResult<Json<CancelResponse>> {
+    let instance = visible_instance(&state, &user, &instance_id).await?;
+    let resp = state
+        .downstream()
+        .agents
+        .clone()
+        .cancel_agent(pb::CancelAgentRequest {
+            instance_id: instance.id,
+            reason: body.reason,
+        })
+        .await
+        .map_err(agent_err)?
+        .into_inner();
+    Ok(Json(CancelResponse {
+        cancelled: resp.cancelled,
+    }))
+}
+
+#[utoipa::path(get, path = "/api/v1/agents/{instanceId}/status", tag = "agents",
+    params(("instanceId" = String, Path, description = "agent instance id")),
+    responses((status = 200, body = AgentInstance), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub async fn status(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(instance_id): ApiPath<String>,
+) -> ApiResult<Json<AgentInstance>> {
+    Ok(Json(
+        visible_instance(&state, &user, &instance_id).await?.into(),
+    ))
+}
+
+#[utoipa::path(get, path = "/api/v1/agents/{instanceId}/logs", tag = "agents",
+    params(("instanceId" = String, Path, description = "agent instance id"), LogsParams),
+    responses((status = 200, body = LogsResponse), (status = 404, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub async fn logs(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(instance_id): ApiPath<String>,
+    ApiQuery(params): ApiQuery<LogsParams>,
+) -> ApiResult<Json<LogsResponse>> {
+    let tail = params.tail.unwrap_or(0);
+    if params.tail.is_some() && !(1..=MAX_LOG_TAIL).contains(&tail) {
+        return Err(ApiError::validation(format!(
+            "tail must be between 1 and {MAX_LOG_TAIL}"
+        )));
+    }
+    let instance = visible_instance(&state, &user, &instance_id).await?;
+    let resp = state
+        .downstream()
+        .agents
+        .clone()
+        .get_logs(pb::GetLogsRequest {
+            instance_id: instance.id,
+            tail,
+        })
+        .await
+        .map_err(agent_err)?
+        .into_inner();
+    Ok(Json(resp.into()))
+}
+
+#[utoipa::path(get, path = "/api/v1/agents/{instanceId}/session", tag = "agents",
+    params(("instanceId" = String, Path, description = "agent instance id")),
+    responses((status = 200, body = AgentSession), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub async fn session(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(instance_id): ApiPath<String>,
+) -> ApiResult<Json<AgentSession>> {
+    let instance = visible_instance(&state, &user, &instance_id).await?;
+    let session = state
+        .downstream()
+        .agents
+        .clone()
+        .get_session(pb::GetSessionRequest {
+            instance_id: instance.id,
+        })
+        .await
+        .map_err(agent_err)?
+        .into_inner();
+    Ok(Json(session.into()))
+}

@@ -1,0 +1,254 @@
+//! Boards and the tasks on them.
+
+use axum::{
+    Json,
+    extract::{RawQuery, State},
+    http::StatusCode,
+};
+use kandev_proto::v1 as pb;
+
+use super::access::{task_err, visible_board};
+use crate::{
+    api::{
+        Board, BoardList, CreateBoardRequest, CreateTaskRequest, PageParams, Task, TaskList,
+        TaskState, UpdateBoardRequest,
+    },
+    auth::CurrentUser,
+    error::{ApiError, ApiResult, ErrorBody},
+    extract::{ApiJson, ApiPath, ApiQuery},
+    state::AppState,
+};
+
+#[utoipa::path(post, path = "/api/v1/boards", tag = "boards",
+    request_body = CreateBoardRequest,
+    responses((status = 201, body = Board), (status = 422, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn create_board(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiJson(body): ApiJson<CreateBoardRequest>,
+) -> ApiResult<(StatusCode, Json<Board>)> {
+    let board = state
+        .downstream()
+        .tasks
+        .clone()
+        .create_board(pb::CreateBoardRequest {
+            name: body.name,
+            description: body.description,
+            owner: user.username,
+        })
+        .await
+        .map_err(task_err)?
+        .into_inner();
+    Ok((StatusCode::CREATED, Json(board.into())))
+}
+
+#[utoipa::path(get, path = "/api/v1/boards", tag = "boards", params(PageParams),
+    responses((status = 200, body = BoardList), (status = 401, body = ErrorBody)))]
+pub async fn list_boards(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiQuery(page): ApiQuery<PageParams>,
+) -> ApiResult<Json<BoardList>> {
+    // Admins list every board; everyone else only their own.
+    let owner = if user.is_admin {
+        String::new()
+    } else {
+        user.username
+    };
+    let resp = state
+        .downstream()
+        .tasks
+        .clone()
+        .list_boards(pb::ListBoardsRequest {
+            owner,
+            page_size: page.page_size.unwrap_or(0),
+            page_token: page.page_token.unwrap_or_default(),
+        })
+        .await
+        .map_err(task_err)?
+        .into_inner();
+    Ok(Json(BoardList::from_proto(resp)))
+}
+
+#[utoipa::path(get, path = "/api/v1/boards/{id}", tag = "boards",
+    params(("id" = String, Path, description = "board id")),
+    responses((status = 200, body = Board), (status = 404, body = ErrorBody)))]
+pub async fn get_board(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<Board>> {
+    Ok(Json(visible_board(&state, &user, &id).await?.into()))
+}
+
+#[utoipa::path(patch, path = "/api/v1/boards/{id}", tag = "boards",
+    params(("id" = String, Path, description = "board id")),
+    request_body = UpdateBoardRequest,
+    responses((status = 200, body = Board), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn update_board(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<UpdateBoardRequest>,
+) -> ApiResult<Json<Board>> {
+    let board = visible_board(&state, &user, &id).await?;
+    let updated = state
+        .downstream()
+        .tasks
+        .clone()
+        .update_board(pb::UpdateBoardRequest {
+            id: board.id,
+            name: body.name,
+            description: body.description,
+            actor: user.username,
+        })
+        .await
+        .map_err(task_err)?
+        .into_inner();
+    Ok(Json(updated.into()))
+}
+
+#[utoipa::path(delete, path = "/api/v1/boards/{id}", tag = "boards",
+    params(("id" = String, Path, description = "board id")),
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+pub async fn delete_board(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<StatusCode> {
+    let board = visible_board(&state, &user, &id).await?;
+    state
+        .downstream()
+        .tasks
+        .clone()
+        .delete_board(pb::DeleteBoardRequest {
+            id: board.id,
+            actor: user.username,
+        })
+        .await
+        .map_err(task_err)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(post, path = "/api/v1/boards/{id}/tasks", tag = "tasks",
+    params(("id" = String, Path, description = "board id")),
+    request_body = CreateTaskRequest,
+    responses((status = 201, body = Task), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn create_task(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<CreateTaskRequest>,
+) -> ApiResult<(StatusCode, Json<Task>)> {
+    let board = visible_board(&state, &user, &id).await?;
+    let metadata_json = match body.metadata {
+        Some(map) => serde_json::Value::Object(map).to_string(),
+        None => String::new(),
+    };
+    let task = state
+        .downstream()
+        .tasks
+        .clone()
+        .create_task(pb::CreateTaskRequest {
+            board_id: board.id,
+            title: body.title,
+            description: body.description,
+            priority: body.priority,
+            agent_type: body.agent_type,
+            repository_url: body.repository_url,
+            branch: body.branch,
+            workspace_path: body.workspace_path,
+            metadata_json,
+            max_retries: body.max_retries,
+            created_by: user.username,
+            state: body.state.map(|s| s.to_proto() as i32).unwrap_or_default(),
+        })
+        .await
+        .map_err(task_err)?
+        .into_inner();
+    Ok((StatusCode::CREATED, Json(task.into())))
+}
+
+/// `state` may repeat (`?state=TODO&state=REVIEW`) or be a comma list.
+#[derive(Debug, Default)]
+struct ListTasksQuery {
+    states: Vec<TaskState>,
+    page_size: i32,
+    page_token: String,
+}
+
+fn parse_list_query(raw: Option<&str>) -> ApiResult<ListTasksQuery> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(raw.unwrap_or(""))
+        .map_err(|_| ApiError::bad_request("invalid query string"))?;
+    let mut q = ListTasksQuery::default();
+    for (key, value) in pairs {
+        match key.as_str() {
+            "state" => {
+                for s in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    q.states.push(TaskState::parse(s)?);
+                }
+            }
+            "page_size" => {
+                q.page_size = value
+                    .parse()
+                    .map_err(|_| ApiError::bad_request("page_size must be an integer"))?;
+            }
+            "page_token" => q.page_token = value,
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown query parameter {other:?}"
+                )));
+            }
+        }
+    }
+    Ok(q)
+}
+
+#[utoipa::path(get, path = "/api/v1/boards/{id}/tasks", tag = "tasks",
+    params(
+        ("id" = String, Path, description = "board id"),
+        ("state" = Option<Vec<TaskState>>, Query, description = "only these states; repeat or comma-separate"),
+        PageParams,
+    ),
+    responses((status = 200, body = TaskList), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn list_tasks(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(id): ApiPath<String>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<TaskList>> {
+    let query = parse_list_query(raw.as_deref())?;
+    let board = visible_board(&state, &user, &id).await?;
+    let resp = state
+        .downstream()
+        .tasks
+        .clone()
+        .list_tasks(pb::ListTasksRequest {
+            board_id: board.id,
+            states: query.states.iter().map(|s| s.to_proto() as i32).collect(),
+            page_size: query.page_size,
+            page_token: query.page_token,
+        })
+        .await
+        .map_err(task_err)?
+        .into_inner();
+    Ok(Json(TaskList::from_proto(resp)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_repeat_or_comma() {
+        let q = parse_list_query(Some("state=TODO&state=REVIEW,BLOCKED&page_size=5")).unwrap();
+        assert_eq!(
+            q.states,
+            vec![TaskState::Todo, TaskState::Review, TaskState::Blocked]
+        );
+        assert_eq!(q.page_size, 5);
+        assert!(parse_list_query(Some("state=NOPE")).is_err());
+        assert!(parse_list_query(Some("page_size=x")).is_err());
+        assert!(parse_list_query(None).unwrap().states.is_empty());
+    }
+}

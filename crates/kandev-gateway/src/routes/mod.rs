@@ -1,0 +1,174 @@
+//! The router: public and protected `/api/v1` routes, health, the UI, and
+//! the layers around them (request id, tracing span, CORS, body limit).
+
+use std::time::Duration;
+
+use axum::{
+    Router,
+    body::Body,
+    extract::{DefaultBodyLimit, Request},
+    middleware,
+    routing::{get, patch, post},
+};
+use http::{HeaderName, HeaderValue, Method, header};
+use kandev_common::serve::{ReadinessCheck, health_routes};
+use tower::ServiceBuilder;
+use tower_http::{
+    cors::{AllowOrigin, CorsLayer},
+    request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
+    trace::TraceLayer,
+};
+
+use crate::{auth::require_auth, config::Settings, error::ApiError, openapi, state::AppState, web};
+
+pub mod access;
+pub mod agent_types;
+pub mod agents;
+pub mod auth;
+pub mod boards;
+pub mod orchestrator;
+pub mod tasks;
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+async fn api_not_found() -> ApiError {
+    ApiError::not_found("no such API route")
+}
+
+async fn method_not_allowed() -> ApiError {
+    let mut err = ApiError::bad_request("method not allowed on this route");
+    err.status = Some(http::StatusCode::METHOD_NOT_ALLOWED);
+    err
+}
+
+/// The `/api/v1` routes.
+fn api(state: AppState) -> Router<AppState> {
+    let public = Router::new()
+        .route("/auth/login", post(auth::login))
+        .route("/openapi.json", get(openapi::json));
+    let protected = Router::new()
+        .route("/auth/me", get(auth::me))
+        .route("/users", post(auth::create_user))
+        .route(
+            "/boards",
+            post(boards::create_board).get(boards::list_boards),
+        )
+        .route(
+            "/boards/{id}",
+            get(boards::get_board)
+                .patch(boards::update_board)
+                .delete(boards::delete_board),
+        )
+        .route(
+            "/boards/{id}/tasks",
+            post(boards::create_task).get(boards::list_tasks),
+        )
+        .route(
+            "/tasks/{id}",
+            get(tasks::get_task)
+                .patch(tasks::update_task)
+                .delete(tasks::delete_task),
+        )
+        .route("/tasks/{id}/state", patch(tasks::change_state))
+        .route("/tasks/{id}/events", get(tasks::list_events))
+        .route("/agents/launch", post(agents::launch))
+        .route("/agents/{instance_id}/prompt", post(agents::prompt))
+        .route("/agents/{instance_id}/cancel", post(agents::cancel))
+        .route("/agents/{instance_id}/status", get(agents::status))
+        .route("/agents/{instance_id}/logs", get(agents::logs))
+        .route("/agents/{instance_id}/session", get(agents::session))
+        .route(
+            "/agent-types",
+            get(agent_types::list).post(agent_types::create),
+        )
+        .route(
+            "/agent-types/{id}",
+            axum::routing::put(agent_types::replace)
+                .patch(agent_types::patch)
+                .delete(agent_types::delete),
+        )
+        .route("/agent-types/{id}/disable", post(agent_types::disable))
+        .route(
+            "/orchestrator/tasks/{task_id}/start",
+            post(orchestrator::start),
+        )
+        .route(
+            "/orchestrator/tasks/{task_id}/stop",
+            post(orchestrator::stop),
+        )
+        .route(
+            "/orchestrator/tasks/{task_id}/status",
+            get(orchestrator::status),
+        )
+        .route(
+            "/orchestrator/tasks/{task_id}/stream",
+            get(orchestrator::stream),
+        )
+        .route_layer(middleware::from_fn_with_state(state, require_auth));
+    public
+        .merge(protected)
+        .fallback(api_not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+}
+
+fn cors(origins: &[String]) -> CorsLayer {
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(
+            origins
+                .iter()
+                .filter_map(|o| HeaderValue::from_str(o).ok())
+                .collect::<Vec<_>>(),
+        )
+    };
+    CorsLayer::new()
+        .allow_origin(allow)
+        .allow_methods([
+            Method::GET,
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+            Method::OPTIONS,
+        ])
+        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, REQUEST_ID])
+        .expose_headers([REQUEST_ID, header::RETRY_AFTER])
+        .max_age(Duration::from_secs(600))
+}
+
+fn request_span(req: &Request<Body>) -> tracing::Span {
+    let request_id = req
+        .headers()
+        .get(&REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-");
+    // The path only: query strings stay out of the logs.
+    tracing::info_span!(
+        "request",
+        method = %req.method(),
+        path = %req.uri().path(),
+        request_id = %request_id,
+        user = tracing::field::Empty,
+    )
+}
+
+/// The whole application.
+pub fn router(
+    state: AppState,
+    settings: &Settings,
+    readiness: Vec<(&'static str, ReadinessCheck)>,
+) -> Router {
+    let layers = ServiceBuilder::new()
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(cors(&settings.cors_allowed_origins))
+        .layer(DefaultBodyLimit::max(settings.body_limit_bytes));
+    Router::new()
+        .nest("/api/v1", api(state.clone()))
+        .fallback(web::serve)
+        .with_state(state)
+        .merge(health_routes(readiness))
+        .layer(layers)
+}

@@ -1,0 +1,152 @@
+//! One task: read, update, delete, change state, its history.
+
+use axum::{Json, extract::State, http::StatusCode};
+use kandev_proto::v1 as pb;
+
+use super::access::{task_err, visible_task};
+use crate::{
+    api::{
+        ChangeStateRequest, DeleteTaskParams, PageParams, Task, TaskEventList, UpdateTaskRequest,
+    },
+    auth::CurrentUser,
+    error::{ApiResult, ErrorBody},
+    extract::{ApiJson, ApiPath, ApiQuery},
+    state::AppState,
+};
+
+#[utoipa::path(get, path = "/api/v1/tasks/{id}", tag = "tasks",
+    params(("id" = String, Path, description = "task id")),
+    responses((status = 200, body = Task), (status = 404, body = ErrorBody)))]
+pub async fn get_task(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<Task>> {
+    Ok(Json(visible_task(&state, &user, &id).await?.into()))
+}
+
+#[utoipa::path(patch, path = "/api/v1/tasks/{id}", tag = "tasks",
+    params(("id" = String, Path, description = "task id")),
+    request_body = UpdateTaskRequest,
+    responses((status = 200, body = Task), (status = 404, body = ErrorBody),
+        (status = 409, description = "the task changed since `version`", body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn update_task(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<UpdateTaskRequest>,
+) -> ApiResult<Json<Task>> {
+    let task = visible_task(&state, &user, &id).await?;
+    let (agent_type, clear_agent_type) = match body.agent_type {
+        None => (None, false),
+        Some(None) => (None, true),
+        Some(Some(t)) => (Some(t), false),
+    };
+    let updated = state
+        .downstream()
+        .tasks
+        .clone()
+        .update_task(pb::UpdateTaskRequest {
+            id: task.id,
+            expected_version: body.version,
+            title: body.title,
+            description: body.description,
+            priority: body.priority,
+            agent_type,
+            repository_url: body.repository_url,
+            branch: body.branch,
+            workspace_path: body.workspace_path,
+            metadata_patch_json: body
+                .metadata
+                .map(|m| serde_json::Value::Object(m).to_string()),
+            max_retries: body.max_retries,
+            position: body.position,
+            clear_agent_type,
+            actor: user.username,
+        })
+        .await
+        .map_err(task_err)?
+        .into_inner();
+    Ok(Json(updated.into()))
+}
+
+#[utoipa::path(delete, path = "/api/v1/tasks/{id}", tag = "tasks",
+    params(("id" = String, Path, description = "task id"), DeleteTaskParams),
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn delete_task(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(params): ApiQuery<DeleteTaskParams>,
+) -> ApiResult<StatusCode> {
+    let task = visible_task(&state, &user, &id).await?;
+    state
+        .downstream()
+        .tasks
+        .clone()
+        .delete_task(pb::DeleteTaskRequest {
+            id: task.id,
+            expected_version: params.version,
+            actor: user.username,
+        })
+        .await
+        .map_err(task_err)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(patch, path = "/api/v1/tasks/{id}/state", tag = "tasks",
+    params(("id" = String, Path, description = "task id")),
+    request_body = ChangeStateRequest,
+    responses((status = 200, body = Task), (status = 404, body = ErrorBody),
+        (status = 409, description = "a forbidden transition or a version conflict", body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn change_state(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<ChangeStateRequest>,
+) -> ApiResult<Json<Task>> {
+    let task = visible_task(&state, &user, &id).await?;
+    let updated = state
+        .downstream()
+        .tasks
+        .clone()
+        .change_task_state(pb::ChangeTaskStateRequest {
+            id: task.id,
+            state: body.state.to_proto() as i32,
+            expected_version: body.version,
+            actor: user.username,
+            reason: body.reason,
+            metadata_patch_json: None,
+        })
+        .await
+        .map_err(task_err)?
+        .into_inner();
+    Ok(Json(updated.into()))
+}
+
+#[utoipa::path(get, path = "/api/v1/tasks/{id}/events", tag = "tasks",
+    params(("id" = String, Path, description = "task id"), PageParams),
+    responses((status = 200, body = TaskEventList), (status = 404, body = ErrorBody)))]
+pub async fn list_events(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(page): ApiQuery<PageParams>,
+) -> ApiResult<Json<TaskEventList>> {
+    let task = visible_task(&state, &user, &id).await?;
+    let resp = state
+        .downstream()
+        .tasks
+        .clone()
+        .list_task_events(pb::ListTaskEventsRequest {
+            task_id: task.id,
+            page_size: page.page_size.unwrap_or(0),
+            page_token: page.page_token.unwrap_or_default(),
+        })
+        .await
+        .map_err(task_err)?
+        .into_inner();
+    Ok(Json(TaskEventList::from_proto(resp)))
+}

@@ -1,0 +1,195 @@
+//! Wiring: database and migrations, the bootstrap admin, signing key,
+//! downstream clients, limiters, and the server.
+
+use std::{net::SocketAddr, str::FromStr, sync::Arc, time::Duration};
+
+use axum::Router;
+use kandev_common::{CancellationToken, serve::ReadinessCheck};
+use secrecy::ExposeSecret;
+use sqlx::{
+    Executor, PgPool,
+    postgres::{PgConnectOptions, PgPoolOptions},
+};
+use tokio::net::TcpListener;
+
+use crate::{
+    auth::JwtKeys,
+    clients::{self, Downstream},
+    config::Settings,
+    rate_limit::RateLimiter,
+    routes,
+    state::AppState,
+    users,
+};
+
+/// Why the gateway could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("bootstrap admin: {0}")]
+    Bootstrap(anyhow::Error),
+    #[error("downstream endpoint: {0}")]
+    Endpoint(#[from] tonic::transport::Error),
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("server: {0}")]
+    Serve(std::io::Error),
+}
+
+/// Connects with `search_path` set to the gateway's schema, creating the
+/// schema and running migrations.
+pub async fn connect_database(settings: &Settings) -> Result<PgPool, StartupError> {
+    let base = PgConnectOptions::from_str(&settings.database_url)?;
+    let schema = settings.database_schema.clone();
+    let bootstrap = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(base.clone())
+        .await?;
+    bootstrap
+        .execute(format!("CREATE SCHEMA IF NOT EXISTS {schema}").as_str())
+        .await?;
+    bootstrap.close().await;
+    let pool = PgPoolOptions::new()
+        .max_connections(settings.database_max_connections)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_with(base.options([("search_path", schema.as_str())]))
+        .await?;
+    sqlx::migrate!("./migrations").run(&pool).await?;
+    Ok(pool)
+}
+
+/// The built gateway, bound to its port but not yet serving.
+pub struct Application {
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    pool: PgPool,
+    router: Router,
+    state: AppState,
+}
+
+impl Application {
+    pub async fn build(settings: Settings) -> Result<Self, StartupError> {
+        let pool = connect_database(&settings).await?;
+        crate::routes::auth::bootstrap_admin(
+            &pool,
+            &settings.admin_username,
+            settings.admin_password.as_ref().map(|p| p.expose_secret()),
+        )
+        .await
+        .map_err(StartupError::Bootstrap)?;
+
+        let secret = match &settings.jwt_secret {
+            Some(secret) => secret.clone(),
+            None if settings.dev_random_jwt_secret => {
+                tracing::warn!(
+                    "no KANDEV_JWT_SECRET: using a random signing key for this process only \
+                     (development mode; tokens stop working on restart)"
+                );
+                JwtKeys::random_secret()
+            }
+            None => return Err(StartupError::Config("KANDEV_JWT_SECRET is required".into())),
+        };
+        let jwt = JwtKeys::new(&secret, Duration::from_secs(settings.jwt_ttl_secs));
+        let downstream = Downstream::new(&settings)?;
+        let limits = &settings.rate_limit;
+        let state = AppState::new(
+            pool.clone(),
+            jwt,
+            downstream.clone(),
+            RateLimiter::new(limits.login_per_minute, limits.login_burst),
+            RateLimiter::new(limits.api_per_minute, limits.api_burst),
+            settings.trust_forwarded_for,
+        );
+        let router = routes::router(state.clone(), &settings, readiness(&pool, &downstream));
+
+        let listener = TcpListener::bind(&settings.listen_addr)
+            .await
+            .map_err(|source| StartupError::Listen {
+                addr: settings.listen_addr.clone(),
+                source,
+            })?;
+        let local_addr = listener.local_addr().map_err(StartupError::Serve)?;
+        Ok(Application {
+            listener,
+            local_addr,
+            pool,
+            router,
+            state,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.local_addr.port()
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The router, for tests that call it without a socket.
+    pub fn router(&self) -> Router {
+        self.router.clone()
+    }
+
+    /// The shared state (signing keys, for tests that forge tokens).
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves until `shutdown` fires, then lets in-flight requests finish.
+    ///
+    /// This is `kandev_common::serve::serve` plus the peer address, which
+    /// the per-address rate limit needs.
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {
+        tracing::info!(addr = %self.local_addr, "gateway listening");
+        let served = axum::serve(
+            self.listener,
+            self.router
+                .into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await;
+        self.pool.close().await;
+        tracing::info!("gateway stopped");
+        served.map_err(StartupError::Serve)
+    }
+}
+
+/// Postgres and the three services' gRPC health.
+fn readiness(pool: &PgPool, downstream: &Downstream) -> Vec<(&'static str, ReadinessCheck)> {
+    let within = downstream.connect_timeout;
+    let db = pool.clone();
+    let mut checks: Vec<(&'static str, ReadinessCheck)> = vec![(
+        "postgres",
+        Arc::new(move || {
+            let db = db.clone();
+            Box::pin(async move {
+                match tokio::time::timeout(within, users::ping(&db)).await {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "postgres not ready");
+                        Err("unreachable".to_string())
+                    }
+                    Err(_) => Err("timed out".to_string()),
+                }
+            })
+        }),
+    )];
+    for (name, channel) in downstream.channels() {
+        let channel = channel.clone();
+        checks.push((
+            name,
+            Arc::new(move || Box::pin(clients::check_health(channel.clone(), within))),
+        ));
+    }
+    checks
+}

@@ -1,0 +1,87 @@
+//! The state shared by every handler.
+
+use std::{net::SocketAddr, sync::Arc};
+
+use axum::extract::ConnectInfo;
+use http::{Extensions, HeaderMap};
+use sqlx::PgPool;
+
+use crate::{auth::JwtKeys, clients::Downstream, rate_limit::RateLimiter};
+
+/// Cheap to clone: one `Arc`.
+#[derive(Clone)]
+pub struct AppState(Arc<Inner>);
+
+struct Inner {
+    pool: PgPool,
+    jwt: JwtKeys,
+    downstream: Downstream,
+    login_limiter: RateLimiter,
+    api_limiter: RateLimiter,
+    trust_forwarded_for: bool,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState").finish_non_exhaustive()
+    }
+}
+
+impl AppState {
+    pub fn new(
+        pool: PgPool,
+        jwt: JwtKeys,
+        downstream: Downstream,
+        login_limiter: RateLimiter,
+        api_limiter: RateLimiter,
+        trust_forwarded_for: bool,
+    ) -> Self {
+        AppState(Arc::new(Inner {
+            pool,
+            jwt,
+            downstream,
+            login_limiter,
+            api_limiter,
+            trust_forwarded_for,
+        }))
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.0.pool
+    }
+
+    pub fn jwt(&self) -> &JwtKeys {
+        &self.0.jwt
+    }
+
+    pub fn downstream(&self) -> &Downstream {
+        &self.0.downstream
+    }
+
+    pub fn login_limiter(&self) -> &RateLimiter {
+        &self.0.login_limiter
+    }
+
+    pub fn api_limiter(&self) -> &RateLimiter {
+        &self.0.api_limiter
+    }
+
+    /// The client's address: the peer, or the first `X-Forwarded-For` entry
+    /// when the gateway is configured to trust its proxy.
+    pub fn client_ip(&self, headers: &HeaderMap, extensions: &Extensions) -> String {
+        if self.0.trust_forwarded_for
+            && let Some(first) = headers
+                .get("x-forwarded-for")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.split(',').next())
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+        {
+            return first.to_string();
+        }
+        extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(addr)| addr.ip().to_string())
+            .unwrap_or_else(|| "unknown".to_string())
+    }
+}

@@ -1,0 +1,302 @@
+//! Login, tokens, users and ownership.
+
+use axum::http::{Method, StatusCode};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::json;
+
+use crate::helpers::{ADMIN, ADMIN_PASSWORD, JWT_SECRET, spawn_app};
+
+fn b64url(bytes: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, b)| acc | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..=chunk.len() {
+            out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+fn claims(sub: &str, admin: bool, exp: u64) -> serde_json::Value {
+    json!({"sub": sub, "admin": admin, "iat": 1, "exp": exp, "iss": "kandev-gateway"})
+}
+
+fn far_future() -> u64 {
+    4_000_000_000
+}
+
+#[tokio::test]
+async fn bootstrapped_admin_logs_in_and_sees_itself() {
+    let app = spawn_app().await;
+    let resp = app.login(ADMIN, ADMIN_PASSWORD).await;
+    assert_eq!(resp.status, StatusCode::OK, "{}", resp.body);
+    let token = resp.body["token"].as_str().unwrap().to_string();
+    assert!(resp.body["expires_at"].is_string());
+
+    let me = app.get("/api/v1/auth/me", &token).await;
+    assert_eq!(me.status, StatusCode::OK);
+    assert_eq!(me.body["username"], ADMIN);
+    assert_eq!(me.body["is_admin"], true);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn login_refusals_share_one_message() {
+    let app = spawn_app().await;
+    let wrong = app.login(ADMIN, "not-the-password").await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(wrong.error(), "unauthorized");
+    let unknown = app.login("nobody", "whatever-password").await;
+    assert_eq!(unknown.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(wrong.body["message"], unknown.body["message"]);
+
+    let missing = app
+        .call(
+            Method::POST,
+            "/api/v1/auth/login",
+            None,
+            Some(json!({"username": "x"})),
+        )
+        .await;
+    assert_eq!(missing.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(missing.error(), "validation_error");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn admins_create_users_who_can_log_in() {
+    let app = spawn_app().await;
+    let admin = app.token(ADMIN, true);
+    let created = app
+        .post(
+            "/api/v1/users",
+            &admin,
+            json!({"username": "bob", "password": "bob-password"}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    assert_eq!(created.body["is_admin"], false);
+
+    let dup = app
+        .post(
+            "/api/v1/users",
+            &admin,
+            json!({"username": "bob", "password": "bob-password"}),
+        )
+        .await;
+    assert_eq!(dup.status, StatusCode::CONFLICT);
+    assert_eq!(dup.error(), "conflict");
+
+    let short = app
+        .post(
+            "/api/v1/users",
+            &admin,
+            json!({"username": "carol", "password": "short"}),
+        )
+        .await;
+    assert_eq!(short.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(short.error(), "validation_error");
+    let bad_name = app
+        .post(
+            "/api/v1/users",
+            &admin,
+            json!({"username": "a b", "password": "long-enough"}),
+        )
+        .await;
+    assert_eq!(bad_name.status, StatusCode::UNPROCESSABLE_ENTITY);
+
+    let login = app.login("bob", "bob-password").await;
+    assert_eq!(login.status, StatusCode::OK);
+    let bob = login.body["token"].as_str().unwrap().to_string();
+    let me = app.get("/api/v1/auth/me", &bob).await;
+    assert_eq!(me.body["username"], "bob");
+    assert_eq!(me.body["is_admin"], false);
+
+    let forbidden = app
+        .post(
+            "/api/v1/users",
+            &bob,
+            json!({"username": "eve", "password": "eve-password"}),
+        )
+        .await;
+    assert_eq!(forbidden.status, StatusCode::FORBIDDEN);
+    assert_eq!(forbidden.error(), "forbidden");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn bad_tokens_get_401() {
+    let app = spawn_app().await;
+    let path = "/api/v1/boards";
+
+    let none = app.call(Method::GET, path, None, None).await;
+    assert_eq!(none.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(none.error(), "unauthorized");
+
+    let garbage = app.get(path, "not.a.jwt").await;
+    assert_eq!(garbage.status, StatusCode::UNAUTHORIZED);
+
+    let key = EncodingKey::from_secret(JWT_SECRET.as_bytes());
+    let expired = jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        &claims("alice", false, 1_000),
+        &key,
+    )
+    .unwrap();
+    let resp = app.get(path, &expired).await;
+    assert_eq!(resp.status, StatusCode::UNAUTHORIZED);
+    assert!(resp.body["message"].as_str().unwrap().contains("expired"));
+
+    let forged = jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        &claims("alice", true, far_future()),
+        &EncodingKey::from_secret(b"another-secret-another-secret-another"),
+    )
+    .unwrap();
+    assert_eq!(
+        app.get(path, &forged).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+
+    let hs512 = jsonwebtoken::encode(
+        &Header::new(Algorithm::HS512),
+        &claims("alice", true, far_future()),
+        &key,
+    )
+    .unwrap();
+    assert_eq!(app.get(path, &hs512).await.status, StatusCode::UNAUTHORIZED);
+
+    let alg_none = format!(
+        "{}.{}.",
+        b64url(br#"{"alg":"none","typ":"JWT"}"#),
+        b64url(claims("alice", true, far_future()).to_string().as_bytes())
+    );
+    assert_eq!(
+        app.get(path, &alg_none).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+
+    // A valid token with its payload swapped for an admin one.
+    let valid = app.token("alice", false);
+    let parts: Vec<&str> = valid.split('.').collect();
+    let tampered = format!(
+        "{}.{}.{}",
+        parts[0],
+        b64url(claims("alice", true, far_future()).to_string().as_bytes()),
+        parts[2]
+    );
+    assert_eq!(
+        app.get(path, &tampered).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+
+    let basic = app
+        .send(
+            axum::http::Request::get(path)
+                .header("authorization", "Basic YWxpY2U6cHc=")
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(basic.status, StatusCode::UNAUTHORIZED);
+
+    // The login route and health need no token.
+    let health = app.call(Method::GET, "/healthz", None, None).await;
+    assert_eq!(health.status, StatusCode::OK);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn users_see_only_their_boards_and_admins_see_all() {
+    let app = spawn_app().await;
+    let alice = app.token("alice", false);
+    let bob = app.token("bob", false);
+    let admin = app.token(ADMIN, true);
+    let a_board = app.board(&alice, "alice's").await;
+    let b_board = app.board(&bob, "bob's").await;
+    let a_task = app.task(&alice, &a_board, "alice task").await;
+    let a_task = a_task["id"].as_str().unwrap();
+
+    // Bob gets 404 for everything of Alice's, exactly like a missing board.
+    for path in [
+        format!("/api/v1/boards/{a_board}"),
+        format!("/api/v1/boards/{a_board}/tasks"),
+        format!("/api/v1/tasks/{a_task}"),
+        format!("/api/v1/tasks/{a_task}/events"),
+    ] {
+        let resp = app.get(&path, &bob).await;
+        assert_eq!(resp.status, StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(resp.error(), "not_found");
+    }
+    let resp = app
+        .patch(
+            &format!("/api/v1/boards/{a_board}"),
+            &bob,
+            json!({"name": "mine"}),
+        )
+        .await;
+    assert_eq!(resp.status, StatusCode::NOT_FOUND);
+    let resp = app.delete(&format!("/api/v1/boards/{a_board}"), &bob).await;
+    assert_eq!(resp.status, StatusCode::NOT_FOUND);
+    let resp = app
+        .post(
+            &format!("/api/v1/boards/{a_board}/tasks"),
+            &bob,
+            json!({"title": "x"}),
+        )
+        .await;
+    assert_eq!(resp.status, StatusCode::NOT_FOUND);
+    let resp = app
+        .patch(
+            &format!("/api/v1/tasks/{a_task}"),
+            &bob,
+            json!({"title": "x"}),
+        )
+        .await;
+    assert_eq!(resp.status, StatusCode::NOT_FOUND);
+    let resp = app
+        .patch(
+            &format!("/api/v1/tasks/{a_task}/state"),
+            &bob,
+            json!({"state": "IN_PROGRESS"}),
+        )
+        .await;
+    assert_eq!(resp.status, StatusCode::NOT_FOUND);
+    let resp = app.delete(&format!("/api/v1/tasks/{a_task}"), &bob).await;
+    assert_eq!(resp.status, StatusCode::NOT_FOUND);
+
+    // Each lists only their own; the admin lists both and reads Alice's task.
+    let list = app.get("/api/v1/boards", &bob).await;
+    let ids: Vec<&str> = list.body["boards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec![b_board.as_str()]);
+    let list = app.get("/api/v1/boards", &admin).await;
+    let ids: Vec<&str> = list.body["boards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&a_board.as_str()) && ids.contains(&b_board.as_str()));
+    assert_eq!(
+        app.get(&format!("/api/v1/tasks/{a_task}"), &admin)
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        app.get(&format!("/api/v1/boards/{a_board}"), &admin)
+            .await
+            .status,
+        StatusCode::OK
+    );
+    app.stop().await;
+}

@@ -1,0 +1,164 @@
+//! Rate limits, request ids, CORS, the body limit, health and readiness,
+//! and a task service that is down.
+
+use axum::{
+    body::Body,
+    http::{Method, Request, StatusCode},
+};
+use serde_json::json;
+
+use crate::helpers::{ADMIN, ADMIN_PASSWORD, dead_url, spawn_app, spawn_app_with};
+
+#[tokio::test]
+async fn login_is_rate_limited_per_address() {
+    let app = spawn_app_with(|s| {
+        s.rate_limit.login_burst = 2;
+        s.rate_limit.login_per_minute = 1;
+    })
+    .await;
+    assert_eq!(
+        app.login(ADMIN, "wrong-password").await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        app.login(ADMIN, ADMIN_PASSWORD).await.status,
+        StatusCode::OK
+    );
+    let limited = app.login(ADMIN, ADMIN_PASSWORD).await;
+    assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(limited.error(), "rate_limited");
+    let retry: u64 = limited.headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn api_is_rate_limited_per_user() {
+    let app = spawn_app_with(|s| {
+        s.rate_limit.api_burst = 3;
+        s.rate_limit.api_per_minute = 1;
+    })
+    .await;
+    let alice = app.token("alice", false);
+    let bob = app.token("bob", false);
+    for _ in 0..3 {
+        assert_eq!(
+            app.get("/api/v1/auth/me", &alice).await.status,
+            StatusCode::OK
+        );
+    }
+    let limited = app.get("/api/v1/auth/me", &alice).await;
+    assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(limited.error(), "rate_limited");
+    assert!(limited.headers.contains_key("retry-after"));
+    // Another user has a bucket of their own.
+    assert_eq!(
+        app.get("/api/v1/auth/me", &bob).await.status,
+        StatusCode::OK
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn request_ids_are_generated_or_echoed() {
+    let app = spawn_app().await;
+    let resp = app.call(Method::GET, "/healthz", None, None).await;
+    let generated = resp.headers["x-request-id"].to_str().unwrap();
+    assert!(uuid::Uuid::parse_str(generated).is_ok(), "{generated}");
+
+    let resp = app
+        .send(
+            Request::get("/api/v1/boards")
+                .header("x-request-id", "req-42")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(resp.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(resp.headers["x-request-id"], "req-42");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn cors_allows_only_configured_origins() {
+    let app = spawn_app().await;
+    let preflight = |origin: &'static str| {
+        Request::builder()
+            .method(Method::OPTIONS)
+            .uri("/api/v1/boards")
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization,content-type",
+            )
+            .body(Body::empty())
+            .unwrap()
+    };
+    let ok = app.send(preflight("https://ui.example")).await;
+    assert!(ok.status.is_success());
+    assert_eq!(
+        ok.headers["access-control-allow-origin"],
+        "https://ui.example"
+    );
+    let other = app.send(preflight("https://evil.example")).await;
+    assert!(other.headers.get("access-control-allow-origin").is_none());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_are_refused() {
+    let app = spawn_app_with(|s| s.body_limit_bytes = 256).await;
+    let alice = app.token("alice", false);
+    let resp = app
+        .post(
+            "/api/v1/boards",
+            &alice,
+            json!({"name": "x", "description": "y".repeat(1024)}),
+        )
+        .await;
+    assert_eq!(resp.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(resp.error(), "bad_request");
+    let small = app
+        .post("/api/v1/boards", &alice, json!({"name": "x"}))
+        .await;
+    assert_eq!(small.status, StatusCode::CREATED);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn health_and_readiness() {
+    let app = spawn_app().await;
+    let health = app.call(Method::GET, "/healthz", None, None).await;
+    assert_eq!(health.status, StatusCode::OK);
+    let ready = app.call(Method::GET, "/readyz", None, None).await;
+    // The agent manager and orchestrator are down in these tests.
+    assert_eq!(ready.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(ready.body["checks"]["postgres"], "ok");
+    assert_eq!(ready.body["checks"]["task service"], "ok");
+    assert_ne!(ready.body["checks"]["agent manager"], "ok");
+    assert_ne!(ready.body["checks"]["orchestrator"], "ok");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_down_task_service_is_a_clear_503() {
+    let app = spawn_app_with(|s| s.task_service_url = dead_url("http")).await;
+    let alice = app.token("alice", false);
+    let resp = app.get("/api/v1/boards", &alice).await;
+    assert_eq!(resp.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(resp.error(), "service_unavailable");
+    assert_eq!(
+        resp.body["message"],
+        "the task service is unavailable, try again later"
+    );
+    let resp = app
+        .get("/api/v1/tasks/7b0c5a8e-2f4e-4c1a-9d3e-5f6a7b8c9d0e", &alice)
+        .await;
+    assert_eq!(resp.status, StatusCode::SERVICE_UNAVAILABLE);
+    app.stop().await;
+}
