@@ -30,6 +30,8 @@ fn lazy_channel(url: &str) -> Result<Channel, String> {
     Ok(Channel::from_shared(url.to_string())
         .map_err(|e| format!("{url}: {e}"))?
         .connect_timeout(std::time::Duration::from_secs(5))
+        // The engine waits for these calls; none may hang it for ever.
+        .timeout(std::time::Duration::from_secs(120))
         .connect_lazy())
 }
 

@@ -655,6 +655,17 @@ impl Engine {
         Ok(())
     }
 
+    /// Forgets handled envelope ids older than a day: JetStream redelivers
+    /// only unacknowledged messages, and its duplicate window is minutes.
+    pub async fn prune(&self) -> Result<u64> {
+        let done = sqlx::query(
+            "DELETE FROM processed_events WHERE processed_at < now() - interval '1 day'",
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
     /// Re-queues runs whose retry time has come, then dispatches.
     pub async fn tick(&self) -> Result<()> {
         let _guard = self.lock.lock().await;

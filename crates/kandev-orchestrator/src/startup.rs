@@ -260,12 +260,18 @@ async fn run_ticker(engine: Arc<Engine>, stop: CancellationToken) {
     }
     let mut interval = tokio::time::interval(Duration::from_millis(250));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut prune = tokio::time::interval(Duration::from_secs(3600));
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             _ = interval.tick() => {
                 if let Err(err) = engine.tick().await {
                     tracing::warn!(%err, "scheduler tick failed");
+                }
+            }
+            _ = prune.tick() => {
+                if let Err(err) = engine.prune().await {
+                    tracing::warn!(%err, "pruning processed events failed");
                 }
             }
         }

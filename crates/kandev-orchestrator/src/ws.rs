@@ -13,7 +13,8 @@
 //! with `"cancelled":true`; each is answered with `{"type":"ack",...}` or
 //! `{"type":"error",...}`. An optional `id` is echoed back.
 //!
-//! A client whose bounded queue overflows gets a close frame (code 1008,
+//! A client whose bounded queue overflows gets a notice
+//! `{"type":"lagging","message","last_seq"}`, then a close frame (code 1008,
 //! reason `lagging: ...`) and is disconnected; the others never wait for it.
 
 use std::{sync::Arc, time::Duration};
@@ -181,11 +182,16 @@ where
             "lagging: more than {} frames behind; reconnect with ?after={last}",
             state.hub.buffer()
         );
+        let notice = json!({"type": "lagging", "message": reason, "last_seq": last});
         let close = Message::Close(Some(CloseFrame {
             code: LAGGING_CLOSE_CODE,
             reason: reason.into(),
         }));
-        let _ = tokio::time::timeout(grace, sink.send(close)).await;
+        let _ = tokio::time::timeout(grace, async {
+            sink.send(Message::Text(notice.to_string().into())).await?;
+            sink.send(close).await
+        })
+        .await;
     } else {
         let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
     }

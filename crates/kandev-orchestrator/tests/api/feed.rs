@@ -172,15 +172,20 @@ async fn a_slow_consumer_is_dropped_while_the_others_keep_up() {
     assert_eq!(seqs(&all), (1..=N as i64).collect::<Vec<_>>());
     publisher.await.unwrap();
 
-    // The slow client finds a prefix, then a close frame saying why.
+    // The slow client finds a prefix, a notice, then a close frame saying why.
     let mut prefix = vec![];
+    let mut notices = vec![];
     let close = loop {
         match ws_read(&mut slow, Duration::from_secs(20)).await {
-            Some(Read::Frame(f)) => prefix.push(f),
+            Some(Read::Frame(f)) if f.get("seq").is_some() => prefix.push(f),
+            Some(Read::Frame(f)) => notices.push(f),
             Some(Read::Closed(frame)) => break frame,
             None => panic!("slow client neither closed nor fed"),
         }
     };
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(notices[0]["type"], "lagging");
+    assert_eq!(notices[0]["last_seq"], prefix.len() as i64);
     let (code, reason) = close.expect("a close frame");
     assert_eq!(code, 1008);
     assert!(reason.starts_with("lagging: "), "{reason}");

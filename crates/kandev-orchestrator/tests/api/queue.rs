@@ -595,3 +595,45 @@ async fn grpc_twins_answer_like_rest() {
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     app.stop().await;
 }
+
+#[tokio::test]
+async fn review_on_completion_and_back_to_todo_while_running_restarts_the_run() {
+    let app = spawn_app_with(Options {
+        with_task_service: true,
+        tweak: Box::new(|s| s.complete_to_review = true),
+        ..Options::default()
+    })
+    .await;
+    let board = board(&app).await;
+    let id = task(&app, &board, "reviewed", 0, "mock-agent").await;
+    let l = wait_launches(&app, 1).await;
+    wait_state(&app, &id, pb::TaskState::InProgress).await;
+
+    // Sent back to TODO while it runs: the agent is stopped, the task queued
+    // again and relaunched.
+    app.tasks()
+        .change_task_state(pb::ChangeTaskStateRequest {
+            id: id.clone(),
+            state: pb::TaskState::Todo as i32,
+            actor: "alice".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let l2 = wait_launches(&app, 2).await;
+    assert!(app.agents.calls().contains(&AgentCall::Stop(l[0].1)));
+    assert_eq!(l2[1].0, id);
+    // A late event of the stopped run changes nothing.
+    publish_agent(&app.bus, lifecycle(AgentEventKind::Failed, &id, l[0].1), 1).await;
+
+    let mut done = lifecycle(AgentEventKind::Completed, &id, l2[1].1);
+    done.summary = Some("please review".into());
+    publish_agent(&app.bus, done, 1).await;
+    let t = wait_state(&app, &id, pb::TaskState::Review).await;
+    assert_eq!(metadata(&t)["summary"], "please review");
+    let s = status(&app, &id).await;
+    assert_eq!(s["state"], "completed");
+    assert_eq!(s["attempts"], 1, "the restarted run is a fresh one");
+    assert_eq!(s["last_error"], "");
+    app.stop().await;
+}
