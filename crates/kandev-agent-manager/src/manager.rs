@@ -500,13 +500,15 @@ impl AgentManager {
     }
 
     /// Brings containers left by an earlier run in line with the database:
-    /// containers of unknown or ended instances are removed; exited ones
-    /// end their instance (`failed`, with the exit code) and are removed;
-    /// running ones are re-attached: their output is re-read from the
-    /// stored log position and numbered from the stored `last_seq + 1`
-    /// (events published after the last stored position come again with
-    /// the same seq and id, so JetStream and consumers drop them). A running
-    /// container that cannot be resumed is killed and ends `failed`.
+    /// containers of unknown or ended instances are removed; containers of
+    /// active instances are resumed: their output is re-read
+    /// from the stored log position and numbered from the stored
+    /// `last_seq + 1` (events published after the last stored position come
+    /// again with the same seq and id, so JetStream and consumers drop them).
+    /// A running agent is re-attached and its turn goes on; one that exited
+    /// meanwhile gets its final status from what it wrote (the end of its
+    /// turn, or `failed` with its exit code). A container that cannot be
+    /// resumed is removed and its instance ends `failed`.
     /// Active instances without a container end `failed`. No orphan is left.
     pub async fn reconcile(&self) {
         let docker = &self.inner.shared.docker;
@@ -537,9 +539,7 @@ impl AgentManager {
                 continue;
             };
             seen.insert(instance.id);
-            if docker.is_running(&container_id).await == Some(true)
-                && self.reattach(&instance, &container_id).await
-            {
+            if self.reattach(&instance, &container_id).await {
                 continue;
             }
             let running = docker.is_running(&container_id).await == Some(true);
@@ -604,7 +604,7 @@ impl AgentManager {
         }
     }
 
-    /// Resumes the turn running in `container_id`; false when the instance
+    /// Resumes the turn of `container_id` (running or exited); false when the instance
     /// lacks what that needs (its type, workspace or session).
     async fn reattach(&self, instance: &AgentInstance, container_id: &str) -> bool {
         if instance.workspace_path.is_empty() || instance.acp_session_id.is_empty() {

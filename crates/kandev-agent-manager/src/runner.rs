@@ -297,6 +297,7 @@ pub async fn publish_lifecycle(
 /// Sends every event of the queue to `acp.message.<task_id>`, in order.
 async fn publisher(
     bus: Arc<dyn EventBus>,
+    store: Store,
     instance: AgentInstance,
     mut rx: mpsc::Receiver<Stamped>,
     state: Arc<Mutex<TurnState>>,
@@ -328,12 +329,32 @@ async fn publisher(
             Ok(bytes) => publish_retrying(bus.as_ref(), &subject, envelope.id, bytes.into()).await,
             Err(e) => tracing::error!(error = %e, "cannot serialize acp message"),
         }
-        let mut s = lock(&state);
-        s.published_seq = seq;
-        match stamp {
-            Some((true, ts)) => s.cursors.stderr = ts,
-            Some((false, ts)) => s.cursors.stdout = ts,
-            None => {}
+        let sync = {
+            let mut s = lock(&state);
+            s.published_seq = seq;
+            match stamp {
+                Some((true, ts)) => {
+                    s.cursors.stderr = ts;
+                    None
+                }
+                Some((false, ts)) => {
+                    s.cursors.stdout = ts;
+                    None
+                }
+                None => Some((s.progress, s.cursors.clone())),
+            }
+        };
+        // An event that no log line can reproduce (sent to the agent, or the
+        // client's own) is a sync point: storing it at once keeps a replay
+        // after a restart numbering lines exactly as before.
+        if let Some((progress, cursors)) = sync {
+            let seq = i64::try_from(seq).unwrap_or(i64::MAX);
+            if let Err(e) = store
+                .save_progress(instance.id, seq, progress, &cursors)
+                .await
+            {
+                tracing::warn!(error = %e, "cannot store last_seq");
+            }
         }
     }
 }
@@ -524,6 +545,7 @@ pub async fn run_turn(
     let (logs_tx, logs_rx) = mpsc::channel(1024);
     let publisher_task = tokio::spawn(publisher(
         shared.bus.clone(),
+        shared.store.clone(),
         instance.clone(),
         events_rx,
         state.clone(),
@@ -750,10 +772,17 @@ async fn drive(
     {
         tracing::warn!(error = %e, "cannot store container id");
     }
-    let attach = docker.attach(&id).await.map_err(failed)?;
-    // Only stdin is attached; hold the (silent) output half until the end.
-    let mut attach_output = attach.output;
-    tokio::spawn(async move { while attach_output.next().await.is_some() {} });
+    // An agent that exited while no manager ran only has its log to replay.
+    let exited = spec.reattach.is_some() && docker.is_running(&id).await != Some(true);
+    let input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>> = if exited {
+        Box::pin(tokio::io::sink())
+    } else {
+        let attach = docker.attach(&id).await.map_err(failed)?;
+        // Only stdin is attached; hold the (silent) output half until the end.
+        let mut attach_output = attach.output;
+        tokio::spawn(async move { while attach_output.next().await.is_some() {} });
+        attach.input
+    };
 
     let (stdout_tx, stdout_rx) = mpsc::channel::<std::io::Result<Bytes>>(64);
     let reader = StreamReader::new(tokio_stream::wrappers::ReceiverStream::new(stdout_rx));
@@ -779,7 +808,7 @@ async fn drive(
         terminal,
         ..ClientOptions::default()
     };
-    let (client, events) = AcpClient::connect(reader, attach.input, options);
+    let (client, events) = AcpClient::connect(reader, input, options);
     let stamps = Stamps::default();
     let (turn_tx, mut turn_rx) = watch::channel(None::<String>);
     let resumed = spec.reattach.is_some();
@@ -824,16 +853,34 @@ async fn drive(
             stop = turn_ended => stop,
             () = client.closed() => None,
         };
-        let ended = ended.or_else(|| turn_rx.borrow().clone());
+        let ended = match ended {
+            Some(stop) => Some(stop),
+            // The output ended; the drain may still be on the last lines.
+            None => tokio::time::timeout(Duration::from_secs(5), async {
+                turn_rx
+                    .wait_for(Option::is_some)
+                    .await
+                    .ok()
+                    .and_then(|stop| stop.clone())
+            })
+            .await
+            .ok()
+            .flatten(),
+        };
         let Some(stop_reason) = ended else {
             let code = tokio::time::timeout(Duration::from_secs(10), docker.wait_exit(&id))
                 .await
                 .ok()
                 .flatten();
+            let when = if exited {
+                "while the manager was not running"
+            } else {
+                "during the turn"
+            };
             return Err(Failure::Failed {
                 error: match code {
-                    Some(code) => format!("the agent exited with code {code} during the turn"),
-                    None => "the agent closed its output during the turn".into(),
+                    Some(code) => format!("the agent exited with code {code} {when}"),
+                    None => format!("the agent closed its output {when}"),
                 },
                 exit_code: code,
             });

@@ -28,6 +28,8 @@ async fn restart_resumes_running_agents_and_reconciles_exited_ones() {
     let repo = git_repo(dir.path());
     let slow_task = Uuid::new_v4();
     let cancel_task = Uuid::new_v4();
+    let done_task = Uuid::new_v4();
+    let mut done_watch = TaskWatch::start(done_task).await;
     let mut watch = TaskWatch::start(slow_task).await;
     let mut cancel_watch = TaskWatch::start(cancel_task).await;
 
@@ -39,9 +41,10 @@ async fn restart_resumes_running_agents_and_reconciles_exited_ones() {
             let manager = app.manager();
             let mut ids = vec![];
             for (task_id, prompt) in [
-                (slow_task, "slow 40 100"),
+                (slow_task, "slow 60 100"),
                 (Uuid::new_v4(), "wait-cancel"),
                 (cancel_task, "wait-cancel"),
+                (done_task, "slow 20 100"),
             ] {
                 let instance = manager
                     .launch(LaunchRequest {
@@ -90,8 +93,16 @@ async fn restart_resumes_running_agents_and_reconciles_exited_ones() {
             "the agent survives its manager"
         );
     }
-    // The slow agent keeps writing while no manager runs; the other exits.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // The slow agents keep writing while no manager runs; one finishes its
+    // turn and is then stopped, another is killed mid-turn.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let finished = containers_of(&ids[3].to_string()).remove(0);
+    let status = std::process::Command::new("docker")
+        .args(["stop", &finished])
+        .output()
+        .unwrap()
+        .status;
+    assert!(status.success());
     let killed = containers_of(&ids[1].to_string()).remove(0);
     let status = std::process::Command::new("docker")
         .args(["kill", &killed])
@@ -102,7 +113,14 @@ async fn restart_resumes_running_agents_and_reconciles_exited_ones() {
 
     let app = Application::build(settings).await.unwrap();
     let manager = app.manager();
-    let exited = manager.get_instance(ids[1]).await.unwrap();
+    let mut exited = manager.get_instance(ids[1]).await.unwrap();
+    for _ in 0..200 {
+        if exited.status.is_terminal() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        exited = manager.get_instance(ids[1]).await.unwrap();
+    }
     assert_eq!(exited.status, InstanceStatus::Failed);
     assert_eq!(exited.exit_code, Some(137));
     assert!(
@@ -116,8 +134,17 @@ async fn restart_resumes_running_agents_and_reconciles_exited_ones() {
     let resumed = manager.get_instance(ids[0]).await.unwrap();
     assert_eq!(resumed.status, InstanceStatus::Completed);
 
-    let last = assert_slow_stream_complete(&watch.events, 40);
+    let last = assert_slow_stream_complete(&watch.events, 60);
     assert_eq!(resumed.last_seq, last as i64);
+    // The turn that ended while no manager ran completes from its log.
+    let done = done_watch.until("agent.completed", 0).await;
+    assert_eq!(done["stop_reason"], "end_turn");
+    assert_slow_stream_complete(&done_watch.events, 20);
+    assert_eq!(
+        manager.get_instance(ids[3]).await.unwrap().status,
+        InstanceStatus::Completed
+    );
+
     // A re-attached turn can still be cancelled.
     assert!(manager.cancel(ids[2]).await.unwrap());
     let cancelled = cancel_watch.until("agent.completed", 0).await;
