@@ -305,7 +305,9 @@ struct Batch {
 pub struct FeedConsumer {
     pub pool: PgPool,
     pub hub: Arc<FeedHub>,
-    pub consumer: jetstream::consumer::PullConsumer,
+    pub bus: JetStreamBus,
+    pub durable: String,
+    pub filter: String,
     pub flush_every: Duration,
     pub flush_max: usize,
 }
@@ -357,10 +359,32 @@ impl FeedConsumer {
         let mut frames: Vec<Arc<Frame>> = Vec::new();
         let mut last: Option<jetstream::Message> = None;
         let mut deadline = tokio::time::Instant::now() + self.flush_every;
+        let mut consumer: Option<jetstream::consumer::PullConsumer> = None;
+        let mut failures = 0u32;
 
         'outer: while !stop.is_cancelled() {
-            let mut messages = match self
-                .consumer
+            // (Re-)created at the ack floor: at start, and when pulling keeps
+            // failing (say NATS lost the consumer). Messages numbered but not
+            // yet acknowledged come again and are skipped as duplicates.
+            if consumer.is_none() || failures >= 3 {
+                match acp_consumer(&self.bus, &self.durable, &self.filter).await {
+                    Ok(c) => {
+                        consumer = Some(c);
+                        failures = 0;
+                    }
+                    Err(err) => {
+                        tracing::warn!(%err, "acp consumer not ready, retrying");
+                        tokio::select! {
+                            () = stop.cancelled() => break,
+                            () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                        }
+                    }
+                }
+            }
+            let Some(current) = consumer.as_ref() else {
+                continue;
+            };
+            let mut messages = match current
                 .stream()
                 .max_messages_per_batch(self.flush_max.max(1))
                 .heartbeat(Duration::from_secs(5))
@@ -368,9 +392,13 @@ impl FeedConsumer {
                 .messages()
                 .await
             {
-                Ok(m) => m,
+                Ok(m) => {
+                    failures = 0;
+                    m
+                }
                 Err(err) => {
-                    tracing::warn!(%err, "acp consumer: cannot pull, retrying");
+                    failures += 1;
+                    tracing::warn!(%err, failures, "acp consumer: cannot pull, retrying");
                     tokio::select! {
                         () = stop.cancelled() => break,
                         () = tokio::time::sleep(Duration::from_secs(1)) => continue,

@@ -21,7 +21,7 @@ use crate::{
     consumers::{self, Source},
     domain::Orchestration,
     engine::Engine,
-    feed::{self, FeedConsumer, FeedHub},
+    feed::{FeedConsumer, FeedHub},
     grpc::GrpcOrchestratorAdapter,
     http::{self, AppState},
 };
@@ -231,22 +231,12 @@ async fn run_feed(
     stop: CancellationToken,
 ) {
     let c = &settings.consumers;
-    let consumer = loop {
-        match feed::acp_consumer(&bus, &c.acp_durable, &c.acp_filter).await {
-            Ok(consumer) => break consumer,
-            Err(err) => {
-                tracing::warn!(%err, "acp consumer not ready, retrying");
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                }
-            }
-        }
-    };
     FeedConsumer {
         pool,
         hub,
-        consumer,
+        bus,
+        durable: c.acp_durable.clone(),
+        filter: c.acp_filter.clone(),
         flush_every: Duration::from_millis(settings.feed_flush_ms),
         flush_max: settings.feed_flush_max,
     }

@@ -249,3 +249,57 @@ async fn errors_have_the_common_shape() {
     assert_eq!(status, 200, "{body}");
     app.stop().await;
 }
+
+#[tokio::test]
+async fn the_feed_carries_on_exactly_after_nats_restarts() {
+    let mut app = spawn_app().await;
+    let task = Uuid::new_v4();
+    let instance = Uuid::new_v4();
+    let mut ws = ws_connect(&app.ws_url(task, None)).await;
+    publish_acp(
+        &app.bus,
+        &(1..=50).map(|i| acp(task, instance, i)).collect::<Vec<_>>(),
+    )
+    .await;
+    assert_eq!(
+        seqs(&ws_frames(&mut ws, 50).await),
+        (1..=50).collect::<Vec<_>>()
+    );
+
+    app.nats.stop();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    app.nats.restart().await;
+    // The publisher retries until NATS is back, as the agent manager does.
+    for i in 51..=100 {
+        let m = acp(task, instance, i);
+        let subject = kandev_events::subjects::acp_message(&task);
+        let env = kandev_events::Envelope {
+            id: m.event_id(),
+            event_type: subject.clone(),
+            occurred_at: chrono::Utc::now(),
+            data: m.clone(),
+        };
+        let payload = bytes::Bytes::from(env.to_bytes().unwrap());
+        eventually(30, "publish after the NATS restart", || {
+            let (bus, subject, payload) = (app.bus.clone(), subject.clone(), payload.clone());
+            async move {
+                use kandev_events::EventBus;
+                bus.publish(&subject, env.id, payload).await.ok()
+            }
+        })
+        .await;
+    }
+    let rest = ws_frames(&mut ws, 50).await;
+    assert_eq!(seqs(&rest), (51..=100).collect::<Vec<_>>());
+    let rows = eventually(20, "stored", || async {
+        let rows = stored(&app.db, task).await;
+        (rows.len() == 100).then_some(rows)
+    })
+    .await;
+    assert!(
+        rows.iter()
+            .enumerate()
+            .all(|(i, r)| r.0 == i as i64 + 1 && r.2 == i as i64 + 1)
+    );
+    app.stop().await;
+}
