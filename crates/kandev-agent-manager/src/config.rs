@@ -188,3 +188,47 @@ pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
     }
     Ok(settings)
 }
+
+#[cfg(test)]
+// figment's Jail API returns its own large error type.
+#[allow(clippy::result_large_err)]
+mod tests {
+    use secrecy::ExposeSecret;
+
+    use super::*;
+
+    #[test]
+    fn host_tokens_and_home_are_read_once_at_load() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("GITHUB_TOKEN", "from-host");
+            jail.set_env("GEMINI_API_KEY", "gemini-host");
+            jail.set_env("KANDEV_AGENT_ENV__GEMINI_API_KEY", "gemini-configured");
+            jail.set_env("KANDEV_AGENT_ENV__ANTHROPIC_API_KEY", "sk-test");
+            jail.set_env("HOME", "/home/someone");
+            jail.set_env("KANDEV_WORKSPACE_POLICY", "remove_on_stop");
+            let settings = load(None).map_err(|e| e.to_string())?;
+            let value = |k: &str| {
+                settings
+                    .agent_env_value(k)
+                    .map(|v| v.expose_secret().to_string())
+            };
+            assert_eq!(value("GITHUB_TOKEN").as_deref(), Some("from-host"));
+            // Configuration wins over the host environment.
+            assert_eq!(
+                value("GEMINI_API_KEY").as_deref(),
+                Some("gemini-configured")
+            );
+            assert_eq!(value("ANTHROPIC_API_KEY").as_deref(), Some("sk-test"));
+            assert_eq!(value("GITLAB_TOKEN"), None);
+            assert_eq!(settings.credentials_home, "/home/someone");
+            assert_eq!(settings.workspace_policy, WorkspacePolicy::RemoveOnStop);
+            // Secrets stay out of Debug output.
+            let debug = format!("{settings:?}");
+            assert!(
+                !debug.contains("sk-test") && !debug.contains("from-host"),
+                "{debug}"
+            );
+            Ok(())
+        });
+    }
+}

@@ -403,3 +403,37 @@ async fn terminal_requests_run_as_docker_exec_in_the_agent_container() {
     );
     app.stop().await;
 }
+
+#[tokio::test]
+async fn agent_logs_are_bounded_per_instance() {
+    let mut app = spawn_app_with(|s| s.max_log_lines = 2).await;
+    let repo = git_repo(app.dir.path());
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    let instance = app
+        .launch(task, "mock-agent", &repo, "stderr 6")
+        .await
+        .unwrap();
+    watch.until("agent.completed", 0).await;
+    let logs = app
+        .client
+        .get_logs(pb::GetLogsRequest {
+            instance_id: instance.id.clone(),
+            tail: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .lines;
+    assert_eq!(logs.len(), 2, "{logs:?}");
+    // The newest lines are the ones kept, oldest first.
+    let all: Vec<String> = watch
+        .events
+        .iter()
+        .filter(|e| e["kind"] == "log")
+        .map(|e| e["data"]["line"].as_str().unwrap().to_string())
+        .collect();
+    let kept: Vec<String> = logs.into_iter().map(|l| l.line).collect();
+    assert_eq!(kept, all[all.len() - 2..], "{all:?}");
+    app.stop().await;
+}
