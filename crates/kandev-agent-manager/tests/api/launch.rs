@@ -130,6 +130,16 @@ async fn cancel_ends_the_turn_cancelled() {
     watch
         .until_event(|e| e["kind"] == "message_chunk" && e["data"]["role"] == "agent")
         .await;
+    // One turn at a time per instance.
+    let busy = app
+        .client
+        .send_prompt(pb::SendPromptRequest {
+            instance_id: instance.id.clone(),
+            prompt: "echo too early".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(busy.code(), tonic::Code::FailedPrecondition);
     let cancelled = app
         .client
         .cancel_agent(pb::CancelAgentRequest {
@@ -435,5 +445,55 @@ async fn agent_logs_are_bounded_per_instance() {
         .collect();
     let kept: Vec<String> = logs.into_iter().map(|l| l.line).collect();
     assert_eq!(kept, all[all.len() - 2..], "{all:?}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn launch_can_resume_an_earlier_session() {
+    let mut app = spawn_app().await;
+    let repo = git_repo(app.dir.path());
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    app.launch(task, "mock-agent", &repo, "echo remember this")
+        .await
+        .unwrap();
+    let first = watch.until("agent.completed", 0).await;
+    let session = first["acp_session_id"].as_str().unwrap().to_string();
+    // A new instance for the same task (same workspace) resumes the session.
+    let second = app
+        .client
+        .launch_agent(pb::LaunchAgentRequest {
+            task_id: task.to_string(),
+            agent_type: "mock-agent".into(),
+            workspace: Some(pb::launch_agent_request::Workspace::Repository(
+                pb::GitWorkspace {
+                    repository_url: repo,
+                    branch: "main".into(),
+                },
+            )),
+            prompt: "echo and now".into(),
+            resume_session_id: Some(session.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let done = watch.until("agent.completed", 1).await;
+    assert_eq!(done["instance_id"], second.id.as_str());
+    assert_eq!(done["acp_session_id"], session.as_str());
+    // The replayed history of the first turn arrives before the new turn.
+    let second_events: Vec<&serde_json::Value> = watch
+        .events
+        .iter()
+        .filter(|e| e["session_id"] == session.as_str())
+        .collect();
+    assert!(
+        second_events.iter().any(|e| e["kind"] == "message_chunk"
+            && e["data"]["role"] == "user"
+            && e["data"]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("remember this"))),
+        "no replay of the first prompt"
+    );
     app.stop().await;
 }
