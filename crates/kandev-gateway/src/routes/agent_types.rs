@@ -54,7 +54,7 @@ async fn fetch(state: &AppState, id: String) -> ApiResult<AgentType> {
         .into())
 }
 
-#[utoipa::path(get, path = "/api/v1/agent-types", tag = "agent-types", params(AgentTypeParams),
+#[utoipa::path(operation_id = "list_agent_types", get, path = "/api/v1/agent-types", tag = "agent-types", params(AgentTypeParams),
     responses((status = 200, body = AgentTypeList), (status = 503, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
@@ -76,7 +76,7 @@ pub async fn list(
     }))
 }
 
-#[utoipa::path(post, path = "/api/v1/agent-types", tag = "agent-types",
+#[utoipa::path(operation_id = "create_agent_type", post, path = "/api/v1/agent-types", tag = "agent-types",
     request_body = AgentType,
     responses((status = 201, body = AgentType), (status = 403, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
@@ -101,7 +101,7 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(upsert(&state, body).await?)))
 }
 
-#[utoipa::path(put, path = "/api/v1/agent-types/{id}", tag = "agent-types",
+#[utoipa::path(operation_id = "replace_agent_type", put, path = "/api/v1/agent-types/{id}", tag = "agent-types",
     params(("id" = String, Path, description = "agent type id")),
     request_body = AgentType,
     responses((status = 200, body = AgentType), (status = 403, body = ErrorBody),
@@ -120,7 +120,7 @@ pub async fn replace(
     Ok(Json(upsert(&state, body).await?))
 }
 
-#[utoipa::path(patch, path = "/api/v1/agent-types/{id}", tag = "agent-types",
+#[utoipa::path(operation_id = "patch_agent_type", patch, path = "/api/v1/agent-types/{id}", tag = "agent-types",
     params(("id" = String, Path, description = "agent type id")),
     request_body = AgentTypePatch,
     responses((status = 200, body = AgentType), (status = 403, body = ErrorBody),
@@ -137,7 +137,7 @@ pub async fn patch(
     Ok(Json(upsert(&state, current).await?))
 }
 
-#[utoipa::path(post, path = "/api/v1/agent-types/{id}/disable", tag = "agent-types",
+#[utoipa::path(operation_id = "disable_agent_type", post, path = "/api/v1/agent-types/{id}/disable", tag = "agent-types",
     params(("id" = String, Path, description = "agent type id")),
     responses((status = 200, body = AgentType), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
@@ -154,7 +154,7 @@ pub async fn disable(
 
 /// `DELETE /agent-types/{id}`: the same as disable (types are never
 /// removed, running instances may still refer to them).
-#[utoipa::path(delete, path = "/api/v1/agent-types/{id}", tag = "agent-types",
+#[utoipa::path(operation_id = "delete_agent_type", delete, path = "/api/v1/agent-types/{id}", tag = "agent-types",
     params(("id" = String, Path, description = "agent type id")),
     responses((status = 200, description = "disabled", body = AgentType), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]

@@ -18,7 +18,7 @@ use crate::{
 
 pub const MAX_LOG_TAIL: i32 = 10_000;
 
-#[utoipa::path(post, path = "/api/v1/agents/launch", tag = "agents",
+#[utoipa::path(operation_id = "launch_agent", post, path = "/api/v1/agents/launch", tag = "agents",
     request_body = LaunchAgentRequest,
     responses((status = 201, body = AgentInstance), (status = 404, body = ErrorBody),
         (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
@@ -69,7 +69,7 @@ pub async fn launch(
     Ok((StatusCode::CREATED, Json(instance.into())))
 }
 
-#[utoipa::path(post, path = "/api/v1/agents/{instanceId}/prompt", tag = "agents",
+#[utoipa::path(operation_id = "prompt_agent", post, path = "/api/v1/agents/{instanceId}/prompt", tag = "agents",
     params(("instanceId" = String, Path, description = "agent instance id")),
     request_body = PromptRequest,
     responses((status = 200, body = PromptResponse), (status = 404, body = ErrorBody),
@@ -100,7 +100,7 @@ pub async fn prompt(
     }))
 }
 
-#[utoipa::path(post, path = "/api/v1/agents/{instanceId}/cancel", tag = "agents",
+#[utoipa::path(operation_id = "cancel_agent", post, path = "/api/v1/agents/{instanceId}/cancel", tag = "agents",
     params(("instanceId" = String, Path, description = "agent instance id")),
     request_body = CancelRequest,
     responses((status = 200, body = CancelResponse), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
@@ -127,7 +127,7 @@ pub async fn cancel(
     }))
 }
 
-#[utoipa::path(get, path = "/api/v1/agents/{instanceId}/status", tag = "agents",
+#[utoipa::path(operation_id = "get_agent_status", get, path = "/api/v1/agents/{instanceId}/status", tag = "agents",
     params(("instanceId" = String, Path, description = "agent instance id")),
     responses((status = 200, body = AgentInstance), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn status(
@@ -140,7 +140,7 @@ pub async fn status(
     ))
 }
 
-#[utoipa::path(get, path = "/api/v1/agents/{instanceId}/logs", tag = "agents",
+#[utoipa::path(operation_id = "get_agent_logs", get, path = "/api/v1/agents/{instanceId}/logs", tag = "agents",
     params(("instanceId" = String, Path, description = "agent instance id"), LogsParams),
     responses((status = 200, body = LogsResponse), (status = 404, body = ErrorBody),
         (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
@@ -171,7 +171,7 @@ pub async fn logs(
     Ok(Json(resp.into()))
 }
 
-#[utoipa::path(get, path = "/api/v1/agents/{instanceId}/session", tag = "agents",
+#[utoipa::path(operation_id = "get_agent_session", get, path = "/api/v1/agents/{instanceId}/session", tag = "agents",
     params(("instanceId" = String, Path, description = "agent instance id")),
     responses((status = 200, body = AgentSession), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn session(

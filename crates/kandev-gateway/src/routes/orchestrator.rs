@@ -40,7 +40,7 @@ fn orch_err(status: tonic::Status) -> ApiError {
     ApiError::from_status(ORCHESTRATOR, status)
 }
 
-#[utoipa::path(post, path = "/api/v1/orchestrator/tasks/{taskId}/start", tag = "orchestrator",
+#[utoipa::path(operation_id = "start_task_execution", post, path = "/api/v1/orchestrator/tasks/{taskId}/start", tag = "orchestrator",
     params(("taskId" = String, Path, description = "task id")),
     request_body = StartTaskRequest,
     responses((status = 200, body = TaskExecution), (status = 404, body = ErrorBody),
@@ -67,7 +67,7 @@ pub async fn start(
     Ok(Json(exec.into()))
 }
 
-#[utoipa::path(post, path = "/api/v1/orchestrator/tasks/{taskId}/stop", tag = "orchestrator",
+#[utoipa::path(operation_id = "stop_task_execution", post, path = "/api/v1/orchestrator/tasks/{taskId}/stop", tag = "orchestrator",
     params(("taskId" = String, Path, description = "task id")),
     request_body = StopTaskRequest,
     responses((status = 200, body = TaskExecution), (status = 404, body = ErrorBody),
@@ -94,7 +94,7 @@ pub async fn stop(
     Ok(Json(exec.into()))
 }
 
-#[utoipa::path(get, path = "/api/v1/orchestrator/tasks/{taskId}/status", tag = "orchestrator",
+#[utoipa::path(operation_id = "get_task_execution", get, path = "/api/v1/orchestrator/tasks/{taskId}/status", tag = "orchestrator",
     params(("taskId" = String, Path, description = "task id")),
     responses((status = 200, body = TaskExecution), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn status(
@@ -131,7 +131,7 @@ fn offers_bearer_protocol(headers: &HeaderMap) -> bool {
 /// Authenticate with `Authorization: Bearer <token>`, or from a browser
 /// with the subprotocols `["kandev.bearer", "<token>"]`; the gateway then
 /// answers with the `kandev.bearer` subprotocol.
-#[utoipa::path(get, path = "/api/v1/orchestrator/tasks/{taskId}/stream", tag = "orchestrator",
+#[utoipa::path(operation_id = "stream_task", get, path = "/api/v1/orchestrator/tasks/{taskId}/stream", tag = "orchestrator",
     params(("taskId" = String, Path, description = "task id"), StreamParams),
     responses((status = 101, description = "switching to the WebSocket protocol"),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),

@@ -79,9 +79,8 @@ pub fn dead_url(scheme: &str) -> String {
 pub struct TestApp {
     pub router: Router,
     pub app: Option<Application>,
-    pub db: TestDb,
-    tasks_stop: CancellationToken,
-    tasks_handle: JoinHandle<()>,
+    db: Option<TestDb>,
+    task_service: Option<(CancellationToken, JoinHandle<()>)>,
     gateway: Option<(CancellationToken, JoinHandle<()>)>,
 }
 
@@ -140,6 +139,14 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
 
     let mut settings = gateway_settings(&db, task_service_addr);
     configure(&mut settings);
+    let mut app = spawn_gateway(db, settings).await;
+    app.task_service = Some((tasks_stop, tasks_handle));
+    app
+}
+
+/// The gateway alone, with the given settings, owning `db`.
+pub async fn spawn_gateway(db: TestDb, settings: Settings) -> TestApp {
+    LazyLock::force(&TRACING);
     let app = Application::build(settings).await.expect("gateway builds");
     let router = app
         .router()
@@ -147,9 +154,8 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
     TestApp {
         router,
         app: Some(app),
-        db,
-        tasks_stop,
-        tasks_handle,
+        db: Some(db),
+        task_service: None,
         gateway: None,
     }
 }
@@ -191,15 +197,22 @@ impl TestApp {
         addr
     }
 
+    /// Stops the gateway, then its task service, then drops the database
+    /// (unless taken with [`TestApp::take_db`]).
     pub async fn stop(self) {
-        if let Some((stop, handle)) = self.gateway {
+        for (stop, handle) in [self.gateway, self.task_service].into_iter().flatten() {
             stop.cancel();
             let _ = handle.await;
         }
         drop(self.app);
-        self.tasks_stop.cancel();
-        let _ = self.tasks_handle.await;
-        self.db.drop_db().await;
+        if let Some(db) = self.db {
+            db.drop_db().await;
+        }
+    }
+
+    /// Takes the database, for a caller that stops other services first.
+    pub fn take_db(&mut self) -> TestDb {
+        self.db.take().expect("the database is still owned")
     }
 
     /// A token for `username`, minted with the gateway's key (no login).

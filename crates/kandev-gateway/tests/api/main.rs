@@ -10,4 +10,5 @@ mod hardening;
 mod helpers;
 mod openapi;
 mod orchestrator;
+mod stack;
 mod tasks;

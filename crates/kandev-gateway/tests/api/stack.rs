@@ -1,0 +1,350 @@
+//! The whole stack in-process, no stand-ins: the gateway in front of the
+//! real task service, orchestrator and agent manager, on a private NATS and
+//! a fresh Postgres database, with the mock agent in Docker
+//! (`kandev/mock-agent:latest`, built by `kandev_testkit::ensure_docker`
+//! when missing). A task created through REST reaches the orchestrator,
+//! runs, and its feed flows through the gateway's WebSocket proxy.
+
+use std::{future::Future, net::SocketAddr, path::PathBuf, time::Duration};
+
+use axum::http::StatusCode;
+use futures::{SinkExt, StreamExt};
+use kandev_common::CancellationToken;
+use kandev_testkit::OwnNats;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::{self as tg, client::IntoClientRequest};
+use uuid::Uuid;
+
+use crate::helpers::{TestApp, TestDb, gateway_settings, spawn_gateway};
+
+struct Service {
+    stop: CancellationToken,
+    handle: JoinHandle<()>,
+}
+
+impl Service {
+    async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.handle.await;
+    }
+}
+
+fn spawn<F>(run: impl FnOnce(CancellationToken) -> F) -> Service
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let stop = CancellationToken::new();
+    let handle = tokio::spawn(run(stop.clone()));
+    Service { stop, handle }
+}
+
+struct Stack {
+    gateway: TestApp,
+    services: Vec<Service>,
+    am_dir: PathBuf,
+    _nats: OwnNats,
+}
+
+impl Stack {
+    async fn start() -> Stack {
+        tokio::task::spawn_blocking(kandev_testkit::ensure_docker)
+            .await
+            .unwrap();
+        let nats = OwnNats::start().await;
+        let db = TestDb::create().await;
+
+        let tasks = kandev_task_service::Application::build(kandev_task_service::Settings {
+            listen_addr: "127.0.0.1:0".into(),
+            database_url: db.url.clone(),
+            nats_url: nats.url(),
+            outbox_poll_ms: 100,
+            ..Default::default()
+        })
+        .await
+        .expect("task service builds");
+        let tasks_addr = tasks.local_addr();
+        let tasks = spawn(|stop| async move {
+            tasks
+                .run_until_stopped(stop)
+                .await
+                .expect("task service runs");
+        });
+
+        let am_dir = std::env::temp_dir().join(format!("kandev-gw-am-{}", Uuid::new_v4().simple()));
+        for sub in ["workspaces", "allowed", "home"] {
+            std::fs::create_dir_all(am_dir.join(sub)).unwrap();
+        }
+        let agents = kandev_agent_manager::Application::build(kandev_agent_manager::Settings {
+            listen_addr: "127.0.0.1:0".into(),
+            database_url: db.url.clone(),
+            manager_id: db.name.clone(),
+            nats_url: nats.url(),
+            pull_images: false,
+            workspaces_root: am_dir.join("workspaces").display().to_string(),
+            allowed_workspace_roots: vec![am_dir.join("allowed").display().to_string()],
+            credentials_home: am_dir.join("home").display().to_string(),
+            initialize_timeout_secs: 20,
+            seq_flush_ms: 100,
+            ..Default::default()
+        })
+        .await
+        .expect("agent manager builds");
+        let agents_addr = agents.local_addr();
+        let agents = spawn(|stop| async move {
+            agents
+                .run_until_stopped(stop)
+                .await
+                .expect("agent manager runs");
+        });
+
+        let orchestrator = kandev_orchestrator::Application::build(kandev_orchestrator::Settings {
+            listen_addr: "127.0.0.1:0".into(),
+            database_url: db.url.clone(),
+            nats_url: nats.url(),
+            task_service_url: format!("http://{tasks_addr}"),
+            agent_manager_url: format!("http://{agents_addr}"),
+            feed_flush_ms: 20,
+            ..Default::default()
+        })
+        .await
+        .expect("orchestrator builds");
+        let orchestrator_addr = orchestrator.local_addr();
+        let orchestrator = spawn(|stop| async move {
+            orchestrator
+                .run_until_stopped(stop)
+                .await
+                .expect("orchestrator runs");
+        });
+
+        let mut settings = gateway_settings(&db, tasks_addr);
+        settings.agent_manager_url = format!("http://{agents_addr}");
+        settings.orchestrator_url = format!("http://{orchestrator_addr}");
+        settings.orchestrator_ws_url = String::new();
+        settings.downstream_timeout_ms = 30_000;
+        let gateway = spawn_gateway(db, settings).await;
+        Stack {
+            gateway,
+            services: vec![orchestrator, agents, tasks],
+            am_dir,
+            _nats: nats,
+        }
+    }
+
+    async fn stop(self) {
+        let Stack {
+            mut gateway,
+            services,
+            am_dir,
+            _nats,
+        } = self;
+        // The gateway first, then its dependencies; the database last.
+        let db = gateway.take_db();
+        gateway.stop().await;
+        for service in services {
+            service.stop().await;
+        }
+        db.drop_db().await;
+        let _ = std::fs::remove_dir_all(am_dir);
+    }
+}
+
+async fn eventually<T, F, Fut>(secs: u64, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn next_json<S>(ws: &mut S) -> Value
+where
+    S: futures::Stream<Item = Result<tg::Message, tg::Error>> + Unpin,
+{
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(60), ws.next())
+            .await
+            .expect("a frame in time")
+            .expect("the stream is open")
+            .expect("a valid frame");
+        if let tg::Message::Text(text) = msg {
+            return serde_json::from_str(text.as_str()).unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn stack_a_rest_task_reaches_the_orchestrator_and_streams_through_the_gateway() {
+    let mut stack = Stack::start().await;
+    let app = &stack.gateway;
+    let alice = app.token("alice", false);
+    let bob = app.token("bob", false);
+    let admin = app.token("admin", true);
+
+    // Every dependency is up.
+    let ready = app
+        .call(axum::http::Method::GET, "/readyz", None, None)
+        .await;
+    assert_eq!(ready.status, StatusCode::OK, "{}", ready.body);
+
+    // The registry, through the gateway.
+    let types = app.get("/api/v1/agent-types", &alice).await;
+    assert_eq!(types.status, StatusCode::OK, "{}", types.body);
+    assert!(
+        types.body["agent_types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["id"] == "mock-agent"),
+        "{}",
+        types.body
+    );
+
+    // A task created through REST with an agent type...
+    let board = app.board(&alice, "stack").await;
+    let created = app
+        .post(
+            &format!("/api/v1/boards/{board}/tasks"),
+            &alice,
+            json!({"title": "Edit the readme", "description": "scenario: code",
+                   "agent_type": "mock-agent", "max_retries": 0}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let task_id = created.body["id"].as_str().unwrap().to_string();
+
+    // ...is picked up by the orchestrator, which launches the agent.
+    let exec = eventually(120, "an execution with an instance", || async {
+        let r = app
+            .get(
+                &format!("/api/v1/orchestrator/tasks/{task_id}/status"),
+                &alice,
+            )
+            .await;
+        (r.status == StatusCode::OK && r.body["instance_id"].is_string()).then_some(r.body)
+    })
+    .await;
+    let instance = exec["instance_id"].as_str().unwrap().to_string();
+    let other = app
+        .get(
+            &format!("/api/v1/orchestrator/tasks/{task_id}/status"),
+            &bob,
+        )
+        .await;
+    assert_eq!(other.status, StatusCode::NOT_FOUND);
+
+    // The agent routes reach the real agent manager, with ownership checked
+    // through the instance's task.
+    let status = app
+        .get(&format!("/api/v1/agents/{instance}/status"), &alice)
+        .await;
+    assert_eq!(status.status, StatusCode::OK, "{}", status.body);
+    assert_eq!(status.body["task_id"], task_id.as_str());
+    assert_eq!(status.body["agent_type"], "mock-agent");
+    let theirs = app
+        .get(&format!("/api/v1/agents/{instance}/status"), &bob)
+        .await;
+    assert_eq!(theirs.status, StatusCode::NOT_FOUND);
+    let session = app
+        .get(&format!("/api/v1/agents/{instance}/session"), &alice)
+        .await;
+    assert_eq!(session.status, StatusCode::OK, "{}", session.body);
+    assert_eq!(session.body["instance_id"], instance.as_str());
+    let logs = app
+        .get(&format!("/api/v1/agents/{instance}/logs?tail=50"), &alice)
+        .await;
+    assert_eq!(logs.status, StatusCode::OK, "{}", logs.body);
+    assert!(logs.body["lines"].is_array());
+
+    // The run completes; the task service has the state.
+    eventually(120, "the task completed", || async {
+        let t = app.get(&format!("/api/v1/tasks/{task_id}"), &alice).await;
+        (t.body["state"] == "COMPLETED" || t.body["state"] == "REVIEW").then_some(())
+    })
+    .await;
+
+    // The feed through the gateway's proxy, token as a subprotocol: stored
+    // frames replay from ?after=0, numbered from 1.
+    let addr: SocketAddr = stack.gateway.serve();
+    let mut req = format!("ws://{addr}/api/v1/orchestrator/tasks/{task_id}/stream?after=0")
+        .into_client_request()
+        .unwrap();
+    req.headers_mut().insert(
+        "sec-websocket-protocol",
+        format!("kandev.bearer, {alice}").parse().unwrap(),
+    );
+    let (mut ws, resp) = tokio_tungstenite::connect_async(req).await.unwrap();
+    assert_eq!(resp.headers()["sec-websocket-protocol"], "kandev.bearer");
+    let first = next_json(&mut ws).await;
+    assert_eq!(first["seq"], 1, "{first}");
+    assert_eq!(first["task_id"], task_id.as_str());
+
+    // A command from the client reaches the orchestrator; its answer comes
+    // back (ack, or an error when no follow-up is possible).
+    ws.send(tg::Message::text(
+        json!({"type": "prompt", "text": "thanks", "id": "c-1"}).to_string(),
+    ))
+    .await
+    .unwrap();
+    let answer = loop {
+        let frame = next_json(&mut ws).await;
+        if frame.get("seq").is_none() {
+            break frame;
+        }
+    };
+    assert_eq!(answer["id"], "c-1", "{answer}");
+    assert!(
+        answer["type"] == "ack" || answer["type"] == "error",
+        "{answer}"
+    );
+    ws.close(None).await.unwrap();
+
+    // Admin changes to the registry reach the agent manager.
+    let new_type =
+        json!({"id": "gw-test-agent", "name": "GW test", "image": "kandev/mock-agent:latest"});
+    let made = stack
+        .gateway
+        .post("/api/v1/agent-types", &admin, new_type)
+        .await;
+    assert_eq!(made.status, StatusCode::CREATED, "{}", made.body);
+    let patched = stack
+        .gateway
+        .patch(
+            "/api/v1/agent-types/gw-test-agent",
+            &admin,
+            json!({"description": "patched"}),
+        )
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.body);
+    assert_eq!(patched.body["description"], "patched");
+    let disabled = stack
+        .gateway
+        .post(
+            "/api/v1/agent-types/gw-test-agent/disable",
+            &admin,
+            json!({}),
+        )
+        .await;
+    assert_eq!(disabled.status, StatusCode::OK, "{}", disabled.body);
+    assert_eq!(disabled.body["enabled"], false);
+    let dup = stack
+        .gateway
+        .post(
+            "/api/v1/agent-types",
+            &admin,
+            json!({"id": "gw-test-agent", "name": "again", "image": "x"}),
+        )
+        .await;
+    assert_eq!(dup.status, StatusCode::CONFLICT);
+    stack.stop().await;
+}
