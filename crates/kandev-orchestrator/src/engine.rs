@@ -505,10 +505,6 @@ impl Engine {
         match change.to.as_str() {
             "TODO" | "CANCELLED" => {
                 if let Some(exec) = &exec {
-                    if exec.state().is_active() {
-                        let reason = format!("task moved to {}", change.to);
-                        self.stop_agent(exec, &reason).await;
-                    }
                     if matches!(
                         exec.state(),
                         ExecState::Launching
@@ -517,6 +513,10 @@ impl Engine {
                             | ExecState::RetryWait
                     ) {
                         self.set_state(t.id, ExecState::Stopped).await?;
+                    }
+                    if exec.state().is_active() {
+                        let reason = format!("task moved to {}", change.to);
+                        self.stop_agent(exec, &reason).await;
                     }
                 }
                 if eligible(&t) {

@@ -91,9 +91,17 @@ fn metadata(task: &pb::Task) -> Value {
 /// The whole feed of a task through a fresh WebSocket client, checked to be
 /// numbered 1..=n with each (instance, instance_seq) once.
 async fn full_feed(app: &TestApp, task_id: &str) -> Vec<Value> {
-    let last = status(app, task_id).await["last_seq"].as_i64().unwrap();
-    assert!(last > 0, "the task has a feed");
     let id = Uuid::parse_str(task_id).unwrap();
+    // The feed and agent.* are consumed independently: wait until the
+    // numbering has settled and is stored.
+    let last = eventually(20, "the feed settles", || async {
+        let before = status(app, task_id).await["last_seq"].as_i64().unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let after = status(app, task_id).await["last_seq"].as_i64().unwrap();
+        let stored = stored(&app.db, id).await.len() as i64;
+        (after > 0 && before == after && stored == after).then_some(after)
+    })
+    .await;
     let mut ws = ws_connect(&app.ws_url(id, None)).await;
     let frames = ws_frames(&mut ws, last as usize).await;
     assert_eq!(seqs(&frames), (1..=last).collect::<Vec<_>>());
@@ -258,8 +266,10 @@ async fn e2e_cancelling_a_running_task_stops_its_agent() {
         }
     })
     .await;
-    let s = status(&app, &id).await;
-    assert_eq!(s["state"], "stopped");
+    eventually(10, "execution stopped", || async {
+        (status(&app, &id).await["state"] == "stopped").then_some(())
+    })
+    .await;
     assert_eq!(
         get_task(&app, &id).await.state,
         pb::TaskState::Cancelled as i32
@@ -354,11 +364,11 @@ async fn e2e_the_orchestrator_killed_mid_run_comes_back_and_the_task_completes_e
     assert!(!metadata(&t)["summary"].as_str().unwrap_or("").is_empty());
     let s = status(&app, &id).await;
     assert_eq!(s["attempts"], 1, "the run went on, it was not relaunched");
+    let frames = full_feed(&app, &id).await;
+    let last = frames.len() as i64;
     let mut again = ws_connect(&app.ws_url(task_id, Some(15))).await;
-    let last = s["last_seq"].as_i64().unwrap();
     let after = ws_frames(&mut again, (last - 15) as usize).await;
     assert_eq!(seqs(&after), (16..=last).collect::<Vec<_>>());
-    let frames = full_feed(&app, &id).await;
     assert_eq!(
         &frames[..15],
         &before[..],
