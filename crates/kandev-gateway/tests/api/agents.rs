@@ -1,6 +1,6 @@
-//! Agent and agent-type routes. The agent manager is not committed yet, so
-//! these test the gateway's own behaviour only: auth, ownership through
-//! the task service, validation, and 503 while the agent manager is down.
+//! Agent and agent-type routes: the gateway's own behaviour (auth,
+//! ownership through the task service, validation, 503 while the agent
+//! manager is down). `stack.rs` runs them against the real agent manager.
 
 use axum::http::{Method, StatusCode};
 use serde_json::json;

@@ -1,10 +1,16 @@
 //! Router-level tests of the gateway, in front of the REAL task service
-//! (in-process, fresh Postgres database per test, NATS). The agent manager
-//! and orchestrator are not committed yet: their routes are tested for the
-//! gateway's own behaviour (auth, ownership, validation, 503 when down).
+//! (in-process, fresh Postgres database per test, NATS).
+//!
+//! - `agents`, `orchestrator`: the gateway's own behaviour on those routes
+//!   (auth, ownership, validation, 503 while the service is down, and the
+//!   WebSocket proxy's mechanics against a stand-in server).
+//! - `stack`: the whole stack with the REAL orchestrator and agent manager
+//!   (mock agent in Docker): the integration test of those routes.
+//! - `binary`: the built binary, its key checks and a graceful stop.
 
 mod agents;
 mod auth;
+mod binary;
 mod boards;
 mod hardening;
 mod helpers;

@@ -1,9 +1,10 @@
-//! Orchestrator routes. The orchestrator is not committed yet: the gRPC
-//! routes are tested for auth, ownership and 503 while it is down. The
-//! WebSocket proxy's own mechanics (auth by header or subprotocol, `?after=`
-//! passed on, frames both ways, close frames with their reasons) are tested
-//! against a minimal stand-in WebSocket server defined here; that is a test
-//! of the proxy, not an integration test with the orchestrator.
+//! Orchestrator routes: the gRPC routes are tested here for auth, ownership
+//! and 503 while the orchestrator is down (`stack.rs` runs them against the
+//! real orchestrator). The WebSocket proxy's own mechanics (auth by header
+//! or subprotocol, `?after=` passed on, frames both ways, close frames with
+//! their reasons) are tested against a minimal stand-in WebSocket server
+//! defined here; that is a test of the proxy, not an integration test with
+//! the orchestrator.
 
 use std::net::SocketAddr;
 
