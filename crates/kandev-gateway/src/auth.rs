@@ -216,12 +216,26 @@ pub async fn require_auth(
     mut req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let token = bearer_token(req.headers())
-        .ok_or_else(|| ApiError::unauthorized("a bearer token is required"))?;
-    let user = state.jwt().verify(&token).map_err(|e| match e {
-        JwtError::Expired => ApiError::unauthorized("the token has expired"),
-        _ => ApiError::unauthorized("the token is invalid"),
-    })?;
+    let verified = match bearer_token(req.headers()) {
+        None => Err(ApiError::unauthorized("a bearer token is required")),
+        Some(token) => state.jwt().verify(&token).map_err(|e| match e {
+            JwtError::Expired => ApiError::unauthorized("the token has expired"),
+            _ => ApiError::unauthorized("the token is invalid"),
+        }),
+    };
+    let user = match verified {
+        Ok(user) => user,
+        Err(refused) => {
+            // Refusals count against the client's address, so guessing
+            // tokens is as limited as any other use of the API.
+            let ip = state.client_ip(req.headers(), req.extensions());
+            state
+                .api_limiter()
+                .check(&format!("ip:{ip}"))
+                .map_err(|wait| ApiError::rate_limited(wait.as_secs_f64().ceil() as u64))?;
+            return Err(refused);
+        }
+    };
     tracing::Span::current().record("user", user.username.as_str());
     state
         .api_limiter()

@@ -64,6 +64,30 @@ async fn api_is_rate_limited_per_user() {
 }
 
 #[tokio::test]
+async fn refused_tokens_are_rate_limited_per_address() {
+    let app = spawn_app_with(|s| {
+        s.rate_limit.api_burst = 2;
+        s.rate_limit.api_per_minute = 1;
+    })
+    .await;
+    for _ in 0..2 {
+        let resp = app.get("/api/v1/boards", "guess").await;
+        assert_eq!(resp.status, StatusCode::UNAUTHORIZED);
+    }
+    let limited = app.call(Method::GET, "/api/v1/boards", None, None).await;
+    assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(limited.error(), "rate_limited");
+    assert!(limited.headers.contains_key("retry-after"));
+    // A valid token still works: users have buckets of their own.
+    let alice = app.token("alice", false);
+    assert_eq!(
+        app.get("/api/v1/auth/me", &alice).await.status,
+        StatusCode::OK
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn request_ids_are_generated_or_echoed() {
     let app = spawn_app().await;
     let resp = app.call(Method::GET, "/healthz", None, None).await;
