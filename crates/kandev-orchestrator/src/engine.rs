@@ -32,6 +32,9 @@ use crate::{
 /// The actor name of every change the orchestrator makes.
 pub const ACTOR: &str = "orchestrator";
 
+const ORIGIN_ELIGIBLE: &str = "eligible";
+const ORIGIN_MANUAL: &str = "manual";
+
 /// One row of `executions`.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Execution {
@@ -48,6 +51,8 @@ pub struct Execution {
     pub prompt: String,
     pub retry_at: Option<DateTime<Utc>>,
     pub updated_at: DateTime<Utc>,
+    /// `eligible` or `manual`.
+    pub origin: String,
 }
 
 impl Execution {
@@ -107,7 +112,7 @@ pub struct Engine {
 }
 
 const SELECT_EXEC: &str = "SELECT task_id, state, agent_type, priority, queue_order, instance_id, \
-     attempts, max_retries, last_error, acp_session_id, prompt, retry_at, updated_at \
+     attempts, max_retries, last_error, acp_session_id, prompt, retry_at, updated_at, origin \
      FROM executions";
 
 impl Engine {
@@ -207,26 +212,27 @@ impl Engine {
     }
 
     /// Puts the task in the queue (or refreshes its queued entry).
-    async fn enqueue(&self, t: &TaskFacts, prompt: &str) -> Result<()> {
+    async fn enqueue(&self, t: &TaskFacts, prompt: &str, origin: &str) -> Result<()> {
         let Some(agent_type) = &t.agent_type else {
             return Ok(());
         };
         sqlx::query(
             "INSERT INTO executions (task_id, state, agent_type, priority, queue_order, attempts,
-                                     max_retries, last_error, prompt, instance_id, retry_at)
-             VALUES ($1, 'queued', $2, $3, nextval('queue_order'), 0, $4, '', $5, NULL, NULL)
+                                     max_retries, last_error, prompt, instance_id, retry_at, origin)
+             VALUES ($1, 'queued', $2, $3, nextval('queue_order'), 0, $4, '', $5, NULL, NULL, $6)
              ON CONFLICT (task_id) DO UPDATE SET
                 state = 'queued', agent_type = $2, priority = $3,
                 queue_order = CASE WHEN executions.state = 'queued' THEN executions.queue_order
                                    ELSE nextval('queue_order') END,
                 attempts = 0, max_retries = $4, last_error = '', prompt = $5,
-                instance_id = NULL, retry_at = NULL, updated_at = now()",
+                instance_id = NULL, retry_at = NULL, origin = $6, updated_at = now()",
         )
         .bind(t.id)
         .bind(agent_type)
         .bind(t.priority)
         .bind(t.max_retries.max(0))
         .bind(prompt)
+        .bind(origin)
         .execute(&self.pool)
         .await?;
         tracing::info!(task_id = %t.id, priority = t.priority, %agent_type, "task queued");
@@ -297,6 +303,22 @@ impl Engine {
                 return Ok(false);
             }
         };
+        let still_eligible = task_state_name(task.state) == "TODO"
+            && task.agent_type.as_deref().is_some_and(|a| !a.is_empty());
+        if exec.origin == ORIGIN_ELIGIBLE && exec.attempts == 0 && !still_eligible {
+            // Queued by an event that is history now (replayed after
+            // downtime, say): the task has moved on.
+            tracing::info!(%task_id, "queued task is no longer eligible");
+            sqlx::query(
+                "UPDATE executions SET state = 'stopped', attempts = $2, updated_at = now()
+                 WHERE task_id = $1",
+            )
+            .bind(task_id)
+            .bind(exec.attempts)
+            .execute(&self.pool)
+            .await?;
+            return Ok(false);
+        }
         let metadata: Value = serde_json::from_str(&task.metadata_json).unwrap_or(json!({}));
         let resume = metadata
             .get("acp_session_id")
@@ -443,7 +465,7 @@ impl Engine {
                 if let Ok(env) = serde_json::from_slice::<Envelope<TaskCreated>>(payload) {
                     let t = TaskFacts::from(&env.data.task);
                     if eligible(&t) {
-                        self.enqueue(&t, "").await?;
+                        self.enqueue(&t, "", ORIGIN_ELIGIBLE).await?;
                     }
                 }
             }
@@ -474,7 +496,7 @@ impl Engine {
                             .await?;
                         }
                         Some(s) if s.is_active() || s == ExecState::RetryWait => {}
-                        _ if eligible(&t) => self.enqueue(&t, "").await?,
+                        _ if eligible(&t) => self.enqueue(&t, "", ORIGIN_ELIGIBLE).await?,
                         _ => {}
                     }
                 }
@@ -520,7 +542,7 @@ impl Engine {
                     }
                 }
                 if eligible(&t) {
-                    self.enqueue(&t, "").await?;
+                    self.enqueue(&t, "", ORIGIN_ELIGIBLE).await?;
                 }
             }
             _ => {
@@ -785,7 +807,7 @@ impl Engine {
                 "the task has no agent_type".into(),
             ));
         }
-        self.enqueue(&facts, prompt.as_deref().unwrap_or(""))
+        self.enqueue(&facts, prompt.as_deref().unwrap_or(""), ORIGIN_MANUAL)
             .await?;
         self.dispatch().await
     }

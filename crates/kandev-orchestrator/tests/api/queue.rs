@@ -637,3 +637,45 @@ async fn review_on_completion_and_back_to_todo_while_running_restarts_the_run() 
     assert_eq!(s["last_error"], "");
     app.stop().await;
 }
+
+#[tokio::test]
+async fn events_replayed_after_downtime_never_launch_a_task_that_moved_on() {
+    let mut app = spawn_app_with(Options {
+        with_task_service: true,
+        ..Options::default()
+    })
+    .await;
+    let board = board(&app).await;
+    app.crash().await;
+    // While the orchestrator is down: created in TODO, then cancelled; and
+    // another created and still waiting.
+    let gone = task(&app, &board, "gone", 9, "mock-agent").await;
+    app.tasks()
+        .change_task_state(pb::ChangeTaskStateRequest {
+            id: gone.clone(),
+            state: pb::TaskState::Cancelled as i32,
+            actor: "alice".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let waiting = task(&app, &board, "waiting", 0, "mock-agent").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    app.restart().await;
+    let l = wait_launches(&app, 1).await;
+    assert_eq!(
+        l[0].0, waiting,
+        "the events were processed after the restart"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        app.agents.launches().len(),
+        1,
+        "the cancelled task never ran"
+    );
+    let s = status(&app, &gone).await;
+    assert_eq!(s["state"], "stopped");
+    assert_eq!(s["attempts"], 0);
+    app.stop().await;
+}
