@@ -229,6 +229,8 @@ pub struct AgentInstance {
     pub turns: i64,
     /// Where `last_seq` stands in the container's Docker log.
     pub cursors: LogCursors,
+    /// The envelope of the last sync-point event, stored before publishing.
+    pub sync_event: Option<serde_json::Value>,
     pub created_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,

@@ -325,36 +325,40 @@ async fn publisher(
             occurred_at,
             data: message,
         };
-        match envelope.to_bytes() {
-            Ok(bytes) => publish_retrying(bus.as_ref(), &subject, envelope.id, bytes.into()).await,
-            Err(e) => tracing::error!(error = %e, "cannot serialize acp message"),
-        }
-        let sync = {
-            let mut s = lock(&state);
-            s.published_seq = seq;
-            match stamp {
-                Some((true, ts)) => {
-                    s.cursors.stderr = ts;
-                    None
-                }
-                Some((false, ts)) => {
-                    s.cursors.stdout = ts;
-                    None
-                }
-                None => Some((s.progress, s.cursors.clone())),
+        let bytes = match envelope.to_bytes() {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot serialize acp message");
+                continue;
             }
         };
-        // An event that no log line can reproduce (sent to the agent, or the
-        // client's own) is a sync point: storing it at once keeps a replay
-        // after a restart numbering lines exactly as before.
-        if let Some((progress, cursors)) = sync {
+        if stamp.is_none() {
+            // An event that no log line can reproduce (sent to the agent, or
+            // the client's own) is a sync point, stored with its envelope
+            // before it is published: a replay after a restart then numbers
+            // the following lines exactly as before, and publishes this
+            // event again (same id) in case it never left.
+            let (progress, cursors) = {
+                let s = lock(&state);
+                (s.progress, s.cursors.clone())
+            };
+            let stored: serde_json::Value =
+                serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
             let seq = i64::try_from(seq).unwrap_or(i64::MAX);
             if let Err(e) = store
-                .save_progress(instance.id, seq, progress, &cursors)
+                .save_sync(instance.id, seq, progress, &cursors, &stored)
                 .await
             {
-                tracing::warn!(error = %e, "cannot store last_seq");
+                tracing::warn!(error = %e, "cannot store a sync point");
             }
+        }
+        publish_retrying(bus.as_ref(), &subject, envelope.id, bytes.into()).await;
+        let mut s = lock(&state);
+        s.published_seq = seq;
+        match stamp {
+            Some((true, ts)) => s.cursors.stderr = ts,
+            Some((false, ts)) => s.cursors.stdout = ts,
+            None => {}
         }
     }
 }
@@ -824,6 +828,18 @@ async fn drive(
 
     if resumed {
         *lock(&handle.session) = instance.acp_session_id.clone();
+        // The last sync point may not have been published before the crash.
+        if let Some(envelope) = &instance.sync_event
+            && let (Some(subject), Some(event_id)) = (
+                envelope["type"].as_str(),
+                envelope["id"]
+                    .as_str()
+                    .and_then(|i| Uuid::parse_str(i).ok()),
+            )
+            && let Ok(bytes) = serde_json::to_vec(envelope)
+        {
+            publish_retrying(shared.bus.as_ref(), subject, event_id, bytes.into()).await;
+        }
         // Re-read the log from the stored position; earlier lines are
         // skipped, so numbering continues at last_seq + 1.
         let cursors = &instance.cursors;

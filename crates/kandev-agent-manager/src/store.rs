@@ -91,6 +91,7 @@ struct InstanceRow {
     turns: i64,
     stdout_cursor: String,
     stderr_cursor: String,
+    sync_event: Option<serde_json::Value>,
     created_at: DateTime<Utc>,
     started_at: Option<DateTime<Utc>>,
     finished_at: Option<DateTime<Utc>>,
@@ -119,6 +120,7 @@ impl TryFrom<InstanceRow> for AgentInstance {
                 stdout: r.stdout_cursor,
                 stderr: r.stderr_cursor,
             },
+            sync_event: r.sync_event,
             created_at: r.created_at,
             started_at: r.started_at,
             finished_at: r.finished_at,
@@ -128,7 +130,7 @@ impl TryFrom<InstanceRow> for AgentInstance {
 
 const INSTANCE_COLUMNS: &str = "id, task_id, agent_type, status, container_id, acp_session_id, \
     workspace_path, workspace_owned, exit_code, error, stop_reason, progress, last_seq, turns, \
-    stdout_cursor, stderr_cursor, created_at, started_at, finished_at";
+    stdout_cursor, stderr_cursor, sync_event, created_at, started_at, finished_at";
 
 /// How an instance ended.
 #[derive(Debug, Clone, Default)]
@@ -281,7 +283,7 @@ impl Store {
         let row: InstanceRow = sqlx::query_as(&format!(
             "UPDATE agent_instances SET status = 'starting', error = '', exit_code = NULL, \
              stop_reason = '', finished_at = NULL, started_at = coalesce(started_at, now()), \
-             stdout_cursor = '', stderr_cursor = '', \
+             stdout_cursor = '', stderr_cursor = '', sync_event = NULL, \
              turns = turns + 1, updated_at = now() WHERE id = $1 RETURNING {INSTANCE_COLUMNS}"
         ))
         .bind(id)
@@ -357,6 +359,32 @@ impl Store {
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    /// Stores a sync point before its event is published: `last_seq`, the
+    /// log cursors and the event's envelope.
+    pub async fn save_sync(
+        &self,
+        id: Uuid,
+        last_seq: i64,
+        progress: f64,
+        cursors: &LogCursors,
+        envelope: &serde_json::Value,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE agent_instances SET last_seq = $2, progress = $3, stdout_cursor = $4, \
+             stderr_cursor = $5, sync_event = $6, updated_at = now() \
+             WHERE id = $1 AND last_seq <= $2",
+        )
+        .bind(id)
+        .bind(last_seq)
+        .bind(progress)
+        .bind(&cursors.stdout)
+        .bind(&cursors.stderr)
+        .bind(envelope)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
     /// Appends log lines and keeps only the newest `keep` of the instance.

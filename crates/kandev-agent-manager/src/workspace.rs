@@ -49,7 +49,7 @@ pub async fn prepare(
     task_id: Uuid,
     source: WorkspaceSource,
 ) -> Result<PreparedWorkspace> {
-    match source {
+    let prepared = match source {
         WorkspaceSource::Path(path) => allowed_path(settings, &path),
         WorkspaceSource::Empty => {
             let dir = task_dir(settings, task_id)?;
@@ -58,7 +58,12 @@ pub async fn prepare(
             owned(dir)
         }
         WorkspaceSource::Git { url, branch } => clone(settings, task_id, &url, &branch).await,
+    }?;
+    // Docker's bind syntax is `host:container:mode`.
+    if prepared.host_path.to_string_lossy().contains([':', ',']) {
+        return Err(invalid("the workspace path must not contain ':' or ','"));
     }
+    Ok(prepared)
 }
 
 fn owned(dir: PathBuf) -> Result<PreparedWorkspace> {
