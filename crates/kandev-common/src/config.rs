@@ -151,7 +151,10 @@ mod tests {
             let err = load::<Demo>(None).unwrap_err();
             // The message names the key and the accepted values.
             let text = err.to_string().to_lowercase();
-            assert!(text.contains("log.format") && text.contains("json"), "{err}");
+            assert!(
+                text.contains("log.format") && text.contains("json"),
+                "{err}"
+            );
             Ok(())
         });
     }
