@@ -151,12 +151,18 @@ impl Application {
     /// the per-address rate limit needs.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {
         tracing::info!(addr = %self.local_addr, "gateway listening");
+        let streams = self.state.streams_stop().clone();
         let served = axum::serve(
             self.listener,
             self.router
                 .into_make_service_with_connect_info::<SocketAddr>(),
         )
-        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .with_graceful_shutdown(async move {
+            shutdown.cancelled().await;
+            // Upgraded connections are not drained by the server: tell the
+            // stream proxies to close both sides with 1001.
+            streams.cancel();
+        })
         .await;
         self.pool.close().await;
         tracing::info!("gateway stopped");

@@ -4,6 +4,7 @@ use std::{net::SocketAddr, sync::Arc};
 
 use axum::extract::ConnectInfo;
 use http::{Extensions, HeaderMap};
+use kandev_common::CancellationToken;
 use sqlx::PgPool;
 
 use crate::{auth::JwtKeys, clients::Downstream, rate_limit::RateLimiter};
@@ -19,6 +20,8 @@ struct Inner {
     login_limiter: RateLimiter,
     api_limiter: RateLimiter,
     trust_forwarded_for: bool,
+    /// Fired when the server stops: open stream proxies close politely.
+    streams_stop: CancellationToken,
 }
 
 impl std::fmt::Debug for AppState {
@@ -43,6 +46,7 @@ impl AppState {
             login_limiter,
             api_limiter,
             trust_forwarded_for,
+            streams_stop: CancellationToken::new(),
         }))
     }
 
@@ -56,6 +60,11 @@ impl AppState {
 
     pub fn downstream(&self) -> &Downstream {
         &self.0.downstream
+    }
+
+    /// Cancelled when the server shuts down.
+    pub fn streams_stop(&self) -> &CancellationToken {
+        &self.0.streams_stop
     }
 
     pub fn login_limiter(&self) -> &RateLimiter {

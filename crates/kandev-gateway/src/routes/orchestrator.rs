@@ -1,7 +1,7 @@
 //! The orchestrator: start, stop and inspect a task's execution, and the
 //! task's live stream, proxied WebSocket to WebSocket.
 
-use std::{pin::pin, time::Duration};
+use std::time::Duration;
 
 use axum::{
     Json,
@@ -13,7 +13,7 @@ use axum::{
 };
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use http::{HeaderMap, HeaderValue, header};
-use kandev_common::ErrorCode;
+use kandev_common::{CancellationToken, ErrorCode};
 use kandev_proto::v1 as pb;
 use tokio_tungstenite::tungstenite::{
     self as tg, client::IntoClientRequest, protocol::frame::coding::CloseCode,
@@ -198,10 +198,11 @@ pub async fn stream(
         upgrade
     };
     let task_id = task.id;
+    let stop = state.streams_stop().clone();
     Ok(upgrade
         .on_upgrade(move |client| async move {
             tracing::debug!(%task_id, "stream proxy open");
-            proxy(client, upstream).await;
+            proxy(client, upstream, stop).await;
             tracing::debug!(%task_id, "stream proxy closed");
         })
         .into_response())
@@ -280,18 +281,37 @@ impl IsClose for tg::Message {
     }
 }
 
-async fn proxy<U>(client: WebSocket, upstream: tokio_tungstenite::WebSocketStream<U>)
-where
+async fn proxy<U>(
+    client: WebSocket,
+    upstream: tokio_tungstenite::WebSocketStream<U>,
+    stop: CancellationToken,
+) where
     U: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    let (client_tx, client_rx) = client.split();
-    let (upstream_tx, upstream_rx) = upstream.split();
-    let mut down = pin!(pump(upstream_rx, client_tx, to_client));
-    let mut up = pin!(pump(client_rx, upstream_tx, to_upstream));
-    // When one side closes, give the other a moment to finish the closing
-    // handshake, then drop both.
-    tokio::select! {
-        () = &mut down => { let _ = tokio::time::timeout(CLOSE_GRACE, up).await; }
-        () = &mut up => { let _ = tokio::time::timeout(CLOSE_GRACE, down).await; }
+    let (mut client_tx, mut client_rx) = client.split();
+    let (mut upstream_tx, mut upstream_rx) = upstream.split();
+    let stopping = {
+        let mut down = Box::pin(pump(&mut upstream_rx, &mut client_tx, to_client));
+        let mut up = Box::pin(pump(&mut client_rx, &mut upstream_tx, to_upstream));
+        // When one side closes, give the other a moment to finish the
+        // closing handshake, then drop both.
+        tokio::select! {
+            () = &mut down => { let _ = tokio::time::timeout(CLOSE_GRACE, up).await; false }
+            () = &mut up => { let _ = tokio::time::timeout(CLOSE_GRACE, down).await; false }
+            () = stop.cancelled() => true,
+        }
+    };
+    if stopping {
+        const REASON: &str = "the gateway is shutting down";
+        let to_client = client_tx.send(ws::Message::Close(Some(ws::CloseFrame {
+            code: u16::from(CloseCode::Away),
+            reason: REASON.into(),
+        })));
+        let _ = tokio::time::timeout(CLOSE_GRACE, to_client).await;
+        let to_upstream = upstream_tx.send(tg::Message::Close(Some(tg::protocol::CloseFrame {
+            code: CloseCode::Away,
+            reason: REASON.into(),
+        })));
+        let _ = tokio::time::timeout(CLOSE_GRACE, to_upstream).await;
     }
 }

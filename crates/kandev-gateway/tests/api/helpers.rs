@@ -197,6 +197,13 @@ impl TestApp {
         addr
     }
 
+    /// Stops only the served gateway (its dependencies keep running).
+    pub fn shutdown_gateway(&self) {
+        if let Some((stop, _)) = &self.gateway {
+            stop.cancel();
+        }
+    }
+
     /// Stops the gateway, then its task service, then drops the database
     /// (unless taken with [`TestApp::take_db`]).
     pub async fn stop(self) {

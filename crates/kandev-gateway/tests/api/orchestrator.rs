@@ -290,3 +290,41 @@ async fn stream_proxy_passes_the_clients_close_reason_upstream() {
     assert_eq!(frame.reason.as_str(), "tab closed");
     app.stop().await;
 }
+
+#[tokio::test]
+async fn stream_proxy_closes_both_sides_when_the_gateway_stops() {
+    let (base, _seen, closed) = stand_in().await;
+    let mut app = spawn_app_with(|s| s.orchestrator_ws_url = base).await;
+    let alice = app.token("alice", false);
+    let board = app.board(&alice, "b").await;
+    let task = app.task(&alice, &board, "t").await;
+    let id = task["id"].as_str().unwrap().to_string();
+    let addr = app.serve();
+
+    let mut req = ws_request(addr, &format!("/api/v1/orchestrator/tasks/{id}/stream"));
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {alice}").parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let _hello = ws.next().await.unwrap().unwrap();
+    app.shutdown_gateway();
+    let wait = std::time::Duration::from_secs(10);
+    match tokio::time::timeout(wait, ws.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+    {
+        tg::Message::Close(Some(frame)) => {
+            assert_eq!(frame.code, CloseCode::Away);
+            assert_eq!(frame.reason.as_str(), "the gateway is shutting down");
+        }
+        other => panic!("expected a close frame, got {other:?}"),
+    }
+    let upstream = tokio::time::timeout(wait, closed)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(upstream.code, CloseCode::Away);
+    app.stop().await;
+}
