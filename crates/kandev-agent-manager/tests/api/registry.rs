@@ -32,9 +32,18 @@ async fn seeded_agent_types_and_upsert() {
         by_id("augment-agent").required_env,
         ["AUGMENT_SESSION_AUTH"]
     );
-    assert_eq!(by_id("claude-code").command, ["claude-code-acp"]);
+    // Each real agent runs from the image its Dockerfile under dockerfiles/ builds.
+    for id in ["augment-agent", "claude-code", "gemini", "codex"] {
+        assert_eq!(by_id(id).image, format!("kandev/{id}:latest"));
+        let dockerfile = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../dockerfiles")
+            .join(id)
+            .join("Dockerfile");
+        assert!(dockerfile.is_file(), "{} missing", dockerfile.display());
+    }
+    assert_eq!(by_id("claude-code").command, ["claude-agent-acp"]);
     assert_eq!(by_id("claude-code").required_env, ["ANTHROPIC_API_KEY"]);
-    assert_eq!(by_id("gemini").command, ["gemini", "--experimental-acp"]);
+    assert_eq!(by_id("gemini").command, ["gemini", "--acp"]);
     assert_eq!(by_id("gemini").required_env, ["GEMINI_API_KEY"]);
     assert_eq!(by_id("codex").command, ["codex-acp"]);
     assert_eq!(by_id("codex").required_env, ["OPENAI_API_KEY"]);
