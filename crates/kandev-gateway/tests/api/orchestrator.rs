@@ -328,3 +328,78 @@ async fn stream_proxy_closes_both_sides_when_the_gateway_stops() {
     assert_eq!(upstream.code, CloseCode::Away);
     app.stop().await;
 }
+
+/// A stand-in that sends 1 MiB binary frames as fast as it is allowed to,
+/// counting the frames its socket accepted.
+async fn flooding_stand_in() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("ws://{}", listener.local_addr().unwrap());
+    let sent = Arc::new(AtomicUsize::new(0));
+    let counter = sent.clone();
+    tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let mut ws = tokio_tungstenite::accept_async(stream).await.unwrap();
+        for i in 0..FLOOD_FRAMES {
+            let mut frame = vec![0u8; 1 << 20];
+            frame[..8].copy_from_slice(&(i as u64).to_be_bytes());
+            if ws.send(tg::Message::binary(frame)).await.is_err() {
+                return;
+            }
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+        let _ = ws.close(None).await;
+    });
+    (base, sent)
+}
+
+const FLOOD_FRAMES: usize = 400;
+
+#[tokio::test]
+async fn stream_proxy_keeps_backpressure_when_the_client_does_not_read() {
+    use std::sync::atomic::Ordering;
+    let (base, sent) = flooding_stand_in().await;
+    let mut app = spawn_app_with(|s| s.orchestrator_ws_url = base).await;
+    let alice = app.token("alice", false);
+    let board = app.board(&alice, "b").await;
+    let task = app.task(&alice, &board, "t").await;
+    let id = task["id"].as_str().unwrap().to_string();
+    let addr = app.serve();
+
+    let mut req = ws_request(addr, &format!("/api/v1/orchestrator/tasks/{id}/stream"));
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {alice}").parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+
+    // The client reads nothing: the upstream must stall once the socket
+    // buffers between the hops are full, far below the 400 MiB it offers.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let stalled_at = sent.load(Ordering::SeqCst);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(
+        sent.load(Ordering::SeqCst),
+        stalled_at,
+        "the upstream is stalled"
+    );
+    assert!(
+        stalled_at < FLOOD_FRAMES / 4,
+        "the proxy buffered {stalled_at} MiB for a client that reads nothing"
+    );
+
+    // Reading resumes the flow, in order and complete.
+    for i in 0..FLOOD_FRAMES {
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(30), ws.next())
+            .await
+            .expect("a frame in time")
+            .unwrap()
+            .unwrap();
+        let data = frame.into_data();
+        assert_eq!(data.len(), 1 << 20);
+        assert_eq!(u64::from_be_bytes(data[..8].try_into().unwrap()), i as u64);
+    }
+    assert_eq!(sent.load(Ordering::SeqCst), FLOOD_FRAMES);
+    app.stop().await;
+}
