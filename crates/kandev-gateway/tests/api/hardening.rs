@@ -186,3 +186,34 @@ async fn a_down_task_service_is_a_clear_503() {
     assert_eq!(resp.status, StatusCode::SERVICE_UNAVAILABLE);
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_task_service_that_never_answers_times_out() {
+    // Accepts connections and never answers: calls must not hang.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hole = tokio::spawn(async move {
+        let mut held = vec![];
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let app = spawn_app_with(|s| {
+        s.task_service_url = format!("http://{addr}");
+        s.downstream_timeout_ms = 300;
+        s.downstream_connect_timeout_ms = 300;
+    })
+    .await;
+    let alice = app.token("alice", false);
+    let started = std::time::Instant::now();
+    let resp = app.get("/api/v1/boards", &alice).await;
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert_eq!(resp.status, StatusCode::GATEWAY_TIMEOUT, "{}", resp.body);
+    assert_eq!(resp.error(), "service_unavailable");
+    assert_eq!(
+        resp.body["message"],
+        "the task service did not answer in time"
+    );
+    hole.abort();
+    app.stop().await;
+}
