@@ -3,10 +3,11 @@
 
 import { h, clear, toast, confirmDialog } from './dom.js';
 import { api, taskState } from './api.js';
-import { STATES, STATE_LABELS, execBadge, execState, taskDialog } from './common.js';
+import { STATES, STATE_LABELS, ACTIVE_EXEC, execBadge, execState, taskDialog } from './common.js';
 
 const POLL_MS = 2000;
-const STATUS_STATES = new Set(['TODO', 'IN_PROGRESS', 'WAITING_FOR_INPUT', 'BLOCKED', 'FAILED']);
+const STATUS_STATES = new Set(['TODO', 'IN_PROGRESS', 'WAITING_FOR_INPUT', 'BLOCKED', 'FAILED', 'REVIEW', 'COMPLETED']);
+const LIVE_STATES = new Set(['IN_PROGRESS', 'WAITING_FOR_INPUT']);
 
 export function boardView(main, boardId, { setCrumbs }) {
   let alive = true;
@@ -109,8 +110,21 @@ export function boardView(main, boardId, { setCrumbs }) {
     sortColumns();
   }
 
+  // Live states are asked every poll; others only when the task changed
+  // (or every 5th poll), to keep the request rate low on big boards.
+  const statusVersion = new Map();
+  let pollNo = 0;
   async function refreshStatuses(tasks) {
-    const want = tasks.filter((t) => STATUS_STATES.has(taskState(t)) || statuses.has(t.id));
+    pollNo++;
+    const want = tasks.filter((t) => {
+      const st = taskState(t);
+      const s = statuses.get(t.id);
+      if (LIVE_STATES.has(st) || (s && ACTIVE_EXEC.has(execState(s)))) return true;
+      if (!STATUS_STATES.has(st) && !s) return false;
+      const changed = statusVersion.get(t.id) !== t.version;
+      statusVersion.set(t.id, t.version);
+      return changed || pollNo % 5 === 0;
+    });
     const queue = [...want];
     const worker = async () => {
       while (queue.length && alive) {

@@ -309,10 +309,10 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
     clear(historyBox).append(h('p', { class: 'muted' }, 'Loading…'));
     const runRows = [...runs.values()].filter((r) => r.instanceId !== 'unknown');
     const runsTable = h('table', { class: 'table', testid: 'attempts' },
-      h('caption', null, `Agent runs (${status?.attempts ?? runRows.length} attempts recorded)`),
+      h('caption', null, `Agent instances (${status?.attempts ?? runRows.length} attempt${(status?.attempts ?? runRows.length) === 1 ? '' : 's'})`),
       h('thead', null, h('tr', null, h('th', { scope: 'col' }, '#'), h('th', { scope: 'col' }, 'Instance'), h('th', { scope: 'col' }, 'Started'), h('th', { scope: 'col' }, 'Last activity'), h('th', { scope: 'col' }, 'Turns'), h('th', { scope: 'col' }, 'Last stop reason'), h('th', { scope: 'col' }, 'Logs'))),
       h('tbody', null, runRows.map((r, i) => h('tr', { testid: 'attempt-row' },
-        h('td', null, String(i + 1)), h('td', null, h('code', null, r.instanceId.slice(0, 8))), h('td', null, fmtTime(r.first)), h('td', null, fmtTime(r.last)),
+        h('td', null, String(i + 1)), h('td', null, h('code', { class: 'small' }, r.instanceId)), h('td', null, fmtTime(r.first)), h('td', null, fmtTime(r.last)),
         h('td', null, String(r.turns)), h('td', null, r.stopReason || '—'),
         h('td', null, h('button', { type: 'button', class: 'btn btn-small', onclick: () => { select('logs'); loadLogs(r.instanceId); } }, 'Logs'))))));
     let events = [];
@@ -346,7 +346,8 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
   function kv(k, v) { return [h('dt', null, k), h('dd', null, v)]; }
 
   // ---- debug hooks for tests ----
-  Object.assign(debug, {
+  // (defineProperties, not Object.assign: the getters must stay live)
+  Object.defineProperties(debug, Object.getOwnPropertyDescriptors({
     closeSocket: () => socket.drop(),
     get reconnects() { return socket.reconnects; },
     get socketStatus() { return socket.status; },
@@ -355,7 +356,7 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
     get feedItems() { return feed.items.length; },
     get eventsApplied() { return feed.applied; },
     feed,
-  });
+  }));
 
   refresh();
   const onVis = () => { if (!document.hidden) refresh(); };
