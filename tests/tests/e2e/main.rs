@@ -1,4 +1,10 @@
 //! End-to-end scenarios: the real binaries, driven through the gateway.
 
 mod api;
+mod cancel;
+mod concurrency;
+mod crash;
+mod faults;
+mod followup;
 mod happy;
+mod permission;

@@ -1,0 +1,58 @@
+//! A running task moved to CANCELLED stops its agent.
+
+use kandev_e2e::{Feed, Options, Stack, eventually, kind, serde_json::json};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_the_agent_and_removes_its_container() {
+    let stack = Stack::start("cancel", Options::default()).await;
+    let api = stack.admin().await;
+    let board = api.board("cancel").await;
+    let task = api
+        .task(
+            &board,
+            json!({"title": "Wait", "description": "scenario: wait-cancel",
+                   "agent_type": "mock-agent", "max_retries": 0}),
+        )
+        .await;
+    let mut feed = Feed::open(&api, &task).await;
+    feed.wait_for(120, "the waiting message", |f| {
+        kind(f) == "message_chunk"
+            && f["event"]["data"]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("Waiting for session/cancel"))
+    })
+    .await;
+    let running = api.wait_state(&task, &["IN_PROGRESS"], 30).await;
+    assert_eq!(stack.containers(Some(&task), true).await.len(), 1);
+
+    let r = api
+        .patch(
+            &format!("/api/v1/tasks/{task}/state"),
+            json!({"state": "CANCELLED", "version": running["version"], "reason": "e2e"}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let cancelled = api.wait_state(&task, &["CANCELLED"], 30).await;
+    assert_eq!(cancelled["state"], "CANCELLED");
+
+    eventually(60, "the container removed", || async {
+        stack
+            .containers(Some(&task), false)
+            .await
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    eventually(30, "the execution stopped", || async {
+        let e = api.execution(&task).await;
+        (e.body["state"] == "stopped").then_some(())
+    })
+    .await;
+    // It stays cancelled: nothing relaunches it.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let t = api.get(&format!("/api/v1/tasks/{task}")).await;
+    assert_eq!(t.body["state"], "CANCELLED", "{}", t.body);
+    assert!(stack.containers(Some(&task), false).await.is_empty());
+    feed.close().await;
+    stack.stop().await;
+}

@@ -1,0 +1,47 @@
+//! An agent that crashes is retried, then the task FAILS with the error.
+
+use kandev_e2e::{Options, Stack, kind, replay, serde_json::json};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashing_agent_is_retried_then_fails() {
+    let stack = Stack::start("crash", Options::default()).await;
+    let api = stack.admin().await;
+    let board = api.board("crash").await;
+    let task = api
+        .task(
+            &board,
+            json!({"title": "Crash", "description": "scenario: crash 3",
+                   "agent_type": "mock-agent", "max_retries": 2}),
+        )
+        .await;
+    let failed = api.wait_state(&task, &["FAILED"], 180).await;
+    let error = failed["metadata"]["last_error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(!error.is_empty(), "{failed}");
+    assert_eq!(failed["metadata"]["attempts"], 3, "{failed}");
+
+    let exec = api.execution(&task).await;
+    assert_eq!(exec.body["state"], "failed", "{}", exec.body);
+    assert_eq!(exec.body["attempts"], 3, "{}", exec.body);
+    assert!(
+        exec.body["last_error"]
+            .as_str()
+            .is_some_and(|e| !e.is_empty())
+    );
+
+    // Three runs, each crashing, all in the task's one feed.
+    let frames = replay(&api, &task).await;
+    let crashes = frames
+        .iter()
+        .filter(|f| {
+            kind(f) == "message_chunk"
+                && f["event"]["data"]["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("Crashing now with exit code 3"))
+        })
+        .count();
+    assert_eq!(crashes, 3, "one crash per attempt");
+    assert!(stack.containers(Some(&task), false).await.is_empty());
+    stack.stop().await;
+}

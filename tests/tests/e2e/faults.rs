@@ -1,0 +1,97 @@
+//! Faults mid-run: each service SIGKILLed and restarted, then NATS
+//! restarted, while a slow task runs. The task still completes and the
+//! WebSocket client (reconnecting with ?after=<last seq>) sees every
+//! sequence number exactly once.
+
+use std::time::Duration;
+
+use kandev_e2e::{Feed, Options, Stack, Svc, is_turn_end, kind, replay, serde_json::json};
+
+const CHUNKS: usize = 40;
+
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    Kill(Svc),
+    Nats,
+}
+
+async fn survives(test: &str, fault: Fault) {
+    let mut stack = Stack::start(test, Options::default()).await;
+    let api = stack.admin().await;
+    let board = api.board(test).await;
+    let task = api
+        .task(
+            &board,
+            json!({"title": "Slow", "description": format!("scenario: slow {CHUNKS} 150"),
+                   "agent_type": "mock-agent", "max_retries": 0}),
+        )
+        .await;
+    let mut feed = Feed::open(&api, &task).await;
+    feed.wait_for(120, "chunk 5", |f| {
+        f["event"]["data"]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains(&format!("chunk 5/{CHUNKS}")))
+    })
+    .await;
+
+    match fault {
+        Fault::Kill(svc) => {
+            stack.kill(svc);
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            stack.spawn(svc).await;
+        }
+        Fault::Nats => stack.restart_nats().await,
+    }
+
+    let end = feed.wait_for(240, "turn_end", is_turn_end).await;
+    assert_eq!(end["event"]["data"]["stop_reason"], "end_turn", "{end}");
+    let done = api.wait_state(&task, &["COMPLETED"], 120).await;
+    assert_eq!(done["state"], "COMPLETED");
+    feed.drain(Duration::from_millis(1500)).await;
+
+    // Every chunk exactly once, in order.
+    let text: String = feed
+        .frames
+        .iter()
+        .filter(|f| kind(f) == "message_chunk")
+        .filter_map(|f| f["event"]["data"]["text"].as_str())
+        .collect();
+    let mut at = 0;
+    for i in 1..=CHUNKS {
+        let chunk = format!("chunk {i}/{CHUNKS}\n");
+        assert_eq!(text.matches(&chunk).count(), 1, "{chunk:?} in {text:?}");
+        let pos = text.find(&chunk).unwrap();
+        assert!(pos >= at, "{chunk:?} out of order");
+        at = pos;
+    }
+    let seen = feed.frames.len();
+    let reconnects = feed.reconnects;
+    feed.close().await;
+    let stored = replay(&api, &task).await;
+    assert_eq!(stored.len(), seen, "live and stored feeds differ");
+    if matches!(fault, Fault::Kill(Svc::Gateway | Svc::Orchestrator)) {
+        assert!(reconnects >= 1, "the stream should have dropped");
+    }
+    assert!(stack.containers(Some(&task), false).await.is_empty());
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_task_service_killed_mid_run() {
+    survives("fault_task_service", Fault::Kill(Svc::TaskService)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_orchestrator_killed_mid_run() {
+    survives("fault_orchestrator", Fault::Kill(Svc::Orchestrator)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_gateway_killed_mid_run() {
+    survives("fault_gateway", Fault::Kill(Svc::Gateway)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_nats_restarted_mid_run() {
+    survives("fault_nats", Fault::Nats).await;
+}

@@ -1,0 +1,69 @@
+//! The "ask" permission policy: the request reaches the WebSocket client,
+//! whose answer reaches the agent.
+
+use std::time::Duration;
+
+use kandev_e2e::{Feed, Options, Stack, is_turn_end, kind, serde_json::json};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permission_ask_is_answered_over_the_websocket() {
+    let stack = Stack::start("permission", Options::default()).await;
+    let api = stack.admin().await;
+    let made = api
+        .post(
+            "/api/v1/agent-types",
+            json!({"id": "mock-ask", "name": "Mock agent (asks)",
+                   "image": "kandev/mock-agent:latest", "capabilities": ["acp", "fs"],
+                   "memory_mb": 256, "cpu_cores": 0.5, "pids_limit": 64, "timeout_seconds": 600,
+                   "network_mode": "none", "permission_policy": "ask"}),
+        )
+        .await;
+    assert_eq!(made.status, 201, "{}", made.body);
+
+    let board = api.board("permission").await;
+    let repo = stack.git_repo("permission");
+    let task = api
+        .task(
+            &board,
+            json!({"title": "Write a file", "description": "scenario: permission",
+                   "agent_type": "mock-ask", "repository_url": repo, "max_retries": 0}),
+        )
+        .await;
+    let mut feed = Feed::open(&api, &task).await;
+    let ask = feed
+        .wait_for(120, "a permission request", |f| {
+            kind(f) == "permission_request"
+        })
+        .await;
+    let data = &ask["event"]["data"];
+    let options: Vec<&str> = data["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| o["option_id"].as_str().or(o["optionId"].as_str()))
+        .collect();
+    assert!(options.contains(&"allow-once"), "{ask}");
+    // Nothing is written before the answer.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!stack.workspace(&task).join("permitted.txt").exists());
+
+    let ack = feed
+        .command(
+            json!({"type": "permission", "request_id": data["request_id"].to_string(),
+                   "option_id": "allow-once"}),
+            30,
+        )
+        .await;
+    assert_eq!(ack["type"], "ack", "{ack}");
+    let end = feed.wait_for(60, "turn_end", is_turn_end).await;
+    assert_eq!(end["event"]["data"]["stop_reason"], "end_turn", "{end}");
+    api.wait_state(&task, &["COMPLETED"], 60).await;
+    let written = std::fs::read_to_string(stack.workspace(&task).join("permitted.txt"))
+        .expect("the permitted file");
+    assert!(
+        written.contains("Written by kandev-mock-agent after permission was granted."),
+        "{written}"
+    );
+    feed.close().await;
+    stack.stop().await;
+}
