@@ -37,6 +37,8 @@ pub(crate) struct Quirks {
     pub(crate) late_updates: bool,
     /// Answer a cancelled turn with `end_turn` instead of `cancelled`.
     pub(crate) cancel_end_turn: bool,
+    /// Never answer `initialize`, like a mis-launched agent.
+    pub(crate) silent_initialize: bool,
 }
 
 impl Quirks {
@@ -47,6 +49,7 @@ impl Quirks {
                 "early-updates" => quirks.early_updates = true,
                 "late-updates" => quirks.late_updates = true,
                 "cancel-end-turn" => quirks.cancel_end_turn = true,
+                "silent-initialize" => quirks.silent_initialize = true,
                 other => return Err(format!("unknown quirk `{other}`")),
             }
         }
@@ -96,7 +99,8 @@ pub(crate) struct Config {
     #[arg(long, env = "KANDEV_MOCK_DEFAULT_SCENARIO", default_value = "echo")]
     pub(crate) default_scenario: String,
 
-    /// Comma-separated quirks: early-updates, late-updates, cancel-end-turn.
+    /// Comma-separated quirks: early-updates, late-updates, cancel-end-turn,
+    /// silent-initialize.
     #[arg(long = "quirks", env = "KANDEV_MOCK_QUIRKS", default_value = "", value_parser = Quirks::parse)]
     pub(crate) quirks: Quirks,
 

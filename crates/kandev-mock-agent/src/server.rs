@@ -111,6 +111,10 @@ async fn handle_request(ctx: &Arc<Ctx>, method: &str, id: Value, params: Value) 
         }
         return;
     }
+    if method == "initialize" && ctx.cfg.quirks.silent_initialize {
+        info!("quirk silent-initialize: leaving initialize unanswered");
+        return;
+    }
     let result = match (ctx.cfg.dialect, method) {
         (Dialect::Seed, "initialize") => Ok(json!({
             "protocolVersion": "1.0",

@@ -119,6 +119,50 @@ async fn auth_required_names_the_credential() {
 }
 
 #[tokio::test]
+async fn an_agent_that_never_answers_initialize_fails_cleanly() {
+    let mut app = spawn_app().await;
+    app.mock_type("mock-silent", |t| {
+        t.required_env = vec!["KANDEV_MOCK_QUIRKS".into()];
+    })
+    .await;
+    let repo = git_repo(app.dir.path());
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    let instance = app
+        .client
+        .launch_agent(pb::LaunchAgentRequest {
+            task_id: task.to_string(),
+            agent_type: "mock-silent".into(),
+            workspace: Some(pb::launch_agent_request::Workspace::Repository(
+                pb::GitWorkspace {
+                    repository_url: repo,
+                    branch: "main".into(),
+                },
+            )),
+            env: [(
+                "KANDEV_MOCK_QUIRKS".to_string(),
+                "silent-initialize".to_string(),
+            )]
+            .into(),
+            prompt: "echo hi".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let failed = watch.until("agent.failed", 0).await;
+    let error = failed["error"].as_str().unwrap();
+    assert!(error.contains("did not answer initialize"), "{error}");
+    let stored = only_instance(&mut app, task).await;
+    assert_eq!(stored.status, pb::AgentStatus::Failed as i32);
+    assert!(
+        containers_of(&instance.id).is_empty(),
+        "no orphan container"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn a_container_that_cannot_start_fails_cleanly() {
     let mut app = spawn_app().await;
     app.mock_type("mock-broken", |t| {

@@ -623,6 +623,17 @@ async fn quirks_mimic_real_agents() {
 }
 
 #[tokio::test]
+async fn silent_initialize_never_answers() {
+    let mut agent = RawAgent::spawn(&[], &[("KANDEV_MOCK_QUIRKS", "silent-initialize")]);
+    agent
+        .send_request("initialize", json!({ "protocolVersion": 1 }))
+        .await;
+    agent.close_stdin();
+    assert_eq!(agent.read_line().await, None, "no answer before EOF");
+    assert_eq!(agent.wait().await.code(), Some(0));
+}
+
+#[tokio::test]
 async fn eof_exits_zero() {
     let mut agent = RawAgent::spawn(&[], &[]);
     assert_eq!(agent.wait().await.code(), Some(0));
