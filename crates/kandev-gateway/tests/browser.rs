@@ -863,6 +863,28 @@ async fn the_ui_drives_agents_end_to_end() {
     .await;
     tokio::time::sleep(Duration::from_millis(2500)).await; // a poll confirms it
     wait_js(c, "card C in BLOCKED", 10, &col("BLOCKED", &task_c), vec![]).await;
+    // Drag and drop (synthetic drag events: WebDriver cannot drive native
+    // HTML5 drag and drop): card C goes back to TODO.
+    js(
+        c,
+        "const card = document.querySelector(arguments[0]);
+         const col = document.querySelector('[data-testid=column][data-state=TODO]');
+         const dt = new DataTransfer();
+         const fire = (el, type) => el.dispatchEvent(new DragEvent(type, { bubbles: true, cancelable: true, dataTransfer: dt }));
+         fire(card, 'dragstart'); fire(col, 'dragover'); fire(col, 'drop'); fire(card, 'dragend');
+         return true;",
+        vec![json!(card(&task_c))],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(2500)).await; // a poll confirms it
+    wait_js(
+        c,
+        "card C dragged to TODO",
+        10,
+        &col("TODO", &task_c),
+        vec![],
+    )
+    .await;
 
     let started = api(
         c,
