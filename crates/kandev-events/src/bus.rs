@@ -11,6 +11,9 @@ use uuid::Uuid;
 
 use crate::subjects::STREAMS;
 
+/// How long a stream keeps an event.
+pub const STREAM_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// Why an event could not be published.
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
@@ -76,6 +79,9 @@ impl JetStreamBus {
                     name: spec.name.to_string(),
                     subjects: spec.subjects.iter().map(|s| s.to_string()).collect(),
                     duplicate_window: Duration::from_secs(120),
+                    // Consumers that were down catch up within this window;
+                    // older events are dropped so a stream never grows without bound.
+                    max_age: STREAM_MAX_AGE,
                     ..Default::default()
                 })
                 .await
