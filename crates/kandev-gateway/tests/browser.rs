@@ -237,8 +237,14 @@ struct Browser {
 }
 
 impl Browser {
-    async fn close(mut self) {
-        let _ = self.client.close().await;
+    async fn close(self) {
+        let _ = self.client.clone().close().await;
+    }
+}
+
+/// chromedriver (and with it Chromium) goes away even when the test fails.
+impl Drop for Browser {
+    fn drop(&mut self) {
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
