@@ -922,6 +922,12 @@ impl Orchestration for Engine {
                         }
                     }
                     self.set_state(task_id, ExecState::Stopped).await?;
+                    // The card leaves IN_PROGRESS: a stopped run is a cancelled one.
+                    if self.get_task(task_id).await?.state == pb::TaskState::InProgress as i32 {
+                        let patch = json!({ "stopped_at": Utc::now(), "stop_reason": reason });
+                        self.finish_task(task_id, pb::TaskState::Cancelled, reason, patch)
+                            .await;
+                    }
                 }
                 ExecState::Queued | ExecState::RetryWait => {
                     self.set_state(task_id, ExecState::Stopped).await?;

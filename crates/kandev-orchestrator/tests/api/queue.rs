@@ -417,6 +417,14 @@ async fn follow_ups_continue_the_run_and_reruns_resume_the_session() {
     assert_eq!(code, 200, "{body}");
     assert_eq!(body["state"], "stopped");
     assert!(app.agents.calls().contains(&AgentCall::Stop(third)));
+    // The card leaves IN_PROGRESS: a stopped run is a cancelled task.
+    let stopped = get_task(&app, &id).await;
+    assert_eq!(stopped.state, pb::TaskState::Cancelled as i32);
+    assert!(
+        stopped.metadata_json.contains("stopped_at"),
+        "{}",
+        stopped.metadata_json
+    );
     let (code, body) = http(
         "POST",
         &app.url(&format!("/api/v1/orchestrator/tasks/{id}/stop")),
