@@ -1,7 +1,7 @@
 //! Wiring: database, migrations, Docker, event bus, reconciliation and the
 //! server.
 
-use std::{net::SocketAddr, str::FromStr, sync::Arc, time::Duration};
+use std::{net::SocketAddr, sync::Arc};
 
 use kandev_common::{
     CancellationToken,
@@ -9,10 +9,7 @@ use kandev_common::{
 };
 use kandev_events::{EventBus, JetStreamBus};
 use kandev_proto::v1::agent_manager_server::AgentManagerServer;
-use sqlx::{
-    Executor, PgPool,
-    postgres::{PgConnectOptions, PgPoolOptions},
-};
+use sqlx::PgPool;
 use tokio::net::TcpListener;
 
 use crate::{
@@ -53,23 +50,12 @@ pub struct Application {
 /// Connects to Postgres with `search_path` set to the service's schema,
 /// creating the schema and running migrations.
 pub async fn connect_database(settings: &Settings) -> Result<PgPool, StartupError> {
-    let base = PgConnectOptions::from_str(&settings.database_url)?;
-    let schema = settings.database_schema.clone();
-    let bootstrap = PgPoolOptions::new()
-        .max_connections(1)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect_with(base.clone())
-        .await?;
-    bootstrap
-        .execute(format!("CREATE SCHEMA IF NOT EXISTS {schema}").as_str())
-        .await?;
-    bootstrap.close().await;
-
-    let pool = PgPoolOptions::new()
-        .max_connections(settings.database_max_connections)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect_with(base.options([("search_path", schema.as_str())]))
-        .await?;
+    let pool = kandev_common::db::connect_schema(
+        &settings.database_url,
+        &settings.database_schema,
+        settings.database_max_connections,
+    )
+    .await?;
     sqlx::migrate!("./migrations").run(&pool).await?;
     Ok(pool)
 }

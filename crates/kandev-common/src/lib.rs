@@ -5,12 +5,14 @@
 //! # Layout
 //! - [`config`]: defaults, then an optional TOML file, then `KANDEV_*`
 //!   environment variables, validated once.
+//! - [`db`]: a Postgres pool pinned to the service's own schema.
 //! - [`telemetry`]: tracing subscriber setup, human or JSON output.
 //! - [`error`]: [`ErrorCode`], mapped to `tonic::Code` and to HTTP statuses.
 //! - [`serve`]: one listener answering gRPC, `/healthz` and `/readyz`.
 //! - [`shutdown`]: a cancellation token fired by SIGTERM or ctrl-c.
 
 pub mod config;
+pub mod db;
 pub mod error;
 pub mod serve;
 pub mod shutdown;
