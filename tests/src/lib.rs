@@ -24,7 +24,7 @@ use std::{
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use http_body_util::{BodyExt, Full};
-use kandev_testkit::{OwnNats, TestDb, free_port};
+use kandev_testkit::{OwnNats, TestDb, free_port, remove_containers};
 use serde_json::{Value, json};
 use tokio::{net::TcpStream, sync::Semaphore, time::Instant};
 use tokio_tungstenite::{
@@ -445,29 +445,6 @@ impl Stack {
             self.kill(*svc);
         }
         remove_containers(&self.manager_id);
-    }
-}
-
-fn remove_containers(manager_id: &str) {
-    let Ok(out) = Command::new("docker")
-        .args(["ps", "-aq", "--filter"])
-        .arg(format!("label=kandev.manager={manager_id}"))
-        .output()
-    else {
-        return;
-    };
-    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect();
-    if !ids.is_empty() {
-        let _ = Command::new("docker")
-            .args(["rm", "-f"])
-            .args(&ids)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
     }
 }
 

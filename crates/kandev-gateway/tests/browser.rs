@@ -58,6 +58,7 @@ impl Stack {
         for handle in self.handles {
             let _ = tokio::time::timeout(Duration::from_secs(10), handle).await;
         }
+        kandev_testkit::remove_containers(&self.db.name);
         self.db.drop_db().await;
     }
 }
@@ -151,6 +152,9 @@ async fn start_stack() -> Stack {
         listen_addr: "127.0.0.1:0".into(),
         database_url: db.url.clone(),
         database_max_connections: 4,
+        // Its own label, so no other manager on this engine adopts or
+        // removes this stack's containers.
+        manager_id: db.name.clone(),
         nats_url: nats.url(),
         pull_images: false,
         workspaces_root: dir.path().join("workspaces").display().to_string(),

@@ -189,3 +189,30 @@ pub fn ensure_docker() {
     }
     *ready = true;
 }
+
+/// Removes every container (running or not) that an agent manager with this
+/// `manager_id` labelled. Agent containers outlive their manager on purpose
+/// (it re-attaches after a restart), so a test stack removes its own at the
+/// end.
+pub fn remove_containers(manager_id: &str) {
+    let Ok(out) = Command::new("docker")
+        .args(["ps", "-aq", "--filter"])
+        .arg(format!("label=kandev.manager={manager_id}"))
+        .output()
+    else {
+        return;
+    };
+    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    if !ids.is_empty() {
+        let _ = Command::new("docker")
+            .args(["rm", "-f"])
+            .args(&ids)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}

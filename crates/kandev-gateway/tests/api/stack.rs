@@ -144,6 +144,7 @@ impl Stack {
         for service in services {
             service.stop().await;
         }
+        kandev_testkit::remove_containers(&db.name);
         db.drop_db().await;
         let _ = std::fs::remove_dir_all(am_dir);
     }
