@@ -65,16 +65,7 @@ impl Application {
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
         let bus = JetStreamBus::connect(&settings.nats_url).await?;
         let ready_bus = bus.clone();
-        let bus_ready: ReadinessCheck = Arc::new(move || {
-            let bus = ready_bus.clone();
-            Box::pin(async move {
-                if bus.is_connected() {
-                    Ok(())
-                } else {
-                    Err("nats not connected".to_string())
-                }
-            })
-        });
+        let bus_ready = serve::sync_check(move || ready_bus.check_connected());
         Self::build_with_bus(settings, Arc::new(bus), bus_ready).await
     }
 

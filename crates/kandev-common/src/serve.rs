@@ -11,6 +11,16 @@ use tokio_util::sync::CancellationToken;
 pub type ReadinessCheck =
     Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
 
+/// A readiness check from a cheap synchronous probe.
+pub fn sync_check(
+    probe: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+) -> ReadinessCheck {
+    Arc::new(move || {
+        let result = probe();
+        Box::pin(async move { result })
+    })
+}
+
 /// `/healthz` (the process is alive) and `/readyz` (every named check passes).
 pub fn health_routes(checks: Vec<(&'static str, ReadinessCheck)>) -> Router {
     let checks = Arc::new(checks);

@@ -107,6 +107,15 @@ impl JetStreamBus {
     pub fn is_connected(&self) -> bool {
         self.client.connection_state() == async_nats::connection::State::Connected
     }
+
+    /// [`Self::is_connected`] as a readiness probe, with the reason when not.
+    pub fn check_connected(&self) -> Result<(), String> {
+        if self.is_connected() {
+            Ok(())
+        } else {
+            Err("nats not connected".to_string())
+        }
+    }
 }
 
 #[async_trait]

@@ -142,16 +142,7 @@ impl Application {
             })
         });
         let ready_bus = self.bus.clone();
-        let bus_ready: ReadinessCheck = Arc::new(move || {
-            let bus = ready_bus.clone();
-            Box::pin(async move {
-                if bus.is_connected() {
-                    Ok(())
-                } else {
-                    Err("nats not connected".to_string())
-                }
-            })
-        });
+        let bus_ready = serve::sync_check(move || ready_bus.check_connected());
         let state = AppState {
             orchestration,
             hub: self.hub.clone(),
