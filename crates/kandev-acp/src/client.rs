@@ -1452,6 +1452,21 @@ impl AcpClient {
         }
     }
 
+    /// Stops the client for good: the reader and every agent-request
+    /// handler stop (open requests fail as closed, handlers answer
+    /// "client shut down"), and the event stream ends once its buffered
+    /// events are read. Nothing is emitted after this returns, so a
+    /// successor client attached to the same agent can continue the
+    /// numbering (`ClientOptions::start_seq`) from the last event read.
+    pub async fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+        self.inner.tasks.close();
+        self.inner.tasks.wait().await;
+        // Swapping in a sender whose receiver is gone drops the stream's
+        // only sender; later emits are discarded unnumbered.
+        self.inner.emitter.lock().await.tx = mpsc::channel(1).0;
+    }
+
     /// Closes the agent's stdin (most agents exit on EOF). Events keep
     /// flowing until the agent's stdout closes.
     pub async fn close_stdin(&self) -> Result<(), AcpError> {

@@ -894,3 +894,74 @@ async fn load_session_replays_history_before_returning() {
         "{result:?}"
     );
 }
+
+#[tokio::test]
+async fn shutdown_ends_the_stream_and_a_successor_continues_the_numbering() {
+    let (policy, mut asks) =
+        AskDecider::new(Duration::from_secs(600), PermissionDecision::Cancel, 8);
+    let options = ClientOptions {
+        permission: Arc::new(policy),
+        ..ClientOptions::default()
+    };
+    let (client, mut events, mut agent) = v1_session(options).await;
+    let prompt = tokio::spawn({
+        let client = client.clone();
+        async move { client.prompt(vec!["go".into()]).await }
+    });
+    agent.recv().await;
+    agent.send(text_chunk("s1", "before")).await;
+    // A permission request that nobody answers keeps a handler open.
+    agent
+        .send(
+            json!({"jsonrpc":"2.0","id":7,"method":"session/request_permission",
+            "params":{"sessionId":"s1","toolCall":{"toolCallId":"call-7"},
+            "options":[{"optionId":"allow","name":"Allow","kind":"allow_once"}]}}),
+        )
+        .await;
+    let ask = asks.recv().await.expect("the ask reaches the decider");
+    events.until("permission_request").await;
+
+    client.shutdown().await;
+    let result = tokio::time::timeout(Duration::from_secs(2), prompt)
+        .await
+        .expect("the open prompt fails at once")
+        .expect("join");
+    assert!(matches!(result, Err(AcpError::Closed { .. })), "{result:?}");
+    // The open permission request was answered before shutdown returned:
+    // cancelled (the turn ended) or "client shut down", whichever came first.
+    let answer = agent.recv().await;
+    assert_eq!(answer["id"], 7);
+    assert!(
+        answer["result"]["outcome"]["outcome"] == "cancelled" || answer["error"]["code"] == -32800,
+        "{answer}"
+    );
+    assert!(!ask.respond(PermissionDecision::Select("allow".into())));
+    // Nothing is emitted any more, and the stream ends.
+    client.log_line("too late").await;
+    while let Some(event) = tokio::time::timeout(Duration::from_secs(5), events.rx.recv())
+        .await
+        .expect("the event stream ends")
+    {
+        events.seen.push(event);
+    }
+    assert_contiguous(&events.seen, 1);
+    assert!(
+        !events
+            .seen
+            .iter()
+            .any(|e| matches!(&e.kind, EventKind::Log(l) if l.line == "too late")),
+        "an event was emitted after shutdown"
+    );
+    let last = events.seen.last().expect("events").seq;
+
+    // A successor on the same agent numbers on from there.
+    let (successor, mut next, mut agent) = connect(ClientOptions {
+        start_seq: last + 1,
+        ..ClientOptions::default()
+    });
+    successor.log_line("after").await;
+    agent.send(text_chunk("s1", "more")).await;
+    let chunk = next.until("message_chunk").await;
+    assert_eq!(chunk.seq, last + 2);
+    assert_contiguous(next.drain(), last + 1);
+}
