@@ -8,6 +8,9 @@
 //! - [`ensure_docker`]: a Docker engine that answers (started without bridge
 //!   or iptables when none does) and the `kandev/mock-agent:latest` image
 //!   (built by `dockerfiles/mock-agent/build.sh` when missing; never pulled).
+//! - [`OwnDocker`]: a `dockerd` of the test's own (own socket, data and exec
+//!   roots), that can be stopped, killed and started again without
+//!   disturbing the machine's engine or the tests that use it.
 //!
 //! `KANDEV_TEST_PG_BASE` overrides the Postgres server URL
 //! (default `postgres://postgres@127.0.0.1:5432`).
@@ -214,5 +217,211 @@ pub fn remove_containers(manager_id: &str) {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
+    }
+}
+
+/// A Docker engine of the test's own: its own socket, data root, exec root
+/// and config file, without bridge or iptables, so it can be stopped,
+/// killed and started again while other tests use the machine's engine.
+/// It has no images until [`OwnDocker::load_image`] copies one from the
+/// machine's engine. Dropping it removes its containers, stops it and
+/// deletes its directory. Blocking: use it from `spawn_blocking`.
+#[derive(Debug)]
+pub struct OwnDocker {
+    /// Short, so the sockets under it stay within the unix path limit.
+    dir: PathBuf,
+    live_restore: bool,
+    child: Option<Child>,
+}
+
+impl OwnDocker {
+    /// Starts the engine; with `live_restore`, its containers keep running
+    /// while it is down.
+    pub fn start(live_restore: bool) -> OwnDocker {
+        let dir = PathBuf::from(format!(
+            "/tmp/kd-{}",
+            &Uuid::new_v4().simple().to_string()[..10]
+        ));
+        std::fs::create_dir_all(&dir).expect("create the engine's directory");
+        std::fs::write(dir.join("daemon.json"), "{}").expect("write daemon.json");
+        let mut engine = OwnDocker {
+            dir,
+            live_restore,
+            child: None,
+        };
+        engine.start_again();
+        engine
+    }
+
+    /// `unix://…` for `KANDEV_DOCKER_HOST`.
+    pub fn host(&self) -> String {
+        format!("unix://{}/docker.sock", self.dir.display())
+    }
+
+    /// A `docker` command talking to this engine.
+    pub fn cli(&self) -> Command {
+        let mut cmd = Command::new("docker");
+        cmd.args(["-H", &self.host()]);
+        cmd
+    }
+
+    fn answers(&self) -> bool {
+        self.cli()
+            .arg("info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Starts the engine (again), on the same socket and data.
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "the engine runs already");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("dockerd.log"))
+            .expect("open the engine's log");
+        let mut cmd = Command::new("dockerd");
+        cmd.args(["--bridge=none", "--iptables=false", "--ip-masq=false"])
+            .arg("--config-file")
+            .arg(self.dir.join("daemon.json"))
+            .arg("--data-root")
+            .arg(self.dir.join("data"))
+            .arg("--exec-root")
+            .arg(self.dir.join("x"))
+            .arg("--pidfile")
+            .arg(self.dir.join("dockerd.pid"))
+            .args(["-H", &self.host()]);
+        if self.live_restore {
+            cmd.arg("--live-restore");
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("dockerd is installed");
+        self.child = Some(child);
+        let up = (0..240).any(|_| {
+            std::thread::sleep(Duration::from_millis(250));
+            self.answers()
+        });
+        assert!(
+            up,
+            "dockerd in {} did not start within 60 s",
+            self.dir.display()
+        );
+    }
+
+    fn signal_and_wait(&mut self, signal: &str) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let _ = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status();
+        let _ = child.wait();
+    }
+
+    /// Stops the engine as `systemctl stop docker` would (SIGTERM) and
+    /// waits for it to exit; without live restore it stops its containers.
+    pub fn stop(&mut self) {
+        self.signal_and_wait("-TERM");
+    }
+
+    /// Kills the engine (SIGKILL), as a crash would. Its containerd dies
+    /// with it; this waits until that process is reaped too, because a
+    /// restarted dockerd that still sees it would wait for it in vain.
+    pub fn kill(&mut self) {
+        let containerd = std::fs::read_to_string(self.dir.join("x/containerd/containerd.pid"))
+            .ok()
+            .and_then(|pid| pid.trim().parse::<u32>().ok());
+        self.signal_and_wait("-KILL");
+        if let Some(pid) = containerd {
+            let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+            let gone = (0..80).any(|_| {
+                std::thread::sleep(Duration::from_millis(250));
+                !proc_dir.exists()
+            });
+            assert!(gone, "containerd {pid} outlived its dockerd by 20 s");
+        }
+    }
+
+    /// Copies `image` from the machine's engine into this one.
+    pub fn load_image(&self, image: &str) {
+        let mut save = Command::new("docker")
+            .args(["save", image])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("docker runs");
+        let stdout = save.stdout.take().expect("piped");
+        let loaded = self
+            .cli()
+            .arg("load")
+            .stdin(stdout)
+            .stdout(Stdio::null())
+            .status()
+            .expect("docker runs");
+        let saved = save.wait().expect("docker save runs");
+        assert!(saved.success() && loaded.success(), "cannot load {image}");
+    }
+
+    /// Ids of this engine's containers (running or not) with `label`
+    /// (`key` or `key=value`).
+    pub fn containers(&self, label: &str) -> Vec<String> {
+        self.try_containers(label).expect("docker ps answers")
+    }
+
+    fn try_containers(&self, label: &str) -> Option<Vec<String>> {
+        let out = self
+            .cli()
+            .args(["ps", "-aq", "--filter"])
+            .arg(format!("label={label}"))
+            .output()
+            .ok()
+            .filter(|out| out.status.success())?;
+        Some(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| !l.is_empty())
+                .map(str::to_string)
+                .collect(),
+        )
+    }
+}
+
+impl Drop for OwnDocker {
+    fn drop(&mut self) {
+        // Never panics: it also runs while a failed test unwinds.
+        if self.child.is_some() {
+            let ids = self.try_containers("kandev.manager").unwrap_or_default();
+            if !ids.is_empty() {
+                let _ = self
+                    .cli()
+                    .args(["rm", "-f"])
+                    .args(&ids)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+        self.stop();
+        // Shims of live-restored containers outlive an engine killed and
+        // never started again.
+        let _ = Command::new("pkill")
+            .args(["-KILL", "-f"])
+            .arg(format!("{}/x/containerd", self.dir.display()))
+            .status();
+        // Mounts a killed engine left behind would keep the directory busy.
+        let prefix = format!("{}/", self.dir.display());
+        if let Ok(mounts) = std::fs::read_to_string("/proc/mounts") {
+            for mount in mounts.lines().filter_map(|l| l.split(' ').nth(1)) {
+                if mount.starts_with(&prefix) {
+                    let _ = Command::new("umount").args(["-l", mount]).status();
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

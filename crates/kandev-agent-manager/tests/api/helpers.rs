@@ -1,7 +1,7 @@
 use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    sync::{LazyLock, Mutex},
+    sync::LazyLock,
     time::Duration,
 };
 
@@ -9,19 +9,13 @@ use futures::StreamExt;
 use kandev_agent_manager::{Application, Settings};
 use kandev_common::CancellationToken;
 use kandev_proto::v1::{self as pb, agent_manager_client::AgentManagerClient};
-use sqlx::{Connection, Executor, PgConnection};
 use tempfile::TempDir;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 use uuid::Uuid;
 
-pub const MOCK_IMAGE: &str = "kandev/mock-agent:latest";
+pub use kandev_testkit::{MOCK_IMAGE, OwnDocker, TestDb, ensure_docker, free_port};
 
-/// Postgres server URL without a database; overridable for other machines.
-pub static PG_BASE: LazyLock<String> = LazyLock::new(|| {
-    std::env::var("KANDEV_TEST_PG_BASE")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
-});
 pub static NATS_URL: LazyLock<String> = LazyLock::new(|| {
     std::env::var("KANDEV_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
 });
@@ -32,104 +26,10 @@ static TRACING: LazyLock<()> = LazyLock::new(|| {
     }
 });
 
-static DOCKER_READY: Mutex<bool> = Mutex::new(false);
-
-fn docker_answers() -> bool {
-    Command::new("docker")
-        .arg("info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Makes sure a Docker engine answers (starting `dockerd` without bridge
-/// or iptables when none does) and that the mock-agent image exists
-/// (built by `dockerfiles/mock-agent/build.sh`). Never pulls.
-pub fn ensure_docker() {
-    let mut ready = DOCKER_READY.lock().unwrap_or_else(|p| p.into_inner());
-    if *ready {
-        return;
-    }
-    if !docker_answers() {
-        // No bridge and no iptables: agent containers use network mode none.
-        let started = Command::new("bash")
-            .args([
-                "-c",
-                "setsid dockerd --bridge=none --iptables=false \
-                 >/tmp/kandev-test-dockerd.log 2>&1 </dev/null &",
-            ])
-            .status()
-            .expect("bash runs");
-        assert!(
-            started.success(),
-            "cannot start dockerd (apt-get install docker.io)"
-        );
-        let mut up = false;
-        for _ in 0..120 {
-            std::thread::sleep(Duration::from_millis(500));
-            if docker_answers() {
-                up = true;
-                break;
-            }
-        }
-        assert!(up, "dockerd did not start within 60 s");
-    }
-    let present = Command::new("docker")
-        .args(["image", "inspect", MOCK_IMAGE])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !present {
-        let status = Command::new("bash")
-            .arg(repo_root().join("dockerfiles/mock-agent/build.sh"))
-            .status()
-            .expect("bash runs");
-        assert!(status.success(), "building {MOCK_IMAGE} failed");
-    }
-    *ready = true;
-}
-
-/// A fresh, empty database; dropped by [`TestDb::drop_db`].
-pub struct TestDb {
-    pub name: String,
-    pub url: String,
-}
-
-impl TestDb {
-    pub async fn create() -> TestDb {
-        let name = format!("kandev_am_test_{}", Uuid::new_v4().simple());
-        let mut admin = PgConnection::connect(&format!("{}/postgres", *PG_BASE))
-            .await
-            .expect("postgres must be running");
-        admin
-            .execute(format!(r#"CREATE DATABASE "{name}""#).as_str())
-            .await
-            .unwrap();
-        TestDb {
-            url: format!("{}/{name}", *PG_BASE),
-            name,
-        }
-    }
-
-    pub async fn drop_db(&self) {
-        if let Ok(mut admin) = PgConnection::connect(&format!("{}/postgres", *PG_BASE)).await {
-            let _ = admin
-                .execute(
-                    format!(r#"DROP DATABASE IF EXISTS "{}" WITH (FORCE)"#, self.name).as_str(),
-                )
-                .await;
-        }
-    }
-}
-
 pub struct TestApp {
     pub client: AgentManagerClient<Channel>,
+    /// Where the service listens (gRPC and HTTP).
+    pub addr: std::net::SocketAddr,
     pub db: TestDb,
     /// Holds `workspaces/`, `allowed/` and a fake `home/`.
     pub dir: TempDir,
@@ -180,6 +80,7 @@ pub async fn spawn_app_with(customize: impl FnOnce(&mut Settings)) -> TestApp {
         .expect("client connects");
     TestApp {
         client,
+        addr,
         db,
         dir,
         shutdown,
@@ -446,12 +347,4 @@ pub fn assert_slow_stream_complete(events: &[serde_json::Value], chunks: usize) 
         );
     }
     *seqs.last().unwrap()
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
