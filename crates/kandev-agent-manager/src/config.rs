@@ -69,6 +69,9 @@ pub struct Settings {
     pub seq_flush_ms: u64,
     /// Capacity of the per-instance publish queue.
     pub publish_queue: usize,
+    /// Seconds a turn waits for a Docker engine that stopped answering
+    /// (restarting, say) before it fails (`KANDEV_ENGINE_GRACE_SECS`).
+    pub engine_grace_secs: u64,
     /// Values for agent env variables (`KANDEV_AGENT_ENV__ANTHROPIC_API_KEY`),
     /// plus [`HOST_PASSTHROUGH_ENV`] from the host. Secrets: never logged,
     /// never serialized, never returned by the API.
@@ -111,6 +114,7 @@ impl Default for Settings {
             max_log_lines: 1000,
             seq_flush_ms: 500,
             publish_queue: 1024,
+            engine_grace_secs: 60,
             agent_env: BTreeMap::new(),
             log: LogSettings::default(),
         }

@@ -1,16 +1,27 @@
 //! The Docker side, through bollard: images, agent containers (created
 //! with `OpenStdin=true, StdinOnce=false` so they survive the manager),
 //! attach streams, exit codes, label-based listing, and `docker exec`.
+//!
+//! Errors tell an engine that did not answer ([`DockerError::Unreachable`]:
+//! down, restarting, or the connection broke) from one that answered with
+//! an error, so callers can wait for a restarting engine instead of
+//! blaming the agent.
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use bollard::{
     container::AttachContainerResults,
     errors::Error as BollardError,
+    models::EventMessage,
     models::{ContainerCreateBody, ContainerSummary, HostConfig},
     query_parameters::{
-        AttachContainerOptions, CreateContainerOptions, CreateImageOptions, KillContainerOptions,
-        ListContainersOptions, LogsOptions, RemoveContainerOptions, StopContainerOptions,
+        AttachContainerOptions, CreateContainerOptions, CreateImageOptions, EventsOptions,
+        KillContainerOptions, ListContainersOptions, LogsOptions, RemoveContainerOptions,
+        StopContainerOptions,
     },
 };
 use futures::StreamExt;
@@ -23,11 +34,74 @@ pub const LABEL_INSTANCE: &str = "kandev.instance_id";
 pub const LABEL_MANAGER: &str = "kandev.manager";
 /// Label holding the agent type of an agent container.
 pub const LABEL_TYPE: &str = "kandev.agent_type";
+/// Label holding the instance's turn number a container was created for.
+pub const LABEL_TURN: &str = "kandev.turn";
 
 /// Output frames of a container.
 pub type LogStream = std::pin::Pin<
     Box<dyn futures::Stream<Item = Result<bollard::container::LogOutput, BollardError>> + Send>,
 >;
+
+/// Why a Docker call failed; the message says what was attempted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DockerError {
+    /// The engine did not answer: it is down or restarting, or the
+    /// connection to it broke.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The engine answered with an error.
+    #[error("{0}")]
+    Engine(String),
+}
+
+impl DockerError {
+    /// Classifies a bollard error; `what` names what failed.
+    fn from_bollard(what: &str, err: BollardError) -> Self {
+        if unreachable(&err) {
+            DockerError::Unreachable(format!("{what}: the Docker engine is unreachable ({err})"))
+        } else {
+            DockerError::Engine(format!("{what}: {err}"))
+        }
+    }
+
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, DockerError::Unreachable(_))
+    }
+}
+
+impl From<DockerError> for crate::domain::AgentError {
+    fn from(err: DockerError) -> Self {
+        match err {
+            // Worth retrying once the engine is back.
+            DockerError::Unreachable(m) => crate::domain::AgentError::Unavailable(m),
+            DockerError::Engine(m) => crate::domain::AgentError::FailedPrecondition(m),
+        }
+    }
+}
+
+/// Whether `err` means the engine did not answer (as opposed to answering
+/// with an error).
+pub fn unreachable(err: &BollardError) -> bool {
+    matches!(
+        err,
+        BollardError::IOError { .. }
+            | BollardError::HyperResponseError { .. }
+            | BollardError::HyperLegacyError { .. }
+            | BollardError::HttpClientError { .. }
+            | BollardError::RequestTimeoutError
+            | BollardError::SocketNotFoundError(_)
+    )
+}
+
+/// What the engine says of a container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerState {
+    Running,
+    /// Created but not running, or exited; the exit code once it ran.
+    Exited(Option<i64>),
+    /// No such container.
+    Missing,
+}
 
 /// Everything needed to create one agent container.
 #[derive(Clone)]
@@ -58,10 +132,13 @@ impl std::fmt::Debug for ContainerSpec {
     }
 }
 
-/// A Docker engine client.
+/// A Docker engine client. The underlying bollard client is made on
+/// first use: bollard refuses a unix socket that does not exist yet, and
+/// the manager must start (and keep going) while the engine is down.
 #[derive(Clone)]
 pub struct Docker {
-    client: bollard::Docker,
+    host: Arc<str>,
+    client: Arc<Mutex<Option<bollard::Docker>>>,
 }
 
 impl std::fmt::Debug for Docker {
@@ -83,49 +160,99 @@ fn not_found(err: &BollardError) -> bool {
 impl Docker {
     /// Connects to `host` (`unix://…`, `tcp://…`), or with the local
     /// defaults when empty.
+    /// A missing socket is not an error here: the engine may be starting.
     pub fn connect(host: &str) -> Result<Self, BollardError> {
-        let client = if host.is_empty() {
+        let docker = Docker {
+            host: host.into(),
+            client: Arc::new(Mutex::new(None)),
+        };
+        match docker.api() {
+            Ok(_) | Err(BollardError::SocketNotFoundError(_)) => Ok(docker),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The bollard client, made now if it was not yet.
+    pub fn api(&self) -> Result<bollard::Docker, BollardError> {
+        let mut slot = self.client.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(client) = slot.as_ref() {
+            return Ok(client.clone());
+        }
+        let client = if self.host.is_empty() {
             bollard::Docker::connect_with_local_defaults()?
         } else {
-            bollard::Docker::connect_with_host(host)?
+            bollard::Docker::connect_with_host(&self.host)?
         };
-        Ok(Docker { client })
+        *slot = Some(client.clone());
+        Ok(client)
     }
 
-    pub fn client(&self) -> &bollard::Docker {
-        &self.client
+    pub async fn ping(&self) -> Result<(), DockerError> {
+        let client = self.api().map_err(|e| {
+            DockerError::Unreachable(format!("the Docker engine does not answer ({e})"))
+        })?;
+        client.ping().await.map(|_| ()).map_err(|e| {
+            DockerError::Unreachable(format!("the Docker engine does not answer ({e})"))
+        })
     }
 
-    pub async fn ping(&self) -> Result<(), String> {
-        self.client
-            .ping()
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+    /// Waits until the engine answers a ping, polling with a backoff from
+    /// 100 ms to 2 s; the last error once `within` has passed.
+    pub async fn wait_reachable(&self, within: Duration) -> Result<(), DockerError> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut delay = Duration::from_millis(100);
+        loop {
+            let err = match self.ping().await {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Err(err);
+            }
+            tokio::time::sleep(delay.min(deadline - now)).await;
+            delay = (delay * 2).min(Duration::from_secs(2));
+        }
     }
 
     /// Makes sure `image` is present, pulling it when allowed; the error
     /// names the image.
-    pub async fn ensure_image(&self, image: &str, pull: bool) -> Result<(), String> {
-        match self.client.inspect_image(image).await {
+    pub async fn ensure_image(&self, image: &str, pull: bool) -> Result<(), DockerError> {
+        match self
+            .api()
+            .map_err(|e| DockerError::from_bollard(&format!("cannot inspect image {image}"), e))?
+            .inspect_image(image)
+            .await
+        {
             Ok(_) => return Ok(()),
             Err(e) if not_found(&e) => {}
-            Err(e) => return Err(format!("cannot inspect image {image}: {e}")),
+            Err(e) => {
+                return Err(DockerError::from_bollard(
+                    &format!("cannot inspect image {image}"),
+                    e,
+                ));
+            }
         }
         if !pull {
-            return Err(format!(
+            return Err(DockerError::Engine(format!(
                 "image {image} is not present on the Docker host and pulling is disabled"
-            ));
+            )));
         }
         let options = CreateImageOptions {
             from_image: Some(image.to_string()),
             ..Default::default()
         };
-        let mut pull_stream = self.client.create_image(Some(options), None, None);
+        let mut pull_stream = self
+            .api()
+            .map_err(|e| DockerError::from_bollard(&format!("cannot pull image {image}"), e))?
+            .create_image(Some(options), None, None);
         while let Some(step) = pull_stream.next().await {
             if let Err(e) = step {
-                return Err(format!(
-                    "image {image} is not present on the Docker host and could not be pulled: {e}"
+                return Err(DockerError::from_bollard(
+                    &format!(
+                        "image {image} is not present on the Docker host and could not be pulled"
+                    ),
+                    e,
                 ));
             }
         }
@@ -133,7 +260,7 @@ impl Docker {
     }
 
     /// Creates the container (not started).
-    pub async fn create(&self, spec: &ContainerSpec) -> Result<String, String> {
+    pub async fn create(&self, spec: &ContainerSpec) -> Result<String, DockerError> {
         let host_config = HostConfig {
             binds: Some(spec.binds.clone()),
             memory: Some(spec.memory_bytes),
@@ -164,15 +291,16 @@ impl Docker {
             name: Some(spec.name.clone()),
             ..Default::default()
         };
-        self.client
+        self.api()
+            .map_err(|e| DockerError::from_bollard("cannot create the container", e))?
             .create_container(Some(options), body)
             .await
             .map(|r| r.id)
-            .map_err(|e| format!("cannot create the container: {e}"))
+            .map_err(|e| DockerError::from_bollard("cannot create the container", e))
     }
 
     /// Attaches to stdin only; output is read with [`Docker::follow_logs`].
-    pub async fn attach(&self, id: &str) -> Result<AttachContainerResults, String> {
+    pub async fn attach(&self, id: &str) -> Result<AttachContainerResults, DockerError> {
         let options = AttachContainerOptions {
             stdin: true,
             stdout: false,
@@ -181,10 +309,11 @@ impl Docker {
             logs: false,
             ..Default::default()
         };
-        self.client
+        self.api()
+            .map_err(|e| DockerError::from_bollard("cannot attach to the container", e))?
             .attach_container(id, Some(options))
             .await
-            .map_err(|e| format!("cannot attach to the container: {e}"))
+            .map_err(|e| DockerError::from_bollard("cannot attach to the container", e))
     }
 
     /// Follows stdout and stderr from the Docker log, each frame prefixed
@@ -199,19 +328,26 @@ impl Docker {
             timestamps: true,
             ..Default::default()
         };
-        Box::pin(self.client.logs(id, Some(options)))
+        match self.api() {
+            Ok(client) => Box::pin(client.logs(id, Some(options))),
+            Err(e) => Box::pin(futures::stream::once(async move { Err(e) })),
+        }
     }
 
-    pub async fn start(&self, id: &str) -> Result<(), String> {
-        self.client
+    pub async fn start(&self, id: &str) -> Result<(), DockerError> {
+        self.api()
+            .map_err(|e| DockerError::from_bollard("the container failed to start", e))?
             .start_container(id, None)
             .await
-            .map_err(|e| format!("the container failed to start: {e}"))
+            .map_err(|e| DockerError::from_bollard("the container failed to start", e))
     }
 
     /// Waits for the container to exit; its exit code, `None` when unknown.
     pub async fn wait_exit(&self, id: &str) -> Option<i64> {
-        let mut wait = self.client.wait_container(id, None);
+        let Ok(client) = self.api() else {
+            return None;
+        };
+        let mut wait = client.wait_container(id, None);
         match wait.next().await {
             Some(Ok(resp)) => Some(resp.status_code),
             Some(Err(BollardError::DockerContainerWaitError { code, .. })) => Some(code),
@@ -219,21 +355,43 @@ impl Docker {
         }
     }
 
-    /// The exit code of an exited container.
-    pub async fn exit_code(&self, id: &str) -> Option<i64> {
-        let info = self.client.inspect_container(id, None).await.ok()?;
-        let state = info.state?;
-        if state.running == Some(true) {
-            None
-        } else {
-            state.exit_code
+    /// Whether the container runs, exited (with its code) or is gone.
+    pub async fn state(&self, id: &str) -> Result<ContainerState, DockerError> {
+        match self
+            .api()
+            .map_err(|e| DockerError::from_bollard("cannot inspect the container", e))?
+            .inspect_container(id, None)
+            .await
+        {
+            Ok(info) => {
+                let state = info.state.unwrap_or_default();
+                Ok(if state.running == Some(true) {
+                    ContainerState::Running
+                } else {
+                    ContainerState::Exited(state.exit_code)
+                })
+            }
+            Err(e) if not_found(&e) => Ok(ContainerState::Missing),
+            Err(e) => Err(DockerError::from_bollard("cannot inspect the container", e)),
         }
     }
 
-    /// Whether the container is running (`None` when it does not exist).
+    /// The exit code of an exited container.
+    pub async fn exit_code(&self, id: &str) -> Option<i64> {
+        match self.state(id).await {
+            Ok(ContainerState::Exited(code)) => code,
+            _ => None,
+        }
+    }
+
+    /// Whether the container is running (`None` when it does not exist or
+    /// the engine does not answer).
     pub async fn is_running(&self, id: &str) -> Option<bool> {
-        let info = self.client.inspect_container(id, None).await.ok()?;
-        Some(info.state.and_then(|s| s.running).unwrap_or(false))
+        match self.state(id).await {
+            Ok(ContainerState::Running) => Some(true),
+            Ok(ContainerState::Exited(_)) => Some(false),
+            Ok(ContainerState::Missing) | Err(_) => None,
+        }
     }
 
     /// Stops the container: SIGTERM, then SIGKILL after `grace_secs`.
@@ -242,7 +400,10 @@ impl Docker {
             t: Some(grace_secs),
             signal: None,
         };
-        if let Err(e) = self.client.stop_container(id, Some(options)).await {
+        let Ok(client) = self.api() else {
+            return;
+        };
+        if let Err(e) = client.stop_container(id, Some(options)).await {
             tracing::debug!(container = id, error = %e, "stop");
         }
     }
@@ -252,27 +413,114 @@ impl Docker {
         let options = KillContainerOptions {
             signal: "SIGKILL".into(),
         };
-        if let Err(e) = self.client.kill_container(id, Some(options)).await {
+        let Ok(client) = self.api() else {
+            return;
+        };
+        if let Err(e) = client.kill_container(id, Some(options)).await {
             tracing::debug!(container = id, error = %e, "kill");
         }
     }
 
-    /// Removes the container, killing it first if needed.
+    /// Removes the container, killing it first if needed. An engine that
+    /// does not answer leaves it for the next reconciliation.
     pub async fn remove(&self, id: &str) {
         let options = RemoveContainerOptions {
             force: true,
             ..Default::default()
         };
-        if let Err(e) = self.client.remove_container(id, Some(options)).await
-            && !not_found(&e)
-        {
-            tracing::warn!(container = id, error = %e, "cannot remove container");
+        let removed = match self.api() {
+            Ok(client) => client.remove_container(id, Some(options)).await,
+            Err(e) => Err(e),
+        };
+        match removed {
+            Ok(()) => {}
+            Err(e) if not_found(&e) => {}
+            Err(e) if unreachable(&e) => {
+                tracing::warn!(container = id, error = %e, "the Docker engine is unreachable; the container is removed once it is back");
+            }
+            Err(e) => tracing::warn!(container = id, error = %e, "cannot remove container"),
+        }
+    }
+
+    /// The signal of the last `kill` the engine delivered to the container
+    /// since `since` (unix seconds), from the engine's recent-events
+    /// buffer: a container stopped by `docker stop`, `docker kill` or an
+    /// engine shutting down has one; an agent that exited by itself has
+    /// none.
+    pub async fn last_kill_signal(
+        &self,
+        id: &str,
+        since: i64,
+    ) -> Result<Option<String>, DockerError> {
+        let filters = HashMap::from([
+            ("container".to_string(), vec![id.to_string()]),
+            ("event".to_string(), vec!["kill".to_string()]),
+        ]);
+        let until = chrono::Utc::now().timestamp() + 1;
+        let mut events = self
+            .api()
+            .map_err(|e| DockerError::from_bollard("cannot read events", e))?
+            .events(Some(EventsOptions {
+                since: Some(since.to_string()),
+                until: Some(until.to_string()),
+                filters: Some(filters),
+            }));
+        let mut signal = None;
+        while let Some(event) = events.next().await {
+            let event = event.map_err(|e| DockerError::from_bollard("cannot read events", e))?;
+            signal = event
+                .actor
+                .and_then(|a| a.attributes)
+                .and_then(|mut a| a.remove("signal"))
+                .or(signal);
+        }
+        Ok(signal)
+    }
+
+    /// Whether the engine stops answering within `within` (an engine that
+    /// is shutting down does, once it has stopped its containers).
+    pub async fn goes_away(&self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        while tokio::time::Instant::now() < deadline {
+            if self.ping().await.is_err() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        false
+    }
+
+    /// The engine's event stream for the containers of `manager_id`; it
+    /// stays open as long as the engine runs, so its end (or error) is how
+    /// an engine restart is noticed.
+    pub fn container_events(
+        &self,
+        manager_id: &str,
+    ) -> futures::stream::BoxStream<'static, Result<EventMessage, BollardError>> {
+        let filters = HashMap::from([
+            ("type".to_string(), vec!["container".to_string()]),
+            (
+                "label".to_string(),
+                vec![format!("{LABEL_MANAGER}={manager_id}")],
+            ),
+        ]);
+        match self.api() {
+            Ok(client) => client
+                .events(Some(EventsOptions {
+                    filters: Some(filters),
+                    ..Default::default()
+                }))
+                .boxed(),
+            Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
         }
     }
 
     /// Every container of the manager `manager_id` with an instance label,
     /// running or not.
-    pub async fn list_managed(&self, manager_id: &str) -> Result<Vec<ContainerSummary>, String> {
+    pub async fn list_managed(
+        &self,
+        manager_id: &str,
+    ) -> Result<Vec<ContainerSummary>, DockerError> {
         let mut filters = HashMap::new();
         filters.insert(
             "label".to_string(),
@@ -286,9 +534,10 @@ impl Docker {
             filters: Some(filters),
             ..Default::default()
         };
-        self.client
+        self.api()
+            .map_err(|e| DockerError::from_bollard("cannot list containers", e))?
             .list_containers(Some(options))
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| DockerError::from_bollard("cannot list containers", e))
     }
 }

@@ -97,15 +97,15 @@ impl TerminalExecutor for DockerExec {
             attach_stderr: Some(true),
             ..Default::default()
         };
-        let exec = self
+        let client = self
             .docker
-            .client()
+            .api()
+            .map_err(|e| internal(format!("cannot exec {}: {e}", request.command)))?;
+        let exec = client
             .create_exec(&self.container_id, options)
             .await
             .map_err(|e| internal(format!("cannot exec {}: {e}", request.command)))?;
-        let started = self
-            .docker
-            .client()
+        let started = client
             .start_exec(&exec.id, None::<StartExecOptions>)
             .await
             .map_err(|e| internal(format!("cannot start {}: {e}", request.command)))?;
@@ -118,7 +118,7 @@ impl TerminalExecutor for DockerExec {
         )));
         let (exit_tx, exit_rx) = watch::channel(None);
         let buffer = output.clone();
-        let docker = self.docker.clone();
+        let docker = client.clone();
         let exec_id = exec.id.clone();
         let reader = tokio::spawn(async move {
             if let StartExecResults::Attached {
@@ -133,7 +133,6 @@ impl TerminalExecutor for DockerExec {
                 }
             }
             let code = docker
-                .client()
                 .inspect_exec(&exec_id)
                 .await
                 .ok()

@@ -8,7 +8,9 @@ use std::{
     time::Duration,
 };
 
+use futures::StreamExt;
 use kandev_acp::PermissionDecision;
+use kandev_common::CancellationToken;
 use kandev_events::{EventBus, agent::AgentEventKind};
 use secrecy::ExposeSecret;
 use tokio_util::task::TaskTracker;
@@ -16,7 +18,9 @@ use uuid::Uuid;
 
 use crate::{
     config::{Settings, WorkspacePolicy},
-    docker::{ContainerSpec, Docker, LABEL_INSTANCE, LABEL_MANAGER, LABEL_TASK, LABEL_TYPE},
+    docker::{
+        ContainerSpec, Docker, LABEL_INSTANCE, LABEL_MANAGER, LABEL_TASK, LABEL_TURN, LABEL_TYPE,
+    },
     domain::{AgentError, AgentInstance, AgentType, InstanceStatus, LogLine, Result, invalid},
     runner::{self, CONTAINER_WORKSPACE, RunHandle, Shared, TurnSpec},
     store::{Outcome, Store},
@@ -54,6 +58,9 @@ pub struct AgentManager {
 
 struct Inner {
     shared: Shared,
+    /// When this manager was created: instances created since are never
+    /// mistaken for leftovers of an earlier run.
+    created_at: chrono::DateTime<chrono::Utc>,
     runs: Mutex<HashMap<Uuid, Arc<RunHandle>>>,
     /// Request env of each instance, kept in memory for follow-up turns.
     envs: Mutex<HashMap<Uuid, BTreeMap<String, String>>>,
@@ -80,6 +87,7 @@ impl AgentManager {
                     bus,
                     settings: Arc::new(settings),
                 },
+                created_at: chrono::Utc::now(),
                 runs: Mutex::new(HashMap::new()),
                 envs: Mutex::new(HashMap::new()),
                 tasks: TaskTracker::new(),
@@ -100,7 +108,12 @@ impl AgentManager {
     }
 
     pub async fn ping_docker(&self) -> std::result::Result<(), String> {
-        self.inner.shared.docker.ping().await
+        self.inner
+            .shared
+            .docker
+            .ping()
+            .await
+            .map_err(|e| e.to_string())
     }
 
     // ---- registry ----
@@ -198,8 +211,7 @@ impl AgentManager {
             .shared
             .docker
             .ensure_image(&agent_type.image, self.settings().pull_images)
-            .await
-            .map_err(AgentError::FailedPrecondition)?;
+            .await?;
         let prepared =
             workspace::prepare(self.settings(), request.task_id, request.workspace.clone()).await?;
         let path = prepared.host_path.display().to_string();
@@ -309,6 +321,7 @@ impl AgentManager {
             (LABEL_INSTANCE.to_string(), instance.id.to_string()),
             (LABEL_TYPE.to_string(), agent_type.id.clone()),
             (LABEL_MANAGER.to_string(), settings.manager_id.clone()),
+            (LABEL_TURN.to_string(), instance.turns.to_string()),
         ]);
         ContainerSpec {
             name: format!("kandev-{}-{}", instance.id, instance.turns),
@@ -499,23 +512,32 @@ impl AgentManager {
         }
     }
 
-    /// Brings containers left by an earlier run in line with the database:
-    /// containers of unknown or ended instances are removed; containers of
-    /// active instances are resumed: their output is re-read
-    /// from the stored log position and numbered from the stored
-    /// `last_seq + 1` (events published after the last stored position come
-    /// again with the same seq and id, so JetStream and consumers drop them).
-    /// A running agent is re-attached and its turn goes on; one that exited
-    /// meanwhile gets its final status from what it wrote (the end of its
-    /// turn, or `failed` with its exit code). A container that cannot be
-    /// resumed is removed and its instance ends `failed`.
-    /// Active instances without a container end `failed`. No orphan is left.
+    /// Brings the agent containers in line with the database; run at
+    /// start and each time the Docker engine answers again after it went
+    /// away:
+    /// - containers of unknown or ended instances, and those of an earlier
+    ///   turn, are removed (also those the engine kept while it was away);
+    /// - containers whose turn runs in this process are left to it;
+    /// - the others, left by an earlier run of the manager, are resumed:
+    ///   their output is re-read from the stored log position and
+    ///   numbered from the stored `last_seq + 1` (events published after
+    ///   the last stored position come again with the same seq and id, so
+    ///   JetStream and consumers drop them). A running agent is
+    ///   re-attached and its turn goes on; one that exited meanwhile gets
+    ///   its final status from what it wrote (the end of its turn, or
+    ///   `failed` with its exit code). A container that cannot be resumed
+    ///   is removed and its instance ends `failed`;
+    /// - active instances of an earlier run without a container end
+    ///   `failed`.
+    ///
+    /// No orphan is left. An engine that does not answer is logged and left
+    /// for the next call.
     pub async fn reconcile(&self) {
         let docker = &self.inner.shared.docker;
         let containers = match docker.list_managed(&self.settings().manager_id).await {
             Ok(c) => c,
             Err(e) => {
-                tracing::error!(error = %e, "cannot list agent containers");
+                tracing::warn!(error = %e, "cannot reconcile agent containers now");
                 return;
             }
         };
@@ -524,23 +546,33 @@ impl AgentManager {
             let Some(container_id) = c.id.clone() else {
                 continue;
             };
-            let instance_id = c
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(LABEL_INSTANCE))
-                .and_then(|v| Uuid::parse_str(v).ok());
+            let label = |name: &str| c.labels.as_ref().and_then(|l| l.get(name)).cloned();
+            let instance_id = label(LABEL_INSTANCE).and_then(|v| Uuid::parse_str(&v).ok());
+            // A run of this process owns its instance's current container;
+            // it was registered before the instance is read, so a turn
+            // ending meanwhile reads as ended, never as a leftover.
+            let owned = instance_id.is_some_and(|id| self.run(id).is_some());
             let instance = match instance_id {
                 Some(id) => self.store().get_instance(id).await.ok(),
                 None => None,
             };
-            let Some(instance) = instance.filter(|i| !i.status.is_terminal()) else {
-                tracing::info!(container = %container_id, "removing container of an ended or unknown instance");
+            // Containers from before the turn label are taken as current.
+            let turn = label(LABEL_TURN).and_then(|t| t.parse::<i64>().ok());
+            let current = |i: &AgentInstance| turn.is_none_or(|t| t == i.turns);
+            let Some(instance) =
+                instance.filter(|i| current(i) && (owned || !i.status.is_terminal()))
+            else {
+                tracing::info!(container = %container_id, "removing the container of an ended, earlier or unknown turn");
                 docker.remove(&container_id).await;
                 continue;
             };
             seen.insert(instance.id);
-            if self.reattach(&instance, &container_id).await {
+            if owned {
                 continue;
+            }
+            match self.reattach(&instance, &container_id).await {
+                Reattach::Started | Reattach::Owned => continue,
+                Reattach::Impossible => {}
             }
             let running = docker.is_running(&container_id).await == Some(true);
             let exit_code = if running {
@@ -565,13 +597,83 @@ impl AgentManager {
             }
         };
         for instance in active {
-            if !seen.contains(&instance.id) && !lock(&self.inner.runs).contains_key(&instance.id) {
+            if !seen.contains(&instance.id)
+                && instance.created_at < self.inner.created_at
+                && self.run(instance.id).is_none()
+            {
                 self.end_failed(
                     &instance,
                     "the manager restarted before the agent container was running".into(),
                     None,
                 )
                 .await;
+            }
+        }
+    }
+
+    /// Watches the Docker engine until `shutdown`: while its event stream
+    /// is open the engine runs; when the stream breaks (a restart, a
+    /// crash) the manager waits for the engine to answer again, then
+    /// reconciles, which removes the containers that could not be removed
+    /// while it was away. `reconciled` says whether the start already
+    /// reconciled (an engine that was down then is reconciled when it first
+    /// answers). Turns survive an engine restart on their own (see
+    /// `runner`); this only cleans up.
+    pub async fn watch_engine(&self, shutdown: CancellationToken, reconciled: bool) {
+        let docker = self.inner.shared.docker.clone();
+        let manager_id = self.settings().manager_id.clone();
+        let mut reconcile = !reconciled;
+        let mut delay = Duration::from_millis(100);
+        let mut down = false;
+        loop {
+            let ping = tokio::select! {
+                () = shutdown.cancelled() => return,
+                ping = docker.ping() => ping,
+            };
+            if let Err(e) = ping {
+                if !down {
+                    tracing::warn!(error = %e, "the Docker engine does not answer; waiting for it");
+                    down = true;
+                }
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(5));
+                continue;
+            }
+            delay = Duration::from_millis(100);
+            if down {
+                tracing::info!("the Docker engine answers again");
+                down = false;
+            }
+            // The event stream connects while reconciliation runs, so an
+            // engine lost in the meantime is noticed too.
+            let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<String>();
+            let mut events = docker.container_events(&manager_id);
+            let watcher = tokio::spawn(async move {
+                let reason = loop {
+                    match events.next().await {
+                        Some(Ok(_)) => {}
+                        Some(Err(e)) => break e.to_string(),
+                        None => break "the event stream ended".to_string(),
+                    }
+                };
+                let _ = lost_tx.send(reason);
+            });
+            if reconcile {
+                self.reconcile().await;
+            }
+            reconcile = true;
+            tokio::select! {
+                () = shutdown.cancelled() => {
+                    watcher.abort();
+                    return;
+                }
+                reason = lost_rx => {
+                    let reason = reason.unwrap_or_default();
+                    tracing::warn!(%reason, "lost the Docker engine's event stream");
+                }
             }
         }
     }
@@ -604,20 +706,19 @@ impl AgentManager {
         }
     }
 
-    /// Resumes the turn of `container_id` (running or exited); false when the instance
-    /// lacks what that needs (its type, workspace or session).
-    async fn reattach(&self, instance: &AgentInstance, container_id: &str) -> bool {
+    /// Resumes the turn of `container_id` (running or exited).
+    async fn reattach(&self, instance: &AgentInstance, container_id: &str) -> Reattach {
         if instance.workspace_path.is_empty() || instance.acp_session_id.is_empty() {
-            return false;
+            return Reattach::Impossible;
         }
         let Ok(agent_type) = self.store().get_type(&instance.agent_type).await else {
-            return false;
+            return Reattach::Impossible;
         };
         let handle = Arc::new(RunHandle::default());
         {
             let mut runs = lock(&self.inner.runs);
             if runs.contains_key(&instance.id) {
-                return false;
+                return Reattach::Owned;
             }
             runs.insert(instance.id, handle.clone());
         }
@@ -644,6 +745,16 @@ impl AgentManager {
                 lock(&inner.runs).remove(&instance_id);
             },
         ));
-        true
+        Reattach::Started
     }
+}
+
+/// What [`AgentManager::reattach`] did.
+enum Reattach {
+    Started,
+    /// A turn of this process owns the instance already.
+    Owned,
+    /// The instance lacks what resuming needs (its type, workspace or
+    /// session).
+    Impossible,
 }

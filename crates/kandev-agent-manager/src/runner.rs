@@ -33,7 +33,7 @@ use uuid::Uuid;
 
 use crate::{
     config::Settings,
-    docker::{ContainerSpec, Docker, LogStream},
+    docker::{ContainerSpec, ContainerState, Docker, LogStream},
     domain::{AgentInstance, AgentType, InstanceStatus, LogCursors, LogLine, PermissionPolicyKind},
     exec::DockerExec,
     store::{Outcome, Store},
@@ -187,6 +187,12 @@ struct TurnState {
     published_seq: u64,
     /// The Docker log position of the last published line of each stream.
     cursors: LogCursors,
+    /// The last seq queued for publishing, and the log position of the
+    /// last line queued: where a client re-attached in the same run goes on.
+    queued_seq: u64,
+    queued_cursors: LogCursors,
+    /// The ACP session of the turn, once set up.
+    session_id: String,
 }
 
 impl TurnState {
@@ -237,6 +243,24 @@ fn failed(error: impl Into<String>) -> Failure {
     Failure::Failed {
         error: error.into(),
         exit_code: None,
+    }
+}
+
+/// How one attempt at a turn ended without completing it.
+#[derive(Debug)]
+enum Interruption {
+    Failure(Failure),
+    /// The Docker engine stopped answering (or broke off the agent's log)
+    /// during `during`; the turn may survive it.
+    EngineLost {
+        during: String,
+        error: String,
+    },
+}
+
+impl From<Failure> for Interruption {
+    fn from(failure: Failure) -> Self {
+        Interruption::Failure(failure)
     }
 }
 
@@ -417,7 +441,6 @@ async fn drain(
     turn_end: Option<watch::Sender<Option<String>>>,
 ) {
     while let Some(event) = events.recv().await {
-        lock(&state).observe(&event);
         let is_stderr =
             matches!(&event.kind, EventKind::Log(log) if log.source == LogSource::Stderr);
         let stamp = if event.direction == Direction::FromAgent {
@@ -430,6 +453,16 @@ async fn drain(
         } else {
             None
         };
+        {
+            let mut s = lock(&state);
+            s.observe(&event);
+            s.queued_seq = event.seq;
+            match &stamp {
+                Some((true, ts)) => s.queued_cursors.stderr.clone_from(ts),
+                Some((false, ts)) => s.queued_cursors.stdout.clone_from(ts),
+                None => {}
+            }
+        }
         if is_stderr && let EventKind::Log(log) = &event.kind {
             let _ = logs.try_send(LogLine {
                 at: event.timestamp,
@@ -460,6 +493,17 @@ async fn drain(
     }
 }
 
+/// What the attempts of one turn share with its end: the container, the
+/// task copying its Docker log, and why that log broke off.
+#[derive(Default)]
+struct Slots {
+    container: Mutex<Option<String>>,
+    demux: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Set when the log stream failed because the engine stopped answering
+    /// (rather than ending with the container's output).
+    log_error: Mutex<Option<String>>,
+}
+
 /// Splits the followed Docker log: stdout bytes to the ACP reader, stderr
 /// lines to the client's log events, recording each line's timestamp.
 /// Lines at or before `skip` (already published before a restart) are
@@ -470,6 +514,7 @@ async fn demux(
     client: AcpClient,
     stamps: Stamps,
     skip: LogCursors,
+    slots: Arc<Slots>,
 ) {
     use bollard::container::LogOutput;
     const MAX_STDERR_LINE: usize = 64 * 1024;
@@ -484,6 +529,9 @@ async fn demux(
             Ok(LogOutput::StdIn { .. }) => continue,
             Err(e) => {
                 tracing::debug!(error = %e, "log stream ended");
+                if crate::docker::unreachable(&e) {
+                    *lock(&slots.log_error) = Some(e.to_string());
+                }
                 break;
             }
         };
@@ -540,9 +588,13 @@ pub async fn run_turn(
 ) {
     let instance = spec.instance.clone();
     let settings = shared.settings.clone();
+    let start_seq = u64::try_from(instance.last_seq).unwrap_or(0);
     let state = Arc::new(Mutex::new(TurnState {
         cursors: instance.cursors.clone(),
         progress: instance.progress,
+        queued_seq: start_seq,
+        queued_cursors: instance.cursors.clone(),
+        session_id: instance.acp_session_id.clone(),
         ..TurnState::default()
     }));
     let (events_tx, events_rx) = mpsc::channel(settings.publish_queue);
@@ -569,34 +621,30 @@ pub async fn run_turn(
         logs_rx,
     ));
 
-    let container_id = Arc::new(Mutex::new(None::<String>));
-    let demux_slot = Arc::new(Mutex::new(None::<tokio::task::JoinHandle<()>>));
+    let slots = Arc::new(Slots::default());
     let timeout = Duration::from_secs(u64::try_from(spec.agent_type.timeout_seconds).unwrap_or(1));
     let result = tokio::select! {
         r = tokio::time::timeout(
             timeout,
-            drive(
+            drive_until_done(
                 &shared,
-                &spec,
+                spec,
                 &handle,
-                (&container_id, &demux_slot),
+                &slots,
                 events_tx,
                 logs_tx.clone(),
                 state.clone(),
             ),
         ) => match r {
             Ok(r) => r,
-            Err(_) => Err(failed(format!(
-                "timed out after {} s",
-                spec.agent_type.timeout_seconds
-            ))),
+            Err(_) => Err(failed(format!("timed out after {} s", timeout.as_secs()))),
         },
         () = handle.stop.cancelled() => Err(Failure::Stopped),
     };
 
     // The container goes whatever happened; that also ends the attach
     // stream, the client and so the event pipeline.
-    let container = lock(&container_id).clone();
+    let container = lock(&slots.container).clone();
     let mut exit_code = None;
     if let Some(id) = &container {
         if result.is_ok() {
@@ -607,7 +655,7 @@ pub async fn run_turn(
         }
         // The attach stream ends once the container's output is fully
         // copied, so no late stderr line is lost.
-        let demux = lock(&demux_slot).take();
+        let demux = lock(&slots.demux).take();
         if let Some(demux) = demux
             && tokio::time::timeout(Duration::from_secs(10), demux)
                 .await
@@ -616,6 +664,8 @@ pub async fn run_turn(
             tracing::warn!(container = %id, "attach stream did not end after the container stopped");
         }
         exit_code = shared.docker.exit_code(id).await;
+        // An engine that is still away keeps the container; the manager
+        // removes it when the engine is back (see `AgentManager::reconcile`).
         shared.docker.remove(id).await;
     }
     *lock(&handle.client) = None;
@@ -723,6 +773,89 @@ pub async fn run_turn(
     }
 }
 
+/// Drives the turn to its end. When the Docker engine goes away mid-turn
+/// (a restart, a crash), waits up to `engine_grace_secs` for it to answer
+/// again: an agent that survived (the engine's live restore) is
+/// re-attached and its stream goes on from the last queued event; one the
+/// restart stopped or removed ends the turn `failed`, saying so.
+async fn drive_until_done(
+    shared: &Shared,
+    mut spec: TurnSpec,
+    handle: &Arc<RunHandle>,
+    slots: &Arc<Slots>,
+    events_tx: mpsc::Sender<Stamped>,
+    logs_tx: mpsc::Sender<LogLine>,
+    state: Arc<Mutex<TurnState>>,
+) -> Result<TurnResult, Failure> {
+    loop {
+        *lock(&slots.log_error) = None;
+        let attempt = drive(
+            shared,
+            &spec,
+            handle,
+            slots,
+            events_tx.clone(),
+            logs_tx.clone(),
+            state.clone(),
+        )
+        .await;
+        let (during, error) = match attempt {
+            Ok(turn) => return Ok(turn),
+            Err(Interruption::Failure(failure)) => return Err(failure),
+            Err(Interruption::EngineLost { during, error }) => (during, error),
+        };
+        let Some(id) = lock(&slots.container).clone() else {
+            return Err(failed(format!("{during}: {error}")));
+        };
+        let grace = Duration::from_secs(shared.settings.engine_grace_secs);
+        tracing::warn!(instance = %spec.instance.id, container = %id, %error, "lost the Docker engine during {during}; waiting {} s for it", grace.as_secs());
+        if let Err(last) = shared.docker.wait_reachable(grace).await {
+            return Err(failed(format!(
+                "the Docker engine went away during {during} and did not answer again within {} s ({last})",
+                grace.as_secs()
+            )));
+        }
+        let session = lock(&state).session_id.clone();
+        let restarted = format!("the Docker engine restarted during {during}");
+        match shared.docker.state(&id).await {
+            Ok(ContainerState::Running) if !session.is_empty() => {}
+            Ok(ContainerState::Running) => {
+                return Err(failed(format!(
+                    "{restarted}, before the ACP session was set up"
+                )));
+            }
+            Ok(ContainerState::Exited(code)) => {
+                let code_text = code
+                    .map(|c| format!(" (exit code {c})"))
+                    .unwrap_or_default();
+                return Err(Failure::Failed {
+                    error: format!("{restarted} and stopped the agent{code_text}"),
+                    exit_code: code,
+                });
+            }
+            Ok(ContainerState::Missing) => {
+                return Err(failed(format!(
+                    "{restarted} and the agent's container is gone"
+                )));
+            }
+            Err(e) => return Err(failed(format!("{restarted}: {e}"))),
+        }
+        // The agent survived the restart: re-attach and read its log from
+        // the last line the earlier client consumed, numbering on.
+        let (queued_seq, queued_cursors) = {
+            let s = lock(&state);
+            (s.queued_seq, s.queued_cursors.clone())
+        };
+        tracing::info!(instance = %spec.instance.id, container = %id, "the Docker engine is back and the agent still runs; re-attaching");
+        spec.instance.last_seq = i64::try_from(queued_seq).unwrap_or(i64::MAX);
+        spec.instance.cursors = queued_cursors;
+        spec.instance.sync_event = None;
+        spec.instance.acp_session_id = session;
+        spec.instance.container_id.clone_from(&id);
+        spec.reattach = Some(id);
+    }
+}
+
 fn policy(
     kind: PermissionPolicyKind,
     settings: &Settings,
@@ -749,28 +882,126 @@ fn policy(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// How long an engine that stopped an agent's container may take to go
+/// away before the stop counts as someone else's: an engine shutting down
+/// stops its containers first (each within its stop timeout), then exits.
+const ENGINE_SHUTDOWN_WINDOW: Duration = Duration::from_secs(15);
+
+/// Why the agent's output ended before the turn did: an engine that went
+/// away, broke off the log or stopped the container on its way down is not
+/// the agent's fault and may be survived; a container stopped by someone
+/// else is said so; otherwise the agent exited or closed its output.
+/// `since` (unix seconds) bounds the search for who stopped it.
+/// `exited_before`: the container had exited before this run attached (the
+/// manager was down), so who stopped it is not known beyond the signal.
+async fn output_ended(
+    docker: &Docker,
+    id: &str,
+    slots: &Slots,
+    during: &str,
+    since: i64,
+    exited_before: bool,
+) -> Interruption {
+    let engine_lost = |error: String| Interruption::EngineLost {
+        during: during.to_string(),
+        error,
+    };
+    if let Some(error) = lock(&slots.log_error).clone() {
+        return engine_lost(error);
+    }
+    let code = tokio::time::timeout(Duration::from_secs(10), docker.wait_exit(id))
+        .await
+        .ok()
+        .flatten();
+    if code.is_none()
+        && let Err(e) = docker.state(id).await
+        && e.is_unreachable()
+    {
+        return engine_lost(e.to_string());
+    }
+    match docker.last_kill_signal(id, since).await {
+        Err(e) if e.is_unreachable() => return engine_lost(e.to_string()),
+        Ok(Some(signal)) if exited_before => {
+            return Failure::Failed {
+                error: format!(
+                    "the agent's container was stopped (signal {signal}) during {during}"
+                ),
+                exit_code: code,
+            }
+            .into();
+        }
+        Ok(Some(signal)) => {
+            if docker.goes_away(ENGINE_SHUTDOWN_WINDOW).await {
+                return engine_lost(format!(
+                    "the engine stopped the agent (signal {signal}) and went away"
+                ));
+            }
+            return Failure::Failed {
+                error: format!(
+                    "the agent's container was stopped from outside Kandev (signal {signal}) during {during}"
+                ),
+                exit_code: code,
+            }
+            .into();
+        }
+        Ok(None) | Err(_) => {}
+    }
+    Failure::Failed {
+        error: match code {
+            Some(code) => format!("the agent exited with code {code} during {during}"),
+            None => format!("the agent closed its output during {during}"),
+        },
+        exit_code: code,
+    }
+    .into()
+}
+
+/// Ends a client whose agent's engine went away: once it is shut down and
+/// its last events are queued, the turn state says where a re-attached
+/// client goes on.
+async fn abandon(
+    client: &AcpClient,
+    handle: &RunHandle,
+    drain: tokio::task::JoinHandle<()>,
+    interruption: Interruption,
+) -> Interruption {
+    if matches!(interruption, Interruption::EngineLost { .. }) {
+        *lock(&handle.client) = None;
+        lock(&handle.asks).clear();
+        client.shutdown().await;
+        let _ = drain.await;
+    }
+    interruption
+}
+
 async fn drive(
     shared: &Shared,
     spec: &TurnSpec,
     handle: &Arc<RunHandle>,
-    (container_slot, demux_slot): (
-        &Mutex<Option<String>>,
-        &Mutex<Option<tokio::task::JoinHandle<()>>>,
-    ),
+    slots: &Arc<Slots>,
     events_tx: mpsc::Sender<Stamped>,
     logs_tx: mpsc::Sender<LogLine>,
     state: Arc<Mutex<TurnState>>,
-) -> Result<TurnResult, Failure> {
+) -> Result<TurnResult, Interruption> {
     let docker = &shared.docker;
     let settings = &shared.settings;
     let instance = &spec.instance;
+    let docker_failed = |e: crate::docker::DockerError| failed(e.to_string());
+    // Who stopped the container is looked up from a second before the turn.
+    let since = instance
+        .started_at
+        .unwrap_or(instance.created_at)
+        .timestamp()
+        - 1;
 
     let id = match &spec.reattach {
         Some(id) => id.clone(),
-        None => docker.create(&spec.container).await.map_err(failed)?,
+        None => docker
+            .create(&spec.container)
+            .await
+            .map_err(docker_failed)?,
     };
-    *lock(container_slot) = Some(id.clone());
+    *lock(&slots.container) = Some(id.clone());
     if spec.reattach.is_none()
         && let Err(e) = shared.store.set_container(instance.id, &id).await
     {
@@ -781,7 +1012,7 @@ async fn drive(
     let input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>> = if exited {
         Box::pin(tokio::io::sink())
     } else {
-        let attach = docker.attach(&id).await.map_err(failed)?;
+        let attach = docker.attach(&id).await.map_err(docker_failed)?;
         // Only stdin is attached; hold the (silent) output half until the end.
         let mut attach_output = attach.output;
         tokio::spawn(async move { while attach_output.next().await.is_some() {} });
@@ -816,11 +1047,11 @@ async fn drive(
     let stamps = Stamps::default();
     let (turn_tx, mut turn_rx) = watch::channel(None::<String>);
     let resumed = spec.reattach.is_some();
-    tokio::spawn(drain(
+    let drain_task = tokio::spawn(drain(
         events,
         events_tx,
         logs_tx,
-        state,
+        state.clone(),
         stamps.clone(),
         resumed.then_some(turn_tx),
     ));
@@ -849,12 +1080,13 @@ async fn drive(
             .min()
             .unwrap_or(0);
         let output = docker.follow_logs(&id, i32::try_from(since).unwrap_or(0));
-        *lock(demux_slot) = Some(tokio::spawn(demux(
+        *lock(&slots.demux) = Some(tokio::spawn(demux(
             output,
             stdout_tx,
             client.clone(),
             stamps,
             cursors.clone(),
+            slots.clone(),
         )));
         tracing::info!(instance = %instance.id, container = %id, "re-attached");
         let turn_ended = async {
@@ -884,22 +1116,13 @@ async fn drive(
             .flatten(),
         };
         let Some(stop_reason) = ended else {
-            let code = tokio::time::timeout(Duration::from_secs(10), docker.wait_exit(&id))
-                .await
-                .ok()
-                .flatten();
-            let when = if exited {
-                "while the manager was not running"
+            let during = if exited {
+                "the turn, while the manager was not running"
             } else {
-                "during the turn"
+                "the turn"
             };
-            return Err(Failure::Failed {
-                error: match code {
-                    Some(code) => format!("the agent exited with code {code} {when}"),
-                    None => format!("the agent closed its output {when}"),
-                },
-                exit_code: code,
-            });
+            let failure = output_ended(docker, &id, slots, during, since, exited).await;
+            return Err(abandon(&client, handle, drain_task, failure).await);
         };
         return Ok(TurnResult {
             session_id: instance.acp_session_id.clone(),
@@ -907,13 +1130,14 @@ async fn drive(
         });
     }
 
-    docker.start(&id).await.map_err(failed)?;
-    *lock(demux_slot) = Some(tokio::spawn(demux(
+    docker.start(&id).await.map_err(docker_failed)?;
+    *lock(&slots.demux) = Some(tokio::spawn(demux(
         docker.follow_logs(&id, 0),
         stdout_tx,
         client.clone(),
         stamps,
         LogCursors::default(),
+        slots.clone(),
     )));
     let mut started = instance.clone();
     started.container_id = id.clone();
@@ -925,38 +1149,27 @@ async fn drive(
     )
     .await;
 
-    let crashed = |what: &str, err: AcpError| {
-        let docker = docker.clone();
+    let crashed = |what: &'static str, err: AcpError| {
         let id = id.clone();
-        let what = what.to_string();
         async move {
             if matches!(err, AcpError::Closed { .. }) {
-                let code = tokio::time::timeout(Duration::from_secs(10), docker.wait_exit(&id))
-                    .await
-                    .ok()
-                    .flatten();
-                let error = match code {
-                    Some(code) => format!("the agent exited with code {code} during {what}"),
-                    None => format!("the agent closed its output during {what}"),
-                };
-                Failure::Failed {
-                    error,
-                    exit_code: code,
-                }
+                output_ended(docker, &id, slots, what, since, exited).await
             } else {
-                failed(format!("{what} failed: {err}"))
+                failed(format!("{what} failed: {err}")).into()
             }
         }
     };
 
     if let Err(e) = client.initialize().await {
-        return Err(match e {
+        let failure = match e {
             AcpError::Timeout { .. } => failed(format!(
                 "the agent did not answer initialize within {} s",
                 settings.initialize_timeout_secs
-            )),
+            ))
+            .into(),
             e => crashed("initialize", e).await,
-        });
+        };
+        return Err(abandon(&client, handle, drain_task, failure).await);
     }
     let session = match &spec.resume_session {
         Some(session_id) => {
@@ -976,10 +1189,15 @@ async fn drive(
             };
             return Err(failed(format!(
                 "the agent requires authentication ({message}); provide {needs}"
-            )));
+            ))
+            .into());
         }
-        Err(e) => return Err(crashed("session setup", e).await),
+        Err(e) => {
+            let failure = crashed("session setup", e).await;
+            return Err(abandon(&client, handle, drain_task, failure).await);
+        }
     };
+    lock(&state).session_id.clone_from(&session.session_id);
     if let Err(e) = shared
         .store
         .set_running(instance.id, &session.session_id)
@@ -999,8 +1217,13 @@ async fn drive(
 
     let stop = match client.prompt(vec![spec.prompt.clone().into()]).await {
         Ok(stop) => stop,
-        Err(AcpError::TurnFailed(why)) => return Err(failed(format!("the turn failed: {why}"))),
-        Err(e) => return Err(crashed("the turn", e).await),
+        Err(AcpError::TurnFailed(why)) => {
+            return Err(failed(format!("the turn failed: {why}")).into());
+        }
+        Err(e) => {
+            let failure = crashed("the turn", e).await;
+            return Err(abandon(&client, handle, drain_task, failure).await);
+        }
     };
     let stop_reason = serde_json::to_value(stop)
         .ok()

@@ -45,6 +45,9 @@ pub struct Application {
     pool: PgPool,
     bus_ready: ReadinessCheck,
     manager: AgentManager,
+    /// Whether the start reconciled; if the engine did not answer, the
+    /// engine watcher does once it does.
+    reconciled: bool,
 }
 
 /// Connects to Postgres with `search_path` set to the service's schema,
@@ -70,7 +73,10 @@ impl Application {
     }
 
     /// Builds on a given bus (an in-process one, in a one-binary mode).
-    /// Reconciles containers left by an earlier run before returning.
+    /// Reconciles containers left by an earlier run before returning. A
+    /// Docker engine that does not answer (restarting, say) does not stop
+    /// the start: `/readyz` reports it, launches answer UNAVAILABLE, and
+    /// the containers are reconciled once it answers.
     pub async fn build_with_bus(
         settings: Settings,
         bus: Arc<dyn EventBus>,
@@ -79,7 +85,7 @@ impl Application {
         let pool = connect_database(&settings).await?;
         let docker = Docker::connect(&settings.docker_host)
             .map_err(|e| StartupError::Docker(e.to_string()))?;
-        docker.ping().await.map_err(StartupError::Docker)?;
+        let engine = docker.ping().await;
         let listener = TcpListener::bind(&settings.listen_addr)
             .await
             .map_err(|source| StartupError::Listen {
@@ -88,13 +94,23 @@ impl Application {
             })?;
         let local_addr = listener.local_addr().map_err(StartupError::Serve)?;
         let manager = AgentManager::new(docker, Store::new(pool.clone()), bus, settings);
-        manager.reconcile().await;
+        let reconciled = match engine {
+            Ok(()) => {
+                manager.reconcile().await;
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "starting without the Docker engine; agents run once it answers");
+                false
+            }
+        };
         Ok(Application {
             listener,
             local_addr,
             pool,
             bus_ready,
             manager,
+            reconciled,
         })
     }
 
@@ -143,8 +159,18 @@ impl Application {
                 ("docker", docker_ready),
             ]));
 
+        let stop_watching = shutdown.child_token();
+        let watcher = tokio::spawn({
+            let manager = self.manager.clone();
+            let stop = stop_watching.clone();
+            let reconciled = self.reconciled;
+            async move { manager.watch_engine(stop, reconciled).await }
+        });
+
         tracing::info!(addr = %self.local_addr, "agent manager listening (gRPC, /healthz, /readyz)");
         let served = serve::serve(self.listener, router, shutdown).await;
+        stop_watching.cancel();
+        let _ = watcher.await;
         self.pool.close().await;
         tracing::info!("agent manager stopped");
         served.map_err(StartupError::Serve)

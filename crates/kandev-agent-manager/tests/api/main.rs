@@ -4,6 +4,7 @@
 //! on a real NATS JetStream.
 
 mod binary;
+mod engine;
 mod faults;
 mod helpers;
 mod launch;

@@ -1,0 +1,330 @@
+//! The Docker engine restarting under the manager. Each test runs its own
+//! `dockerd` (own socket and data, see `kandev_testkit::OwnDocker`), so it
+//! can stop, kill and restart it without disturbing the other tests.
+
+use std::{sync::Arc, time::Duration};
+
+use kandev_proto::v1 as pb;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use uuid::Uuid;
+
+use crate::helpers::{
+    MOCK_IMAGE, OwnDocker, TaskWatch, TestApp, assert_slow_stream_complete, git_repo,
+    spawn_app_with,
+};
+
+/// A private engine holding the mock-agent image, shared with blocking
+/// calls.
+async fn own_engine(live_restore: bool) -> Arc<std::sync::Mutex<OwnDocker>> {
+    tokio::task::spawn_blocking(move || {
+        kandev_testkit::ensure_docker();
+        let engine = OwnDocker::start(live_restore);
+        engine.load_image(MOCK_IMAGE);
+        Arc::new(std::sync::Mutex::new(engine))
+    })
+    .await
+    .unwrap()
+}
+
+/// Runs `f` on the engine off the async threads.
+async fn with_engine<T: Send + 'static>(
+    engine: &Arc<std::sync::Mutex<OwnDocker>>,
+    f: impl FnOnce(&mut OwnDocker) -> T + Send + 'static,
+) -> T {
+    let engine = engine.clone();
+    tokio::task::spawn_blocking(move || f(&mut engine.lock().unwrap()))
+        .await
+        .unwrap()
+}
+
+async fn app_on(engine: &Arc<std::sync::Mutex<OwnDocker>>, grace_secs: u64) -> (TestApp, String) {
+    let host = engine.lock().unwrap().host();
+    let docker_host = host.clone();
+    let app = spawn_app_with(move |s| {
+        s.docker_host = docker_host;
+        s.engine_grace_secs = grace_secs;
+    })
+    .await;
+    let repo = git_repo(app.dir.path());
+    (app, repo)
+}
+
+/// Waits until the instance's containers are gone from `engine`.
+async fn until_no_container(engine: &Arc<std::sync::Mutex<OwnDocker>>, instance_id: &str) {
+    let label = format!("kandev.instance_id={instance_id}");
+    for _ in 0..150 {
+        let label = label.clone();
+        if with_engine(engine, move |e| e.containers(&label))
+            .await
+            .is_empty()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("the container of {instance_id} was left behind");
+}
+
+/// `GET /readyz`: its status code and body.
+async fn readyz(app: &TestApp) -> (u16, serde_json::Value) {
+    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    stream
+        .write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await.unwrap();
+    let status = text[9..12].parse().unwrap();
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default();
+    // The body may be chunked: the JSON object is between the braces.
+    let json = &body[body.find('{').unwrap()..=body.rfind('}').unwrap()];
+    (status, serde_json::from_str(json).unwrap())
+}
+
+async fn wait_for_chunk(watch: &mut TaskWatch, n: usize, of: usize) {
+    let want = format!("chunk {n}/{of}\n");
+    watch
+        .until_event(|e| e["kind"] == "message_chunk" && e["data"]["text"] == want.as_str())
+        .await;
+}
+
+/// A plain engine restart (no live restore) stops the agent's container:
+/// the turn fails saying so, `agent.failed` goes out, the container is
+/// removed, and the next launch on the same manager works.
+#[tokio::test]
+async fn an_engine_restart_fails_the_turn_cleanly_and_the_next_launch_works() {
+    let engine = own_engine(false).await;
+    let (mut app, repo) = app_on(&engine, 60).await;
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    let instance = app
+        .launch(task, "mock-agent", &repo, "slow 200 100")
+        .await
+        .unwrap();
+    wait_for_chunk(&mut watch, 3, 200).await;
+
+    with_engine(&engine, |e| {
+        e.stop();
+        e.start_again();
+    })
+    .await;
+
+    let failed = watch.until("agent.failed", 0).await;
+    let error = failed["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("the Docker engine restarted during the turn and stopped the agent"),
+        "{error}"
+    );
+    let status = app.status(&instance.id).await;
+    assert_eq!(status.status, pb::AgentStatus::Failed as i32);
+    assert_eq!(status.error, error);
+    until_no_container(&engine, &instance.id).await;
+    // Nothing after the failure: the stream up to it is contiguous.
+    let seqs = watch.seqs();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+
+    // The manager goes on with the restarted engine.
+    let next = Uuid::new_v4();
+    let mut next_watch = TaskWatch::start(next).await;
+    let instance = app
+        .launch(next, "mock-agent", &repo, "scenario: code")
+        .await
+        .unwrap();
+    let done = next_watch.until("agent.completed", 0).await;
+    assert_eq!(done["stop_reason"], "end_turn");
+    until_no_container(&engine, &instance.id).await;
+    app.stop().await;
+}
+
+/// With live restore the agent survives even a killed engine: the manager
+/// re-attaches when the engine is back and the stream goes on, every seq
+/// exactly once and every chunk delivered, to the end of the turn.
+#[tokio::test]
+async fn an_agent_survives_a_killed_engine_with_live_restore() {
+    let engine = own_engine(true).await;
+    let (mut app, repo) = app_on(&engine, 60).await;
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    let instance = app
+        .launch(task, "mock-agent", &repo, "slow 60 100")
+        .await
+        .unwrap();
+    wait_for_chunk(&mut watch, 5, 60).await;
+
+    with_engine(&engine, |e| {
+        e.kill();
+        // Chunks written while the engine is away are kept by its log.
+        std::thread::sleep(Duration::from_millis(1000));
+        e.start_again();
+    })
+    .await;
+
+    let done = watch.until("agent.completed", 0).await;
+    assert_eq!(done["stop_reason"], "end_turn");
+    let last = assert_slow_stream_complete(&watch.events, 60);
+    // Re-attached in the same process: not even a repeated seq.
+    assert_eq!(watch.seqs(), (1..=last).collect::<Vec<_>>());
+    let status = app.status(&instance.id).await;
+    assert_eq!(status.status, pb::AgentStatus::Completed as i32);
+    assert_eq!(status.last_seq, last as i64);
+    until_no_container(&engine, &instance.id).await;
+    app.stop().await;
+}
+
+/// An engine that stays away longer than `engine_grace_secs` fails the
+/// turn; launches meanwhile answer UNAVAILABLE and fail their instance;
+/// `/readyz` reports the engine. When it is back the manager removes the
+/// container the failed turn could not, and launches work again.
+#[tokio::test]
+async fn an_engine_away_too_long_fails_turns_and_is_cleaned_up_when_back() {
+    let engine = own_engine(false).await;
+    let (mut app, repo) = app_on(&engine, 2).await;
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    let instance = app
+        .launch(task, "mock-agent", &repo, "slow 200 100")
+        .await
+        .unwrap();
+    wait_for_chunk(&mut watch, 2, 200).await;
+
+    with_engine(&engine, OwnDocker::stop).await;
+    let failed = watch.until("agent.failed", 0).await;
+    let error = failed["error"].as_str().unwrap();
+    assert!(
+        error.starts_with(
+            "the Docker engine went away during the turn and did not answer again within 2 s"
+        ),
+        "{error}"
+    );
+
+    let (status, body) = readyz(&app).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["checks"]["docker"]
+            .as_str()
+            .unwrap()
+            .contains("the Docker engine does not answer"),
+        "{body}"
+    );
+    let down_task = Uuid::new_v4();
+    let mut down_watch = TaskWatch::start(down_task).await;
+    let refused = app
+        .launch(down_task, "mock-agent", &repo, "scenario: code")
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert!(
+        refused
+            .message()
+            .contains("the Docker engine is unreachable"),
+        "{}",
+        refused.message()
+    );
+    let down_failed = down_watch.until("agent.failed", 0).await;
+    assert_eq!(down_failed["error"], refused.message());
+
+    with_engine(&engine, OwnDocker::start_again).await;
+    // The engine kept the stopped container; the manager removes it.
+    until_no_container(&engine, &instance.id).await;
+    let (status, body) = readyz(&app).await;
+    assert_eq!(status, 200, "{body}");
+    let again = Uuid::new_v4();
+    let mut again_watch = TaskWatch::start(again).await;
+    app.launch(again, "mock-agent", &repo, "scenario: code")
+        .await
+        .unwrap();
+    let done = again_watch.until("agent.completed", 0).await;
+    assert_eq!(done["stop_reason"], "end_turn");
+    app.stop().await;
+}
+
+/// A manager started while the engine is down starts anyway and reports
+/// it in `/readyz`; once the engine answers it reconciles (removing a
+/// container left for an unknown instance) and launches work.
+#[tokio::test]
+async fn the_manager_starts_while_the_engine_is_down() {
+    let engine = own_engine(false).await;
+    let manager_id = format!("kandev-engine-test-{}", Uuid::new_v4().simple());
+    let leftover = Uuid::new_v4().to_string();
+    {
+        let (manager_id, leftover) = (manager_id.clone(), leftover.clone());
+        with_engine(&engine, move |e| {
+            let status = e
+                .cli()
+                .args(["create", "--network", "none", "--label"])
+                .arg(format!("kandev.manager={manager_id}"))
+                .arg("--label")
+                .arg(format!("kandev.instance_id={leftover}"))
+                .arg(MOCK_IMAGE)
+                .stdout(std::process::Stdio::null())
+                .status()
+                .unwrap();
+            assert!(status.success());
+            e.stop();
+        })
+        .await;
+    }
+    let host = engine.lock().unwrap().host();
+    let mut app = spawn_app_with(move |s| {
+        s.docker_host = host;
+        s.manager_id = manager_id;
+    })
+    .await;
+    let (status, body) = readyz(&app).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["checks"]["postgres"], "ok", "{body}");
+
+    with_engine(&engine, OwnDocker::start_again).await;
+    until_no_container(&engine, &leftover).await;
+    let (status, body) = readyz(&app).await;
+    assert_eq!(status, 200, "{body}");
+    let repo = git_repo(app.dir.path());
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    app.launch(task, "mock-agent", &repo, "scenario: code")
+        .await
+        .unwrap();
+    let done = watch.until("agent.completed", 0).await;
+    assert_eq!(done["stop_reason"], "end_turn");
+    app.stop().await;
+}
+
+/// An operator's `docker stop` is not an engine restart: the engine stays
+/// up, so after the shutdown window the turn fails naming the signal, and
+/// the container is removed.
+#[tokio::test]
+async fn a_container_stopped_from_outside_fails_the_turn_saying_so() {
+    let engine = own_engine(false).await;
+    let (mut app, repo) = app_on(&engine, 60).await;
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    let instance = app
+        .launch(task, "mock-agent", &repo, "slow 200 100")
+        .await
+        .unwrap();
+    wait_for_chunk(&mut watch, 2, 200).await;
+
+    // The launch answers before the container exists: find it by label.
+    let label = format!("kandev.instance_id={}", instance.id);
+    with_engine(&engine, move |e| {
+        let container = e.containers(&label).pop().expect("the agent's container");
+        let status = e
+            .cli()
+            .args(["stop", "-t", "1", &container])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    })
+    .await;
+
+    let failed = watch.until("agent.failed", 0).await;
+    assert_eq!(
+        failed["error"],
+        "the agent's container was stopped from outside Kandev (signal 15) during the turn"
+    );
+    let status = app.status(&instance.id).await;
+    assert_eq!(status.status, pb::AgentStatus::Failed as i32);
+    until_no_container(&engine, &instance.id).await;
+    app.stop().await;
+}
