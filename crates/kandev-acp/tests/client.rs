@@ -120,6 +120,17 @@ fn connect(options: ClientOptions) -> (AcpClient, Events, FakeAgent) {
     (client, Events::new(events), agent)
 }
 
+/// Client options whose permission policy asks (answered through the
+/// receiver), falling back to cancel after ten minutes.
+fn ask_options() -> (ClientOptions, mpsc::Receiver<kandev_acp::PermissionAsk>) {
+    let (policy, asks) = AskDecider::new(Duration::from_secs(600), PermissionDecision::Cancel, 8);
+    let options = ClientOptions {
+        permission: Arc::new(policy),
+        ..ClientOptions::default()
+    };
+    (options, asks)
+}
+
 async fn v1_session(options: ClientOptions) -> (AcpClient, Events, FakeAgent) {
     let (client, events, mut agent) = connect(options);
     let init = tokio::spawn({
@@ -344,12 +355,7 @@ async fn agent_exit_fails_pending_requests_at_once() {
 
 #[tokio::test]
 async fn cancel_answers_open_permission_requests_with_cancelled() {
-    let (policy, mut asks) =
-        AskDecider::new(Duration::from_secs(600), PermissionDecision::Cancel, 8);
-    let options = ClientOptions {
-        permission: Arc::new(policy),
-        ..ClientOptions::default()
-    };
+    let (options, mut asks) = ask_options();
     let (client, mut events, mut agent) = v1_session(options).await;
     let prompt = tokio::spawn({
         let client = client.clone();
@@ -412,12 +418,7 @@ async fn cancel_answers_open_permission_requests_with_cancelled() {
 
 #[tokio::test]
 async fn ask_decider_answer_is_sent_to_the_agent() {
-    let (policy, mut asks) =
-        AskDecider::new(Duration::from_secs(600), PermissionDecision::Cancel, 8);
-    let options = ClientOptions {
-        permission: Arc::new(policy),
-        ..ClientOptions::default()
-    };
+    let (options, mut asks) = ask_options();
     let (_client, _events, mut agent) = v1_session(options).await;
     agent
         .send(
@@ -897,12 +898,7 @@ async fn load_session_replays_history_before_returning() {
 
 #[tokio::test]
 async fn shutdown_ends_the_stream_and_a_successor_continues_the_numbering() {
-    let (policy, mut asks) =
-        AskDecider::new(Duration::from_secs(600), PermissionDecision::Cancel, 8);
-    let options = ClientOptions {
-        permission: Arc::new(policy),
-        ..ClientOptions::default()
-    };
+    let (options, mut asks) = ask_options();
     let (client, mut events, mut agent) = v1_session(options).await;
     let prompt = tokio::spawn({
         let client = client.clone();

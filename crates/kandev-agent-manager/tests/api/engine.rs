@@ -81,6 +81,19 @@ async fn readyz(app: &TestApp) -> (u16, serde_json::Value) {
     (status, serde_json::from_str(json).unwrap())
 }
 
+/// Launches the mock agent with `prompt` on a new task, watched from before
+/// the launch.
+async fn launch_watched(
+    app: &mut TestApp,
+    repo: &str,
+    prompt: &str,
+) -> (TaskWatch, pb::AgentInstance) {
+    let task = Uuid::new_v4();
+    let watch = TaskWatch::start(task).await;
+    let instance = app.launch(task, "mock-agent", repo, prompt).await.unwrap();
+    (watch, instance)
+}
+
 async fn wait_for_chunk(watch: &mut TaskWatch, n: usize, of: usize) {
     let want = format!("chunk {n}/{of}\n");
     watch
@@ -95,12 +108,7 @@ async fn wait_for_chunk(watch: &mut TaskWatch, n: usize, of: usize) {
 async fn an_engine_restart_fails_the_turn_cleanly_and_the_next_launch_works() {
     let engine = own_engine(false).await;
     let (mut app, repo) = app_on(&engine, 60).await;
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    let instance = app
-        .launch(task, "mock-agent", &repo, "slow 200 100")
-        .await
-        .unwrap();
+    let (mut watch, instance) = launch_watched(&mut app, &repo, "slow 200 100").await;
     wait_for_chunk(&mut watch, 3, 200).await;
 
     with_engine(&engine, |e| {
@@ -124,12 +132,7 @@ async fn an_engine_restart_fails_the_turn_cleanly_and_the_next_launch_works() {
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
 
     // The manager goes on with the restarted engine.
-    let next = Uuid::new_v4();
-    let mut next_watch = TaskWatch::start(next).await;
-    let instance = app
-        .launch(next, "mock-agent", &repo, "scenario: code")
-        .await
-        .unwrap();
+    let (mut next_watch, instance) = launch_watched(&mut app, &repo, "scenario: code").await;
     let done = next_watch.until("agent.completed", 0).await;
     assert_eq!(done["stop_reason"], "end_turn");
     until_no_container(&engine, &instance.id).await;
@@ -143,12 +146,7 @@ async fn an_engine_restart_fails_the_turn_cleanly_and_the_next_launch_works() {
 async fn an_agent_survives_a_killed_engine_with_live_restore() {
     let engine = own_engine(true).await;
     let (mut app, repo) = app_on(&engine, 60).await;
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    let instance = app
-        .launch(task, "mock-agent", &repo, "slow 60 100")
-        .await
-        .unwrap();
+    let (mut watch, instance) = launch_watched(&mut app, &repo, "slow 60 100").await;
     wait_for_chunk(&mut watch, 5, 60).await;
 
     with_engine(&engine, |e| {
@@ -179,12 +177,7 @@ async fn an_agent_survives_a_killed_engine_with_live_restore() {
 async fn an_engine_away_too_long_fails_turns_and_is_cleaned_up_when_back() {
     let engine = own_engine(false).await;
     let (mut app, repo) = app_on(&engine, 2).await;
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    let instance = app
-        .launch(task, "mock-agent", &repo, "slow 200 100")
-        .await
-        .unwrap();
+    let (mut watch, instance) = launch_watched(&mut app, &repo, "slow 200 100").await;
     wait_for_chunk(&mut watch, 2, 200).await;
 
     with_engine(&engine, OwnDocker::stop).await;
@@ -228,11 +221,7 @@ async fn an_engine_away_too_long_fails_turns_and_is_cleaned_up_when_back() {
     until_no_container(&engine, &instance.id).await;
     let (status, body) = readyz(&app).await;
     assert_eq!(status, 200, "{body}");
-    let again = Uuid::new_v4();
-    let mut again_watch = TaskWatch::start(again).await;
-    app.launch(again, "mock-agent", &repo, "scenario: code")
-        .await
-        .unwrap();
+    let (mut again_watch, _) = launch_watched(&mut app, &repo, "scenario: code").await;
     let done = again_watch.until("agent.completed", 0).await;
     assert_eq!(done["stop_reason"], "end_turn");
     app.stop().await;
@@ -279,11 +268,7 @@ async fn the_manager_starts_while_the_engine_is_down() {
     let (status, body) = readyz(&app).await;
     assert_eq!(status, 200, "{body}");
     let repo = git_repo(app.dir.path());
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    app.launch(task, "mock-agent", &repo, "scenario: code")
-        .await
-        .unwrap();
+    let (mut watch, _) = launch_watched(&mut app, &repo, "scenario: code").await;
     let done = watch.until("agent.completed", 0).await;
     assert_eq!(done["stop_reason"], "end_turn");
     app.stop().await;
@@ -296,12 +281,7 @@ async fn the_manager_starts_while_the_engine_is_down() {
 async fn a_container_stopped_from_outside_fails_the_turn_saying_so() {
     let engine = own_engine(false).await;
     let (mut app, repo) = app_on(&engine, 60).await;
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    let instance = app
-        .launch(task, "mock-agent", &repo, "slow 200 100")
-        .await
-        .unwrap();
+    let (mut watch, instance) = launch_watched(&mut app, &repo, "slow 200 100").await;
     wait_for_chunk(&mut watch, 2, 200).await;
 
     // The launch answers before the container exists: find it by label.
