@@ -16,7 +16,7 @@ use std::{
     collections::BTreeMap,
     fs::OpenOptions,
     net::SocketAddr,
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Child, Command, Stdio},
     time::Duration,
 };
@@ -75,11 +75,16 @@ impl Svc {
 pub struct Options {
     /// `KANDEV_MAX_CONCURRENT` of the orchestrator.
     pub max_concurrent: u32,
+    /// More variables per service, set after (so over) the defaults.
+    pub env: Vec<(Svc, String, String)>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { max_concurrent: 4 }
+        Options {
+            max_concurrent: 4,
+            env: Vec::new(),
+        }
     }
 }
 
@@ -94,21 +99,23 @@ struct Proc {
 /// The target directory of this build (`.../target`), from the test
 /// binary's own path (`target/debug/deps/<test>`).
 pub fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    // deps -> debug -> target
-    exe.parent()
-        .and_then(Path::parent)
-        .and_then(Path::parent)
-        .expect("the test binary lives in target/<profile>/deps")
+    profile_dir()
+        .parent()
+        .expect("the profile directory lives in target")
         .to_path_buf()
 }
 
+/// `target/<profile>`: where the service binaries of this build are, from
+/// the running binary's own path (a test in `target/<profile>/deps`, or a
+/// binary such as the benchmark in `target/<profile>`).
 fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("the test binary lives in target/<profile>/deps")
-        .to_path_buf()
+    let dir = exe.parent().expect("the binary lives in a directory");
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.parent().expect("target/<profile>/deps").to_path_buf()
+    } else {
+        dir.to_path_buf()
+    }
 }
 
 /// The whole stack, as separate processes.
@@ -194,6 +201,7 @@ impl Stack {
                     set("KANDEV_FEED_FLUSH_MS", "20".into());
                 }
                 Svc::Gateway => {
+                    set("KANDEV_NATS_URL", nats.url());
                     set("KANDEV_TASK_SERVICE_URL", url(Svc::TaskService));
                     set("KANDEV_AGENT_MANAGER_URL", url(Svc::AgentManager));
                     set("KANDEV_ORCHESTRATOR_URL", url(Svc::Orchestrator));
@@ -206,6 +214,9 @@ impl Stack {
                     set("KANDEV_RATE_LIMIT__API_PER_MINUTE", "600000".into());
                     set("KANDEV_RATE_LIMIT__API_BURST", "100000".into());
                 }
+            }
+            for (_, k, v) in options.env.iter().filter(|(s, _, _)| *s == svc) {
+                env.push((k.clone(), v.clone()));
             }
             procs.push(Proc {
                 svc,
@@ -244,6 +255,14 @@ impl Stack {
             .find(|p| p.svc == svc)
             .map(|p| p.port)
             .expect("every service has a process")
+    }
+
+    /// The process id of `svc`, while it runs.
+    pub fn pid(&self, svc: Svc) -> Option<u32> {
+        self.procs
+            .iter()
+            .find(|p| p.svc == svc)
+            .and_then(|p| p.child.as_ref().map(Child::id))
     }
 
     /// The gateway's address.

@@ -6,7 +6,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, value::RawValue};
 
 /// One normalized event.
 ///
@@ -17,7 +17,7 @@ use serde_json::Value;
 ///  "session_id":"sess_1","kind":"message_chunk","data":{"role":"agent","text":"hi"},
 ///  "raw":{"jsonrpc":"2.0","method":"session/update","params":{...}}}
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct AcpEvent {
     /// Per-client sequence number: starts at the configured value and grows by
     /// exactly one per event, across stdout, stdin and stderr traffic.
@@ -37,6 +37,57 @@ pub struct AcpEvent {
     /// events that have no wire message such as lifecycle events).
     #[serde(default)]
     pub raw: Value,
+    /// The text of `raw` as it was read, when the client kept it: the event
+    /// serializes it as it is instead of printing `raw` again (the same
+    /// JSON, without escaping every string a second time).
+    #[serde(skip)]
+    pub raw_json: Option<Box<RawValue>>,
+}
+
+impl PartialEq for AcpEvent {
+    /// `raw_json` is a cached form of `raw` and is not compared.
+    fn eq(&self, other: &Self) -> bool {
+        self.seq == other.seq
+            && self.timestamp == other.timestamp
+            && self.direction == other.direction
+            && self.session_id == other.session_id
+            && self.kind == other.kind
+            && self.raw == other.raw
+    }
+}
+
+impl Serialize for AcpEvent {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        #[serde(untagged)]
+        enum Raw<'a> {
+            Text(&'a RawValue),
+            Value(&'a Value),
+        }
+        #[derive(Serialize)]
+        struct Wire<'a> {
+            seq: u64,
+            timestamp: &'a DateTime<Utc>,
+            direction: Direction,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            session_id: Option<&'a str>,
+            #[serde(flatten)]
+            kind: &'a EventKind,
+            raw: Raw<'a>,
+        }
+        Wire {
+            seq: self.seq,
+            timestamp: &self.timestamp,
+            direction: self.direction,
+            session_id: self.session_id.as_deref(),
+            kind: &self.kind,
+            raw: match &self.raw_json {
+                Some(text) => Raw::Text(text),
+                None => Raw::Value(&self.raw),
+            },
+        }
+        .serialize(serializer)
+    }
 }
 
 /// Who sent the message an event describes.

@@ -4,7 +4,7 @@ use agent_client_protocol::v1::schema::{
     ContentBlock, ContentChunk, EmbeddedResourceResource, SessionNotification, SessionUpdate,
     StopReason, ToolCallUpdate,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::event::{
@@ -103,11 +103,116 @@ pub(crate) fn session_update(params: &Value) -> Normalized {
     }
 }
 
+/// The text chunk updates, read straight from the JSON: what an agent
+/// sends most, by far, and what the typed schema would buffer and copy
+/// several times. Anything unusual goes the typed way.
+fn text_chunk(variant: &str, update: &Value) -> Option<EventKind> {
+    let (role, thought) = match variant {
+        "agent_message_chunk" => (ChunkRole::Agent, false),
+        "user_message_chunk" => (ChunkRole::User, false),
+        "agent_thought_chunk" => (ChunkRole::Agent, true),
+        _ => return None,
+    };
+    let content = update.get("content")?;
+    if content.get("type")?.as_str()? != "text" {
+        return None;
+    }
+    let text = content.get("text")?.as_str()?;
+    let message_id = match update.get("messageId") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(id)) => Some(id.clone()),
+        Some(_) => return None,
+    };
+    let data = ChunkData {
+        role,
+        text: Some(text.to_owned()),
+        content_type: "text".to_owned(),
+        message_id,
+    };
+    Some(if thought {
+        EventKind::ThoughtChunk(data)
+    } else {
+        EventKind::MessageChunk(data)
+    })
+}
+
+/// A v1 `session/update` text chunk, read from the line's text without
+/// building a JSON tree: its session and event, or `None` for anything
+/// else (which then goes the general way).
+pub(crate) fn fast_text_chunk(line: &str) -> Option<(String, EventKind)> {
+    use std::borrow::Cow;
+
+    #[derive(Deserialize)]
+    struct Line<'a> {
+        #[serde(borrow)]
+        method: Cow<'a, str>,
+        #[serde(default, borrow)]
+        id: Option<&'a serde_json::value::RawValue>,
+        #[serde(borrow)]
+        params: Params<'a>,
+    }
+    #[derive(Deserialize)]
+    struct Params<'a> {
+        #[serde(rename = "sessionId", borrow)]
+        session_id: Cow<'a, str>,
+        #[serde(borrow)]
+        update: Update<'a>,
+    }
+    #[derive(Deserialize)]
+    struct Update<'a> {
+        #[serde(rename = "sessionUpdate", borrow)]
+        variant: Cow<'a, str>,
+        #[serde(borrow)]
+        content: Content<'a>,
+        #[serde(rename = "messageId", default, borrow)]
+        message_id: Option<Cow<'a, str>>,
+    }
+    #[derive(Deserialize)]
+    struct Content<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: Cow<'a, str>,
+        #[serde(borrow)]
+        text: Cow<'a, str>,
+    }
+
+    let line: Line<'_> = serde_json::from_str(line).ok()?;
+    if line.method != "session/update" || line.id.is_some_and(|id| id.get() != "null") {
+        return None;
+    }
+    let update = line.params.update;
+    if update.content.kind != "text" {
+        return None;
+    }
+    let (role, thought) = match update.variant.as_ref() {
+        "agent_message_chunk" => (ChunkRole::Agent, false),
+        "user_message_chunk" => (ChunkRole::User, false),
+        "agent_thought_chunk" => (ChunkRole::Agent, true),
+        _ => return None,
+    };
+    let data = ChunkData {
+        role,
+        text: Some(update.content.text.into_owned()),
+        content_type: "text".to_owned(),
+        message_id: update.message_id.map(Cow::into_owned),
+    };
+    let kind = if thought {
+        EventKind::ThoughtChunk(data)
+    } else {
+        EventKind::MessageChunk(data)
+    };
+    Some((line.params.session_id.into_owned(), kind))
+}
+
 fn v1_session_update(params: &Value) -> Normalized {
     let session_id = str_field(params, "sessionId");
     let raw_update = params.get("update").unwrap_or(&Value::Null);
     let variant = str_field(raw_update, "sessionUpdate");
-    let notification: SessionNotification = match serde_json::from_value(params.clone()) {
+    if session_id.is_some()
+        && let Some(kind) = variant.as_deref().and_then(|v| text_chunk(v, raw_update))
+    {
+        return Normalized::new(kind, session_id);
+    }
+    let notification = match SessionNotification::deserialize(params) {
         Ok(n) => n,
         Err(e) => {
             // Unknown variants are kept raw; a known variant with a bad shape
@@ -404,6 +509,49 @@ mod tests {
         assert!(
             matches!(n.kind, EventKind::Other(ref o) if o.update.as_deref() == Some("available_commands_update"))
         );
+    }
+
+    /// The direct reading of text chunks gives what the typed schema gives.
+    #[test]
+    fn text_chunks_read_directly_match_the_schema() {
+        for update in [
+            json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a \"q\" é"},"messageId":"m1"}),
+            json!({"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"u"}}),
+            json!({"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"t","annotations":null},"_meta":{"k":1}}),
+        ] {
+            let params = json!({"sessionId":"s","update":update});
+            let variant = update["sessionUpdate"].as_str().unwrap();
+            let direct = text_chunk(variant, &update).expect("read directly");
+            let typed: SessionNotification = serde_json::from_value(params.clone()).unwrap();
+            let raw_content = update.get("content");
+            let expected = match &typed.update {
+                SessionUpdate::AgentMessageChunk(c) => {
+                    EventKind::MessageChunk(chunk(ChunkRole::Agent, c, raw_content))
+                }
+                SessionUpdate::UserMessageChunk(c) => {
+                    EventKind::MessageChunk(chunk(ChunkRole::User, c, raw_content))
+                }
+                SessionUpdate::AgentThoughtChunk(c) => {
+                    EventKind::ThoughtChunk(chunk(ChunkRole::Agent, c, raw_content))
+                }
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(direct, expected);
+            assert_eq!(session_update(&params).kind, expected);
+            let line =
+                json!({"jsonrpc":"2.0","method":"session/update","params":params}).to_string();
+            assert_eq!(fast_text_chunk(&line), Some(("s".to_owned(), expected)));
+        }
+        // A request, or another method, is not a chunk.
+        let request = json!({"jsonrpc":"2.0","id":4,"method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}}});
+        assert!(fast_text_chunk(&request.to_string()).is_none());
+        // Not text: the typed way.
+        let image = json!({"sessionUpdate":"agent_message_chunk","content":{"type":"image","data":"x","mimeType":"image/png"}});
+        assert!(text_chunk("agent_message_chunk", &image).is_none());
+        assert!(matches!(
+            session_update(&json!({"sessionId":"s","update":image})).kind,
+            EventKind::MessageChunk(ChunkData { ref content_type, text: None, .. }) if content_type == "image"
+        ));
     }
 
     #[test]

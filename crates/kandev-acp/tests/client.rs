@@ -249,6 +249,37 @@ async fn v1_turn_keeps_early_and_late_updates_in_order() {
     );
 }
 
+/// Without `parse_raw`, text chunks keep only their wire text; everything
+/// else is parsed as usual, and every event serializes the same.
+#[tokio::test]
+async fn without_parse_raw_text_chunks_keep_their_wire_text() {
+    let options = ClientOptions {
+        parse_raw: false,
+        ..ClientOptions::default()
+    };
+    let (_client, mut events, mut agent) = v1_session(options).await;
+    let wire = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"é \"q\""},"messageId":"m"}}}"#;
+    agent.send_raw(format!("{wire}\n").as_bytes()).await;
+    agent
+        .send(update("s1", json!({"sessionUpdate":"plan","entries":[]})))
+        .await;
+    let chunk = events.until("message_chunk").await;
+    assert_eq!(chunk.session_id.as_deref(), Some("s1"));
+    assert!(chunk.raw.is_null());
+    assert_eq!(chunk.raw_json.as_ref().map(|r| r.get()), Some(wire));
+    match &chunk.kind {
+        EventKind::MessageChunk(c) => {
+            assert_eq!(c.text.as_deref(), Some("é \"q\""));
+            assert_eq!(c.message_id.as_deref(), Some("m"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let json: Value = serde_json::to_value(&chunk).unwrap();
+    assert_eq!(json["raw"], serde_json::from_str::<Value>(wire).unwrap());
+    let plan = events.until("plan").await;
+    assert_eq!(plan.raw["params"]["update"]["sessionUpdate"], "plan");
+}
+
 #[tokio::test]
 async fn bad_lines_become_protocol_errors_and_the_client_keeps_going() {
     let options = ClientOptions {
@@ -837,12 +868,24 @@ fn events_round_trip_through_json() {
             message: None,
         }),
         raw: json!({"jsonrpc":"2.0","id":1,"result":{"stopReason":"end_turn"}}),
+        raw_json: None,
     };
     let text = serde_json::to_string(&event).expect("serialize");
     let value: Value = serde_json::from_str(&text).expect("json");
     assert_eq!(value["kind"], "turn_end");
     assert_eq!(value["data"]["stop_reason"], "end_turn");
     assert_eq!(value["direction"], "from_agent");
+    let back: AcpEvent = serde_json::from_str(&text).expect("deserialize");
+    assert_eq!(back, event);
+
+    // The wire text, when kept, is written as it came and reads back the same.
+    let wire = r#"{"jsonrpc": "2.0", "id": 1, "result": {"stopReason": "end_turn"}}"#;
+    let with_text = AcpEvent {
+        raw_json: Some(serde_json::value::RawValue::from_string(wire.into()).unwrap()),
+        ..event.clone()
+    };
+    let text = serde_json::to_string(&with_text).expect("serialize");
+    assert!(text.ends_with(&format!(r#""raw":{wire}}}"#)), "{text}");
     let back: AcpEvent = serde_json::from_str(&text).expect("deserialize");
     assert_eq!(back, event);
 }

@@ -113,7 +113,7 @@ impl Default for Settings {
             permission_timeout_secs: 300,
             max_log_lines: 1000,
             seq_flush_ms: 500,
-            publish_queue: 1024,
+            publish_queue: 8192,
             engine_grace_secs: 60,
             agent_env: BTreeMap::new(),
             log: LogSettings::default(),

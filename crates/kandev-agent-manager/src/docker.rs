@@ -187,11 +187,28 @@ impl Docker {
         Ok(client)
     }
 
+    /// Runs one engine call on the client; either failing (no client, or
+    /// the call) is classified with `what` as the message.
+    async fn call<T, Fut>(
+        &self,
+        what: &str,
+        f: impl FnOnce(bollard::Docker) -> Fut,
+    ) -> Result<T, DockerError>
+    where
+        Fut: std::future::Future<Output = Result<T, BollardError>>,
+    {
+        let client = self.api().map_err(|e| DockerError::from_bollard(what, e))?;
+        f(client)
+            .await
+            .map_err(|e| DockerError::from_bollard(what, e))
+    }
+
     pub async fn ping(&self) -> Result<(), DockerError> {
-        let client = self.api().map_err(|e| {
-            DockerError::Unreachable(format!("the Docker engine does not answer ({e})"))
-        })?;
-        client.ping().await.map(|_| ()).map_err(|e| {
+        let answer = match self.api() {
+            Ok(client) => client.ping().await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        answer.map_err(|e| {
             DockerError::Unreachable(format!("the Docker engine does not answer ({e})"))
         })
     }
@@ -291,41 +308,41 @@ impl Docker {
             name: Some(spec.name.clone()),
             ..Default::default()
         };
-        self.api()
-            .map_err(|e| DockerError::from_bollard("cannot create the container", e))?
-            .create_container(Some(options), body)
-            .await
-            .map(|r| r.id)
-            .map_err(|e| DockerError::from_bollard("cannot create the container", e))
+        self.call("cannot create the container", |c| async move {
+            c.create_container(Some(options), body).await.map(|r| r.id)
+        })
+        .await
     }
 
-    /// Attaches to stdin only; output is read with [`Docker::follow_logs`].
-    pub async fn attach(&self, id: &str) -> Result<AttachContainerResults, DockerError> {
+    /// Attaches to the container's stdin and, with `output`, to its stdout
+    /// and stderr as they are written (not what was written before).
+    pub async fn attach(
+        &self,
+        id: &str,
+        output: bool,
+    ) -> Result<AttachContainerResults, DockerError> {
         let options = AttachContainerOptions {
             stdin: true,
-            stdout: false,
-            stderr: false,
+            stdout: output,
+            stderr: output,
             stream: true,
             logs: false,
             ..Default::default()
         };
-        self.api()
-            .map_err(|e| DockerError::from_bollard("cannot attach to the container", e))?
-            .attach_container(id, Some(options))
-            .await
-            .map_err(|e| DockerError::from_bollard("cannot attach to the container", e))
+        self.call("cannot attach to the container", |c| async move {
+            c.attach_container(id, Some(options)).await
+        })
+        .await
     }
 
-    /// Follows stdout and stderr from the Docker log, each frame prefixed
-    /// with its RFC 3339 timestamp, from `since` (unix seconds; 0 = start).
-    /// The stream ends when the container stops.
-    pub fn follow_logs(&self, id: &str, since: i32) -> LogStream {
+    /// Follows stdout and stderr from the Docker log, from the start; the
+    /// stream ends when the container stops. The same bytes as the attach
+    /// stream, kept by the engine: what a restarted manager re-reads.
+    pub fn follow_logs(&self, id: &str) -> LogStream {
         let options = LogsOptions {
             follow: true,
             stdout: true,
             stderr: true,
-            since,
-            timestamps: true,
             ..Default::default()
         };
         match self.api() {
@@ -335,11 +352,10 @@ impl Docker {
     }
 
     pub async fn start(&self, id: &str) -> Result<(), DockerError> {
-        self.api()
-            .map_err(|e| DockerError::from_bollard("the container failed to start", e))?
-            .start_container(id, None)
-            .await
-            .map_err(|e| DockerError::from_bollard("the container failed to start", e))
+        self.call("the container failed to start", |c| async move {
+            c.start_container(id, None).await
+        })
+        .await
     }
 
     /// Waits for the container to exit; its exit code, `None` when unknown.
@@ -534,10 +550,9 @@ impl Docker {
             filters: Some(filters),
             ..Default::default()
         };
-        self.api()
-            .map_err(|e| DockerError::from_bollard("cannot list containers", e))?
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| DockerError::from_bollard("cannot list containers", e))
+        self.call("cannot list containers", |c| async move {
+            c.list_containers(Some(options)).await
+        })
+        .await
     }
 }

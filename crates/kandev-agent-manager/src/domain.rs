@@ -3,6 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use kandev_common::{ErrorCode, ServiceError};
+use kandev_events::agent::OutputCursor;
 use uuid::Uuid;
 
 /// Why a request failed.
@@ -227,21 +228,13 @@ pub struct AgentInstance {
     pub progress: f64,
     pub last_seq: i64,
     pub turns: i64,
-    /// Where `last_seq` stands in the container's Docker log.
-    pub cursors: LogCursors,
+    /// Where `last_seq` stands in the agent's output.
+    pub cursor: OutputCursor,
     /// The envelope of the last sync-point event, stored before publishing.
     pub sync_event: Option<serde_json::Value>,
     pub created_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
-}
-
-/// The Docker log timestamps (RFC 3339, nanoseconds) of the last stdout
-/// and stderr lines whose events are published; empty when none.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LogCursors {
-    pub stdout: String,
-    pub stderr: String,
 }
 
 /// One stored log line of an instance.

@@ -7,6 +7,11 @@ use clap::Parser;
 use kandev_agent_manager::{Application, config};
 use kandev_common::{shutdown, telemetry};
 
+/// The parsed messages of the agent stream are many small allocations
+/// freed on other threads: mimalloc keeps that cheap.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Kandev agent manager: runs coding agents in Docker containers, drives
 /// them over ACP and publishes their events to NATS JetStream.
 ///

@@ -27,6 +27,13 @@ use crate::{
     workspace::{self, WorkspaceSource},
 };
 
+/// How long a prompt sent while a run is ending waits for it to end.
+const QUEUE_CLOSED_WAIT: Duration = Duration::from_secs(30);
+
+/// The environment variable that carries the task to the agent (the seed's
+/// launch contract); the first prompt when none is given.
+pub const TASK_DESCRIPTION: &str = "TASK_DESCRIPTION";
+
 /// A validated `LaunchAgent` request.
 #[derive(Clone)]
 pub struct LaunchRequest {
@@ -150,12 +157,24 @@ impl AgentManager {
     /// Creates the instance, prepares type, env, image and workspace, and
     /// starts the first turn in the background. A preparation failure ends
     /// the instance `failed` (published as `agent.failed`) and is returned.
-    pub async fn launch(&self, request: LaunchRequest) -> Result<AgentInstance> {
+    ///
+    /// Without a prompt, the first turn is the task as the seed gives it to
+    /// the agent: `env.TASK_DESCRIPTION`.
+    pub async fn launch(&self, mut request: LaunchRequest) -> Result<AgentInstance> {
         if request.agent_type.trim().is_empty() {
             return Err(invalid("agent_type is required"));
         }
         if request.prompt.trim().is_empty() {
-            return Err(invalid("prompt is required"));
+            request.prompt = request
+                .env
+                .get(TASK_DESCRIPTION)
+                .cloned()
+                .unwrap_or_default();
+        }
+        if request.prompt.trim().is_empty() {
+            return Err(invalid(format!(
+                "prompt (or env.{TASK_DESCRIPTION}) is required"
+            )));
         }
         if let Some(bad) = request.env.keys().find(|k| !env_name_ok(k)) {
             return Err(invalid(format!(
@@ -396,16 +415,29 @@ impl AgentManager {
         Ok(instance)
     }
 
-    /// A follow-up prompt in the instance's ACP session: the turn runs in a
-    /// new container that resumes the stored session with `session/load`.
+    /// A follow-up prompt in the instance's ACP session. While a turn runs
+    /// it is queued and sent in the same session when the current prompt
+    /// ends; otherwise the turn runs in a new container that resumes the
+    /// stored session with `session/load`.
     pub async fn send_prompt(&self, id: Uuid, prompt: String) -> Result<AgentInstance> {
         if prompt.trim().is_empty() {
             return Err(invalid("prompt is required"));
         }
-        if lock(&self.inner.runs).contains_key(&id) {
-            return Err(AgentError::FailedPrecondition(
-                "a turn is in progress; cancel it or wait for it to end".into(),
-            ));
+        let instance = self.store().get_instance(id).await?;
+        if let Some(run) = self.run(id) {
+            if run.queue_prompt(prompt.clone()) {
+                tracing::info!(instance = %id, "follow-up prompt queued behind the running turn");
+                return Ok(instance);
+            }
+            // The run is ending: the prompt starts the next turn.
+            if tokio::time::timeout(QUEUE_CLOSED_WAIT, run.wait_done())
+                .await
+                .is_err()
+            {
+                return Err(AgentError::FailedPrecondition(
+                    "a turn is ending; send the prompt again when it has".into(),
+                ));
+            }
         }
         let instance = self.store().get_instance(id).await?;
         if instance.status == InstanceStatus::Stopped {
@@ -623,29 +655,20 @@ impl AgentManager {
         let docker = self.inner.shared.docker.clone();
         let manager_id = self.settings().manager_id.clone();
         let mut reconcile = !reconciled;
-        let mut delay = Duration::from_millis(100);
-        let mut down = false;
         loop {
             let ping = tokio::select! {
                 () = shutdown.cancelled() => return,
                 ping = docker.ping() => ping,
             };
             if let Err(e) = ping {
-                if !down {
-                    tracing::warn!(error = %e, "the Docker engine does not answer; waiting for it");
-                    down = true;
-                }
+                tracing::warn!(error = %e, "the Docker engine does not answer; waiting for it");
+                // No deadline: this waits as long as the engine is away.
+                let forever = Duration::from_secs(u64::from(u32::MAX));
                 tokio::select! {
                     () = shutdown.cancelled() => return,
-                    () = tokio::time::sleep(delay) => {}
+                    _ = docker.wait_reachable(forever) => {}
                 }
-                delay = (delay * 2).min(Duration::from_secs(5));
-                continue;
-            }
-            delay = Duration::from_millis(100);
-            if down {
                 tracing::info!("the Docker engine answers again");
-                down = false;
             }
             // The event stream connects while reconciliation runs, so an
             // engine lost in the meantime is noticed too.
@@ -724,6 +747,7 @@ impl AgentManager {
         }
         let mut instance = instance.clone();
         instance.container_id = container_id.to_string();
+        runner::resume_point(self.inner.shared.bus.as_ref(), &mut instance).await;
         let host_path = std::path::PathBuf::from(&instance.workspace_path);
         let container = self.container_spec(&instance, &agent_type, &host_path, vec![]);
         let spec = TurnSpec {

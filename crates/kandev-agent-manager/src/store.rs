@@ -1,11 +1,12 @@
 //! Postgres storage of agent types, instances and their logs.
 
 use chrono::{DateTime, Utc};
+use kandev_events::agent::OutputCursor;
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::domain::{
-    AgentError, AgentInstance, AgentType, CredentialMounts, InstanceStatus, LogCursors, LogLine,
+    AgentError, AgentInstance, AgentType, CredentialMounts, InstanceStatus, LogLine,
     PermissionPolicyKind, Result,
 };
 
@@ -89,8 +90,8 @@ struct InstanceRow {
     progress: f64,
     last_seq: i64,
     turns: i64,
-    stdout_cursor: String,
-    stderr_cursor: String,
+    stdout_lines: i64,
+    stderr_lines: i64,
     sync_event: Option<serde_json::Value>,
     created_at: DateTime<Utc>,
     started_at: Option<DateTime<Utc>>,
@@ -116,9 +117,9 @@ impl TryFrom<InstanceRow> for AgentInstance {
             progress: r.progress,
             last_seq: r.last_seq,
             turns: r.turns,
-            cursors: LogCursors {
-                stdout: r.stdout_cursor,
-                stderr: r.stderr_cursor,
+            cursor: OutputCursor {
+                stdout_lines: u64::try_from(r.stdout_lines).unwrap_or(0),
+                stderr_lines: u64::try_from(r.stderr_lines).unwrap_or(0),
             },
             sync_event: r.sync_event,
             created_at: r.created_at,
@@ -130,7 +131,7 @@ impl TryFrom<InstanceRow> for AgentInstance {
 
 const INSTANCE_COLUMNS: &str = "id, task_id, agent_type, status, container_id, acp_session_id, \
     workspace_path, workspace_owned, exit_code, error, stop_reason, progress, last_seq, turns, \
-    stdout_cursor, stderr_cursor, sync_event, created_at, started_at, finished_at";
+    stdout_lines, stderr_lines, sync_event, created_at, started_at, finished_at";
 
 /// How an instance ended.
 #[derive(Debug, Clone, Default)]
@@ -283,7 +284,7 @@ impl Store {
         let row: InstanceRow = sqlx::query_as(&format!(
             "UPDATE agent_instances SET status = 'starting', error = '', exit_code = NULL, \
              stop_reason = '', finished_at = NULL, started_at = coalesce(started_at, now()), \
-             stdout_cursor = '', stderr_cursor = '', sync_event = NULL, \
+             stdout_lines = 0, stderr_lines = 0, sync_event = NULL, \
              turns = turns + 1, updated_at = now() WHERE id = $1 RETURNING {INSTANCE_COLUMNS}"
         ))
         .bind(id)
@@ -315,24 +316,24 @@ impl Store {
         Ok(())
     }
 
-    /// Stores the last published `seq`, the Docker log position that goes
-    /// with it, and the plan progress.
+    /// Stores the last published `seq`, the output position that goes with
+    /// it, and the plan progress.
     pub async fn save_progress(
         &self,
         id: Uuid,
         last_seq: i64,
         progress: f64,
-        cursors: &LogCursors,
+        cursor: OutputCursor,
     ) -> Result<()> {
         sqlx::query(
-            "UPDATE agent_instances SET last_seq = $2, progress = $3, stdout_cursor = $4, \
-             stderr_cursor = $5, updated_at = now() WHERE id = $1 AND last_seq <= $2",
+            "UPDATE agent_instances SET last_seq = $2, progress = $3, stdout_lines = $4, \
+             stderr_lines = $5, updated_at = now() WHERE id = $1 AND last_seq <= $2",
         )
         .bind(id)
         .bind(last_seq)
         .bind(progress)
-        .bind(&cursors.stdout)
-        .bind(&cursors.stderr)
+        .bind(lines(cursor.stdout_lines))
+        .bind(lines(cursor.stderr_lines))
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -361,26 +362,26 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Stores a sync point before its event is published: `last_seq`, the
-    /// log cursors and the event's envelope.
+    /// Stores a sync point before its batch is published: `last_seq`, the
+    /// output position and the batch's envelope.
     pub async fn save_sync(
         &self,
         id: Uuid,
         last_seq: i64,
         progress: f64,
-        cursors: &LogCursors,
+        cursor: OutputCursor,
         envelope: &serde_json::Value,
     ) -> Result<()> {
         sqlx::query(
-            "UPDATE agent_instances SET last_seq = $2, progress = $3, stdout_cursor = $4, \
-             stderr_cursor = $5, sync_event = $6, updated_at = now() \
+            "UPDATE agent_instances SET last_seq = $2, progress = $3, stdout_lines = $4, \
+             stderr_lines = $5, sync_event = $6, updated_at = now() \
              WHERE id = $1 AND last_seq <= $2",
         )
         .bind(id)
         .bind(last_seq)
         .bind(progress)
-        .bind(&cursors.stdout)
-        .bind(&cursors.stderr)
+        .bind(lines(cursor.stdout_lines))
+        .bind(lines(cursor.stderr_lines))
         .bind(envelope)
         .execute(&self.pool)
         .await?;
@@ -433,4 +434,8 @@ impl Store {
             .map(|(at, stream, line)| LogLine { at, stream, line })
             .collect())
     }
+}
+
+fn lines(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }

@@ -48,7 +48,7 @@ pub const TABLE: &[(ErrorCode, &str, Code, StatusCode)] = &[
         ErrorCode::Validation,
         "validation_error",
         Code::InvalidArgument,
-        StatusCode::UNPROCESSABLE_ENTITY,
+        StatusCode::BAD_REQUEST,
     ),
     (
         ErrorCode::Unauthorized,
@@ -199,6 +199,9 @@ mod tests {
     #[test]
     fn http_statuses_and_names() {
         assert_eq!(ErrorCode::NotFound.http_status(), StatusCode::NOT_FOUND);
+        // The seed documents both invalid-input codes as 400.
+        assert_eq!(ErrorCode::BadRequest.http_status(), StatusCode::BAD_REQUEST);
+        assert_eq!(ErrorCode::Validation.http_status(), StatusCode::BAD_REQUEST);
         assert_eq!(ErrorCode::FailedPrecondition.as_str(), "conflict");
         assert_eq!(ErrorCode::Internal.as_str(), "internal_error");
         assert_eq!(

@@ -68,9 +68,24 @@ pub async fn serve(
     router: Router,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router)
+    axum::serve(no_delay(listener), router)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
+}
+
+/// `listener` with `TCP_NODELAY` on every accepted connection: a small
+/// frame (a stream message, a gRPC answer) leaves at once instead of
+/// waiting for the peer's delayed ACK (up to 40 ms).
+pub fn no_delay(
+    listener: TcpListener,
+) -> axum::serve::TapIo<TcpListener, fn(&mut tokio::net::TcpStream)> {
+    use axum::serve::ListenerExt;
+    fn set(stream: &mut tokio::net::TcpStream) {
+        if let Err(err) = stream.set_nodelay(true) {
+            tracing::debug!(%err, "cannot set TCP_NODELAY");
+        }
+    }
+    listener.tap_io(set as fn(&mut tokio::net::TcpStream))
 }
 
 /// The gRPC routes every service starts from: the standard health service and

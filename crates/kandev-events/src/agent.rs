@@ -6,28 +6,182 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, value::RawValue};
 use uuid::Uuid;
 
 /// Namespace of derived event ids.
 const ID_NAMESPACE: Uuid = Uuid::from_u128(0x6b61_6e64_6576_4556_454e_5453_0000_0001);
 
-/// `acp.message.<task_id>`: one normalized ACP event of one agent instance.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AcpMessage {
-    pub task_id: Uuid,
-    pub instance_id: Uuid,
-    /// The event's `seq`: per instance, from 1, contiguous.
-    pub instance_seq: u64,
-    /// The event as `kandev_acp::AcpEvent` serializes it: `seq`, `timestamp`,
-    /// `direction`, `session_id`, `kind`, `data`, `raw`.
-    pub event: Value,
+/// How far an agent's output was read: complete lines of each stream.
+/// Every non-blank stdout line and every stderr line is exactly one event,
+/// so this is where a reader that starts over (after a restart) goes on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputCursor {
+    pub stdout_lines: u64,
+    pub stderr_lines: u64,
 }
 
-impl AcpMessage {
-    /// The envelope id: one per (instance, seq), stable across republishing.
-    pub fn event_id(&self) -> Uuid {
-        derived_id(&self.instance_id, &format!("acp:{}", self.instance_seq))
+/// `acp.message.<task_id>`: consecutive normalized ACP events of one agent
+/// instance, `events[i]` having `instance_seq = first_seq + i`. Batches are
+/// as large as the agent's pace makes them (one event when it is slow),
+/// bounded by the bus's payload limit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AcpBatch {
+    pub task_id: Uuid,
+    pub instance_id: Uuid,
+    /// The `instance_seq` of the first event: per instance, from 1,
+    /// contiguous across batches.
+    pub first_seq: u64,
+    /// The agent's output read up to and including the last event.
+    #[serde(default)]
+    pub cursor: OutputCursor,
+    /// Each as `kandev_acp::AcpEvent` serializes it: `seq`, `timestamp`,
+    /// `direction`, `session_id`, `kind`, `data`, `raw`.
+    pub events: Vec<Value>,
+}
+
+/// [`AcpBatch`] as a consumer reads it: the events stay JSON text, borrowed
+/// from the message.
+#[derive(Debug, Deserialize)]
+pub struct AcpBatchRef<'a> {
+    pub task_id: Uuid,
+    pub instance_id: Uuid,
+    pub first_seq: u64,
+    #[serde(default)]
+    pub cursor: OutputCursor,
+    #[serde(borrow)]
+    pub events: Vec<&'a RawValue>,
+}
+
+impl AcpBatchRef<'_> {
+    /// The `instance_seq` of the last event (`first_seq - 1` when empty).
+    pub fn last_seq(&self) -> u64 {
+        (self.first_seq + self.events.len() as u64).saturating_sub(1)
+    }
+}
+
+/// The envelope id of the batch of `instance`'s events `first..=last`:
+/// stable across republishing, so JetStream drops a repeated batch.
+pub fn batch_id(instance_id: &Uuid, first: u64, last: u64) -> Uuid {
+    derived_id(instance_id, &format!("acp:{first}-{last}"))
+}
+
+/// Builds the envelope of an `acp.message` batch in one buffer: each event
+/// is serialized straight into it, and the envelope's other fields are
+/// written after the events (JSON does not order keys), so nothing is
+/// copied again. One serialization per event on the hot path.
+#[derive(Debug)]
+pub struct BatchWriter {
+    buf: Vec<u8>,
+    first_seq: u64,
+    count: usize,
+}
+
+const BATCH_HEAD: &[u8] = br#"{"data":{"events":["#;
+
+impl BatchWriter {
+    /// A batch whose first event has `first_seq`.
+    pub fn new(first_seq: u64, capacity: usize) -> Self {
+        let mut buf = Vec::with_capacity(capacity.max(BATCH_HEAD.len() + 512));
+        buf.extend_from_slice(BATCH_HEAD);
+        BatchWriter {
+            buf,
+            first_seq,
+            count: 0,
+        }
+    }
+
+    /// Events so far.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The seq of the first event.
+    pub fn first_seq(&self) -> u64 {
+        self.first_seq
+    }
+
+    /// Bytes so far (the envelope adds about 300).
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Whether no event was added.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Appends one event, serialized by `write` (one JSON value). On an
+    /// error nothing is added.
+    pub fn push_with(
+        &mut self,
+        write: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>,
+    ) -> serde_json::Result<()> {
+        let mark = self.buf.len();
+        if self.count > 0 {
+            self.buf.push(b',');
+        }
+        match write(&mut self.buf) {
+            Ok(()) => {
+                self.count += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.buf.truncate(mark);
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes the last event (added since `len` was `mark`).
+    pub fn pop_to(&mut self, mark: usize) {
+        if self.buf.len() > mark && self.count > 0 {
+            self.buf.truncate(mark);
+            self.count -= 1;
+        }
+    }
+
+    /// The envelope: its id (derived from the instance and the seqs, so a
+    /// republished batch dedupes) and its bytes.
+    pub fn finish(
+        mut self,
+        task_id: &Uuid,
+        instance_id: &Uuid,
+        cursor: OutputCursor,
+        occurred_at: DateTime<Utc>,
+    ) -> (Uuid, Vec<u8>) {
+        use std::io::Write;
+        let first = self.first_seq;
+        let last = (first + self.count as u64).saturating_sub(1);
+        let id = batch_id(instance_id, first, last);
+        let subject = crate::subjects::acp_message(task_id);
+        // Every value written here is a uuid, a number, a subject of uuid
+        // characters or an RFC 3339 time: nothing needs escaping.
+        let _ = write!(
+            self.buf,
+            r#"],"task_id":"{task_id}","instance_id":"{instance_id}","first_seq":{first},"cursor":{{"stdout_lines":{},"stderr_lines":{}}}}},"id":"{id}","type":"{subject}","occurred_at":"{}"}}"#,
+            cursor.stdout_lines,
+            cursor.stderr_lines,
+            occurred_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        );
+        (id, self.buf)
+    }
+}
+
+impl AcpBatch {
+    /// The `instance_seq` of the last event.
+    pub fn last_seq(&self) -> u64 {
+        (self.first_seq + self.events.len() as u64).saturating_sub(1)
+    }
+
+    /// Its envelope id and bytes.
+    pub fn encode(&self) -> (Uuid, Vec<u8>) {
+        let mut writer = BatchWriter::new(self.first_seq, 1024);
+        for e in &self.events {
+            // A Value always serializes.
+            let _ = writer.push_with(|buf| serde_json::to_writer(buf, e));
+        }
+        writer.finish(&self.task_id, &self.instance_id, self.cursor, Utc::now())
     }
 }
 
@@ -108,14 +262,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn derived_ids_are_stable_and_distinct() {
-        let msg = |seq| AcpMessage {
-            task_id: Uuid::nil(),
-            instance_id: Uuid::from_u128(7),
-            instance_seq: seq,
-            event: Value::Null,
+    fn batch_ids_are_stable_and_distinct() {
+        let i = Uuid::from_u128(7);
+        assert_eq!(batch_id(&i, 1, 5), batch_id(&i, 1, 5));
+        assert_ne!(batch_id(&i, 1, 5), batch_id(&i, 1, 6));
+        assert_ne!(batch_id(&i, 1, 5), batch_id(&Uuid::from_u128(8), 1, 5));
+    }
+
+    #[test]
+    fn an_encoded_batch_reads_back() {
+        let batch = AcpBatch {
+            task_id: Uuid::from_u128(1),
+            instance_id: Uuid::from_u128(2),
+            first_seq: 4,
+            cursor: OutputCursor {
+                stdout_lines: 10,
+                stderr_lines: 2,
+            },
+            events: vec![
+                serde_json::json!({"seq": 4, "text": "a \"quoted\" line"}),
+                serde_json::json!({"seq": 5}),
+            ],
         };
-        assert_eq!(msg(1).event_id(), msg(1).event_id());
-        assert_ne!(msg(1).event_id(), msg(2).event_id());
+        let (id, bytes) = batch.encode();
+        let env: crate::Envelope<AcpBatch> = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(env.id, id);
+        assert_eq!(
+            env.event_type,
+            "acp.message.00000000-0000-0000-0000-000000000001"
+        );
+        assert_eq!(env.data, batch);
+        let borrowed: crate::Envelope<AcpBatchRef<'_>> = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(borrowed.data.last_seq(), 5);
+        assert_eq!(borrowed.data.events[1].get(), r#"{"seq":5}"#);
+        assert_eq!(id, batch_id(&batch.instance_id, 4, 5));
     }
 }

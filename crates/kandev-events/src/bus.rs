@@ -1,7 +1,11 @@
 //! The event bus: publish-with-acknowledgement, behind a trait so that a
 //! one-binary mode can swap JetStream for an in-process bus.
 
-use std::time::Duration;
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use async_nats::{HeaderMap, jetstream};
 use async_trait::async_trait;
@@ -31,7 +35,19 @@ pub enum BusError {
 #[async_trait]
 pub trait EventBus: Send + Sync + 'static {
     async fn publish(&self, subject: &str, id: Uuid, payload: Bytes) -> Result<(), BusError>;
+
+    /// The largest payload the bus accepts, in bytes.
+    fn max_payload(&self) -> usize {
+        DEFAULT_MAX_PAYLOAD
+    }
+
+    /// The last event stored on `subject`, if any: where a publisher that
+    /// restarted finds what it had already published.
+    async fn last_message(&self, subject: &str) -> Result<Option<Bytes>, BusError>;
 }
+
+/// NATS's default `max_payload`.
+pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
 
 /// NATS JetStream. Streams from [`STREAMS`] are created on connect.
 #[derive(Clone)]
@@ -120,6 +136,41 @@ impl JetStreamBus {
 
 #[async_trait]
 impl EventBus for JetStreamBus {
+    fn max_payload(&self) -> usize {
+        match self.client.server_info().max_payload {
+            0 => DEFAULT_MAX_PAYLOAD,
+            n => n,
+        }
+    }
+
+    async fn last_message(&self, subject: &str) -> Result<Option<Bytes>, BusError> {
+        let stream = STREAMS
+            .iter()
+            .find(|s| {
+                s.subjects
+                    .iter()
+                    .any(|p| crate::subjects::matches(p, subject))
+            })
+            .ok_or_else(|| BusError::Unavailable(format!("no stream holds {subject}")))?;
+        let stream = self
+            .js
+            .get_stream(stream.name)
+            .await
+            .map_err(|e| BusError::Unavailable(e.to_string()))?;
+        match stream.get_last_raw_message_by_subject(subject).await {
+            Ok(message) => Ok(Some(message.payload)),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    jetstream::stream::LastRawMessageErrorKind::NoMessageFound
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(BusError::Unavailable(e.to_string())),
+        }
+    }
+
     async fn publish(&self, subject: &str, id: Uuid, payload: Bytes) -> Result<(), BusError> {
         let mut headers = HeaderMap::new();
         headers.insert("Nats-Msg-Id", id.to_string().as_str());
@@ -155,12 +206,14 @@ pub struct MemoryEvent {
 #[derive(Debug, Clone)]
 pub struct MemoryBus {
     tx: broadcast::Sender<MemoryEvent>,
+    last: Arc<Mutex<HashMap<String, Bytes>>>,
 }
 
 impl MemoryBus {
     pub fn new(capacity: usize) -> Self {
         MemoryBus {
             tx: broadcast::channel(capacity).0,
+            last: Arc::default(),
         }
     }
 
@@ -171,7 +224,20 @@ impl MemoryBus {
 
 #[async_trait]
 impl EventBus for MemoryBus {
+    async fn last_message(&self, subject: &str) -> Result<Option<Bytes>, BusError> {
+        Ok(self
+            .last
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(subject)
+            .cloned())
+    }
+
     async fn publish(&self, subject: &str, id: Uuid, payload: Bytes) -> Result<(), BusError> {
+        self.last
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(subject.to_string(), payload.clone());
         // No subscriber is not an error: the event simply has no audience.
         let _ = self.tx.send(MemoryEvent {
             subject: subject.to_string(),

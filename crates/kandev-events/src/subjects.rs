@@ -19,6 +19,20 @@ pub fn acp_message(task_id: &uuid::Uuid) -> String {
     format!("{ACP_MESSAGE_PREFIX}{task_id}")
 }
 
+/// The prefix of per-task live feed subjects (core NATS, not stored).
+pub const FEED_LIVE_PREFIX: &str = "feed.";
+
+/// `feed.<task_id>`: numbered feed frames as the orchestrator broadcasts
+/// them, newline-separated, with [`LIVE_FIRST_SEQ`] and [`LIVE_LAST_SEQ`].
+pub fn feed_live(task_id: &uuid::Uuid) -> String {
+    format!("{FEED_LIVE_PREFIX}{task_id}")
+}
+
+/// Header of a live feed message: the seq of its first frame.
+pub const LIVE_FIRST_SEQ: &str = "Kandev-First-Seq";
+/// Header of a live feed message: the seq of its last frame.
+pub const LIVE_LAST_SEQ: &str = "Kandev-Last-Seq";
+
 /// A JetStream stream: its name and the subjects it captures.
 #[derive(Debug, Clone, Copy)]
 pub struct StreamSpec {
@@ -41,3 +55,33 @@ pub const STREAMS: &[StreamSpec] = &[
         subjects: &["acp.message.>"],
     },
 ];
+
+/// Whether `subject` matches the NATS pattern `pattern` (`*` is one token,
+/// a final `>` one or more).
+pub fn matches(pattern: &str, subject: &str) -> bool {
+    let mut subject = subject.split('.');
+    for p in pattern.split('.') {
+        match (p, subject.next()) {
+            (">", Some(_)) => return true,
+            ("*", Some(_)) => {}
+            (p, Some(s)) if p == s => {}
+            _ => return false,
+        }
+    }
+    subject.next().is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_match_like_nats() {
+        assert!(matches("acp.message.>", "acp.message.abc"));
+        assert!(!matches("acp.message.>", "acp.message"));
+        assert!(matches("task.*", "task.created"));
+        assert!(!matches("task.*", "task.created.x"));
+        assert!(matches("agent.started", "agent.started"));
+        assert!(!matches("agent.started", "agent.stopped"));
+    }
+}

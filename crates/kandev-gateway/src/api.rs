@@ -420,7 +420,8 @@ pub struct LaunchAgentRequest {
     pub priority: i32,
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<Map<String, Value>>,
-    /// The first prompt; the task's description when absent.
+    /// The first prompt; when absent, `env.TASK_DESCRIPTION`, else the
+    /// task's description.
     pub prompt: Option<String>,
     /// Resume this ACP session instead of creating one.
     pub resume_session_id: Option<String>,

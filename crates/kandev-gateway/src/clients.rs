@@ -26,8 +26,6 @@ pub struct Downstream {
     pub agents: AgentManagerClient<Channel>,
     pub orchestrator: OrchestratorClient<Channel>,
     channels: [(&'static str, Channel); 3],
-    /// `ws://host:port` of the orchestrator's stream endpoint.
-    pub orchestrator_ws_url: String,
     pub connect_timeout: Duration,
 }
 
@@ -55,7 +53,6 @@ impl Downstream {
                 (AGENT_MANAGER, agents),
                 (ORCHESTRATOR, orchestrator),
             ],
-            orchestrator_ws_url: settings.orchestrator_ws_base(),
             connect_timeout: Duration::from_millis(settings.downstream_connect_timeout_ms),
         })
     }

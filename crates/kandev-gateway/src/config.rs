@@ -24,14 +24,19 @@ pub struct Settings {
     pub agent_manager_url: String,
     /// The orchestrator's gRPC endpoint (`KANDEV_ORCHESTRATOR_URL`).
     pub orchestrator_url: String,
-    /// The orchestrator's WebSocket base, `ws://host:port`
-    /// (`KANDEV_ORCHESTRATOR_WS_URL`); the stream path is appended. Empty
-    /// means the same host and port as `orchestrator_url`.
-    pub orchestrator_ws_url: String,
+    /// NATS (`KANDEV_NATS_URL`): the live feed of the tasks clients watch.
+    pub nats_url: String,
+    /// Feed frames a stream client may have queued before it counts as
+    /// lagging and is disconnected (close code 1008).
+    pub stream_client_buffer: usize,
     /// Connect timeout of downstream calls, in ms.
     pub downstream_connect_timeout_ms: u64,
     /// Timeout of one downstream call, in ms.
     pub downstream_timeout_ms: u64,
+    /// How long a client may take to send a request's headers, and how long
+    /// an idle keep-alive connection stays open, in seconds: a client that
+    /// trickles bytes (slowloris) is disconnected after it.
+    pub header_read_timeout_secs: u64,
     /// HS256 signing key, at least 32 bytes (`KANDEV_JWT_SECRET`).
     #[serde(skip_serializing)]
     pub jwt_secret: Option<SecretString>,
@@ -108,7 +113,7 @@ impl std::fmt::Debug for Settings {
             .field("task_service_url", &self.task_service_url)
             .field("agent_manager_url", &self.agent_manager_url)
             .field("orchestrator_url", &self.orchestrator_url)
-            .field("orchestrator_ws_url", &self.orchestrator_ws_url)
+            .field("nats_url", &self.nats_url)
             .field("cors_allowed_origins", &self.cors_allowed_origins)
             .finish_non_exhaustive()
     }
@@ -123,10 +128,12 @@ impl Default for Settings {
             database_max_connections: 10,
             task_service_url: "http://127.0.0.1:8081".into(),
             orchestrator_url: "http://127.0.0.1:8082".into(),
-            orchestrator_ws_url: String::new(),
+            nats_url: "nats://127.0.0.1:4222".into(),
+            stream_client_buffer: 16_384,
             agent_manager_url: "http://127.0.0.1:8083".into(),
             downstream_connect_timeout_ms: 2000,
             downstream_timeout_ms: 10_000,
+            header_read_timeout_secs: 30,
             jwt_secret: None,
             dev_random_jwt_secret: false,
             jwt_ttl_secs: 12 * 3600,
@@ -138,25 +145,6 @@ impl Default for Settings {
             rate_limit: RateLimitSettings::default(),
             log: LogSettings::default(),
         }
-    }
-}
-
-impl Settings {
-    /// The orchestrator's WebSocket base: the configured one, or
-    /// `orchestrator_url` with its scheme changed to `ws`/`wss`.
-    pub fn orchestrator_ws_base(&self) -> String {
-        let base = if self.orchestrator_ws_url.is_empty() {
-            if let Some(rest) = self.orchestrator_url.strip_prefix("https://") {
-                format!("wss://{rest}")
-            } else if let Some(rest) = self.orchestrator_url.strip_prefix("http://") {
-                format!("ws://{rest}")
-            } else {
-                self.orchestrator_url.clone()
-            }
-        } else {
-            self.orchestrator_ws_url.clone()
-        };
-        base.trim_end_matches('/').to_string()
     }
 }
 
@@ -190,11 +178,11 @@ impl Validate for Settings {
                 return Err(format!("{name} must be an http:// or https:// URL"));
             }
         }
-        if !self.orchestrator_ws_url.is_empty()
-            && !self.orchestrator_ws_url.starts_with("ws://")
-            && !self.orchestrator_ws_url.starts_with("wss://")
-        {
-            return Err("orchestrator_ws_url must be a ws:// or wss:// URL".into());
+        if !self.nats_url.starts_with("nats://") && !self.nats_url.starts_with("tls://") {
+            return Err("nats_url must be a nats:// or tls:// URL".into());
+        }
+        if self.stream_client_buffer == 0 {
+            return Err("stream_client_buffer must be at least 1".into());
         }
         match &self.jwt_secret {
             Some(secret) if secret.expose_secret().len() < MIN_JWT_SECRET_BYTES => {
@@ -218,6 +206,9 @@ impl Validate for Settings {
         }
         if self.downstream_timeout_ms == 0 || self.downstream_connect_timeout_ms == 0 {
             return Err("downstream timeouts must be at least 1 ms".into());
+        }
+        if self.header_read_timeout_secs == 0 {
+            return Err("header_read_timeout_secs must be at least 1".into());
         }
         let r = &self.rate_limit;
         if r.login_per_minute == 0
@@ -268,22 +259,6 @@ mod tests {
         let shown = format!("{s:?}");
         assert!(!shown.contains("xxxxxxxx"));
         assert!(!shown.contains("hunter2"));
-    }
-
-    #[test]
-    fn websocket_base_follows_the_grpc_url_unless_set() {
-        let s = valid();
-        assert_eq!(s.orchestrator_ws_base(), "ws://127.0.0.1:8082");
-        let s = Settings {
-            orchestrator_url: "https://orch:9/".into(),
-            ..valid()
-        };
-        assert_eq!(s.orchestrator_ws_base(), "wss://orch:9");
-        let s = Settings {
-            orchestrator_ws_url: "ws://other:1".into(),
-            ..valid()
-        };
-        assert_eq!(s.orchestrator_ws_base(), "ws://other:1");
     }
 
     #[test]

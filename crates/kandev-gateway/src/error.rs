@@ -206,7 +206,7 @@ mod tests {
             ),
             (
                 tonic::Code::InvalidArgument,
-                StatusCode::UNPROCESSABLE_ENTITY,
+                StatusCode::BAD_REQUEST,
                 "validation_error",
             ),
             (

@@ -2,14 +2,17 @@
 //! not axum's plain-text bodies.
 
 use axum::{
-    extract::{FromRequest, FromRequestParts, Request},
+    body::{Body, Bytes},
+    extract::{FromRequest, FromRequestParts, Request, rejection::JsonRejection},
     http::request::Parts,
 };
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
 
-/// A JSON body, deserialized into one of the API's request types.
+/// A JSON body, deserialized into one of the API's request types. No string
+/// in it may hold a NUL character: Postgres cannot store one, and no title,
+/// branch or name needs one.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ApiJson<T>(pub T);
 
@@ -17,9 +20,50 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let axum::Json(value) = axum::Json::<T>::from_request(req, state).await?;
+        let (parts, body) = req.into_parts();
+        let bytes = Bytes::from_request(Request::from_parts(parts.clone(), body), state)
+            .await
+            .map_err(JsonRejection::from)?;
+        let json = Request::from_parts(parts, Body::from(bytes.clone()));
+        let axum::Json(value) = axum::Json::<T>::from_request(json, state).await?;
+        if has_nul(&bytes) {
+            return Err(ApiError::validation(
+                "text in the request must not contain NUL (\\u0000) characters",
+            ));
+        }
         Ok(ApiJson(value))
     }
+}
+
+/// A JSON body that may be left out: an empty body is `T::default()`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OptionalApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for OptionalApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let (parts, body) = req.into_parts();
+        let bytes = Bytes::from_request(Request::from_parts(parts.clone(), body), state)
+            .await
+            .map_err(JsonRejection::from)?;
+        if bytes.trim_ascii().is_empty() {
+            return Ok(OptionalApiJson(T::default()));
+        }
+        let req = Request::from_parts(parts, Body::from(bytes));
+        let ApiJson(value) = ApiJson::from_request(req, state).await?;
+        Ok(OptionalApiJson(value))
+    }
+}
+
+/// Whether a valid JSON document holds `\u0000` in a string (raw control
+/// characters are not valid JSON, so the escape is the only way in). The
+/// escape counts when an odd number of backslashes precede the `u`.
+pub fn has_nul(json: &[u8]) -> bool {
+    memchr::memmem::find_iter(json, b"u0000").any(|at| {
+        let backslashes = json[..at].iter().rev().take_while(|&&b| b == b'\\').count();
+        backslashes % 2 == 1
+    })
 }
 
 /// Query parameters.
@@ -47,5 +91,19 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath
         let axum::extract::Path(value) =
             axum::extract::Path::<T>::from_request_parts(parts, state).await?;
         Ok(ApiPath(value))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_nul;
+
+    #[test]
+    fn nul_escapes_are_found_and_escaped_backslashes_are_not() {
+        assert!(has_nul(br#"{"title":"a\u0000b"}"#));
+        assert!(has_nul(br#"{"a\u0000":1}"#));
+        assert!(has_nul(br#"{"t":"\\\u0000"}"#));
+        assert!(!has_nul(br#"{"t":"\\u0000"}"#));
+        assert!(!has_nul(br#"{"t":"u0000 \u0001"}"#));
     }
 }

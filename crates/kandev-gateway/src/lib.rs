@@ -1,6 +1,6 @@
 //! The Kandev API gateway: the single entry point (port 8080). It holds no
 //! business logic: it authenticates, validates, routes to the services over
-//! gRPC, and proxies a task's live stream to the orchestrator's WebSocket.
+//! gRPC, and serves each task's live stream over WebSocket.
 //!
 //! # Layout
 //! - [`config`]: the gateway's typed settings (`KANDEV_*`).
@@ -17,6 +17,9 @@
 //! - [`clients`]: the gRPC clients and their health checks.
 //! - [`rate_limit`]: keyed token buckets.
 //! - [`openapi`]: the generated document (`docs/openapi.yaml`).
+//! - [`stream`]: the task stream WebSocket (history over gRPC, live frames
+//!   from NATS).
+//! - [`server`]: the HTTP server with a public port's timeouts.
 //! - [`web`]: the embedded browser UI.
 
 pub mod api;
@@ -28,8 +31,10 @@ pub mod extract;
 pub mod openapi;
 pub mod rate_limit;
 pub mod routes;
+pub mod server;
 pub mod startup;
 pub mod state;
+pub mod stream;
 pub mod users;
 pub mod web;
 

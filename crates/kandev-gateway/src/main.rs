@@ -7,6 +7,11 @@ use clap::Parser;
 use kandev_common::{config, shutdown, telemetry};
 use kandev_gateway::{Application, Settings};
 
+/// The parsed messages of the agent stream are many small allocations
+/// freed on other threads: mimalloc keeps that cheap.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Kandev API gateway: authentication, validation and routing to the task
 /// service, agent manager and orchestrator; the task stream WebSocket proxy.
 ///

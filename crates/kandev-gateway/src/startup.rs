@@ -15,7 +15,8 @@ use crate::{
     config::Settings,
     rate_limit::RateLimiter,
     routes,
-    state::AppState,
+    state::{AppState, Limits},
+    stream::live::LiveFeeds,
     users,
 };
 
@@ -32,6 +33,8 @@ pub enum StartupError {
     Endpoint(#[from] tonic::transport::Error),
     #[error("configuration: {0}")]
     Config(String),
+    #[error("cannot connect to NATS at {url}: {reason}")]
+    Nats { url: String, reason: String },
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: String,
@@ -61,6 +64,7 @@ pub struct Application {
     pool: PgPool,
     router: Router,
     state: AppState,
+    header_read_timeout_secs: u64,
 }
 
 impl Application {
@@ -87,16 +91,32 @@ impl Application {
         };
         let jwt = JwtKeys::new(&secret, Duration::from_secs(settings.jwt_ttl_secs));
         let downstream = Downstream::new(&settings)?;
+        let (nats, live) = connect_nats(&settings).await?;
         let limits = &settings.rate_limit;
         let state = AppState::new(
             pool.clone(),
             jwt,
             downstream.clone(),
-            RateLimiter::new(limits.login_per_minute, limits.login_burst),
-            RateLimiter::new(limits.api_per_minute, limits.api_burst),
-            settings.trust_forwarded_for,
+            Limits {
+                login: RateLimiter::new(limits.login_per_minute, limits.login_burst),
+                api: RateLimiter::new(limits.api_per_minute, limits.api_burst),
+                trust_forwarded_for: settings.trust_forwarded_for,
+            },
+            live,
+            settings.body_limit_bytes,
         );
-        let router = routes::router(state.clone(), &settings, readiness(&pool, &downstream));
+        let mut checks = readiness(&pool, &downstream);
+        checks.push((
+            "nats",
+            kandev_common::serve::sync_check(move || {
+                if nats.connection_state() == async_nats::connection::State::Connected {
+                    Ok(())
+                } else {
+                    Err("nats not connected".to_string())
+                }
+            }),
+        ));
+        let router = routes::router(state.clone(), &settings, checks);
 
         let listener = TcpListener::bind(&settings.listen_addr)
             .await
@@ -111,6 +131,7 @@ impl Application {
             pool,
             router,
             state,
+            header_read_timeout_secs: settings.header_read_timeout_secs,
         })
     }
 
@@ -132,29 +153,70 @@ impl Application {
         &self.state
     }
 
-    /// Serves until `shutdown` fires, then lets in-flight requests finish.
-    ///
-    /// This is `kandev_common::serve::serve` plus the peer address, which
-    /// the per-address rate limit needs.
+    /// Serves until `shutdown` fires, then lets in-flight requests finish
+    /// (see [`crate::server`]).
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {
         tracing::info!(addr = %self.local_addr, "gateway listening");
         let streams = self.state.streams_stop().clone();
-        let served = axum::serve(
-            self.listener,
-            self.router
-                .into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(async move {
+        let server_stop = CancellationToken::new();
+        let stopping = server_stop.clone();
+        tokio::spawn(async move {
             shutdown.cancelled().await;
             // Upgraded connections are not drained by the server: tell the
-            // stream proxies to close both sides with 1001.
+            // streams to close with 1001.
             streams.cancel();
-        })
+            stopping.cancel();
+        });
+        crate::server::serve(
+            self.listener,
+            self.router,
+            server_stop,
+            Duration::from_secs(self.header_read_timeout_secs),
+        )
         .await;
         self.pool.close().await;
         tracing::info!("gateway stopped");
-        served.map_err(StartupError::Serve)
+        Ok(())
     }
+}
+
+/// Connects to NATS (retrying in the background until it answers) for the
+/// live feeds; a reconnect tells every stream to read what it missed.
+async fn connect_nats(
+    settings: &Settings,
+) -> Result<(async_nats::Client, Arc<LiveFeeds>), StartupError> {
+    let feeds: Arc<std::sync::OnceLock<Arc<LiveFeeds>>> = Arc::default();
+    let on_event = feeds.clone();
+    let nats = async_nats::ConnectOptions::new()
+        .name("kandev-gateway")
+        .retry_on_initial_connect()
+        .max_reconnects(None)
+        .connection_timeout(Duration::from_secs(2))
+        .event_callback(move |event| {
+            let feeds = on_event.clone();
+            async move {
+                match event {
+                    async_nats::Event::Connected => {
+                        if let Some(feeds) = feeds.get() {
+                            feeds.reconnected();
+                        }
+                    }
+                    async_nats::Event::Disconnected => {
+                        tracing::warn!("NATS disconnected; live feeds wait for it");
+                    }
+                    other => tracing::debug!(event = %other, "nats"),
+                }
+            }
+        })
+        .connect(&settings.nats_url)
+        .await
+        .map_err(|e| StartupError::Nats {
+            url: settings.nats_url.clone(),
+            reason: e.to_string(),
+        })?;
+    let live = LiveFeeds::new(nats.clone(), settings.stream_client_buffer);
+    let _ = feeds.set(live.clone());
+    Ok((nats, live))
 }
 
 /// Postgres and the three services' gRPC health.

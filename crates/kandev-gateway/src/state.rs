@@ -7,7 +7,7 @@ use http::{Extensions, HeaderMap};
 use kandev_common::CancellationToken;
 use sqlx::PgPool;
 
-use crate::{auth::JwtKeys, clients::Downstream, rate_limit::RateLimiter};
+use crate::{auth::JwtKeys, clients::Downstream, rate_limit::RateLimiter, stream::live::LiveFeeds};
 
 /// Cheap to clone: one `Arc`.
 #[derive(Clone)]
@@ -20,7 +20,11 @@ struct Inner {
     login_limiter: RateLimiter,
     api_limiter: RateLimiter,
     trust_forwarded_for: bool,
-    /// Fired when the server stops: open stream proxies close politely.
+    /// The live feeds of the tasks clients watch.
+    live: Arc<LiveFeeds>,
+    /// The largest message a stream client may send.
+    stream_max_message: usize,
+    /// Fired when the server stops: open streams close politely.
     streams_stop: CancellationToken,
 }
 
@@ -30,24 +34,44 @@ impl std::fmt::Debug for AppState {
     }
 }
 
+/// The rate limits and how a client's address is known.
+pub struct Limits {
+    pub login: RateLimiter,
+    pub api: RateLimiter,
+    /// Use the first `X-Forwarded-For` address as the client's.
+    pub trust_forwarded_for: bool,
+}
+
 impl AppState {
     pub fn new(
         pool: PgPool,
         jwt: JwtKeys,
         downstream: Downstream,
-        login_limiter: RateLimiter,
-        api_limiter: RateLimiter,
-        trust_forwarded_for: bool,
+        limits: Limits,
+        live: Arc<LiveFeeds>,
+        stream_max_message: usize,
     ) -> Self {
         AppState(Arc::new(Inner {
             pool,
             jwt,
             downstream,
-            login_limiter,
-            api_limiter,
-            trust_forwarded_for,
+            login_limiter: limits.login,
+            api_limiter: limits.api,
+            trust_forwarded_for: limits.trust_forwarded_for,
+            live,
+            stream_max_message,
             streams_stop: CancellationToken::new(),
         }))
+    }
+
+    /// The live feeds of the tasks clients watch.
+    pub fn live(&self) -> &Arc<LiveFeeds> {
+        &self.0.live
+    }
+
+    /// The largest message a stream client may send, in bytes.
+    pub fn stream_max_message(&self) -> usize {
+        self.0.stream_max_message
     }
 
     pub fn pool(&self) -> &PgPool {

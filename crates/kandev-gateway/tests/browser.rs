@@ -25,7 +25,6 @@ use tokio::task::JoinHandle;
 
 const ADMIN: &str = "admin";
 const ADMIN_PASSWORD: &str = "browser-test-password";
-const MOCK_IMAGE: &str = "kandev/mock-agent:latest";
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -63,50 +62,6 @@ impl Stack {
     }
 }
 
-fn docker_answers() -> bool {
-    Command::new("docker")
-        .arg("info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// A Docker engine and the mock-agent image, started or built if missing.
-fn ensure_docker() {
-    if !docker_answers() {
-        // `setsid --fork` returns at once and leaves dockerd running.
-        Command::new("setsid")
-            .args(["--fork", "dockerd", "--bridge=none", "--iptables=false"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("dockerd is installed (apt-get install docker.io)");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !docker_answers() {
-            assert!(
-                Instant::now() < deadline,
-                "dockerd did not start within 60 s"
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    }
-    let present = Command::new("docker")
-        .args(["image", "inspect", MOCK_IMAGE])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !present {
-        let status = Command::new("bash")
-            .arg(workspace_root().join("dockerfiles/mock-agent/build.sh"))
-            .status()
-            .expect("bash runs");
-        assert!(status.success(), "building {MOCK_IMAGE} failed");
-    }
-}
-
 fn spawn_service<F>(
     stops: &mut Vec<CancellationToken>,
     handles: &mut Vec<JoinHandle<()>>,
@@ -120,7 +75,9 @@ fn spawn_service<F>(
 }
 
 async fn start_stack() -> Stack {
-    tokio::task::spawn_blocking(ensure_docker).await.unwrap();
+    tokio::task::spawn_blocking(kandev_testkit::ensure_docker)
+        .await
+        .unwrap();
     let nats = OwnNats::start().await;
     let db = TestDb::create().await;
     let dir = tempfile::tempdir().unwrap();
@@ -204,7 +161,7 @@ async fn start_stack() -> Stack {
         task_service_url: format!("http://{tasks_addr}"),
         agent_manager_url: format!("http://{agents_addr}"),
         orchestrator_url: format!("http://{orch_addr}"),
-        orchestrator_ws_url: format!("ws://{orch_addr}"),
+        nats_url: nats.url(),
         jwt_secret: Some("browser-test-jwt-secret-browser-test-jwt-secret".into()),
         admin_username: ADMIN.into(),
         admin_password: Some(ADMIN_PASSWORD.into()),

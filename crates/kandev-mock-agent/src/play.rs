@@ -30,7 +30,7 @@ pub(crate) async fn run(turn: &Turn, scenario: Scenario) -> TurnEnd {
         }
         Scenario::Code { file } => code(turn, &file).await,
         Scenario::Permission { file } => permission(turn, &file).await,
-        Scenario::Flood { count, size } => flood(turn, count, size).await,
+        Scenario::Flood { count, size, rate } => flood(turn, count, size, rate).await,
         Scenario::Slow { count, delay_ms } => slow(turn, count, delay_ms).await,
         Scenario::WaitCancel => {
             turn.say("Waiting for session/cancel.").await;
@@ -519,13 +519,23 @@ fn flood_line(head: &str, index: u64, sent_at: u64) -> Vec<u8> {
     line
 }
 
-/// `count` chunks of `size` bytes, each stamped with its index and send time.
-async fn flood(turn: &Turn, count: u64, size: usize) -> TurnEnd {
+/// `count` chunks of `size` bytes, each stamped with its index and send
+/// time; as fast as possible, or `rate` per second when it is not 0 (each
+/// chunk is due at `start + index / rate`, so a late one does not slow the
+/// rest).
+async fn flood(turn: &Turn, count: u64, size: usize, rate: u64) -> TurnEnd {
     let text = "x".repeat(size);
     let message_id = turn.new_message_id();
     let head = flood_head(&turn.session_id, &message_id, &text, count);
+    let start = tokio::time::Instant::now();
     for index in 0..count {
-        if index % 256 == 0 && turn.is_cancelled() {
+        if let Some(nanos) = index.saturating_mul(1_000_000_000).checked_div(rate) {
+            let due = start + Duration::from_nanos(nanos);
+            tokio::select! {
+                () = tokio::time::sleep_until(due) => {}
+                () = turn.cancel.cancelled() => return TurnEnd::cancelled(),
+            }
+        } else if index % 256 == 0 && turn.is_cancelled() {
             return TurnEnd::cancelled();
         }
         if turn.dialect == Dialect::Acp {

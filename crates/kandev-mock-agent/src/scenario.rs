@@ -17,8 +17,9 @@ pub(crate) enum Scenario {
     Code { file: String },
     /// Ask permission, then write the file or report the refusal.
     Permission { file: String },
-    /// `count` message chunks of `size` bytes of text, as fast as possible.
-    Flood { count: u64, size: usize },
+    /// `count` message chunks of `size` bytes of text, as fast as possible,
+    /// or paced at `rate` chunks per second when it is not 0.
+    Flood { count: u64, size: usize, rate: u64 },
     /// `count` chunks with `delay_ms` between them.
     Slow { count: u64, delay_ms: u64 },
     /// Block until `session/cancel`.
@@ -166,12 +167,13 @@ fn parse_command(line: &str) -> Result<Option<Scenario>, ParseError> {
             file: one_file(&name, &args, "permitted.txt")?,
         },
         "flood" => {
-            if args.len() > 2 {
-                return Err(ParseError("`flood` takes N and SIZE".into()));
+            if args.len() > 3 {
+                return Err(ParseError("`flood` takes N, SIZE and RATE".into()));
             }
             Scenario::Flood {
                 count: arg(&args, 0, 1000, "flood N")?,
                 size: arg(&args, 1, 256, "flood SIZE")?,
+                rate: arg(&args, 2, 0, "flood RATE")?,
             }
         }
         "slow" => {
@@ -288,13 +290,26 @@ mod tests {
         );
         assert_eq!(
             parse("flood 5 10", "echo"),
-            Ok(Scenario::Flood { count: 5, size: 10 })
+            Ok(Scenario::Flood {
+                count: 5,
+                size: 10,
+                rate: 0
+            })
+        );
+        assert_eq!(
+            parse("flood 5 10 1000", "echo"),
+            Ok(Scenario::Flood {
+                count: 5,
+                size: 10,
+                rate: 1000
+            })
         );
         assert_eq!(
             parse("flood", "echo"),
             Ok(Scenario::Flood {
                 count: 1000,
-                size: 256
+                size: 256,
+                rate: 0
             })
         );
         assert_eq!(
@@ -335,7 +350,11 @@ mod tests {
         let text = "Fix the login page\n\nscenario: flood 2 3\n";
         assert_eq!(
             parse(text, "echo"),
-            Ok(Scenario::Flood { count: 2, size: 3 })
+            Ok(Scenario::Flood {
+                count: 2,
+                size: 3,
+                rate: 0
+            })
         );
         assert_eq!(parse("SCENARIO: garbage", "echo"), Ok(Scenario::Garbage));
     }

@@ -102,7 +102,7 @@ impl Default for Settings {
             complete_to_review: false,
             retry_backoff_ms: 2000,
             retry_backoff_max_ms: 60_000,
-            ws_client_buffer: 1024,
+            ws_client_buffer: 16_384,
             ws_close_grace_ms: 5000,
             feed_flush_ms: 50,
             feed_flush_max: 500,

@@ -750,7 +750,7 @@ impl Engine {
     }
 
     async fn view(&self, task_id: Uuid, exec: Option<Execution>) -> Result<ExecutionView> {
-        let stored = feed::stored_last_seq(&self.pool, task_id).await?;
+        let stored = feed::store::last_seq(&self.pool, task_id).await?;
         let last_seq = stored.max(self.hub.pending_last_seq(task_id).unwrap_or(0));
         let Some(exec) = exec else {
             return Ok(ExecutionView {

@@ -7,16 +7,27 @@ use kandev_common::ServiceError;
 use kandev_proto::v1::{self as pb, orchestrator_server::Orchestrator};
 use tonic::{Request, Response, Status};
 
-use crate::{domain::Orchestration, http::parse_task_id};
+use crate::{
+    domain::{Orchestration, OrchestratorError, PermissionAnswer},
+    feed::FeedReader,
+    http::parse_task_id,
+};
 
-/// Serves `kandev.v1.Orchestrator` over an [`Orchestration`].
+/// The most frames one `ReadFeed` returns.
+const READ_FEED_MAX: i64 = 1000;
+
+/// Serves `kandev.v1.Orchestrator` over an [`Orchestration`] and the feed.
 pub struct GrpcOrchestratorAdapter {
     orchestration: Arc<dyn Orchestration>,
+    feed: FeedReader,
 }
 
 impl GrpcOrchestratorAdapter {
-    pub fn new(orchestration: Arc<dyn Orchestration>) -> Self {
-        GrpcOrchestratorAdapter { orchestration }
+    pub fn new(orchestration: Arc<dyn Orchestration>, feed: FeedReader) -> Self {
+        GrpcOrchestratorAdapter {
+            orchestration,
+            feed,
+        }
     }
 }
 
@@ -62,5 +73,69 @@ impl Orchestrator for GrpcOrchestratorAdapter {
             .await
             .map_err(|e| e.to_status())?;
         Ok(Response::new(view.to_proto()))
+    }
+
+    async fn read_feed(
+        &self,
+        request: Request<pb::ReadFeedRequest>,
+    ) -> Result<Response<pb::ReadFeedResponse>, Status> {
+        let req = request.into_inner();
+        let task_id = parse_task_id(&req.task_id).map_err(|e| e.to_status())?;
+        if req.after < 0 {
+            return Err(
+                OrchestratorError::Validation("after must be 0 or more".into()).to_status(),
+            );
+        }
+        let limit = if req.limit <= 0 {
+            READ_FEED_MAX
+        } else {
+            req.limit.min(READ_FEED_MAX)
+        };
+        let frames = self
+            .feed
+            .read(task_id, req.after, limit)
+            .await
+            .map_err(|e| OrchestratorError::Database(e).to_status())?;
+        Ok(Response::new(pb::ReadFeedResponse {
+            frames: frames.iter().map(|f| f.text.to_string()).collect(),
+        }))
+    }
+
+    async fn cancel_turn(
+        &self,
+        request: Request<pb::CancelTurnRequest>,
+    ) -> Result<Response<pb::CancelTurnResponse>, Status> {
+        let task_id = parse_task_id(&request.into_inner().task_id).map_err(|e| e.to_status())?;
+        self.orchestration
+            .cancel_turn(task_id)
+            .await
+            .map_err(|e| e.to_status())?;
+        Ok(Response::new(pb::CancelTurnResponse {}))
+    }
+
+    async fn respond_permission(
+        &self,
+        request: Request<pb::TaskPermissionRequest>,
+    ) -> Result<Response<pb::TaskPermissionResponse>, Status> {
+        let req = request.into_inner();
+        let task_id = parse_task_id(&req.task_id).map_err(|e| e.to_status())?;
+        if req.option_id.is_empty() && !req.cancelled {
+            return Err(OrchestratorError::Validation(
+                "permission needs option_id or cancelled: true".into(),
+            )
+            .to_status());
+        }
+        self.orchestration
+            .respond_permission(
+                task_id,
+                PermissionAnswer {
+                    request_id: req.request_id,
+                    option_id: req.option_id,
+                    cancelled: req.cancelled,
+                },
+            )
+            .await
+            .map_err(|e| e.to_status())?;
+        Ok(Response::new(pb::TaskPermissionResponse {}))
     }
 }

@@ -7,6 +7,11 @@ use clap::Parser;
 use kandev_common::{config, shutdown, telemetry};
 use kandev_orchestrator::{Application, Settings};
 
+/// The parsed messages of the agent stream are many small allocations
+/// freed on other threads: mimalloc keeps that cheap.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Kandev orchestrator: queues eligible tasks, launches their agents through
 /// the agent manager, follows their runs, and serves each task's ACP feed
 /// over WebSocket (plus REST and gRPC control).

@@ -18,7 +18,7 @@ use crate::{
     consumers::{self, Source},
     domain::Orchestration,
     engine::Engine,
-    feed::{FeedConsumer, FeedHub},
+    feed::{FeedConsumer, FeedHub, FeedReader},
     grpc::GrpcOrchestratorAdapter,
     http::{self, AppState},
 };
@@ -123,8 +123,13 @@ impl Application {
         let (mut routes, health) =
             serve::grpc_base(kandev_proto::FILE_DESCRIPTOR_SET).map_err(StartupError::Grpc)?;
         let orchestration: Arc<dyn Orchestration> = self.engine.clone();
+        let feed = FeedReader {
+            pool: self.pool.clone(),
+            hub: self.hub.clone(),
+        };
         routes.add_service(OrchestratorServer::new(GrpcOrchestratorAdapter::new(
             orchestration.clone(),
+            feed,
         )));
         health
             .set_serving::<OrchestratorServer<GrpcOrchestratorAdapter>>()

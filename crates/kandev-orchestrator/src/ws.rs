@@ -77,6 +77,9 @@ enum Outcome {
     Lagged,
 }
 
+/// The most frames written before one flush.
+const WRITE_BATCH: usize = 256;
+
 async fn send_or_lag<S>(
     sink: &mut S,
     msg: Message,
@@ -86,7 +89,26 @@ async fn send_or_lag<S>(
 where
     S: Sink<Message> + Unpin,
 {
-    let send = sink.send(msg);
+    send_all_or_lag(sink, vec![msg], lagged, grace).await
+}
+
+/// Writes `msgs` and flushes once: a burst costs one write, not one per
+/// frame. A client that is lagging gets `grace` to take them.
+async fn send_all_or_lag<S>(
+    sink: &mut S,
+    msgs: Vec<Message>,
+    lagged: &CancellationToken,
+    grace: Duration,
+) -> bool
+where
+    S: Sink<Message> + Unpin,
+{
+    let send = async {
+        for msg in msgs {
+            sink.feed(msg).await?;
+        }
+        sink.flush().await
+    };
     tokio::pin!(send);
     tokio::select! {
         r = &mut send => r.is_ok(),
@@ -112,7 +134,7 @@ where
     let outcome = 'run: {
         // Stored history.
         loop {
-            let page = match feed::history(&state.pool, task_id, last, HISTORY_PAGE).await {
+            let page = match feed::store::history(&state.pool, task_id, last, HISTORY_PAGE).await {
                 Ok(page) => page,
                 Err(err) => {
                     let body = error_body(&OrchestratorError::Database(err));
@@ -123,35 +145,37 @@ where
                 }
             };
             let full = page.len() as i64 == HISTORY_PAGE;
-            for frame in page {
+            for chunk in page.chunks(WRITE_BATCH) {
                 if lagged.is_cancelled() {
                     break 'run Outcome::Lagged;
                 }
-                if !send_or_lag(&mut sink, Message::Text(frame.text.into()), &lagged, grace).await {
+                let msgs = chunk
+                    .iter()
+                    .map(|f| Message::Text(f.text.clone()))
+                    .collect();
+                if !send_all_or_lag(&mut sink, msgs, &lagged, grace).await {
                     break 'run Outcome::Closed;
                 }
-                last = frame.seq;
+                last = chunk.last().map_or(last, |f| f.seq);
             }
             if !full {
                 break;
             }
         }
         // The tail that was not yet stored when we subscribed.
-        for frame in std::mem::take(&mut sub.tail) {
-            if frame.seq <= last {
-                continue;
-            }
-            if !send_or_lag(
-                &mut sink,
-                Message::Text(frame.text.clone().into()),
-                &lagged,
-                grace,
-            )
-            .await
-            {
+        let tail: Vec<_> = std::mem::take(&mut sub.tail)
+            .into_iter()
+            .filter(|f| f.seq > last)
+            .collect();
+        for chunk in tail.chunks(WRITE_BATCH) {
+            let msgs = chunk
+                .iter()
+                .map(|f| Message::Text(f.text.clone()))
+                .collect();
+            if !send_all_or_lag(&mut sink, msgs, &lagged, grace).await {
                 break 'run Outcome::Closed;
             }
-            last = frame.seq;
+            last = chunk.last().map_or(last, |f| f.seq);
         }
         // Live.
         loop {
@@ -164,16 +188,22 @@ where
                         break 'run Outcome::Closed;
                     }
                 }
-                frame = sub.rx.recv() => match frame {
-                    Some(frame) if frame.seq > last => {
-                        if !send_or_lag(&mut sink, Message::Text(frame.text.clone().into()), &lagged, grace).await {
-                            break 'run Outcome::Closed;
+                frame = sub.rx.recv() => {
+                    let Some(frame) = frame else { break 'run Outcome::Closed };
+                    // Whatever else is queued goes out with it, in one write.
+                    let mut msgs = Vec::new();
+                    let mut next = Some(frame);
+                    while let Some(frame) = next {
+                        if frame.seq > last {
+                            last = frame.seq;
+                            msgs.push(Message::Text(frame.text.clone()));
                         }
-                        last = frame.seq;
+                        next = if msgs.len() < WRITE_BATCH { sub.rx.try_recv().ok() } else { None };
                     }
-                    Some(_) => {}
-                    None => break 'run Outcome::Closed,
-                },
+                    if !msgs.is_empty() && !send_all_or_lag(&mut sink, msgs, &lagged, grace).await {
+                        break 'run Outcome::Closed;
+                    }
+                }
             }
         }
     };

@@ -7,6 +7,11 @@ use clap::Parser;
 use kandev_common::{config, shutdown, telemetry};
 use kandev_task_service::{Application, Settings};
 
+/// The parsed messages of the agent stream are many small allocations
+/// freed on other threads: mimalloc keeps that cheap.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Kandev task service: boards, tasks and their state machine over gRPC,
 /// with task.* events published to NATS JetStream.
 ///

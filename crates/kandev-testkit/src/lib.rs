@@ -12,6 +12,8 @@
 //!   roots), that can be stopped, killed and started again without
 //!   disturbing the machine's engine or the tests that use it.
 //!
+//! - [`http`]: one HTTP/1.1 request, its status and JSON body.
+//!
 //! `KANDEV_TEST_PG_BASE` overrides the Postgres server URL
 //! (default `postgres://postgres@127.0.0.1:5432`).
 
@@ -94,6 +96,11 @@ impl OwnNats {
         nats
     }
 
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
     }
@@ -141,13 +148,55 @@ impl Drop for OwnNats {
 /// The mock agent's image.
 pub const MOCK_IMAGE: &str = "kandev/mock-agent:latest";
 
-fn docker_answers() -> bool {
-    Command::new("docker")
+/// A `docker` command for the engine at `host` (`unix://…`), or the
+/// machine's engine when `None`.
+fn docker_cli(host: Option<&str>) -> Command {
+    let mut cmd = Command::new("docker");
+    if let Some(host) = host {
+        cmd.args(["-H", host]);
+    }
+    cmd
+}
+
+fn docker_answers(host: Option<&str>) -> bool {
+    docker_cli(host)
         .arg("info")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// Ids of the engine's containers (running or not) with `label` (`key` or
+/// `key=value`); `None` when the engine does not answer.
+fn labelled_containers(host: Option<&str>, label: &str) -> Option<Vec<String>> {
+    let out = docker_cli(host)
+        .args(["ps", "-aq", "--filter"])
+        .arg(format!("label={label}"))
+        .output()
+        .ok()
+        .filter(|out| out.status.success())?;
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+/// Force-removes the engine's containers with `label`; errors are ignored
+/// (this runs in cleanup, also while a failed test unwinds).
+fn remove_labelled(host: Option<&str>, label: &str) {
+    let ids = labelled_containers(host, label).unwrap_or_default();
+    if !ids.is_empty() {
+        let _ = docker_cli(host)
+            .args(["rm", "-f"])
+            .args(&ids)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
 }
 
 static DOCKER_READY: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
@@ -161,7 +210,7 @@ pub fn ensure_docker() {
     if *ready {
         return;
     }
-    if !docker_answers() {
+    if !docker_answers(None) {
         Command::new("setsid")
             .args(["dockerd", "--bridge=none", "--iptables=false"])
             .stdin(Stdio::null())
@@ -171,7 +220,7 @@ pub fn ensure_docker() {
             .expect("dockerd is installed");
         let up = (0..120).any(|_| {
             std::thread::sleep(Duration::from_millis(500));
-            docker_answers()
+            docker_answers(None)
         });
         assert!(up, "dockerd did not start within 60 s");
     }
@@ -198,26 +247,7 @@ pub fn ensure_docker() {
 /// (it re-attaches after a restart), so a test stack removes its own at the
 /// end.
 pub fn remove_containers(manager_id: &str) {
-    let Ok(out) = Command::new("docker")
-        .args(["ps", "-aq", "--filter"])
-        .arg(format!("label=kandev.manager={manager_id}"))
-        .output()
-    else {
-        return;
-    };
-    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect();
-    if !ids.is_empty() {
-        let _ = Command::new("docker")
-            .args(["rm", "-f"])
-            .args(&ids)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
+    remove_labelled(None, &format!("kandev.manager={manager_id}"));
 }
 
 /// A Docker engine of the test's own: its own socket, data root, exec root
@@ -260,18 +290,7 @@ impl OwnDocker {
 
     /// A `docker` command talking to this engine.
     pub fn cli(&self) -> Command {
-        let mut cmd = Command::new("docker");
-        cmd.args(["-H", &self.host()]);
-        cmd
-    }
-
-    fn answers(&self) -> bool {
-        self.cli()
-            .arg("info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
+        docker_cli(Some(&self.host()))
     }
 
     /// Starts the engine (again), on the same socket and data.
@@ -305,7 +324,7 @@ impl OwnDocker {
         self.child = Some(child);
         let up = (0..240).any(|_| {
             std::thread::sleep(Duration::from_millis(250));
-            self.answers()
+            docker_answers(Some(&self.host()))
         });
         assert!(
             up,
@@ -370,41 +389,14 @@ impl OwnDocker {
     /// Ids of this engine's containers (running or not) with `label`
     /// (`key` or `key=value`).
     pub fn containers(&self, label: &str) -> Vec<String> {
-        self.try_containers(label).expect("docker ps answers")
-    }
-
-    fn try_containers(&self, label: &str) -> Option<Vec<String>> {
-        let out = self
-            .cli()
-            .args(["ps", "-aq", "--filter"])
-            .arg(format!("label={label}"))
-            .output()
-            .ok()
-            .filter(|out| out.status.success())?;
-        Some(
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter(|l| !l.is_empty())
-                .map(str::to_string)
-                .collect(),
-        )
+        labelled_containers(Some(&self.host()), label).expect("docker ps answers")
     }
 }
 
 impl Drop for OwnDocker {
     fn drop(&mut self) {
-        // Never panics: it also runs while a failed test unwinds.
         if self.child.is_some() {
-            let ids = self.try_containers("kandev.manager").unwrap_or_default();
-            if !ids.is_empty() {
-                let _ = self
-                    .cli()
-                    .args(["rm", "-f"])
-                    .args(&ids)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status();
-            }
+            remove_labelled(Some(&self.host()), "kandev.manager");
         }
         self.stop();
         // Shims of live-restored containers outlive an engine killed and
@@ -424,4 +416,44 @@ impl Drop for OwnDocker {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// One HTTP/1.1 request to `url` (`http://host:port/path`) with an optional
+/// JSON body: the status and the body as JSON (`Null` when it is not).
+pub async fn http(
+    method: &str,
+    url: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    use http_body_util::{BodyExt, Full};
+    let uri: hyper::Uri = url.parse().expect("a valid URL");
+    let host = uri.authority().expect("a URL with a host").to_string();
+    let stream = tokio::net::TcpStream::connect(&host)
+        .await
+        .expect("the server accepts connections");
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .expect("HTTP handshake");
+    tokio::spawn(conn);
+    let bytes = body.map(|b| b.to_string()).unwrap_or_default();
+    let request = hyper::Request::builder()
+        .method(method)
+        .uri(uri.path_and_query().map_or("/", |p| p.as_str()))
+        .header("host", host)
+        .header("content-type", "application/json")
+        .body(Full::new(bytes::Bytes::from(bytes)))
+        .expect("a valid request");
+    let response = sender.send_request(request).await.expect("a response");
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("the response body")
+        .to_bytes();
+    (
+        status,
+        serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+    )
 }

@@ -16,11 +16,11 @@ async fn bad_input_is_refused() {
 
     // No title.
     let r = api.post(&tasks, json!({"description": "no title"})).await;
-    assert_eq!(r.status, 422, "{}", r.body);
+    assert_eq!(r.status, 400, "{}", r.body);
     assert_eq!(r.error(), "validation_error");
     // An empty title.
     let r = api.post(&tasks, json!({"title": "  "})).await;
-    assert_eq!(r.status, 422, "{}", r.body);
+    assert_eq!(r.status, 400, "{}", r.body);
     assert_eq!(r.error(), "validation_error");
 
     // An unknown board.
@@ -40,7 +40,7 @@ async fn bad_input_is_refused() {
     let task = api.task(&board, json!({"title": "no agent"})).await;
     let state = format!("/api/v1/tasks/{task}/state");
     let r = api.patch(&state, json!({"state": "SLEEPING"})).await;
-    assert_eq!(r.status, 422, "{}", r.body);
+    assert_eq!(r.status, 400, "{}", r.body);
     assert_eq!(r.error(), "validation_error");
     let r = api.patch(&state, json!({"state": "COMPLETED"})).await;
     assert_eq!(r.status, 409, "{}", r.body);

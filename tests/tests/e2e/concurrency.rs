@@ -7,7 +7,14 @@ use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_tasks_run_three_at_a_time_and_all_complete() {
-    let stack = Stack::start("concurrency", Options { max_concurrent: 3 }).await;
+    let stack = Stack::start(
+        "concurrency",
+        Options {
+            max_concurrent: 3,
+            ..Options::default()
+        },
+    )
+    .await;
     let api = stack.admin().await;
     let board = api.board("concurrency").await;
     let mut tasks = Vec::new();

@@ -87,7 +87,11 @@ async fn survives(test: &str, fault: Fault) {
     feed.close().await;
     let stored = replay(&api, &task).await;
     assert_eq!(stored.len(), seen, "live and stored feeds differ");
-    if matches!(fault, Fault::Kill(Svc::Gateway | Svc::Orchestrator)) {
+    // Killing the gateway drops its streams (and the client reconnects with
+    // ?after=); an orchestrator that dies does not: the gateway keeps
+    // following the live feed on NATS and reads gaps from the orchestrator
+    // once it is back.
+    if matches!(fault, Fault::Kill(Svc::Gateway)) {
         assert!(reconnects >= 1, "the stream should have dropped");
     }
     assert!(stack.containers(Some(&task), false).await.is_empty());

@@ -5,7 +5,6 @@
 use std::{sync::Arc, time::Duration};
 
 use kandev_proto::v1 as pb;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use uuid::Uuid;
 
 use crate::helpers::{
@@ -67,18 +66,7 @@ async fn until_no_container(engine: &Arc<std::sync::Mutex<OwnDocker>>, instance_
 
 /// `GET /readyz`: its status code and body.
 async fn readyz(app: &TestApp) -> (u16, serde_json::Value) {
-    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
-    stream
-        .write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).await.unwrap();
-    let status = text[9..12].parse().unwrap();
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default();
-    // The body may be chunked: the JSON object is between the braces.
-    let json = &body[body.find('{').unwrap()..=body.rfind('}').unwrap()];
-    (status, serde_json::from_str(json).unwrap())
+    kandev_testkit::http("GET", &format!("http://{}/readyz", app.addr), None).await
 }
 
 /// Launches the mock agent with `prompt` on a new task, watched from before

@@ -228,10 +228,7 @@ impl TaskWatch {
                 return data;
             }
             tokio::select! {
-                msg = self.acp.next() => {
-                    let env: serde_json::Value = serde_json::from_slice(&msg.unwrap().payload).unwrap();
-                    self.events.push(env["data"]["event"].clone());
-                }
+                msg = self.acp.next() => self.add_batch(&msg.unwrap().payload),
                 msg = self.agent.next() => {
                     let msg = msg.unwrap();
                     let env: serde_json::Value = serde_json::from_slice(&msg.payload).unwrap();
@@ -254,15 +251,24 @@ impl TaskWatch {
                 .await
                 .expect("the expected ACP event did not arrive")
                 .unwrap();
-            let env: serde_json::Value = serde_json::from_slice(&msg.payload).unwrap();
-            self.events.push(env["data"]["event"].clone());
+            self.add_batch(&msg.payload);
+        }
+    }
+
+    /// Takes the events of one `acp.message` batch, checking that their
+    /// seqs run from `first_seq`.
+    fn add_batch(&mut self, payload: &[u8]) {
+        let env: serde_json::Value = serde_json::from_slice(payload).unwrap();
+        let first = env["data"]["first_seq"].as_u64().unwrap();
+        for (i, event) in env["data"]["events"].as_array().unwrap().iter().enumerate() {
+            assert_eq!(event["seq"].as_u64(), Some(first + i as u64), "{env}");
+            self.events.push(event.clone());
         }
     }
 
     async fn drain_acp(&mut self, quiet: Duration) {
         while let Ok(Some(msg)) = tokio::time::timeout(quiet, self.acp.next()).await {
-            let env: serde_json::Value = serde_json::from_slice(&msg.payload).unwrap();
-            self.events.push(env["data"]["event"].clone());
+            self.add_batch(&msg.payload);
         }
     }
 

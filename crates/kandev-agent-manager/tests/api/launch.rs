@@ -130,16 +130,14 @@ async fn cancel_ends_the_turn_cancelled() {
     watch
         .until_event(|e| e["kind"] == "message_chunk" && e["data"]["role"] == "agent")
         .await;
-    // One turn at a time per instance.
-    let busy = app
-        .client
+    // A prompt sent mid-turn is queued; cancelling the turn drops it.
+    app.client
         .send_prompt(pb::SendPromptRequest {
             instance_id: instance.id.clone(),
-            prompt: "echo too early".into(),
+            prompt: "echo never sent".into(),
         })
         .await
-        .unwrap_err();
-    assert_eq!(busy.code(), tonic::Code::FailedPrecondition);
+        .unwrap();
     let cancelled = app
         .client
         .cancel_agent(pb::CancelAgentRequest {
@@ -152,6 +150,59 @@ async fn cancel_ends_the_turn_cancelled() {
     assert!(cancelled.cancelled);
     let done = watch.until("agent.completed", 0).await;
     assert_eq!(done["stop_reason"], "cancelled");
+    assert!(containers_of(&instance.id).is_empty());
+    assert!(
+        !watch.events.iter().any(|e| e["data"]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("never sent"))),
+        "the queued prompt ran after the cancel"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_prompt_sent_mid_turn_runs_when_the_current_prompt_ends() {
+    let mut app = spawn_app().await;
+    let repo = git_repo(app.dir.path());
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    let instance = app
+        .launch(task, "mock-agent", &repo, "slow 10 200")
+        .await
+        .unwrap();
+    watch
+        .until_event(|e| e["kind"] == "message_chunk" && e["data"]["role"] == "agent")
+        .await;
+    // The seed's "mid-execution" follow-up: accepted while the turn runs.
+    for text in ["echo queued one", "echo queued two"] {
+        app.client
+            .send_prompt(pb::SendPromptRequest {
+                instance_id: instance.id.clone(),
+                prompt: text.into(),
+            })
+            .await
+            .unwrap();
+    }
+    let done = watch.until("agent.completed", 0).await;
+    assert_eq!(done["stop_reason"], "end_turn");
+    // Both ran in the same session and container, in order, before the run
+    // completed once.
+    let text: String = watch
+        .events
+        .iter()
+        .filter(|e| e["kind"] == "message_chunk" && e["data"]["role"] == "agent")
+        .filter_map(|e| e["data"]["text"].as_str())
+        .collect();
+    let one = text.find("queued one").expect("first queued prompt ran");
+    let two = text.find("queued two").expect("second queued prompt ran");
+    assert!(one < two, "{text}");
+    let subjects: Vec<&str> = watch.lifecycle.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(
+        subjects,
+        ["agent.started", "agent.running", "agent.completed"]
+    );
+    let seqs = watch.seqs();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
     assert!(containers_of(&instance.id).is_empty());
     app.stop().await;
 }
@@ -494,6 +545,59 @@ async fn launch_can_resume_an_earlier_session() {
                 .as_str()
                 .is_some_and(|t| t.contains("remember this"))),
         "no replay of the first prompt"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_launch_without_a_prompt_runs_the_task_description() {
+    let mut app = spawn_app().await;
+    let repo = git_repo(app.dir.path());
+    let task = Uuid::new_v4();
+    let request = |env: &[(&str, &str)]| pb::LaunchAgentRequest {
+        task_id: task.to_string(),
+        agent_type: "mock-agent".into(),
+        workspace: Some(pb::launch_agent_request::Workspace::Repository(
+            pb::GitWorkspace {
+                repository_url: repo.clone(),
+                branch: "main".into(),
+            },
+        )),
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    };
+    // Neither a prompt nor a description: nothing to do, said clearly.
+    let refused = app.client.launch_agent(request(&[])).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(
+        refused.message().contains("TASK_DESCRIPTION"),
+        "{}",
+        refused.message()
+    );
+
+    // The seed's body: the task comes through env.TASK_DESCRIPTION.
+    let mut watch = TaskWatch::start(task).await;
+    let instance = app
+        .client
+        .launch_agent(request(&[(
+            "TASK_DESCRIPTION",
+            "echo from the description",
+        )]))
+        .await
+        .unwrap()
+        .into_inner();
+    let done = watch.until("agent.completed", 0).await;
+    assert_eq!(done["instance_id"], instance.id.as_str());
+    assert!(
+        watch.events.iter().any(|e| e["kind"] == "message_chunk"
+            && e["data"]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("from the description"))),
+        "the description was not the prompt: {:?}",
+        watch.kinds()
     );
     app.stop().await;
 }

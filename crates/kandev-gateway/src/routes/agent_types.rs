@@ -79,7 +79,7 @@ pub async fn list(
 #[utoipa::path(operation_id = "create_agent_type", post, path = "/api/v1/agent-types", tag = "agent-types",
     request_body = AgentType,
     responses((status = 201, body = AgentType), (status = 403, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 409, body = ErrorBody), (status = 400, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -105,7 +105,7 @@ pub async fn create(
     params(("id" = String, Path, description = "agent type id")),
     request_body = AgentType,
     responses((status = 200, body = AgentType), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 404, body = ErrorBody), (status = 400, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn replace(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -124,7 +124,7 @@ pub async fn replace(
     params(("id" = String, Path, description = "agent type id")),
     request_body = AgentTypePatch,
     responses((status = 200, body = AgentType), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 404, body = ErrorBody), (status = 400, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn patch(
     State(state): State<AppState>,
     user: CurrentUser,

@@ -12,7 +12,7 @@ use crate::{
     },
     auth::CurrentUser,
     error::{ApiError, ApiResult, ErrorBody},
-    extract::{ApiJson, ApiPath, ApiQuery},
+    extract::{ApiJson, ApiPath, ApiQuery, OptionalApiJson},
     state::AppState,
 };
 
@@ -21,7 +21,7 @@ pub const MAX_LOG_TAIL: i32 = 10_000;
 #[utoipa::path(operation_id = "launch_agent", post, path = "/api/v1/agents/launch", tag = "agents",
     request_body = LaunchAgentRequest,
     responses((status = 201, body = AgentInstance), (status = 404, body = ErrorBody),
-        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 400, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn launch(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -46,6 +46,13 @@ pub async fn launch(
         return Err(ApiError::validation("agent_type must not be empty"));
     }
     let task = visible_task(&state, &user, &body.task_id).await?;
+    // The first prompt: the body's, else `env.TASK_DESCRIPTION` (the agent
+    // manager reads it), else the task's own description.
+    let prompt = match body.prompt {
+        Some(prompt) => prompt,
+        None if body.env.contains_key("TASK_DESCRIPTION") => String::new(),
+        None => task.description.clone(),
+    };
     let instance = state
         .downstream()
         .agents
@@ -60,7 +67,7 @@ pub async fn launch(
                 .metadata
                 .map(|m| serde_json::Value::Object(m).to_string())
                 .unwrap_or_default(),
-            prompt: body.prompt.unwrap_or_default(),
+            prompt,
             resume_session_id: body.resume_session_id,
         })
         .await
@@ -102,13 +109,13 @@ pub async fn prompt(
 
 #[utoipa::path(operation_id = "cancel_agent", post, path = "/api/v1/agents/{instanceId}/cancel", tag = "agents",
     params(("instanceId" = String, Path, description = "agent instance id")),
-    request_body = CancelRequest,
+    request_body(content = Option<CancelRequest>, description = "optional: an empty body cancels with no reason"),
     responses((status = 200, body = CancelResponse), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn cancel(
     State(state): State<AppState>,
     user: CurrentUser,
     ApiPath(instance_id): ApiPath<String>,
-    ApiJson(body): ApiJson<CancelRequest>,
+    OptionalApiJson(body): OptionalApiJson<CancelRequest>,
 ) -> ApiResult<Json<CancelResponse>> {
     let instance = visible_instance(&state, &user, &instance_id).await?;
     let resp = state
@@ -143,7 +150,7 @@ pub async fn status(
 #[utoipa::path(operation_id = "get_agent_logs", get, path = "/api/v1/agents/{instanceId}/logs", tag = "agents",
     params(("instanceId" = String, Path, description = "agent instance id"), LogsParams),
     responses((status = 200, body = LogsResponse), (status = 404, body = ErrorBody),
-        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 400, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn logs(
     State(state): State<AppState>,
     user: CurrentUser,

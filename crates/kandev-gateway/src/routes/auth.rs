@@ -117,7 +117,7 @@ pub async fn me(user: CurrentUser) -> Json<UserResponse> {
 #[utoipa::path(post, path = "/api/v1/users", tag = "auth",
     request_body = CreateUserRequest,
     responses((status = 201, body = UserResponse), (status = 403, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+        (status = 409, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn create_user(
     State(state): State<AppState>,
     user: CurrentUser,

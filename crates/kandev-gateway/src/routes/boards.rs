@@ -21,7 +21,7 @@ use crate::{
 
 #[utoipa::path(post, path = "/api/v1/boards", tag = "boards",
     request_body = CreateBoardRequest,
-    responses((status = 201, body = Board), (status = 422, body = ErrorBody), (status = 401, body = ErrorBody)))]
+    responses((status = 201, body = Board), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
 pub async fn create_board(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -84,7 +84,7 @@ pub async fn get_board(
 #[utoipa::path(patch, path = "/api/v1/boards/{id}", tag = "boards",
     params(("id" = String, Path, description = "board id")),
     request_body = UpdateBoardRequest,
-    responses((status = 200, body = Board), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 200, body = Board), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn update_board(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -133,7 +133,7 @@ pub async fn delete_board(
 #[utoipa::path(post, path = "/api/v1/boards/{id}/tasks", tag = "tasks",
     params(("id" = String, Path, description = "board id")),
     request_body = CreateTaskRequest,
-    responses((status = 201, body = Task), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 201, body = Task), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn create_task(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -210,7 +210,7 @@ fn parse_list_query(raw: Option<&str>) -> ApiResult<ListTasksQuery> {
         ("state" = Option<Vec<TaskState>>, Query, description = "only these states; repeat or comma-separate"),
         PageParams,
     ),
-    responses((status = 200, body = TaskList), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 200, body = TaskList), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn list_tasks(
     State(state): State<AppState>,
     user: CurrentUser,

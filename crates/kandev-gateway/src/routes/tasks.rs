@@ -30,7 +30,7 @@ pub async fn get_task(
     request_body = UpdateTaskRequest,
     responses((status = 200, body = Task), (status = 404, body = ErrorBody),
         (status = 409, description = "the task changed since `version`", body = ErrorBody),
-        (status = 422, body = ErrorBody)))]
+        (status = 400, body = ErrorBody)))]
 pub async fn update_task(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -100,7 +100,7 @@ pub async fn delete_task(
     request_body = ChangeStateRequest,
     responses((status = 200, body = Task), (status = 404, body = ErrorBody),
         (status = 409, description = "a forbidden transition or a version conflict", body = ErrorBody),
-        (status = 422, body = ErrorBody)))]
+        (status = 400, body = ErrorBody)))]
 pub async fn change_state(
     State(state): State<AppState>,
     user: CurrentUser,

@@ -49,7 +49,7 @@ async fn launch_checks_the_body_and_the_task_before_the_agent_manager() {
     let missing = app
         .post("/api/v1/agents/launch", &alice, json!({"task_id": task_id}))
         .await;
-    assert_eq!(missing.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(missing.status, StatusCode::BAD_REQUEST);
     assert_eq!(missing.error(), "validation_error");
     let both = app
         .post(
@@ -59,7 +59,7 @@ async fn launch_checks_the_body_and_the_task_before_the_agent_manager() {
                    "workspace_path": "/w", "repository_url": "https://x/y"}),
         )
         .await;
-    assert_eq!(both.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(both.status, StatusCode::BAD_REQUEST);
     let bad_env = app
         .post(
             "/api/v1/agents/launch",
@@ -67,7 +67,7 @@ async fn launch_checks_the_body_and_the_task_before_the_agent_manager() {
             json!({"task_id": task_id, "agent_type": "augment-agent", "env": {"A": 1}}),
         )
         .await;
-    assert_eq!(bad_env.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(bad_env.status, StatusCode::BAD_REQUEST);
 
     // The seed's request body.
     let seed_body = json!({
@@ -114,7 +114,7 @@ async fn instance_routes_validate_then_answer_503_while_the_agent_manager_is_dow
             json!({"message": " "}),
         )
         .await;
-    assert_eq!(empty.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(empty.status, StatusCode::BAD_REQUEST);
     let no_message = app
         .post(
             &format!("/api/v1/agents/{INSTANCE}/prompt"),
@@ -122,11 +122,11 @@ async fn instance_routes_validate_then_answer_503_while_the_agent_manager_is_dow
             json!({}),
         )
         .await;
-    assert_eq!(no_message.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(no_message.status, StatusCode::BAD_REQUEST);
     let tail = app
         .get(&format!("/api/v1/agents/{INSTANCE}/logs?tail=0"), &alice)
         .await;
-    assert_eq!(tail.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(tail.status, StatusCode::BAD_REQUEST);
     let tail = app
         .get(&format!("/api/v1/agents/{INSTANCE}/logs?tail=abc"), &alice)
         .await;
@@ -142,6 +142,12 @@ async fn instance_routes_validate_then_answer_503_while_the_agent_manager_is_dow
             Method::POST,
             format!("/api/v1/agents/{INSTANCE}/cancel"),
             Some(json!({"reason": "User requested cancellation"})),
+        ),
+        // The seed's cancel takes its body as optional: none is no reason.
+        (
+            Method::POST,
+            format!("/api/v1/agents/{INSTANCE}/cancel"),
+            None,
         ),
         (
             Method::GET,
@@ -205,7 +211,7 @@ async fn agent_types_are_admin_only_to_change() {
             json!({"id": "", "name": "x", "image": "y"}),
         )
         .await;
-    assert_eq!(invalid.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(invalid.status, StatusCode::BAD_REQUEST);
     let mismatch = app
         .call(
             Method::PUT,
@@ -214,7 +220,7 @@ async fn agent_types_are_admin_only_to_change() {
             Some(body.clone()),
         )
         .await;
-    assert_eq!(mismatch.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(mismatch.status, StatusCode::BAD_REQUEST);
     let down = app.post("/api/v1/agent-types", &admin, body).await;
     assert_eq!(down.status, StatusCode::SERVICE_UNAVAILABLE);
     let list = app.get("/api/v1/agent-types", &alice).await;

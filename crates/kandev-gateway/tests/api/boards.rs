@@ -61,21 +61,21 @@ async fn board_errors() {
     let empty = app
         .post("/api/v1/boards", &alice, json!({"name": "  "}))
         .await;
-    assert_eq!(empty.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(empty.status, StatusCode::BAD_REQUEST);
     assert_eq!(empty.error(), "validation_error");
 
     // Body rejections in the common shape.
     let missing = app
         .post("/api/v1/boards", &alice, json!({"description": "x"}))
         .await;
-    assert_eq!(missing.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(missing.status, StatusCode::BAD_REQUEST);
     assert_eq!(missing.error(), "validation_error");
     let wrong_type = app.post("/api/v1/boards", &alice, json!({"name": 5})).await;
-    assert_eq!(wrong_type.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(wrong_type.status, StatusCode::BAD_REQUEST);
     let unknown_field = app
         .post("/api/v1/boards", &alice, json!({"name": "a", "colour": 1}))
         .await;
-    assert_eq!(unknown_field.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(unknown_field.status, StatusCode::BAD_REQUEST);
     let malformed = app
         .send(
             axum::http::Request::post("/api/v1/boards")
@@ -204,7 +204,7 @@ async fn create_and_list_tasks_with_state_filters_and_paging() {
     let bad_state = app
         .get(&format!("/api/v1/boards/{board}/tasks?state=DONE"), &alice)
         .await;
-    assert_eq!(bad_state.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(bad_state.status, StatusCode::BAD_REQUEST);
     assert_eq!(bad_state.error(), "validation_error");
     let bad_param = app
         .get(&format!("/api/v1/boards/{board}/tasks?colour=red"), &alice)
@@ -238,7 +238,7 @@ async fn create_and_list_tasks_with_state_filters_and_paging() {
             json!({"description": "x"}),
         )
         .await;
-    assert_eq!(no_title.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(no_title.status, StatusCode::BAD_REQUEST);
     let blank = app
         .post(
             &format!("/api/v1/boards/{board}/tasks"),
@@ -246,7 +246,7 @@ async fn create_and_list_tasks_with_state_filters_and_paging() {
             json!({"title": " "}),
         )
         .await;
-    assert_eq!(blank.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(blank.status, StatusCode::BAD_REQUEST);
     assert_eq!(blank.error(), "validation_error");
     let bad_state = app
         .post(
@@ -255,7 +255,7 @@ async fn create_and_list_tasks_with_state_filters_and_paging() {
             json!({"title": "x", "state": "DONE"}),
         )
         .await;
-    assert_eq!(bad_state.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(bad_state.status, StatusCode::BAD_REQUEST);
     let bad_meta = app
         .post(
             &format!("/api/v1/boards/{board}/tasks"),
@@ -263,7 +263,7 @@ async fn create_and_list_tasks_with_state_filters_and_paging() {
             json!({"title": "x", "metadata": [1]}),
         )
         .await;
-    assert_eq!(bad_meta.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(bad_meta.status, StatusCode::BAD_REQUEST);
     let negative = app
         .post(
             &format!("/api/v1/boards/{board}/tasks"),
@@ -271,6 +271,42 @@ async fn create_and_list_tasks_with_state_filters_and_paging() {
             json!({"title": "x", "priority": -1}),
         )
         .await;
-    assert_eq!(negative.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(negative.status, StatusCode::BAD_REQUEST);
+
+    // NUL characters anywhere are refused before they reach Postgres, and
+    // nothing is created.
+    let before = app
+        .get(&format!("/api/v1/boards/{board}/tasks"), &alice)
+        .await;
+    for body in [
+        json!({"title": "a\u{0}b"}),
+        json!({"title": "x", "description": "\u{0}"}),
+        json!({"title": "x", "branch": "main\u{0}"}),
+        json!({"title": "x", "metadata": {"k\u{0}": "v"}}),
+        json!({"title": "x", "metadata": {"k": ["v\u{0}"]}}),
+    ] {
+        let nul = app
+            .post(&format!("/api/v1/boards/{board}/tasks"), &alice, body)
+            .await;
+        assert_eq!(nul.status, StatusCode::BAD_REQUEST, "{}", nul.body);
+        assert_eq!(nul.error(), "validation_error");
+        assert!(nul.body["message"].as_str().unwrap().contains("NUL"));
+    }
+    let nul_board = app
+        .post("/api/v1/boards", &alice, json!({"name": "b\u{0}"}))
+        .await;
+    assert_eq!(nul_board.status, StatusCode::BAD_REQUEST);
+    let nul_rename = app
+        .patch(
+            &format!("/api/v1/boards/{board}"),
+            &alice,
+            json!({"name": "\u{0}"}),
+        )
+        .await;
+    assert_eq!(nul_rename.status, StatusCode::BAD_REQUEST);
+    let after = app
+        .get(&format!("/api/v1/boards/{board}/tasks"), &alice)
+        .await;
+    assert_eq!(before.body["tasks"], after.body["tasks"]);
     app.stop().await;
 }

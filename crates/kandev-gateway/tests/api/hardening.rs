@@ -1,5 +1,5 @@
 //! Rate limits, request ids, CORS, the body limit, health and readiness,
-//! and a task service that is down.
+//! a task service that is down, and clients that never finish a request.
 
 use axum::{
     body::Body,
@@ -215,5 +215,78 @@ async fn a_task_service_that_never_answers_times_out() {
         "the task service did not answer in time"
     );
     hole.abort();
+    app.stop().await;
+}
+
+/// Slowloris: clients that never finish their headers, or trickle them one
+/// byte at a time, are disconnected after the header deadline, while a
+/// real request on the same server is answered.
+#[tokio::test]
+async fn clients_that_trickle_their_headers_are_disconnected() {
+    use std::time::Duration;
+    use tokio::{
+        io::{AsyncReadExt, AsyncWriteExt},
+        net::TcpStream,
+    };
+
+    let mut app = spawn_app_with(|s| s.header_read_timeout_secs = 1).await;
+    let addr = app.serve();
+
+    let mut stalled = Vec::new();
+    for _ in 0..50 {
+        let mut socket = TcpStream::connect(addr).await.unwrap();
+        socket
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: kandev\r\n")
+            .await
+            .unwrap();
+        stalled.push(socket);
+    }
+    // One more that sends a byte every 200 ms, forever if let.
+    let trickle = tokio::spawn(async move {
+        let mut socket = TcpStream::connect(addr).await.unwrap();
+        socket
+            .write_all(b"GET /healthz HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        for _ in 0..300 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if socket.write_all(b"X").await.is_err() {
+                return true;
+            }
+            let mut byte = [0u8; 1];
+            if let Ok(Ok(0) | Err(_)) =
+                tokio::time::timeout(Duration::from_millis(1), socket.read(&mut byte)).await
+            {
+                return true;
+            }
+        }
+        false
+    });
+
+    // Meanwhile a complete request is served.
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    client
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: kandev\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    client.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    for mut socket in stalled {
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(30), socket.read_to_end(&mut rest))
+            .await
+            .expect("a stalled client is disconnected");
+        // EOF (possibly after a 408) or a reset: either way, gone.
+        if let Ok(n) = closed {
+            let text = String::from_utf8_lossy(&rest[..n]);
+            assert!(n == 0 || text.starts_with("HTTP/1.1 408"), "{text}");
+        }
+    }
+    assert!(
+        trickle.await.unwrap(),
+        "the trickling client stayed connected"
+    );
     app.stop().await;
 }

@@ -92,7 +92,7 @@ pub fn gateway_settings(db: &TestDb, task_service: SocketAddr) -> Settings {
         task_service_url: format!("http://{task_service}"),
         agent_manager_url: dead_url("http"),
         orchestrator_url: dead_url("http"),
-        orchestrator_ws_url: dead_url("ws"),
+        nats_url: NATS_URL.clone(),
         downstream_connect_timeout_ms: 1000,
         downstream_timeout_ms: 5000,
         jwt_secret: Some(JWT_SECRET.into()),

@@ -64,7 +64,17 @@ async fn openapi_json_and_the_ui_are_served() {
                 .unwrap()
                 .starts_with("text/html")
         );
+        // The UI runs no inline script and cannot be framed or sniffed.
+        let csp = page.headers["content-security-policy"].to_str().unwrap();
+        assert!(csp.contains("script-src 'self';"), "{csp}");
+        assert!(!csp.contains("unsafe-inline"), "{csp}");
+        assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+        assert_eq!(page.headers["x-frame-options"], "DENY");
+        assert_eq!(page.headers["x-content-type-options"], "nosniff");
+        assert_eq!(page.headers["referrer-policy"], "no-referrer");
     }
+    // API answers carry them too.
+    assert_eq!(doc.headers["x-content-type-options"], "nosniff");
     let missing = app.call(Method::GET, "/missing.js", None, None).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
     app.stop().await;

@@ -120,7 +120,7 @@ impl Stack {
         let mut settings = gateway_settings(&db, tasks_addr);
         settings.agent_manager_url = format!("http://{agents_addr}");
         settings.orchestrator_url = format!("http://{orchestrator_addr}");
-        settings.orchestrator_ws_url = String::new();
+        settings.nats_url = nats.url();
         settings.downstream_timeout_ms = 30_000;
         let gateway = spawn_gateway(db, settings).await;
         Stack {
@@ -274,7 +274,7 @@ async fn stack_a_rest_task_reaches_the_orchestrator_and_streams_through_the_gate
     })
     .await;
 
-    // The feed through the gateway's proxy, token as a subprotocol: stored
+    // The feed through the gateway, token as a subprotocol: stored
     // frames replay from ?after=0, numbered from 1.
     let addr: SocketAddr = stack.gateway.serve();
     let mut req = format!("ws://{addr}/api/v1/orchestrator/tasks/{task_id}/stream?after=0")
@@ -308,7 +308,6 @@ async fn stack_a_rest_task_reaches_the_orchestrator_and_streams_through_the_gate
         answer["type"] == "ack" || answer["type"] == "error",
         "{answer}"
     );
-    ws.close(None).await.unwrap();
 
     // Admin changes to the registry reach the agent manager.
     let new_type =
@@ -347,5 +346,16 @@ async fn stack_a_rest_task_reaches_the_orchestrator_and_streams_through_the_gate
         )
         .await;
     assert_eq!(dup.status, StatusCode::CONFLICT);
+
+    // A gateway that stops closes its streams saying it is going away.
+    stack.gateway.shutdown_gateway();
+    let close = loop {
+        match tokio::time::timeout(std::time::Duration::from_secs(20), ws.next()).await {
+            Ok(Some(Ok(tg::Message::Close(frame)))) => break frame,
+            Ok(Some(Ok(_))) => {}
+            other => panic!("no close frame: {other:?}"),
+        }
+    };
+    assert_eq!(close.map(|f| u16::from(f.code)), Some(1001));
     stack.stop().await;
 }

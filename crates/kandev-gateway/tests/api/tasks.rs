@@ -61,7 +61,7 @@ async fn get_update_and_version_conflicts() {
             json!({"max_retries": 1000}),
         )
         .await;
-    assert_eq!(invalid.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(invalid.status, StatusCode::BAD_REQUEST);
     assert_eq!(invalid.error(), "validation_error");
     let wrong_type = app
         .patch(
@@ -70,7 +70,7 @@ async fn get_update_and_version_conflicts() {
             json!({"priority": "high"}),
         )
         .await;
-    assert_eq!(wrong_type.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(wrong_type.status, StatusCode::BAD_REQUEST);
 
     let missing = app
         .get("/api/v1/tasks/00000000-0000-0000-0000-000000000000", &alice)
@@ -130,11 +130,11 @@ async fn state_changes_events_and_delete() {
             json!({"state": "DONE"}),
         )
         .await;
-    assert_eq!(unknown.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(unknown.status, StatusCode::BAD_REQUEST);
     let missing = app
         .patch(&format!("/api/v1/tasks/{id}/state"), &alice, json!({}))
         .await;
-    assert_eq!(missing.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(missing.status, StatusCode::BAD_REQUEST);
     let stale = app
         .patch(
             &format!("/api/v1/tasks/{id}/state"),

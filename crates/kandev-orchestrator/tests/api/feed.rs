@@ -1,4 +1,4 @@
-//! The ACP feed through its real input: AcpMessage envelopes on a private
+//! The ACP feed through its real input: AcpBatch envelopes on a private
 //! NATS JetStream, numbered, stored in Postgres and served over WebSocket.
 
 use std::time::Duration;
@@ -138,6 +138,52 @@ async fn replay_plus_live_is_exact_across_a_reconnect_during_a_flood() {
     app.stop().await;
 }
 
+/// Batches whose bounds differ from an earlier publication of the same
+/// events (a publisher that restarted) add only the events not numbered
+/// yet; nothing is numbered twice and nothing is skipped.
+#[tokio::test]
+async fn overlapping_batches_number_each_event_once() {
+    let app = spawn_app().await;
+    let task = Uuid::new_v4();
+    let instance = Uuid::new_v4();
+    let mut ws = ws_connect(&app.ws_url(task, None)).await;
+    publish_acp(
+        &app.bus,
+        &[
+            acp_batch(task, instance, 1..=4),
+            acp_batch(task, instance, 5..=9),
+            // A republished tail that overlaps and extends.
+            acp_batch(task, instance, 3..=12),
+            acp_batch(task, instance, 13..=13),
+            acp_batch(task, instance, 10..=13),
+        ],
+    )
+    .await;
+    let frames = ws_frames(&mut ws, 13).await;
+    assert_eq!(seqs(&frames), (1..=13).collect::<Vec<_>>());
+    let instance_seqs: Vec<i64> = frames
+        .iter()
+        .map(|f| f["instance_seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!(instance_seqs, (1..=13).collect::<Vec<_>>());
+    assert_eq!(frames[7]["event"]["data"]["text"], "chunk 8");
+    assert!(
+        ws_read(&mut ws, Duration::from_millis(500)).await.is_none(),
+        "no duplicate frame"
+    );
+    let rows = eventually(10, "stored", || async {
+        let rows = stored(&app.db, task).await;
+        (rows.len() == 13).then_some(rows)
+    })
+    .await;
+    assert!(
+        rows.iter()
+            .enumerate()
+            .all(|(i, r)| r.0 == i as i64 + 1 && r.2 == i as i64 + 1)
+    );
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn a_slow_consumer_is_dropped_while_the_others_keep_up() {
     let app = spawn_app_with(Options {
@@ -157,7 +203,7 @@ async fn a_slow_consumer_is_dropped_while_the_others_keep_up() {
     let messages: Vec<_> = (1..=N)
         .map(|i| {
             let mut m = acp(task, instance, i);
-            m.event["data"]["text"] = "x".repeat(8 * 1024).into();
+            m.events[0]["data"]["text"] = "x".repeat(8 * 1024).into();
             m
         })
         .collect();
@@ -271,20 +317,14 @@ async fn the_feed_carries_on_exactly_after_nats_restarts() {
     app.nats.restart().await;
     // The publisher retries until NATS is back, as the agent manager does.
     for i in 51..=100 {
-        let m = acp(task, instance, i);
+        let (id, bytes) = acp(task, instance, i).encode();
         let subject = kandev_events::subjects::acp_message(&task);
-        let env = kandev_events::Envelope {
-            id: m.event_id(),
-            event_type: subject.clone(),
-            occurred_at: chrono::Utc::now(),
-            data: m.clone(),
-        };
-        let payload = bytes::Bytes::from(env.to_bytes().unwrap());
+        let payload = bytes::Bytes::from(bytes);
         eventually(30, "publish after the NATS restart", || {
             let (bus, subject, payload) = (app.bus.clone(), subject.clone(), payload.clone());
             async move {
                 use kandev_events::EventBus;
-                bus.publish(&subject, env.id, payload).await.ok()
+                bus.publish(&subject, id, payload).await.ok()
             }
         })
         .await;

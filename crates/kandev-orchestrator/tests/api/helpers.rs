@@ -8,15 +8,15 @@ use std::{
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
-use http_body_util::{BodyExt, Full};
 use kandev_common::CancellationToken;
 use kandev_events::{
     Envelope, EventBus, JetStreamBus,
-    agent::{AcpMessage, AgentEventKind, AgentLifecycle},
+    agent::{AcpBatch, AgentEventKind, AgentLifecycle},
     subjects,
 };
 use kandev_orchestrator::{AgentControl, Application, Settings, config::ConsumerSettings};
 use kandev_proto::v1::{self as pb, task_service_client::TaskServiceClient};
+pub use kandev_testkit::http;
 use kandev_testkit::{OwnNats, TestDb};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -326,54 +326,75 @@ pub fn ws_url(addr: SocketAddr, task_id: Uuid, after: Option<i64>) -> String {
     }
 }
 
-/// An ACP message as the agent manager publishes it.
-pub fn acp(task_id: Uuid, instance_id: Uuid, instance_seq: u64) -> AcpMessage {
-    AcpMessage {
+/// One ACP event of an instance, as the agent manager serializes it.
+pub fn acp_event(instance_seq: u64) -> Value {
+    json!({
+        "seq": instance_seq,
+        "timestamp": "2026-01-10T12:00:00.000Z",
+        "direction": "from_agent",
+        "session_id": "sess_test",
+        "kind": "message_chunk",
+        "data": {"role": "agent", "text": format!("chunk {instance_seq}"), "content_type": "text"},
+        "raw": null,
+    })
+}
+
+/// A batch of one ACP event, as the agent manager publishes it.
+pub fn acp(task_id: Uuid, instance_id: Uuid, instance_seq: u64) -> AcpBatch {
+    acp_batch(task_id, instance_id, instance_seq..=instance_seq)
+}
+
+/// A batch of the events `seqs` of an instance.
+pub fn acp_batch(
+    task_id: Uuid,
+    instance_id: Uuid,
+    seqs: std::ops::RangeInclusive<u64>,
+) -> AcpBatch {
+    AcpBatch {
         task_id,
         instance_id,
-        instance_seq,
-        event: json!({
-            "seq": instance_seq,
-            "timestamp": "2026-01-10T12:00:00.000Z",
-            "direction": "from_agent",
-            "session_id": "sess_test",
-            "kind": "message_chunk",
-            "data": {"role": "agent", "text": format!("chunk {instance_seq}"), "content_type": "text"},
-            "raw": null,
-        }),
+        first_seq: *seqs.start(),
+        cursor: Default::default(),
+        events: seqs.map(acp_event).collect(),
     }
 }
 
-/// Publishes ACP messages, in order, each acknowledged by JetStream.
-pub async fn publish_acp(bus: &JetStreamBus, messages: &[AcpMessage]) {
-    for m in messages {
-        publish_acp_with_id(bus, m, m.event_id()).await;
+/// Publishes ACP batches, in order, each acknowledged by JetStream.
+pub async fn publish_acp(bus: &JetStreamBus, batches: &[AcpBatch]) {
+    for b in batches {
+        let (id, bytes) = b.encode();
+        publish_acp_bytes(bus, b, id, bytes).await;
     }
 }
 
-pub async fn publish_acp_with_id(bus: &JetStreamBus, m: &AcpMessage, id: Uuid) {
-    let subject = subjects::acp_message(&m.task_id);
-    let mut env = Envelope::new(subject.clone(), m.clone());
-    env.id = id;
-    bus.publish(&subject, id, Bytes::from(env.to_bytes().unwrap()))
+/// Publishes a batch under another envelope id than its own.
+pub async fn publish_acp_with_id(bus: &JetStreamBus, b: &AcpBatch, id: Uuid) {
+    let (_, bytes) = b.encode();
+    let mut envelope: Value = serde_json::from_slice(&bytes).unwrap();
+    envelope["id"] = json!(id);
+    publish_acp_bytes(bus, b, id, serde_json::to_vec(&envelope).unwrap()).await;
+}
+
+async fn publish_acp_bytes(bus: &JetStreamBus, b: &AcpBatch, id: Uuid, bytes: Vec<u8>) {
+    let subject = subjects::acp_message(&b.task_id);
+    bus.publish(&subject, id, Bytes::from(bytes))
         .await
-        .expect("publish acp message");
+        .expect("publish acp batch");
 }
 
-/// Publishes messages fast: the acks are awaited together.
-pub async fn publish_acp_fast(nats_url: &str, messages: &[AcpMessage]) {
+/// Publishes batches fast: the acks are awaited together.
+pub async fn publish_acp_fast(nats_url: &str, batches: &[AcpBatch]) {
     let client = async_nats::connect(nats_url).await.unwrap();
     let js = async_nats::jetstream::new(client);
-    for chunk in messages.chunks(256) {
+    for chunk in batches.chunks(256) {
         let mut acks = vec![];
-        for m in chunk {
-            let subject = subjects::acp_message(&m.task_id);
-            let mut env = Envelope::new(subject.clone(), m.clone());
-            env.id = m.event_id();
+        for b in chunk {
+            let subject = subjects::acp_message(&b.task_id);
+            let (id, bytes) = b.encode();
             let mut headers = async_nats::HeaderMap::new();
-            headers.insert("Nats-Msg-Id", env.id.to_string().as_str());
+            headers.insert("Nats-Msg-Id", id.to_string().as_str());
             let ack = js
-                .publish_with_headers(subject, headers, env.to_bytes().unwrap().into())
+                .publish_with_headers(subject, headers, bytes.into())
                 .await
                 .unwrap();
             acks.push(ack);
@@ -476,31 +497,6 @@ pub fn seqs(frames: &[Value]) -> Vec<i64> {
     frames.iter().map(|f| f["seq"].as_i64().unwrap()).collect()
 }
 
-/// A plain HTTP/1.1 request; returns the status and the JSON body.
-pub async fn http(method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
-    let uri: hyper::Uri = url.parse().unwrap();
-    let host = uri.authority().unwrap().to_string();
-    let stream = tokio::net::TcpStream::connect(&host).await.unwrap();
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
-    let bytes = body.map(|b| b.to_string()).unwrap_or_default();
-    let req = hyper::Request::builder()
-        .method(method)
-        .uri(uri.path_and_query().unwrap().as_str())
-        .header("host", host)
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(bytes)))
-        .unwrap();
-    let resp = sender.send_request(req).await.unwrap();
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    let value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    (status, value)
-}
-
 /// Polls `check` until it returns `Some`, for up to `secs` seconds.
 pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
 where
@@ -521,7 +517,9 @@ where
 pub async fn stored(db: &TestDb, task_id: Uuid) -> Vec<(i64, Uuid, i64)> {
     let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
     let rows = sqlx::query_as(
-        "SELECT seq, instance_id, instance_seq FROM orchestrator.feed WHERE task_id = $1 ORDER BY seq",
+        "SELECT first_seq + i, instance_id, first_instance_seq + i \
+         FROM orchestrator.feed_chunks, generate_series(0, last_seq - first_seq) AS i \
+         WHERE task_id = $1 ORDER BY 1",
     )
     .bind(task_id)
     .fetch_all(&pool)

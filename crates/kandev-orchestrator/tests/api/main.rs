@@ -1,7 +1,7 @@
 //! Integration tests of the orchestrator: the service in-process on port 0
 //! (or its binary, for the crash test), a fresh Postgres database and a
 //! private `nats-server -js` per test; the ACP feed driven through its real
-//! input (AcpMessage envelopes on NATS), the task service in-process.
+//! input (AcpBatch envelopes on NATS), the task service in-process.
 
 mod binary;
 mod e2e;

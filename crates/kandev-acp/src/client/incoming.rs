@@ -1,0 +1,454 @@
+//! What the agent sends: the reader task parses each bounded line, emits
+//! its event (in wire order), completes pending requests, and runs a
+//! handler task for every request from the agent.
+
+use std::{
+    panic::AssertUnwindSafe,
+    sync::{Arc, atomic::Ordering},
+};
+
+use agent_client_protocol::v1::schema::{
+    CreateTerminalRequest, CreateTerminalResponse, KillTerminalRequest, ReadTextFileRequest,
+    ReadTextFileResponse, ReleaseTerminalRequest, RequestPermissionRequest,
+    RequestPermissionResponse, TerminalOutputRequest, WaitForTerminalExitRequest,
+    WaitForTerminalExitResponse, WriteTextFileRequest,
+};
+use futures::FutureExt;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json, value::RawValue};
+use tokio::io::{AsyncRead, BufReader};
+
+use super::{
+    Dialect, EARLY_RESPONSES,
+    core::{Failure, Inner, Reply},
+    lifecycle, lock, other, preview, protocol_error, to_params,
+};
+use crate::{
+    error::{RpcError, codes},
+    event::{ConfigChangeData, Direction, EventKind, LifecyclePhase, TurnEndData},
+    framing::{Frame, LineReader},
+    normalize,
+    permission::PermissionDecision,
+    terminal::TerminalExecutor,
+    workspace::Workspace,
+};
+
+/// The wire text of a message, kept for its event.
+type RawJson = Option<Box<RawValue>>;
+
+pub(super) async fn read_loop(inner: Arc<Inner>, reader: impl AsyncRead + Send + Unpin) {
+    let max = inner.options.max_line_bytes;
+    let mut lines = LineReader::new(BufReader::new(reader), max);
+    let reason = loop {
+        let frame = tokio::select! {
+            biased;
+            () = inner.shutdown.cancelled() => break "client shut down".to_owned(),
+            frame = lines.next_frame() => frame,
+        };
+        match frame {
+            Ok(None) => break "agent closed its output".to_owned(),
+            Err(e) => break format!("reading from the agent failed: {e}"),
+            Ok(Some(Frame::TooLong { len })) => {
+                let kind = protocol_error(
+                    format!("line of {len} bytes exceeds the {max}-byte limit; skipped"),
+                    None,
+                );
+                inner
+                    .emit(
+                        Direction::FromAgent,
+                        inner.current_session(),
+                        kind,
+                        Value::Null,
+                    )
+                    .await;
+            }
+            Ok(Some(Frame::Line(bytes))) => handle_line(&inner, bytes).await,
+        }
+    };
+    inner.close(reason).await;
+}
+
+async fn handle_line(inner: &Arc<Inner>, bytes: Vec<u8>) {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return;
+    }
+    let bad = |message: String, bytes: &[u8]| {
+        let raw = preview(bytes);
+        async move {
+            inner
+                .emit(
+                    Direction::FromAgent,
+                    inner.current_session(),
+                    protocol_error(message, Some(codes::PARSE_ERROR)),
+                    raw,
+                )
+                .await;
+        }
+    };
+    let text = match std::str::from_utf8(&bytes) {
+        Ok(text) => text,
+        Err(e) => return bad(format!("line is not valid UTF-8: {e}"), &bytes).await,
+    };
+    // The text as it came, for the event's `raw`: printed again, the value
+    // would cost a second escaping of every string.
+    let Ok(wire) = serde_json::from_str::<&RawValue>(text) else {
+        let e = serde_json::from_str::<Value>(text).err();
+        let why = e.map_or_else(|| "not JSON".to_owned(), |e| e.to_string());
+        return bad(format!("line is not valid JSON: {why}"), &bytes).await;
+    };
+    if !inner.options.parse_raw
+        && let Some((session_id, kind)) = normalize::fast_text_chunk(wire.get())
+    {
+        inner
+            .emit_wire(
+                Direction::FromAgent,
+                Some(session_id),
+                kind,
+                Value::Null,
+                Some(wire.to_owned()),
+            )
+            .await;
+        return;
+    }
+    let value: Value = match serde_json::from_str(wire.get()) {
+        Ok(Value::Object(map)) => Value::Object(map),
+        Ok(_) => return bad("line is not a JSON object".to_owned(), &bytes).await,
+        Err(e) => return bad(format!("line is not valid JSON: {e}"), &bytes).await,
+    };
+    let raw_json = Some(wire.to_owned());
+    let method = value
+        .get("method")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let id = value.get("id").filter(|id| !id.is_null()).cloned();
+    match (method, id) {
+        (Some(method), Some(id)) => {
+            handle_agent_request(inner, id, method, value, raw_json).await;
+        }
+        (Some(method), None) => handle_notification(inner, &method, value, raw_json).await,
+        (None, Some(id)) if value.get("result").is_some() || value.get("error").is_some() => {
+            handle_response(inner, id, value, raw_json).await;
+        }
+        _ if normalize::is_legacy_line(&value) => handle_legacy(inner, value, raw_json).await,
+        _ => {
+            let kind = protocol_error("not a JSON-RPC message", Some(codes::INVALID_REQUEST));
+            inner
+                .emit_wire(
+                    Direction::FromAgent,
+                    inner.current_session(),
+                    kind,
+                    value,
+                    raw_json,
+                )
+                .await;
+        }
+    }
+}
+
+async fn handle_response(inner: &Arc<Inner>, id: Value, value: Value, raw_json: RawJson) {
+    let reply: Reply = match value.get("error") {
+        Some(error) => Err(Failure::Rpc(
+            serde_json::from_value(error.clone())
+                .unwrap_or_else(|_| RpcError::new(codes::INTERNAL_ERROR, error.to_string())),
+        )),
+        None => Ok(value.get("result").cloned().unwrap_or(Value::Null)),
+    };
+    let key = id.as_u64();
+    let pending = key.and_then(|k| lock(&inner.state).pending.remove(&k));
+    let session = inner.current_session();
+    let Some(pending) = pending else {
+        let stashed = key.is_some_and(|k| {
+            let mut state = lock(&inner.state);
+            let unissued = k >= inner.next_id.load(Ordering::SeqCst);
+            if unissued && state.early.len() < EARLY_RESPONSES {
+                state.early.insert(k, reply);
+                true
+            } else {
+                false
+            }
+        });
+        let kind = if stashed {
+            other(None, Some(&id))
+        } else {
+            protocol_error(format!("response to unknown request id {id}"), None)
+        };
+        inner
+            .emit_wire(Direction::FromAgent, session, kind, value, raw_json)
+            .await;
+        return;
+    };
+    let method = pending.method.as_str();
+    let kind = match (&reply, method) {
+        (Err(Failure::Rpc(e)), "session/prompt") => EventKind::TurnEnd(TurnEndData {
+            stop_reason: "error".to_owned(),
+            message: Some(e.message.clone()),
+        }),
+        (Err(Failure::Rpc(e)), _) => {
+            protocol_error(format!("{method} failed: {}", e.message), Some(e.code))
+        }
+        (Ok(result), "session/prompt") => match result.get("stopReason").and_then(Value::as_str) {
+            Some(reason) => EventKind::TurnEnd(TurnEndData {
+                stop_reason: reason.to_owned(),
+                message: None,
+            }),
+            None => other(Some(method), Some(&id)),
+        },
+        (Ok(result), "session/set_config_option") => EventKind::ConfigChange(ConfigChangeData {
+            config_id: None,
+            value: None,
+            config_options: result.get("configOptions").cloned(),
+        }),
+        _ => other(Some(method), Some(&id)),
+    };
+    inner
+        .emit_wire(Direction::FromAgent, session, kind, value, raw_json)
+        .await;
+    let _ = pending.tx.send(reply);
+}
+
+async fn handle_notification(inner: &Arc<Inner>, method: &str, value: Value, raw_json: RawJson) {
+    let params = value.get("params").unwrap_or(&Value::Null);
+    if method != "session/update" {
+        let session = params
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| inner.current_session());
+        inner
+            .emit_wire(
+                Direction::FromAgent,
+                session,
+                other(Some(method), None),
+                value,
+                raw_json,
+            )
+            .await;
+        return;
+    }
+    let normalized = normalize::session_update(params);
+    let session = normalized.session_id.or_else(|| inner.current_session());
+    inner
+        .emit_wire(
+            Direction::FromAgent,
+            session,
+            normalized.kind,
+            value,
+            raw_json,
+        )
+        .await;
+    if let Some(signal) = normalized.turn {
+        inner.signal_turn(signal);
+    }
+}
+
+async fn handle_legacy(inner: &Arc<Inner>, value: Value, raw_json: RawJson) {
+    if inner.set_dialect(Dialect::Legacy) {
+        inner
+            .emit(
+                Direction::Local,
+                None,
+                lifecycle(LifecyclePhase::DialectDetected, Some(Dialect::Legacy), None),
+                Value::Null,
+            )
+            .await;
+    }
+    let normalized = normalize::legacy_line(&value);
+    let session = normalized.session_id.or_else(|| inner.current_session());
+    inner
+        .emit_wire(
+            Direction::FromAgent,
+            session,
+            normalized.kind,
+            value,
+            raw_json,
+        )
+        .await;
+    if let Some(signal) = normalized.turn {
+        inner.signal_turn(signal);
+    }
+}
+
+type Handled = Result<Value, RpcError>;
+
+fn invalid_params(e: serde_json::Error) -> RpcError {
+    RpcError::new(codes::INVALID_PARAMS, format!("invalid params: {e}"))
+}
+
+fn parse_params<T: DeserializeOwned>(params: &Value) -> Result<T, RpcError> {
+    serde_json::from_value(params.clone()).map_err(invalid_params)
+}
+
+async fn handle_agent_request(
+    inner: &Arc<Inner>,
+    id: Value,
+    method: String,
+    value: Value,
+    raw_json: RawJson,
+) {
+    let params = value.get("params").cloned().unwrap_or(Value::Null);
+    let session = params
+        .get("sessionId")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .or_else(|| inner.current_session());
+    let has_fs = inner.options.workspace.is_some();
+    let has_terminal = inner.options.terminal.is_some();
+    let supported = match method.as_str() {
+        "session/request_permission" => true,
+        "fs/read_text_file" | "fs/write_text_file" => has_fs,
+        "terminal/create"
+        | "terminal/output"
+        | "terminal/wait_for_exit"
+        | "terminal/kill"
+        | "terminal/release" => has_terminal,
+        _ => false,
+    };
+    if method == "session/request_permission" {
+        match serde_json::from_value::<RequestPermissionRequest>(params.clone()) {
+            Ok(request) => {
+                let kind = normalize::permission_request(&id, &request);
+                inner
+                    .emit_wire(Direction::FromAgent, session, kind, value, raw_json)
+                    .await;
+                // Take the turn's cancel token now, in wire order.
+                let cancel = lock(&inner.turn_cancel).clone();
+                let policy = inner.options.permission.clone();
+                let request_id = id.clone();
+                spawn_handler(inner, id, method, async move {
+                    let decision = tokio::select! {
+                        biased;
+                        () = cancel.cancelled() => PermissionDecision::Cancel,
+                        decision = policy.decide(&request_id, &request) => decision,
+                    };
+                    Ok(to_params(&RequestPermissionResponse::new(
+                        decision.into_outcome(),
+                    )))
+                })
+                .await;
+            }
+            Err(e) => {
+                inner
+                    .emit_wire(
+                        Direction::FromAgent,
+                        session,
+                        other(Some(&method), Some(&id)),
+                        value,
+                        raw_json,
+                    )
+                    .await;
+                inner.respond(id, &method, Err(invalid_params(e))).await;
+            }
+        }
+        return;
+    }
+    inner
+        .emit_wire(
+            Direction::FromAgent,
+            session,
+            other(Some(&method), Some(&id)),
+            value,
+            raw_json,
+        )
+        .await;
+    if !supported {
+        let error = RpcError::new(
+            codes::METHOD_NOT_FOUND,
+            format!("method not found: {method}"),
+        );
+        inner.respond(id, &method, Err(error)).await;
+        return;
+    }
+    let workspace = inner.options.workspace.clone();
+    let terminal = inner.options.terminal.clone();
+    let name = method.clone();
+    spawn_handler(inner, id, method, async move {
+        handle_capability(&name, &params, workspace, terminal).await
+    })
+    .await;
+}
+
+async fn handle_capability(
+    method: &str,
+    params: &Value,
+    workspace: Option<Workspace>,
+    terminal: Option<Arc<dyn TerminalExecutor>>,
+) -> Handled {
+    let no_capability = || {
+        RpcError::new(
+            codes::METHOD_NOT_FOUND,
+            format!("method not found: {method}"),
+        )
+    };
+    match method {
+        "fs/read_text_file" => {
+            let ws = workspace.ok_or_else(no_capability)?;
+            let request: ReadTextFileRequest = parse_params(params)?;
+            let content = ws.read_text_file(&request).await.map_err(|e| e.to_rpc())?;
+            Ok(to_params(&ReadTextFileResponse::new(content)))
+        }
+        "fs/write_text_file" => {
+            let ws = workspace.ok_or_else(no_capability)?;
+            let request: WriteTextFileRequest = parse_params(params)?;
+            ws.write_text_file(&request).await.map_err(|e| e.to_rpc())?;
+            Ok(json!({}))
+        }
+        "terminal/create" => {
+            let exec = terminal.ok_or_else(no_capability)?;
+            let request: CreateTerminalRequest = parse_params(params)?;
+            let id = exec.create(request).await?;
+            Ok(to_params(&CreateTerminalResponse::new(id)))
+        }
+        "terminal/output" => {
+            let exec = terminal.ok_or_else(no_capability)?;
+            let request: TerminalOutputRequest = parse_params(params)?;
+            Ok(to_params(&exec.output(&request.terminal_id).await?))
+        }
+        "terminal/wait_for_exit" => {
+            let exec = terminal.ok_or_else(no_capability)?;
+            let request: WaitForTerminalExitRequest = parse_params(params)?;
+            let status = exec.wait_for_exit(&request.terminal_id).await?;
+            Ok(to_params(&WaitForTerminalExitResponse::new(status)))
+        }
+        "terminal/kill" => {
+            let exec = terminal.ok_or_else(no_capability)?;
+            let request: KillTerminalRequest = parse_params(params)?;
+            exec.kill(&request.terminal_id).await?;
+            Ok(json!({}))
+        }
+        "terminal/release" => {
+            let exec = terminal.ok_or_else(no_capability)?;
+            let request: ReleaseTerminalRequest = parse_params(params)?;
+            exec.release(&request.terminal_id).await?;
+            Ok(json!({}))
+        }
+        _ => Err(no_capability()),
+    }
+}
+
+/// Runs a handler in a tracked task and answers exactly once: with its
+/// result, with -32603 if it panics, or -32800 when the client shuts down.
+async fn spawn_handler(
+    inner: &Arc<Inner>,
+    id: Value,
+    method: String,
+    handler: impl Future<Output = Handled> + Send + 'static,
+) {
+    // Waiting for a slot applies backpressure to the reader.
+    let Ok(permit) = inner.handler_slots.clone().acquire_owned().await else {
+        return;
+    };
+    let task_inner = inner.clone();
+    inner.tasks.spawn(async move {
+        let _permit = permit;
+        let shutdown = task_inner.shutdown.clone();
+        let result = tokio::select! {
+            result = AssertUnwindSafe(handler).catch_unwind() => result.unwrap_or_else(|_| {
+                Err(RpcError::new(codes::INTERNAL_ERROR, "handler panicked"))
+            }),
+            () = shutdown.cancelled() => {
+                Err(RpcError::new(codes::REQUEST_CANCELLED, "client shut down"))
+            }
+        };
+        task_inner.respond(id, &method, result).await;
+    });
+}

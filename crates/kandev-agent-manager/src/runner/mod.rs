@@ -1,0 +1,532 @@
+//! One prompt turn of one agent instance in its own container: create,
+//! attach, start, drive ACP, publish every event, end the instance.
+//!
+//! # Layout
+//! - [`output`]: the agent's output, live from the attach stream or
+//!   re-read from the Docker log after a restart, split into stdout bytes
+//!   for the ACP client and stderr lines, each line numbered.
+//! - [`pipeline`]: the event pipeline. A drain pairs each event with the
+//!   output line it came from and keeps the turn's state; a publisher sends
+//!   events to the bus in batches, as large as the agent's pace makes them;
+//!   a flusher stores the published position; a log writer batches stderr
+//!   into `agent_logs`. Nothing on the read path waits for Postgres.
+//! - [`turn`]: driving a turn, either from a fresh container or by
+//!   resuming one that runs (or ran) without a client.
+//! - [`recovery`]: riding out a Docker engine that goes away mid-turn, and
+//!   telling why an agent's output ended.
+
+mod output;
+mod pipeline;
+mod recovery;
+mod turn;
+
+use std::{
+    collections::{HashMap, VecDeque},
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use chrono::Utc;
+use kandev_acp::{
+    AcpClient, AcpError, AskDecider, AutoApprove, Deny, PermissionAsk, PermissionDecision,
+    PermissionPolicy,
+};
+use kandev_events::{
+    Envelope, EventBus,
+    agent::{AcpBatchRef, AgentEventKind, AgentLifecycle},
+    subjects,
+};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::{
+    config::Settings,
+    docker::{ContainerSpec, Docker},
+    domain::{AgentInstance, AgentType, InstanceStatus, PermissionPolicyKind},
+    store::{Outcome, Store},
+};
+use pipeline::Pipeline;
+
+/// Where the workspace appears in every agent container.
+pub const CONTAINER_WORKSPACE: &str = "/workspace";
+
+/// The longest summary and error an `agent.*` event carries; the full text
+/// stays in the feed.
+const MAX_LIFECYCLE_TEXT: usize = 16 * 1024;
+
+/// What every run needs.
+#[derive(Clone)]
+pub struct Shared {
+    pub docker: Docker,
+    pub store: Store,
+    pub bus: Arc<dyn EventBus>,
+    pub settings: Arc<Settings>,
+}
+
+/// One turn to run.
+pub struct TurnSpec {
+    /// The instance after `begin_turn`.
+    pub instance: AgentInstance,
+    pub agent_type: AgentType,
+    pub container: ContainerSpec,
+    pub workspace: PathBuf,
+    pub prompt: String,
+    /// `session/load` this session instead of `session/new`.
+    pub resume_session: Option<String>,
+    /// Re-attach to this running container of an earlier manager instead
+    /// of creating one; its output is re-read from the stored position and
+    /// numbered from `last_seq + 1`.
+    pub reattach: Option<String>,
+}
+
+/// The manager's handle on a running turn.
+pub struct RunHandle {
+    client: Mutex<Option<AcpClient>>,
+    /// The ACP session of a re-attached turn, for `session/cancel`.
+    session: Mutex<String>,
+    stop: CancellationToken,
+    stop_reason: Mutex<String>,
+    asks: Mutex<HashMap<String, PermissionAsk>>,
+    /// Follow-up prompts sent while the turn runs, prompted in the same
+    /// session when it ends; `None` once the run takes no more.
+    queued: Mutex<Option<VecDeque<String>>>,
+    done: watch::Sender<bool>,
+}
+
+impl Default for RunHandle {
+    fn default() -> Self {
+        RunHandle {
+            client: Mutex::new(None),
+            session: Mutex::new(String::new()),
+            stop: CancellationToken::new(),
+            stop_reason: Mutex::new(String::new()),
+            asks: Mutex::new(HashMap::new()),
+            queued: Mutex::new(Some(VecDeque::new())),
+            done: watch::channel(false).0,
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The key of a permission request id (JSON text, normalized).
+pub fn ask_key(request_id: &serde_json::Value) -> String {
+    request_id.to_string()
+}
+
+impl RunHandle {
+    /// Sends `session/cancel`; false when no session is up yet.
+    pub async fn cancel(&self) -> Result<bool, AcpError> {
+        let client = lock(&self.client).clone();
+        let Some(client) = client else {
+            return Ok(false);
+        };
+        let session = lock(&self.session).clone();
+        if client.dialect().is_none() && !session.is_empty() {
+            // A re-attached client never saw the handshake: send the v1
+            // notification for the stored session itself.
+            return client
+                .notify(
+                    "session/cancel",
+                    serde_json::json!({ "sessionId": session }),
+                )
+                .await
+                .map(|()| true);
+        }
+        if client.dialect().is_none() {
+            // Still in the handshake: there is no turn to cancel yet.
+            return Ok(false);
+        }
+        client.cancel().await.map(|()| true)
+    }
+
+    /// Kills the turn; the run ends the instance `stopped`.
+    pub fn stop(&self, reason: &str) {
+        *lock(&self.stop_reason) = reason.to_string();
+        self.stop.cancel();
+    }
+
+    /// Answers an open permission request. `None` when there is none with
+    /// this id, `Some(false)` when it came too late.
+    pub fn respond(&self, key: &str, decision: PermissionDecision) -> Option<bool> {
+        let ask = lock(&self.asks).remove(key)?;
+        Some(ask.respond(decision))
+    }
+
+    /// Queues a follow-up prompt for the running turn: it is sent in the
+    /// same ACP session once the current prompt ends (not when it is
+    /// cancelled). `false` when the run is ending and takes no more.
+    pub fn queue_prompt(&self, prompt: String) -> bool {
+        match lock(&self.queued).as_mut() {
+            Some(queue) => {
+                queue.push_back(prompt);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The next queued prompt; when there is none the queue closes, so a
+    /// prompt sent from now on starts a new turn instead.
+    fn next_prompt(&self) -> Option<String> {
+        let mut queued = lock(&self.queued);
+        let next = queued.as_mut().and_then(VecDeque::pop_front);
+        if next.is_none() {
+            *queued = None;
+        }
+        next
+    }
+
+    /// Closes the queue, returning how many prompts it still held.
+    fn close_queue(&self) -> usize {
+        lock(&self.queued).take().map_or(0, |q| q.len())
+    }
+
+    /// Waits until the run has ended the instance.
+    pub async fn wait_done(&self) {
+        let mut rx = self.done.subscribe();
+        let _ = rx.wait_for(|d| *d).await;
+    }
+}
+
+/// Why a turn did not complete.
+#[derive(Debug)]
+enum Failure {
+    Failed {
+        error: String,
+        exit_code: Option<i64>,
+    },
+    Stopped,
+}
+
+fn failed(error: impl Into<String>) -> Failure {
+    Failure::Failed {
+        error: error.into(),
+        exit_code: None,
+    }
+}
+
+/// How one attempt at a turn ended without completing it.
+#[derive(Debug)]
+enum Interruption {
+    Failure(Failure),
+    /// The Docker engine stopped answering (or broke off the agent's
+    /// output) during `during`; the turn may survive it.
+    EngineLost {
+        during: String,
+        error: String,
+    },
+}
+
+impl From<Failure> for Interruption {
+    fn from(failure: Failure) -> Self {
+        Interruption::Failure(failure)
+    }
+}
+
+struct TurnResult {
+    session_id: String,
+    stop_reason: String,
+}
+
+/// What the attempts of one turn share with its end: the container, the
+/// task copying its output, and why that output broke off.
+#[derive(Default)]
+struct Slots {
+    container: Mutex<Option<String>>,
+    demux: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Set when the output stream failed because the engine stopped
+    /// answering (rather than ending with the container's output).
+    output_error: Mutex<Option<String>>,
+}
+
+/// Publishes until the bus has stored the event, retrying with backoff;
+/// the envelope id stays the same, so the bus drops duplicates. Gives up
+/// only when `stop` fires (the manager shuts down; a restarted one
+/// publishes again from its stored position).
+async fn publish_retrying(
+    bus: &dyn EventBus,
+    subject: &str,
+    id: Uuid,
+    payload: Bytes,
+    stop: &CancellationToken,
+) -> bool {
+    let mut delay = Duration::from_millis(100);
+    let mut attempt = 0u32;
+    loop {
+        attempt += 1;
+        match bus.publish(subject, id, payload.clone()).await {
+            Ok(()) => return true,
+            Err(e) => {
+                if attempt == 1 || attempt.is_multiple_of(10) {
+                    tracing::warn!(subject, attempt, error = %e, "publish failed, retrying");
+                }
+                tokio::select! {
+                    () = stop.cancelled() => {
+                        tracing::error!(subject, %id, "not published: the manager is shutting down");
+                        return false;
+                    }
+                    () = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+/// `text` cut to at most `max` bytes (at a character boundary), saying so.
+pub(crate) fn bounded_text(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!(
+        "{}… [truncated: {} of {} bytes shown; the whole text is in the task's feed]",
+        &text[..cut],
+        cut,
+        text.len()
+    )
+}
+
+/// Publishes an `agent.*` lifecycle event of an instance. Its summary and
+/// error are bounded, so the event always fits the bus.
+pub async fn publish_lifecycle(
+    bus: &dyn EventBus,
+    instance: &AgentInstance,
+    kind: AgentEventKind,
+    fill: impl FnOnce(&mut AgentLifecycle),
+) {
+    let mut payload = AgentLifecycle {
+        kind,
+        task_id: instance.task_id,
+        instance_id: instance.id,
+        agent_type: instance.agent_type.clone(),
+        container_id: (!instance.container_id.is_empty()).then(|| instance.container_id.clone()),
+        acp_session_id: (!instance.acp_session_id.is_empty())
+            .then(|| instance.acp_session_id.clone()),
+        stop_reason: None,
+        summary: None,
+        error: None,
+        exit_code: None,
+        last_seq: u64::try_from(instance.last_seq).unwrap_or(0),
+        at: Utc::now(),
+    };
+    fill(&mut payload);
+    for text in [&mut payload.summary, &mut payload.error]
+        .into_iter()
+        .flatten()
+    {
+        if text.len() > MAX_LIFECYCLE_TEXT {
+            *text = bounded_text(text, MAX_LIFECYCLE_TEXT);
+        }
+    }
+    let turn = u64::try_from(instance.turns).unwrap_or(0);
+    let mut envelope = Envelope::new(kind.subject(), payload);
+    envelope.id = envelope.data.event_id(turn);
+    match envelope.to_bytes() {
+        Ok(bytes) => {
+            publish_retrying(
+                bus,
+                kind.subject(),
+                envelope.id,
+                bytes.into(),
+                &CancellationToken::new(),
+            )
+            .await;
+        }
+        Err(e) => tracing::error!(error = %e, "cannot serialize lifecycle event"),
+    }
+}
+
+/// Where a turn resumed by a new manager goes on: the stored position, or
+/// the last batch the bus holds for the task when that is further (the
+/// stored position is written periodically, the bus on every publish). The
+/// stored sync event is dropped when the bus already has it.
+pub async fn resume_point(bus: &dyn EventBus, instance: &mut AgentInstance) {
+    let subject = subjects::acp_message(&instance.task_id);
+    let last = match bus.last_message(&subject).await {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the last published batch; resuming from the stored position");
+            return;
+        }
+    };
+    let Ok(envelope) = serde_json::from_slice::<Envelope<AcpBatchRef<'_>>>(&last) else {
+        return;
+    };
+    let batch = envelope.data;
+    if batch.instance_id != instance.id || batch.events.is_empty() {
+        return;
+    }
+    let published = i64::try_from(batch.last_seq()).unwrap_or(i64::MAX);
+    if published >= instance.last_seq {
+        tracing::info!(instance = %instance.id, stored = instance.last_seq, published, "resuming after the last published batch");
+        instance.last_seq = published;
+        instance.cursor = batch.cursor;
+        instance.sync_event = None;
+    }
+}
+
+fn policy(
+    kind: PermissionPolicyKind,
+    settings: &Settings,
+    handle: &Arc<RunHandle>,
+) -> Arc<dyn PermissionPolicy> {
+    match kind {
+        PermissionPolicyKind::AutoApprove => Arc::new(AutoApprove),
+        PermissionPolicyKind::Deny => Arc::new(Deny),
+        PermissionPolicyKind::Ask => {
+            let (decider, mut asks) = AskDecider::new(
+                Duration::from_secs(settings.permission_timeout_secs.max(1)),
+                PermissionDecision::Cancel,
+                64,
+            );
+            let handle = handle.clone();
+            tokio::spawn(async move {
+                while let Some(ask) = asks.recv().await {
+                    let key = ask_key(&ask.request_id);
+                    lock(&handle.asks).insert(key, ask);
+                }
+            });
+            Arc::new(decider)
+        }
+    }
+}
+
+/// Runs one turn to its end and records the outcome. Never panics on agent
+/// misbehaviour; every failure ends the instance `failed` with a message.
+pub async fn run_turn(
+    shared: Shared,
+    spec: TurnSpec,
+    handle: Arc<RunHandle>,
+    on_end: impl FnOnce() + Send,
+) {
+    let instance = spec.instance.clone();
+    let pipeline = Pipeline::start(&shared, &instance);
+    let slots = Arc::new(Slots::default());
+    let timeout = Duration::from_secs(u64::try_from(spec.agent_type.timeout_seconds).unwrap_or(1));
+    let result = tokio::select! {
+        r = tokio::time::timeout(
+            timeout,
+            recovery::drive_until_done(&shared, spec, &handle, &slots, &pipeline),
+        ) => match r {
+            Ok(r) => r,
+            Err(_) => Err(failed(format!("timed out after {} s", timeout.as_secs()))),
+        },
+        () = handle.stop.cancelled() => Err(Failure::Stopped),
+    };
+
+    // The container goes whatever happened; that also ends the output
+    // stream, the client and so the event pipeline.
+    let container = lock(&slots.container).clone();
+    let mut exit_code = None;
+    if let Some(id) = &container {
+        if result.is_ok() {
+            // The mock and real agents exit on SIGTERM; give them a moment.
+            shared.docker.stop(id, 5).await;
+        } else {
+            shared.docker.kill(id).await;
+        }
+        // The output stream ends once the container's output is fully
+        // copied, so no late stderr line is lost.
+        let demux = lock(&slots.demux).take();
+        if let Some(demux) = demux
+            && tokio::time::timeout(Duration::from_secs(10), demux)
+                .await
+                .is_err()
+        {
+            tracing::warn!(container = %id, "output stream did not end after the container stopped");
+        }
+        exit_code = shared.docker.exit_code(id).await;
+        // An engine that is still away keeps the container; the manager
+        // removes it when the engine is back (see `AgentManager::reconcile`).
+        shared.docker.remove(id).await;
+    }
+    let dropped = handle.close_queue();
+    if dropped > 0 {
+        tracing::warn!(instance = %instance.id, dropped, "the turn ended before its queued prompts were sent");
+    }
+    *lock(&handle.client) = None;
+    lock(&handle.asks).clear();
+    let summary = pipeline.finish(&shared.store, instance.id).await;
+
+    let (status, outcome) = match &result {
+        Ok(turn) => (
+            InstanceStatus::Completed,
+            Outcome {
+                stop_reason: turn.stop_reason.clone(),
+                exit_code,
+                ..Outcome::default()
+            },
+        ),
+        Err(Failure::Failed {
+            error,
+            exit_code: code,
+        }) => (
+            InstanceStatus::Failed,
+            Outcome {
+                error: error.clone(),
+                exit_code: code.or(exit_code),
+                ..Outcome::default()
+            },
+        ),
+        Err(Failure::Stopped) => (
+            InstanceStatus::Stopped,
+            Outcome {
+                error: String::new(),
+                exit_code,
+                stop_reason: "stopped".into(),
+            },
+        ),
+    };
+    if let Err(e) = shared.store.finish(instance.id, status, &outcome).await {
+        tracing::error!(instance = %instance.id, error = %e, "cannot store the outcome");
+    }
+    let final_instance = shared
+        .store
+        .get_instance(instance.id)
+        .await
+        .unwrap_or(instance.clone());
+    // Unregistered before the final event, so a follow-up can start at once.
+    on_end();
+    let _ = handle.done.send(true);
+    let bus = shared.bus.as_ref();
+    match result {
+        Ok(turn) => {
+            tracing::info!(instance = %instance.id, stop_reason = %turn.stop_reason, "turn completed");
+            publish_lifecycle(bus, &final_instance, AgentEventKind::Completed, |e| {
+                e.stop_reason = Some(turn.stop_reason);
+                e.acp_session_id = Some(turn.session_id);
+                e.summary = Some(summary);
+            })
+            .await;
+        }
+        Err(Failure::Failed { error, .. }) => {
+            tracing::warn!(instance = %instance.id, %error, "agent failed");
+            publish_lifecycle(bus, &final_instance, AgentEventKind::Failed, |e| {
+                e.error = Some(error);
+                e.exit_code = outcome.exit_code;
+            })
+            .await;
+        }
+        Err(Failure::Stopped) => {
+            let reason = lock(&handle.stop_reason).clone();
+            publish_lifecycle(bus, &final_instance, AgentEventKind::Stopped, |e| {
+                e.error = (!reason.is_empty()).then_some(reason);
+            })
+            .await;
+        }
+    }
+}
+
+/// The channel a turn's client events go into (see [`pipeline`]).
+type EventSender = mpsc::Sender<pipeline::Positioned>;

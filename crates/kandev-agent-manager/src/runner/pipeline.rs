@@ -1,0 +1,548 @@
+//! The event pipeline of a turn: drain → publisher, with a flusher and a
+//! log writer beside them.
+//!
+//! Exactness rests on one rule: every event is published in order, and the
+//! position published with it (its `seq` and the output lines read up to
+//! it) is enough to reproduce what follows. Events that come from an
+//! output line can be reproduced by re-reading the agent's output from
+//! that position. The others (messages the client sent, its own lifecycle
+//! events) cannot: each ends its batch, and that batch is stored as a
+//! *sync point* before it is published, so a restarted manager publishes
+//! it again (same id: the bus drops the copy) and goes on after it.
+//!
+//! The publisher awaits each batch's acknowledgement before sending the
+//! next, so the bus holds batches in order whatever fails; throughput comes
+//! from batching: while one batch is on its way, the next one fills with
+//! everything the agent writes meanwhile.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use chrono::Utc;
+use kandev_acp::{
+    AcpEvent, Direction, EventKind, EventStream,
+    event::{ChunkRole, LogSource},
+};
+use kandev_events::{
+    EventBus,
+    agent::{BatchWriter, OutputCursor},
+    subjects,
+};
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::{EventSender, Shared, bounded_text, lock, output::Line, publish_retrying};
+use crate::{
+    domain::{AgentInstance, LogLine},
+    store::Store,
+};
+
+/// An event and the output line it came from (`None`: a sync point).
+pub(super) type Positioned = (AcpEvent, Option<Line>);
+
+/// The most events a batch takes from the queue at once.
+const MAX_BATCH_EVENTS: usize = 4096;
+/// The largest batch, whatever the bus allows.
+const MAX_BATCH_BYTES: usize = 256 * 1024;
+/// Room left in a bus message for the batch's envelope.
+const ENVELOPE_ROOM: usize = 4 * 1024;
+/// How much of an oversized event's wire message is kept.
+const OVERSIZED_PREVIEW: usize = 4 * 1024;
+/// The longest agent message kept for the turn's summary.
+const MAX_SUMMARY: usize = 64 * 1024;
+
+/// Live state of the turn, kept by the drain and the publisher.
+#[derive(Debug, Default)]
+pub(super) struct TurnState {
+    /// The agent's current (last) message.
+    summary: String,
+    summary_id: Option<String>,
+    in_message: bool,
+    pub(super) progress: f64,
+    /// The last seq the bus acknowledged.
+    pub(super) published_seq: u64,
+    /// The output read up to the last published event.
+    pub(super) cursor: OutputCursor,
+    /// The last seq queued for publishing, and the output read up to it:
+    /// where a client re-attached in the same run goes on.
+    pub(super) queued_seq: u64,
+    pub(super) queued_cursor: OutputCursor,
+    /// The ACP session of the turn, once set up.
+    pub(super) session_id: String,
+}
+
+impl TurnState {
+    fn observe(&mut self, event: &AcpEvent) {
+        match &event.kind {
+            EventKind::MessageChunk(chunk) if chunk.role == ChunkRole::Agent => {
+                if !self.in_message || chunk.message_id != self.summary_id {
+                    self.summary.clear();
+                    self.summary_id = chunk.message_id.clone();
+                    self.in_message = true;
+                }
+                if let Some(text) = &chunk.text
+                    && self.summary.len() < MAX_SUMMARY
+                {
+                    self.summary.push_str(text);
+                }
+            }
+            EventKind::Plan(plan) => {
+                self.in_message = false;
+                let total = plan.entries.len();
+                if total > 0 {
+                    let done = plan
+                        .entries
+                        .iter()
+                        .filter(|e| e.status == "completed")
+                        .count();
+                    self.progress = done as f64 / total as f64;
+                }
+            }
+            EventKind::ThoughtChunk(_)
+            | EventKind::ToolCall(_)
+            | EventKind::ToolCallUpdate(_)
+            | EventKind::PermissionRequest(_) => self.in_message = false,
+            _ => {}
+        }
+    }
+}
+
+pub(super) type SharedState = Arc<Mutex<TurnState>>;
+
+/// The tasks of one turn's pipeline.
+pub(super) struct Pipeline {
+    pub(super) state: SharedState,
+    events: EventSender,
+    logs: mpsc::Sender<LogLine>,
+    publisher: tokio::task::JoinHandle<()>,
+    flusher: tokio::task::JoinHandle<()>,
+    flush_stop: CancellationToken,
+    log_writer: tokio::task::JoinHandle<()>,
+}
+
+impl Pipeline {
+    /// Starts publishing for `instance` from its stored position.
+    pub(super) fn start(shared: &Shared, instance: &AgentInstance) -> Pipeline {
+        let settings = &shared.settings;
+        let start_seq = u64::try_from(instance.last_seq).unwrap_or(0);
+        let state = Arc::new(Mutex::new(TurnState {
+            cursor: instance.cursor,
+            progress: instance.progress,
+            published_seq: start_seq,
+            queued_seq: start_seq,
+            queued_cursor: instance.cursor,
+            session_id: instance.acp_session_id.clone(),
+            ..TurnState::default()
+        }));
+        let (events, events_rx) = mpsc::channel(settings.publish_queue);
+        let (logs, logs_rx) = mpsc::channel(1024);
+        let max_bytes = shared
+            .bus
+            .max_payload()
+            .saturating_sub(ENVELOPE_ROOM)
+            .clamp(16 * 1024, MAX_BATCH_BYTES);
+        let publisher = tokio::spawn(publisher(
+            shared.bus.clone(),
+            shared.store.clone(),
+            instance.clone(),
+            events_rx,
+            state.clone(),
+            max_bytes,
+        ));
+        let flush_stop = CancellationToken::new();
+        let flusher = tokio::spawn(flusher(
+            shared.store.clone(),
+            instance.id,
+            state.clone(),
+            Duration::from_millis(settings.seq_flush_ms),
+            flush_stop.clone(),
+        ));
+        let log_writer = tokio::spawn(log_writer(
+            shared.store.clone(),
+            instance.id,
+            settings.max_log_lines,
+            logs_rx,
+        ));
+        Pipeline {
+            state,
+            events,
+            logs,
+            publisher,
+            flusher,
+            flush_stop,
+            log_writer,
+        }
+    }
+
+    /// Starts draining a client's events into the pipeline. `turn_end`
+    /// (resumed turns) is told the stop reason of the first response the
+    /// agent sends, which ends the turn the earlier manager prompted.
+    pub(super) fn drain(
+        &self,
+        events: EventStream,
+        lines: super::output::LineQueue,
+        turn_end: Option<watch::Sender<Option<String>>>,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(drain(
+            events,
+            self.events.clone(),
+            self.logs.clone(),
+            self.state.clone(),
+            lines,
+            turn_end,
+        ))
+    }
+
+    /// Waits for every queued event to be published and stores the final
+    /// position; the turn's summary (the agent's last message).
+    pub(super) async fn finish(self, store: &Store, id: Uuid) -> String {
+        let Pipeline {
+            state,
+            events,
+            logs,
+            publisher,
+            flusher,
+            flush_stop,
+            log_writer,
+        } = self;
+        drop(events);
+        drop(logs);
+        if tokio::time::timeout(Duration::from_secs(30), publisher)
+            .await
+            .is_err()
+        {
+            tracing::warn!(instance = %id, "event publishing did not drain in 30 s");
+        }
+        flush_stop.cancel();
+        let _ = flusher.await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), log_writer).await;
+        let (last_seq, progress, summary, cursor) = {
+            let s = lock(&state);
+            (s.published_seq, s.progress, s.summary.clone(), s.cursor)
+        };
+        if last_seq > 0
+            && let Err(e) = store
+                .save_progress(id, seq_i64(last_seq), progress, cursor)
+                .await
+        {
+            tracing::warn!(error = %e, "cannot store last_seq");
+        }
+        summary
+    }
+}
+
+fn seq_i64(seq: u64) -> i64 {
+    i64::try_from(seq).unwrap_or(i64::MAX)
+}
+
+/// Reads the client's events: pairs each with its output line, updates the
+/// turn state, queues stderr lines for storage (dropping them when the
+/// writer lags) and queues every event for publishing.
+async fn drain(
+    mut events: EventStream,
+    out: EventSender,
+    logs: mpsc::Sender<LogLine>,
+    state: SharedState,
+    lines: super::output::LineQueue,
+    turn_end: Option<watch::Sender<Option<String>>>,
+) {
+    while let Some(event) = events.recv().await {
+        let is_stderr =
+            matches!(&event.kind, EventKind::Log(log) if log.source == LogSource::Stderr);
+        let line = if event.direction == Direction::FromAgent {
+            lines.pop(is_stderr)
+        } else {
+            None
+        };
+        {
+            let mut s = lock(&state);
+            s.observe(&event);
+            s.queued_seq = event.seq;
+            if let Some(line) = line {
+                line.advance(&mut s.queued_cursor);
+            }
+        }
+        if is_stderr && let EventKind::Log(log) = &event.kind {
+            let _ = logs.try_send(LogLine {
+                at: event.timestamp,
+                stream: "stderr".into(),
+                line: log.line.clone(),
+            });
+        }
+        if let Some(tx) = &turn_end
+            && event.direction == Direction::FromAgent
+            && event.raw.get("method").is_none()
+            && event.raw.get("id").is_some_and(|id| !id.is_null())
+        {
+            let stop = if let Some(result) = event.raw.get("result") {
+                result
+                    .get("stopReason")
+                    .and_then(|v| v.as_str())
+                    .map(str::to_string)
+            } else {
+                event.raw.get("error").map(|_| "error".to_string())
+            };
+            if let Some(stop) = stop {
+                let _ = tx.send(Some(stop));
+            }
+        }
+        if out.send((event, line)).await.is_err() {
+            break;
+        }
+    }
+}
+
+/// One event as JSON into `buf`, at most `max` bytes: an event too large
+/// for the bus keeps a preview of its wire message and of its text, marked
+/// `"truncated"` with the original size; the rest of the feed is intact.
+fn write_event(buf: &mut Vec<u8>, event: &AcpEvent, max: usize) -> serde_json::Result<()> {
+    let mark = buf.len();
+    serde_json::to_writer(&mut *buf, event)?;
+    let size = buf.len() - mark;
+    if size <= max {
+        return Ok(());
+    }
+    buf.truncate(mark);
+    let mut value = serde_json::to_value(event)?;
+    let raw_text = match &value["raw"] {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    value["raw"] = Value::String(bounded_text(&raw_text, OVERSIZED_PREVIEW));
+    value["truncated"] = serde_json::json!({ "bytes": size });
+    if let Some(text) = value.pointer_mut("/data/text")
+        && let Some(s) = text.as_str()
+    {
+        *text = Value::String(bounded_text(s, max / 2));
+    }
+    let mut bytes = serde_json::to_vec(&value)?;
+    if bytes.len() > max {
+        value["data"] = serde_json::json!({ "truncated": true });
+        bytes = serde_json::to_vec(&value)?;
+    }
+    tracing::warn!(
+        seq = event.seq,
+        bytes = size,
+        "an acp event larger than the bus allows was truncated"
+    );
+    buf.extend_from_slice(&bytes);
+    Ok(())
+}
+
+/// A batch being filled, and the output read up to its last event.
+struct Batch {
+    writer: BatchWriter,
+    cursor: OutputCursor,
+}
+
+/// Sends every event of the queue to `acp.message.<task_id>`, in order,
+/// in batches: everything queued at once, up to `max_bytes`, each batch
+/// ending at a sync point.
+async fn publisher(
+    bus: Arc<dyn EventBus>,
+    store: Store,
+    instance: AgentInstance,
+    mut rx: mpsc::Receiver<Positioned>,
+    state: SharedState,
+    max_bytes: usize,
+) {
+    let subject = subjects::acp_message(&instance.task_id);
+    let stop = CancellationToken::new();
+    let mut queued = Vec::with_capacity(MAX_BATCH_EVENTS);
+    let mut cursor = lock(&state).cursor;
+    let mut batch: Option<Batch> = None;
+    // The largest event leaves room for the envelope.
+    let max_event = max_bytes.saturating_sub(ENVELOPE_ROOM);
+    let send = async |batch: Batch, sync: bool| {
+        let first_seq = batch.writer.first_seq();
+        let last_seq = first_seq + batch.writer.count() as u64 - 1;
+        let (id, bytes) =
+            batch
+                .writer
+                .finish(&instance.task_id, &instance.id, batch.cursor, Utc::now());
+        if sync {
+            // Stored before it leaves: a replay after a restart publishes
+            // it again and numbers what follows exactly as before.
+            let progress = lock(&state).progress;
+            let stored: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            if let Err(e) = store
+                .save_sync(
+                    instance.id,
+                    seq_i64(last_seq),
+                    progress,
+                    batch.cursor,
+                    &stored,
+                )
+                .await
+            {
+                tracing::warn!(error = %e, "cannot store a sync point");
+            }
+        }
+        publish_retrying(bus.as_ref(), &subject, id, bytes.into(), &stop).await;
+        let mut s = lock(&state);
+        s.published_seq = last_seq;
+        s.cursor = batch.cursor;
+    };
+    while rx.recv_many(&mut queued, MAX_BATCH_EVENTS).await > 0 {
+        for (event, line) in queued.drain(..) {
+            let b = batch.get_or_insert_with(|| Batch {
+                writer: BatchWriter::new(event.seq, max_bytes.min(64 * 1024)),
+                cursor,
+            });
+            let mark = b.writer.len();
+            if let Err(e) = b
+                .writer
+                .push_with(|buf| write_event(buf, &event, max_event))
+            {
+                tracing::error!(error = %e, seq = event.seq, "cannot serialize an acp event");
+                continue;
+            }
+            if b.writer.len() > max_bytes && b.writer.count() > 1 {
+                // Full: send it without this event, which starts the next.
+                b.writer.pop_to(mark);
+                if let Some(full) = batch.take() {
+                    send(full, false).await;
+                }
+                let mut next = BatchWriter::new(event.seq, max_bytes.min(64 * 1024));
+                if let Err(e) = next.push_with(|buf| write_event(buf, &event, max_event)) {
+                    tracing::error!(error = %e, seq = event.seq, "cannot serialize an acp event");
+                    continue;
+                }
+                batch = Some(Batch {
+                    writer: next,
+                    cursor,
+                });
+            }
+            let b = batch.as_mut().expect("a batch holds the event");
+            if let Some(line) = line {
+                line.advance(&mut cursor);
+                b.cursor = cursor;
+            } else if let Some(b) = batch.take() {
+                send(b, true).await;
+            }
+        }
+        if let Some(b) = batch.take() {
+            send(b, false).await;
+        }
+    }
+}
+
+/// Stores the last published seq, its output position and the progress
+/// every `every` until `stop` fires.
+async fn flusher(
+    store: Store,
+    id: Uuid,
+    state: SharedState,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    let mut saved = (0u64, -1.0f64);
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = stop.cancelled() => return,
+        }
+        let (now, cursor) = {
+            let s = lock(&state);
+            ((s.published_seq, s.progress), s.cursor)
+        };
+        if now != saved && now.0 > 0 {
+            match store.save_progress(id, seq_i64(now.0), now.1, cursor).await {
+                Ok(()) => saved = now,
+                Err(e) => tracing::warn!(error = %e, "cannot store last_seq"),
+            }
+        }
+    }
+}
+
+/// Batches log lines into `agent_logs`.
+async fn log_writer(store: Store, id: Uuid, keep: i64, mut rx: mpsc::Receiver<LogLine>) {
+    let mut batch = Vec::with_capacity(128);
+    while rx.recv_many(&mut batch, 128).await > 0 {
+        if let Err(e) = store.append_logs(id, &batch, keep).await {
+            tracing::warn!(error = %e, "cannot store agent logs");
+        }
+        batch.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kandev_acp::event::{ChunkData, LogData};
+
+    use super::*;
+
+    fn chunk(seq: u64, text: &str) -> AcpEvent {
+        AcpEvent {
+            seq,
+            timestamp: Utc::now(),
+            direction: Direction::FromAgent,
+            session_id: Some("s".into()),
+            kind: EventKind::MessageChunk(ChunkData {
+                role: ChunkRole::Agent,
+                text: Some(text.into()),
+                content_type: "text".into(),
+                message_id: None,
+            }),
+            raw: serde_json::json!({"method": "session/update", "params": {"text": text}}),
+            raw_json: None,
+        }
+    }
+
+    fn encode_event(event: &AcpEvent, max: usize) -> Vec<u8> {
+        let mut buf = Vec::new();
+        write_event(&mut buf, event, max).unwrap();
+        buf
+    }
+
+    #[test]
+    fn small_events_are_encoded_whole() {
+        let event = chunk(3, "hello");
+        let bytes = encode_event(&event, 1024);
+        let back: AcpEvent = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(back, event);
+    }
+
+    #[test]
+    fn an_oversized_event_is_truncated_with_a_marker() {
+        let text = "é".repeat(300_000);
+        let bytes = encode_event(&chunk(9, &text), 100_000);
+        assert!(bytes.len() <= 100_000, "{}", bytes.len());
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["seq"], 9);
+        assert_eq!(v["kind"], "message_chunk");
+        assert!(v["truncated"]["bytes"].as_u64().unwrap() > 1_000_000);
+        let shown = v["data"]["text"].as_str().unwrap();
+        assert!(
+            shown.ends_with("the whole text is in the task's feed]"),
+            "{}",
+            &shown[shown.len() - 80..]
+        );
+        assert!(v["raw"].as_str().unwrap().len() < OVERSIZED_PREVIEW + 200);
+    }
+
+    #[test]
+    fn the_summary_is_bounded() {
+        let mut state = TurnState::default();
+        let big = "x".repeat(40 * 1024);
+        state.observe(&chunk(1, &big));
+        state.observe(&chunk(2, &big));
+        state.observe(&chunk(3, &big));
+        assert!(state.summary.len() <= MAX_SUMMARY + big.len());
+        let log = AcpEvent {
+            kind: EventKind::Log(LogData {
+                source: LogSource::Stderr,
+                level: None,
+                line: "l".into(),
+            }),
+            ..chunk(4, "")
+        };
+        state.observe(&log);
+        assert!(state.in_message, "a log line does not end the message");
+    }
+}

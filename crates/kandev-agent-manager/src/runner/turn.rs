@@ -1,0 +1,354 @@
+//! Driving one attempt at a turn: [`start_fresh`] creates, attaches and
+//! starts a container and runs the ACP handshake and the prompt;
+//! [`resume`] picks up a container that ran without a client (the manager
+//! restarted, or the Docker engine did) from the stored output position.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use kandev_acp::{AcpClient, AcpError, ClientOptions, Workspace, schema::StopReason};
+use kandev_events::agent::{AgentEventKind, OutputCursor};
+use tokio::sync::{mpsc, watch};
+use tokio_util::io::StreamReader;
+use uuid::Uuid;
+
+use super::{
+    CONTAINER_WORKSPACE, Interruption, RunHandle, Shared, Slots, TurnResult, TurnSpec, failed,
+    lock,
+    output::{LineQueue, demux},
+    pipeline::Pipeline,
+    policy, publish_lifecycle, publish_retrying, recovery,
+};
+use crate::{docker::LogStream, exec::DockerExec};
+
+/// A client connected to a container's stdin, reading the output that
+/// `demux` will copy into `stdout`.
+struct Connected {
+    client: AcpClient,
+    /// Taken by the output copier: the reader sees the end of the output
+    /// when it drops it.
+    stdout: Option<mpsc::Sender<std::io::Result<Bytes>>>,
+    lines: LineQueue,
+    drain: tokio::task::JoinHandle<()>,
+    max_line: usize,
+}
+
+/// Connects an ACP client to the container `id` (stdin: `input`) with the
+/// type's capabilities, its events drained into the pipeline.
+fn connect(
+    shared: &Shared,
+    spec: &TurnSpec,
+    handle: &Arc<RunHandle>,
+    pipeline: &Pipeline,
+    id: &str,
+    input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+    turn_end: Option<watch::Sender<Option<String>>>,
+) -> Result<Connected, Interruption> {
+    let (stdout, stdout_rx) = mpsc::channel::<std::io::Result<Bytes>>(64);
+    let reader = StreamReader::new(tokio_stream::wrappers::ReceiverStream::new(stdout_rx));
+    let offers = |cap: &str| spec.agent_type.capabilities.iter().any(|c| c == cap);
+    let workspace = if offers("fs") {
+        Some(
+            Workspace::new(&spec.workspace, CONTAINER_WORKSPACE)
+                .map_err(|e| failed(format!("workspace {:?}: {e}", spec.workspace)))?,
+        )
+    } else {
+        None
+    };
+    let terminal: Option<Arc<dyn kandev_acp::TerminalExecutor>> = if offers("terminal") {
+        Some(Arc::new(DockerExec::new(
+            shared.docker.clone(),
+            id.to_string(),
+        )))
+    } else {
+        None
+    };
+    let options = ClientOptions {
+        start_seq: u64::try_from(spec.instance.last_seq).unwrap_or(0) + 1,
+        initialize_timeout: std::time::Duration::from_secs(shared.settings.initialize_timeout_secs),
+        permission: policy(spec.agent_type.permission_policy, &shared.settings, handle),
+        workspace,
+        terminal,
+        // Events are forwarded, not inspected: chunks stay wire text.
+        parse_raw: false,
+        ..ClientOptions::default()
+    };
+    let max_line = options.max_line_bytes;
+    let (client, events) = AcpClient::connect(reader, input, options);
+    let lines = LineQueue::default();
+    let drain = pipeline.drain(events, lines.clone(), turn_end);
+    *lock(&handle.client) = Some(client.clone());
+    Ok(Connected {
+        client,
+        stdout: Some(stdout),
+        lines,
+        drain,
+        max_line,
+    })
+}
+
+impl Connected {
+    /// Starts copying `output` into the client, skipping `skip`.
+    fn copy_output(&mut self, output: LogStream, skip: OutputCursor, slots: &Arc<Slots>) {
+        let Some(stdout) = self.stdout.take() else {
+            return;
+        };
+        *lock(&slots.demux) = Some(tokio::spawn(demux(
+            output,
+            stdout,
+            self.client.clone(),
+            self.lines.clone(),
+            skip,
+            self.max_line,
+            slots.clone(),
+        )));
+    }
+}
+
+/// Who stopped an agent's container is looked up from a second before its
+/// turn started.
+fn since(spec: &TurnSpec) -> i64 {
+    spec.instance
+        .started_at
+        .unwrap_or(spec.instance.created_at)
+        .timestamp()
+        - 1
+}
+
+/// A new container: create, attach (before start, so no output is
+/// missed), start, then `initialize`, the session and the prompt.
+pub(super) async fn start_fresh(
+    shared: &Shared,
+    spec: &TurnSpec,
+    handle: &Arc<RunHandle>,
+    slots: &Arc<Slots>,
+    pipeline: &Pipeline,
+) -> Result<TurnResult, Interruption> {
+    let docker = &shared.docker;
+    let settings = &shared.settings;
+    let instance = &spec.instance;
+    let docker_failed = |e: crate::docker::DockerError| failed(e.to_string());
+    let since = since(spec);
+
+    let id = docker
+        .create(&spec.container)
+        .await
+        .map_err(docker_failed)?;
+    *lock(&slots.container) = Some(id.clone());
+    if let Err(e) = shared.store.set_container(instance.id, &id).await {
+        tracing::warn!(error = %e, "cannot store container id");
+    }
+    let attach = docker.attach(&id, true).await.map_err(docker_failed)?;
+    let mut conn = connect(shared, spec, handle, pipeline, &id, attach.input, None)?;
+    conn.copy_output(attach.output, OutputCursor::default(), slots);
+    docker.start(&id).await.map_err(docker_failed)?;
+
+    let mut started = instance.clone();
+    started.container_id = id.clone();
+    publish_lifecycle(
+        shared.bus.as_ref(),
+        &started,
+        AgentEventKind::Started,
+        |_| {},
+    )
+    .await;
+
+    let client = &conn.client;
+    let crashed = |what: &'static str, err: AcpError| {
+        let id = id.clone();
+        async move {
+            if matches!(err, AcpError::Closed { .. }) {
+                recovery::output_ended(docker, &id, slots, what, since, false).await
+            } else {
+                failed(format!("{what} failed: {err}")).into()
+            }
+        }
+    };
+
+    if let Err(e) = client.initialize().await {
+        let failure = match e {
+            AcpError::Timeout { .. } => failed(format!(
+                "the agent did not answer initialize within {} s",
+                settings.initialize_timeout_secs
+            ))
+            .into(),
+            e => crashed("initialize", e).await,
+        };
+        return Err(recovery::abandon(client, handle, conn.drain, failure).await);
+    }
+    let session = match &spec.resume_session {
+        Some(session_id) => {
+            client
+                .load_session(session_id, CONTAINER_WORKSPACE, vec![])
+                .await
+        }
+        None => client.new_session(CONTAINER_WORKSPACE, vec![]).await,
+    };
+    let session = match session {
+        Ok(s) => s,
+        Err(AcpError::AuthRequired { message, .. }) => {
+            let needs = if spec.agent_type.required_env.is_empty() {
+                "credentials for the agent".to_string()
+            } else {
+                spec.agent_type.required_env.join(", ")
+            };
+            return Err(failed(format!(
+                "the agent requires authentication ({message}); provide {needs}"
+            ))
+            .into());
+        }
+        Err(e) => {
+            let failure = crashed("session setup", e).await;
+            return Err(recovery::abandon(client, handle, conn.drain, failure).await);
+        }
+    };
+    lock(&pipeline.state)
+        .session_id
+        .clone_from(&session.session_id);
+    if let Err(e) = shared
+        .store
+        .set_running(instance.id, &session.session_id)
+        .await
+    {
+        tracing::warn!(error = %e, "cannot store session id");
+    }
+    let mut running = started.clone();
+    running.acp_session_id = session.session_id.clone();
+    publish_lifecycle(
+        shared.bus.as_ref(),
+        &running,
+        AgentEventKind::Running,
+        |_| {},
+    )
+    .await;
+
+    // The prompt, then the follow-ups queued while it ran, in order, as long
+    // as each ends normally.
+    let mut prompt = spec.prompt.clone();
+    let stop = loop {
+        let stop = match client.prompt(vec![prompt.into()]).await {
+            Ok(stop) => stop,
+            Err(AcpError::TurnFailed(why)) => {
+                return Err(failed(format!("the turn failed: {why}")).into());
+            }
+            Err(e) => {
+                let failure = crashed("the turn", e).await;
+                return Err(recovery::abandon(client, handle, conn.drain, failure).await);
+            }
+        };
+        if stop != StopReason::EndTurn {
+            break stop;
+        }
+        match handle.next_prompt() {
+            Some(next) => {
+                tracing::info!(instance = %instance.id, "sending a queued follow-up prompt");
+                prompt = next;
+            }
+            None => break stop,
+        }
+    };
+    let stop_reason = serde_json::to_value(stop)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| format!("{stop:?}"));
+    Ok(TurnResult {
+        session_id: session.session_id,
+        stop_reason,
+    })
+}
+
+/// A container whose turn was prompted by an earlier client: its output is
+/// re-read from the Docker log after the stored position and numbered on;
+/// the agent's answer to that prompt ends the turn. An agent that exited
+/// while no client ran only has its log to replay.
+pub(super) async fn resume(
+    shared: &Shared,
+    spec: &TurnSpec,
+    id: &str,
+    handle: &Arc<RunHandle>,
+    slots: &Arc<Slots>,
+    pipeline: &Pipeline,
+) -> Result<TurnResult, Interruption> {
+    let docker = &shared.docker;
+    let instance = &spec.instance;
+    let since = since(spec);
+    *lock(&slots.container) = Some(id.to_string());
+    let exited = docker.is_running(id).await != Some(true);
+    let input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>> = if exited {
+        Box::pin(tokio::io::sink())
+    } else {
+        let attach = docker
+            .attach(id, false)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        // Only stdin is attached; hold the (silent) output half until the end.
+        let mut attach_output = attach.output;
+        tokio::spawn(async move { while attach_output.next().await.is_some() {} });
+        attach.input
+    };
+    let (turn_tx, mut turn_rx) = watch::channel(None::<String>);
+    let mut conn = connect(shared, spec, handle, pipeline, id, input, Some(turn_tx))?;
+    *lock(&handle.session) = instance.acp_session_id.clone();
+    // The last sync point may not have been published before the crash.
+    if let Some(envelope) = &instance.sync_event
+        && let (Some(subject), Some(event_id)) = (
+            envelope["type"].as_str(),
+            envelope["id"]
+                .as_str()
+                .and_then(|i| Uuid::parse_str(i).ok()),
+        )
+        && let Ok(bytes) = serde_json::to_vec(envelope)
+    {
+        publish_retrying(
+            shared.bus.as_ref(),
+            subject,
+            event_id,
+            bytes.into(),
+            &tokio_util::sync::CancellationToken::new(),
+        )
+        .await;
+    }
+    conn.copy_output(docker.follow_logs(id), instance.cursor, slots);
+    tracing::info!(instance = %instance.id, container = %id, "re-attached");
+    let client = &conn.client;
+    let turn_ended = async {
+        turn_rx
+            .wait_for(Option::is_some)
+            .await
+            .ok()
+            .and_then(|stop| stop.clone())
+    };
+    let ended = tokio::select! {
+        biased;
+        stop = turn_ended => stop,
+        () = client.closed() => None,
+    };
+    let ended = match ended {
+        Some(stop) => Some(stop),
+        // The output ended; the drain may still be on the last lines.
+        None => tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            turn_rx
+                .wait_for(Option::is_some)
+                .await
+                .ok()
+                .and_then(|stop| stop.clone())
+        })
+        .await
+        .ok()
+        .flatten(),
+    };
+    let Some(stop_reason) = ended else {
+        let during = if exited {
+            "the turn, while the manager was not running"
+        } else {
+            "the turn"
+        };
+        let failure = recovery::output_ended(docker, id, slots, during, since, exited).await;
+        return Err(recovery::abandon(client, handle, conn.drain, failure).await);
+    };
+    Ok(TurnResult {
+        session_id: instance.acp_session_id.clone(),
+        stop_reason,
+    })
+}

@@ -1,0 +1,130 @@
+//! The baseline: the same mock agent under `docker run -i`, driven over
+//! its attached stdin/stdout by a minimal ACP client (three requests, then
+//! read lines), with no service in between.
+
+use std::{process::Stdio, time::Duration};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
+    process::Command,
+    time::Instant,
+};
+
+use crate::{
+    stats::Stats,
+    wire::{now_nanos, sent_at},
+};
+
+/// The label of the benchmark's own bare containers, for cleanup.
+pub const LABEL: &str = "kandev.bench=bare";
+
+/// What one bare run measured.
+#[derive(Debug, Default)]
+pub struct BareRun {
+    pub stats: Stats,
+    /// `docker run` → the agent's first line (its `initialize` answer).
+    pub first_line: Duration,
+}
+
+/// Runs one agent with `prompt` and reads its output until the turn ends.
+pub async fn run(image: &str, prompt: &str) -> Result<BareRun> {
+    let started = Instant::now();
+    let mut child = Command::new("docker")
+        .args(["run", "-i", "--rm", "--network", "none", "--label", LABEL])
+        .arg(image)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("docker run")?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let mut lines = BufReader::with_capacity(256 * 1024, stdout);
+    let send = |v: Value| {
+        let mut line = v.to_string();
+        line.push('\n');
+        line
+    };
+    stdin
+        .write_all(
+            send(json!({"jsonrpc":"2.0","id":1,"method":"initialize",
+                "params":{"protocolVersion":1,"clientCapabilities":{}}}))
+            .as_bytes(),
+        )
+        .await?;
+    stdin
+        .write_all(
+            send(json!({"jsonrpc":"2.0","id":2,"method":"session/new",
+                "params":{"cwd":"/workspace","mcpServers":[]}}))
+            .as_bytes(),
+        )
+        .await?;
+    stdin.flush().await?;
+
+    let mut run = BareRun::default();
+    let mut line = Vec::with_capacity(4096);
+    let mut first = true;
+    loop {
+        line.clear();
+        if lines.read_until(b'\n', &mut line).await? == 0 {
+            bail!("the agent's output ended before its turn did");
+        }
+        let now = now_nanos();
+        if first {
+            run.first_line = started.elapsed();
+            first = false;
+        }
+        if let Some(sent) = sent_at(&line) {
+            run.stats.record(sent, now);
+            continue;
+        }
+        // Only the few control lines are parsed.
+        let Ok(msg) = serde_json::from_slice::<Value>(&line) else {
+            continue;
+        };
+        if msg["id"] == 2 {
+            let session = msg["result"]["sessionId"]
+                .as_str()
+                .context("session/new answered without a sessionId")?
+                .to_string();
+            stdin
+                .write_all(
+                    send(json!({"jsonrpc":"2.0","id":3,"method":"session/prompt",
+                        "params":{"sessionId":session,"prompt":[{"type":"text","text":prompt}]}}))
+                    .as_bytes(),
+                )
+                .await?;
+            stdin.flush().await?;
+        } else if msg["id"] == 3 {
+            break;
+        }
+    }
+    drop(stdin);
+    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    Ok(run)
+}
+
+/// Removes bare containers a failed run left behind.
+pub async fn cleanup() {
+    let out = Command::new("docker")
+        .args(["ps", "-aq", "--filter", &format!("label={LABEL}")])
+        .output()
+        .await;
+    if let Ok(out) = out {
+        let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .filter(|l| !l.is_empty())
+            .collect();
+        if !ids.is_empty() {
+            let _ = Command::new("docker")
+                .args(["rm", "-f"])
+                .args(&ids)
+                .output()
+                .await;
+        }
+    }
+}

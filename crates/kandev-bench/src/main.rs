@@ -1,0 +1,705 @@
+//! `kandev-bench stream`: the agent stream through the whole stack (agent →
+//! agent manager → NATS → orchestrator → gateway → WebSocket), measured
+//! against a bare `docker run -i` attach of the same agent in the same run.
+//!
+//! It starts its own stack of the four service binaries found beside it
+//! (`target/release` when run with `cargo run --release`), a private NATS
+//! and a fresh database, like the end-to-end suite, and the mock agent's
+//! `flood` scenario, whose chunks carry their send time. Readers are Rust
+//! and scan bytes instead of parsing JSON, so they are never the
+//! bottleneck. See `docs/performance.md` for the method and the figures.
+//!
+//! # Layout
+//! - `bare`: the baseline agent under `docker run -i`.
+//! - `kandev`: tasks through REST, feeds through the gateway's WebSocket.
+//! - `procs`: CPU seconds, RSS and fds from /proc.
+//! - `stats`: rates and latency percentiles; `wire`: byte scanners.
+
+mod bare;
+mod kandev;
+mod procs;
+mod stats;
+mod wire;
+
+use std::{collections::BTreeMap, fmt::Write as _, path::PathBuf, time::Duration};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use futures::future::join_all;
+use kandev_e2e::{Api, Options, Stack, Svc};
+use procs::Watched;
+use stats::{Stats, ms};
+use tokio::time::Instant;
+
+const IMAGE: &str = "kandev/mock-agent:latest";
+
+#[derive(Parser)]
+#[command(version, about = "Kandev's benchmarks")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// The agent stream against a bare `docker run -i` of the same agent.
+    Stream(StreamArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Load {
+    /// One agent as fast as it can.
+    Full,
+    /// One agent at a fixed rate: latency.
+    Paced,
+    /// Many agents at once.
+    Many,
+    /// Many subscribers on one task.
+    Fanout,
+    /// Create task → first frame.
+    Startup,
+}
+
+#[derive(Debug, clap::Args)]
+struct StreamArgs {
+    /// Loads to run, in order.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "startup,full,paced,many,fanout"
+    )]
+    loads: Vec<Load>,
+    /// Text bytes per chunk.
+    #[arg(long, default_value_t = 200)]
+    size: usize,
+    /// Chunks of the full-speed load.
+    #[arg(long, default_value_t = 100_000)]
+    messages: u64,
+    /// Chunks per second of the paced load, and its length in seconds.
+    #[arg(long, default_value_t = 1000)]
+    paced_rate: u64,
+    #[arg(long, default_value_t = 10)]
+    paced_secs: u64,
+    /// Agents of the many-agents load, and chunks each sends at full speed.
+    #[arg(long, default_value_t = 20)]
+    agents: usize,
+    #[arg(long, default_value_t = 20_000)]
+    agent_messages: u64,
+    /// Subscribers of the fan-out load, the rate of its agent, and seconds.
+    #[arg(long, default_value_t = 500)]
+    subscribers: usize,
+    #[arg(long, default_value_t = 200)]
+    fanout_rate: u64,
+    #[arg(long, default_value_t = 10)]
+    fanout_secs: u64,
+    /// Runs of the startup load.
+    #[arg(long, default_value_t = 5)]
+    startups: usize,
+    /// Also append the report (Markdown) to this file.
+    #[arg(long)]
+    report: Option<PathBuf>,
+}
+
+/// One line of a report table.
+struct Row {
+    metric: String,
+    bare: String,
+    kandev: String,
+    ratio: String,
+}
+
+fn row(
+    metric: &str,
+    bare: impl Into<String>,
+    kandev: impl Into<String>,
+    ratio: impl Into<String>,
+) -> Row {
+    Row {
+        metric: metric.into(),
+        bare: bare.into(),
+        kandev: kandev.into(),
+        ratio: ratio.into(),
+    }
+}
+
+fn pct(kandev: f64, bare: f64) -> String {
+    if bare > 0.0 {
+        format!("{:.0} %", 100.0 * kandev / bare)
+    } else {
+        "—".into()
+    }
+}
+
+struct Section {
+    title: String,
+    rows: Vec<Row>,
+    notes: Vec<String>,
+}
+
+impl Section {
+    fn markdown(&self) -> String {
+        let mut out = format!(
+            "### {}\n\n| metric | bare `docker run -i` | through Kandev | Kandev / bare |\n|---|---|---|---|\n",
+            self.title
+        );
+        for r in &self.rows {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                r.metric, r.bare, r.kandev, r.ratio
+            );
+        }
+        for n in &self.notes {
+            let _ = writeln!(out, "\n{n}");
+        }
+        out
+    }
+}
+
+/// The stack and everything the loads share.
+struct Bench {
+    stack: Stack,
+    api: Api,
+    board: String,
+    /// The four services, then NATS, Postgres and dockerd.
+    watched: Vec<Watched>,
+    services: Vec<String>,
+}
+
+/// CPU seconds and peak RSS of every watched process over `f`.
+struct Cost {
+    cpu: BTreeMap<String, f64>,
+    peak_mib: BTreeMap<String, f64>,
+}
+
+impl Bench {
+    async fn start() -> Result<Bench> {
+        let options = Options {
+            max_concurrent: 64,
+            env: vec![
+                (
+                    Svc::AgentManager,
+                    "KANDEV_DATABASE_MAX_CONNECTIONS".into(),
+                    "10".into(),
+                ),
+                (
+                    Svc::Orchestrator,
+                    "KANDEV_DATABASE_MAX_CONNECTIONS".into(),
+                    "10".into(),
+                ),
+                (
+                    Svc::Orchestrator,
+                    "KANDEV_FEED_FLUSH_MS".into(),
+                    "50".into(),
+                ),
+            ],
+        };
+        let stack = Stack::start("bench", options).await;
+        let api = stack.admin().await;
+        let board = api.board("bench").await;
+        let mut watched: Vec<Watched> = Svc::ALL
+            .iter()
+            .map(|s| Watched {
+                name: s.bin().trim_start_matches("kandev-").to_string(),
+                pids: stack.pid(*s).into_iter().collect(),
+            })
+            .collect();
+        let services = watched.iter().map(|w| w.name.clone()).collect();
+        watched.push(Watched {
+            name: "nats-server".into(),
+            pids: stack.nats.pid().into_iter().collect(),
+        });
+        Ok(Bench {
+            stack,
+            api,
+            board,
+            watched,
+            services,
+        })
+    }
+
+    /// The watched processes, with Postgres backends and dockerd looked up
+    /// now (backends come and go).
+    fn watched_now(&self) -> Vec<Watched> {
+        let mut w = self.watched.clone();
+        w.push(Watched {
+            name: "postgres".into(),
+            pids: procs::pids_named("postgres"),
+        });
+        w.push(Watched {
+            name: "dockerd".into(),
+            pids: procs::pids_named("dockerd"),
+        });
+        w
+    }
+
+    async fn measured<T>(&self, f: impl std::future::Future<Output = T>) -> (T, Cost) {
+        let watched = self.watched_now();
+        procs::reset_peaks(&watched);
+        let before = procs::snapshot(&watched);
+        let out = f.await;
+        let cost = Cost {
+            cpu: procs::snapshot(&watched).since(&before),
+            peak_mib: procs::peaks_mib(&watched),
+        };
+        (out, cost)
+    }
+
+    fn cost_rows(&self, cost: &Cost, messages: u64, bare_dockerd: Option<f64>) -> Vec<Row> {
+        let per = |secs: f64| {
+            if messages == 0 {
+                0.0
+            } else {
+                secs * 1e6 / messages as f64
+            }
+        };
+        let mut rows = Vec::new();
+        let mut total = 0.0;
+        for s in &self.services {
+            let secs = cost.cpu.get(s).copied().unwrap_or(0.0);
+            total += secs;
+            rows.push(row(
+                &format!("CPU per message: {s}"),
+                "—",
+                format!("{:.1} µs", per(secs)),
+                "",
+            ));
+        }
+        rows.push(row(
+            "CPU per message: the four services",
+            "—",
+            format!("{:.1} µs", per(total)),
+            "",
+        ));
+        for other in ["nats-server", "postgres", "dockerd"] {
+            let secs = cost.cpu.get(other).copied().unwrap_or(0.0);
+            let bare = match (other, bare_dockerd) {
+                ("dockerd", Some(b)) => format!("{:.1} µs", per(b)),
+                _ => "—".into(),
+            };
+            rows.push(row(
+                &format!("CPU per message: {other}"),
+                bare,
+                format!("{:.1} µs", per(secs)),
+                "",
+            ));
+        }
+        let peaks: Vec<String> = self
+            .services
+            .iter()
+            .map(|s| format!("{s} {:.0}", cost.peak_mib.get(s).copied().unwrap_or(0.0)))
+            .collect();
+        rows.push(row("peak RSS (MiB)", "—", peaks.join(", "), ""));
+        rows
+    }
+
+    async fn bare_measured(&self, prompt: &str) -> Result<(bare::BareRun, f64)> {
+        let dockerd = vec![Watched {
+            name: "dockerd".into(),
+            pids: procs::pids_named("dockerd"),
+        }];
+        let before = procs::snapshot(&dockerd);
+        let run = bare::run(IMAGE, prompt).await?;
+        let used = procs::snapshot(&dockerd).since(&before);
+        Ok((run, used.get("dockerd").copied().unwrap_or(0.0)))
+    }
+
+    async fn full(&self, args: &StreamArgs) -> Result<Section> {
+        let n = args.messages;
+        let prompt = format!("scenario: flood {n} {}", args.size);
+        let (mut bare, bare_dockerd) = self.bare_measured(&prompt).await?;
+        let (watch, cost) = self
+            .measured(kandev::run_task(
+                &self.api,
+                &self.board,
+                &prompt,
+                Duration::from_secs(600),
+            ))
+            .await;
+        let (_, mut watch) = watch?;
+        let exact = watch.exact(n);
+        let mut rows = vec![
+            row(
+                "messages/s",
+                format!("{:.0}", bare.stats.rate()),
+                format!("{:.0}", watch.stats.rate()),
+                pct(watch.stats.rate(), bare.stats.rate()),
+            ),
+            row(
+                "p50 latency (send → receipt)",
+                ms(bare.stats.percentile(50.0)),
+                ms(watch.stats.percentile(50.0)),
+                "",
+            ),
+            row(
+                "p99 latency",
+                ms(bare.stats.percentile(99.0)),
+                ms(watch.stats.percentile(99.0)),
+                "",
+            ),
+            row(
+                "feed exact (every seq once, in order)",
+                "—",
+                format!("{exact} ({} of {n} chunks)", watch.stats.count()),
+                "",
+            ),
+        ];
+        rows.extend(self.cost_rows(&cost, n, Some(bare_dockerd)));
+        Ok(Section {
+            title: format!(
+                "One agent, as fast as it can ({n} chunks of {} bytes)",
+                args.size
+            ),
+            rows,
+            notes: error_notes(&[&watch]),
+        })
+    }
+
+    async fn paced(&self, args: &StreamArgs) -> Result<Section> {
+        let n = args.paced_rate * args.paced_secs;
+        let prompt = format!("scenario: flood {n} {} {}", args.size, args.paced_rate);
+        let (mut bare, _) = self.bare_measured(&prompt).await?;
+        let (watch, cost) = self
+            .measured(kandev::run_task(
+                &self.api,
+                &self.board,
+                &prompt,
+                Duration::from_secs(600),
+            ))
+            .await;
+        let (_, mut watch) = watch?;
+        let mut rows = vec![row(
+            "messages/s (paced)",
+            format!("{:.0}", bare.stats.rate()),
+            format!("{:.0}", watch.stats.rate()),
+            pct(watch.stats.rate(), bare.stats.rate()),
+        )];
+        for p in [50.0, 90.0, 99.0, 99.9] {
+            rows.push(row(
+                &format!("p{p} latency"),
+                ms(bare.stats.percentile(p)),
+                ms(watch.stats.percentile(p)),
+                "",
+            ));
+        }
+        rows.push(row(
+            "max latency",
+            ms(bare.stats.percentile(100.0)),
+            ms(watch.stats.percentile(100.0)),
+            "",
+        ));
+        rows.push(row(
+            "feed exact",
+            "—",
+            format!("{} ({} of {n})", watch.exact(n), watch.stats.count()),
+            "",
+        ));
+        rows.extend(self.cost_rows(&cost, n, None));
+        Ok(Section {
+            title: format!(
+                "One agent at {} chunks/s for {} s",
+                args.paced_rate, args.paced_secs
+            ),
+            rows,
+            notes: error_notes(&[&watch]),
+        })
+    }
+
+    async fn many(&self, args: &StreamArgs) -> Result<Section> {
+        let (agents, n) = (args.agents, args.agent_messages);
+        let prompt = format!("scenario: flood {n} {}", args.size);
+        let bare_runs = join_all((0..agents).map(|_| bare::run(IMAGE, &prompt))).await;
+        let mut bare = Stats::default();
+        for r in bare_runs {
+            bare.merge(r?.stats);
+        }
+        let run_all = async {
+            join_all((0..agents).map(|_| {
+                kandev::run_task(&self.api, &self.board, &prompt, Duration::from_secs(900))
+            }))
+            .await
+        };
+        let (watches, cost) = self.measured(run_all).await;
+        let watches: Vec<kandev::Watch> = watches
+            .into_iter()
+            .map(|w| w.map(|(_, w)| w))
+            .collect::<Result<_>>()?;
+        let exact = watches.iter().filter(|w| w.exact(n)).count();
+        let mut all = Stats::default();
+        for w in &watches {
+            all.merge(w.stats.clone());
+        }
+        let mut rows = vec![
+            row(
+                "aggregate messages/s",
+                format!("{:.0}", bare.rate()),
+                format!("{:.0}", all.rate()),
+                pct(all.rate(), bare.rate()),
+            ),
+            row(
+                "p50 latency",
+                ms(bare.percentile(50.0)),
+                ms(all.percentile(50.0)),
+                "",
+            ),
+            row(
+                "p99 latency",
+                ms(bare.percentile(99.0)),
+                ms(all.percentile(99.0)),
+                "",
+            ),
+            row("feeds exact", "—", format!("{exact} of {agents}"), ""),
+        ];
+        rows.extend(self.cost_rows(&cost, n * agents as u64, None));
+        Ok(Section {
+            title: format!("{agents} agents at once, {n} chunks each at full speed"),
+            rows,
+            notes: error_notes(&watches.iter().collect::<Vec<_>>()),
+        })
+    }
+
+    async fn fanout(&self, args: &StreamArgs) -> Result<Section> {
+        let subs = args.subscribers;
+        let n = args.fanout_rate * args.fanout_secs;
+        // A first turn makes the task and its session; the subscribers
+        // join after it, and the flood is its follow-up.
+        let (task, first) = kandev::run_task(
+            &self.api,
+            &self.board,
+            "scenario: echo ready",
+            Duration::from_secs(120),
+        )
+        .await?;
+        self.api
+            .wait_state(&task, &["COMPLETED", "REVIEW"], 60)
+            .await;
+        let after = first.last_seq;
+        let token = self.api.token.clone().context("token")?;
+        let mut sockets = Vec::with_capacity(subs);
+        for _ in 0..subs {
+            sockets.push(kandev::connect(self.api.addr, &token, &task, after).await?);
+        }
+        let gateway_pid = self.stack.pid(Svc::Gateway).context("gateway pid")?;
+        let orchestrator_pid = self
+            .stack
+            .pid(Svc::Orchestrator)
+            .context("orchestrator pid")?;
+        let rss_idle = procs::rss_kb(gateway_pid);
+        let deadline = Instant::now() + Duration::from_secs(args.fanout_secs * 3 + 120);
+        let readers: Vec<_> = sockets
+            .into_iter()
+            .map(|ws| tokio::spawn(kandev::watch(ws, after, 1, deadline)))
+            .collect();
+        let prompt = format!("scenario: flood {n} {} {}", args.size, args.fanout_rate);
+        let go = async {
+            let r = self
+                .api
+                .post(
+                    &format!("/api/v1/orchestrator/tasks/{task}/start"),
+                    serde_json::json!({ "prompt": prompt }),
+                )
+                .await;
+            if r.status != 200 {
+                bail!("follow-up prompt: {} {}", r.status, r.body);
+            }
+            let mut peak_rss = 0u64;
+            let mut peak_fds = 0usize;
+            let sample = async {
+                loop {
+                    peak_rss = peak_rss.max(procs::rss_kb(gateway_pid));
+                    peak_fds = peak_fds.max(procs::fds(gateway_pid));
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            };
+            let done = join_all(readers);
+            let watches = tokio::select! {
+                w = done => w,
+                () = sample => unreachable!("sampling never ends"),
+            };
+            let watches: Vec<kandev::Watch> =
+                watches.into_iter().map(|w| w.unwrap_or_default()).collect();
+            Ok((watches, peak_rss, peak_fds))
+        };
+        let (result, cost) = self.measured(go).await;
+        let (watches, peak_rss, peak_fds) = result?;
+        let exact = watches.iter().filter(|w| w.exact(n)).count();
+        let mut all = Stats::default();
+        for w in &watches {
+            all.merge(w.stats.clone());
+        }
+        let frames: u64 = watches.iter().map(|w| w.frames).sum();
+        let mut rows = vec![
+            row(
+                "subscribers with every seq exactly once",
+                "—",
+                format!("{exact} of {subs}"),
+                "",
+            ),
+            row("frames delivered", "—", format!("{frames}"), ""),
+            row("p50 latency", "—", ms(all.percentile(50.0)), ""),
+            row("p99 latency", "—", ms(all.percentile(99.0)), ""),
+            row("max latency", "—", ms(all.percentile(100.0)), ""),
+            row(
+                "gateway RSS idle → peak (MiB)",
+                "—",
+                format!(
+                    "{:.0} → {:.0}",
+                    rss_idle as f64 / 1024.0,
+                    peak_rss as f64 / 1024.0
+                ),
+                "",
+            ),
+            row("gateway fds at peak", "—", format!("{peak_fds}"), ""),
+            row(
+                "orchestrator RSS after (MiB)",
+                "—",
+                format!("{:.0}", procs::rss_kb(orchestrator_pid) as f64 / 1024.0),
+                "",
+            ),
+        ];
+        rows.extend(self.cost_rows(&cost, frames, None));
+        Ok(Section {
+            title: format!(
+                "{subs} subscribers on one task at {} chunks/s for {} s",
+                args.fanout_rate, args.fanout_secs
+            ),
+            rows,
+            notes: error_notes(&watches.iter().collect::<Vec<_>>()),
+        })
+    }
+
+    async fn startup(&self, args: &StreamArgs) -> Result<Section> {
+        let mut bare = Vec::new();
+        let mut kandev = Vec::new();
+        for _ in 0..args.startups {
+            bare.push(bare::run(IMAGE, "scenario: echo hi").await?.first_line);
+            let t0 = Instant::now();
+            let task = kandev::create_task(&self.api, &self.board, "scenario: echo hi").await?;
+            let token = self.api.token.clone().context("token")?;
+            let ws = kandev::connect(self.api.addr, &token, &task, 0).await?;
+            let w = kandev::watch(ws, 0, 1, Instant::now() + Duration::from_secs(60)).await;
+            let first = w.first_frame.context("no frame came")?;
+            kandev.push(first.duration_since(t0));
+        }
+        let med = |v: &mut Vec<Duration>| {
+            v.sort();
+            v[v.len() / 2]
+        };
+        let range = |v: &[Duration]| format!("{}–{}", ms(v[0]), ms(v[v.len() - 1]));
+        let (bm, km) = (med(&mut bare), med(&mut kandev));
+        Ok(Section {
+            title: format!(
+                "Start: `docker run` → first agent line, create task → first frame ({} runs)",
+                args.startups
+            ),
+            rows: vec![
+                row(
+                    "median",
+                    ms(bm),
+                    ms(km),
+                    format!("{:+.0} ms", (km.as_secs_f64() - bm.as_secs_f64()) * 1000.0),
+                ),
+                row("range", range(&bare), range(&kandev), ""),
+            ],
+            notes: vec![],
+        })
+    }
+}
+
+fn error_notes(watches: &[&kandev::Watch]) -> Vec<String> {
+    let mut errors: Vec<String> = watches.iter().filter_map(|w| w.error.clone()).collect();
+    errors.sort();
+    errors.dedup();
+    errors
+        .into_iter()
+        .take(5)
+        .map(|e| format!("Reader error: {e}"))
+        .collect()
+}
+
+fn git(args: &[&str]) -> String {
+    std::process::Command::new("git")
+        .args(args)
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+async fn stream(args: StreamArgs) -> Result<()> {
+    let bench = Bench::start().await?;
+    let mut out = format!(
+        "## Stream benchmark, {} (commit {}{})\n\n",
+        git(&["log", "-1", "--format=%cd", "--date=short"]),
+        git(&["rev-parse", "--short", "HEAD"]),
+        if git(&["status", "--porcelain", "--untracked-files=no"]).is_empty() {
+            ""
+        } else {
+            ", with local changes"
+        },
+    );
+    let _ = writeln!(
+        out,
+        "Machine: {} cores, {}. Chunks carry {} bytes of text; an agent line is about {} bytes.\n",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| m.lines().next().map(|l| l
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or("0")
+                .parse::<u64>()
+                .unwrap_or(0)))
+            .map_or("? GiB".into(), |kb| format!(
+                "{:.0} GiB",
+                kb as f64 / 1024.0 / 1024.0
+            )),
+        args.size,
+        args.size + 230,
+    );
+    for load in &args.loads {
+        bare::cleanup().await;
+        eprintln!("running {load:?}…");
+        let section = match load {
+            Load::Full => bench.full(&args).await,
+            Load::Paced => bench.paced(&args).await,
+            Load::Many => bench.many(&args).await,
+            Load::Fanout => bench.fanout(&args).await,
+            Load::Startup => bench.startup(&args).await,
+        };
+        let section = match section {
+            Ok(s) => s,
+            Err(e) => Section {
+                title: format!("{load:?}"),
+                rows: vec![],
+                notes: vec![format!("The load failed: {e:#}")],
+            },
+        };
+        let text = section.markdown();
+        println!("{text}");
+        out.push_str(&text);
+        out.push('\n');
+    }
+    bare::cleanup().await;
+    if let Some(path) = &args.report {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        f.write_all(out.as_bytes())?;
+    }
+    bench.stack.stop().await;
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match cli.cmd {
+        Cmd::Stream(args) => rt.block_on(stream(args)),
+    }
+}

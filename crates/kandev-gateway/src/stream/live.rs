@@ -1,0 +1,269 @@
+//! The live feed of the tasks this gateway's clients watch: one NATS
+//! subscription to `feed.<task_id>` per task, whatever the number of
+//! clients, fanned out to each client's bounded queue.
+//!
+//! Live frames are numbered by the orchestrator and may be missed (core
+//! NATS does not store them; a reconnect drops some): clients detect a gap
+//! by `seq` and read it from the orchestrator's stored feed.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+};
+
+use axum::extract::ws::Utf8Bytes;
+use bytes::Bytes;
+use futures::StreamExt;
+use kandev_common::CancellationToken;
+use kandev_events::subjects;
+use tokio::sync::{mpsc, watch};
+use tokio_util::task::AbortOnDropHandle;
+use uuid::Uuid;
+
+/// Consecutive feed frames of one task, from `first_seq`.
+#[derive(Debug)]
+pub struct LiveBatch {
+    pub first_seq: i64,
+    pub frames: Vec<Utf8Bytes>,
+}
+
+impl LiveBatch {
+    /// Reads a `feed.<task_id>` message: its seq headers and its frames,
+    /// one per line. `None` when it is malformed.
+    pub fn parse(headers: Option<&async_nats::HeaderMap>, payload: &Bytes) -> Option<LiveBatch> {
+        let header = |name: &str| -> Option<i64> { headers?.get(name)?.as_str().parse().ok() };
+        let first_seq = header(subjects::LIVE_FIRST_SEQ)?;
+        let last_seq = header(subjects::LIVE_LAST_SEQ)?;
+        let mut frames = Vec::with_capacity(usize::try_from(last_seq - first_seq + 1).ok()?);
+        let mut start = 0;
+        for end in memchr::memchr_iter(b'\n', payload).chain(std::iter::once(payload.len())) {
+            frames.push(Utf8Bytes::try_from(payload.slice(start..end)).ok()?);
+            start = end + 1;
+        }
+        (frames.len() as i64 == last_seq - first_seq + 1).then_some(LiveBatch { first_seq, frames })
+    }
+}
+
+struct Sub {
+    id: u64,
+    tx: mpsc::UnboundedSender<Arc<LiveBatch>>,
+    /// Frames queued and not read yet.
+    queued: Arc<AtomicUsize>,
+    lagged: CancellationToken,
+}
+
+/// One task's subscription and its clients.
+struct TaskFeed {
+    subs: Mutex<Vec<Sub>>,
+    ready: watch::Receiver<bool>,
+    _reader: AbortOnDropHandle<()>,
+}
+
+/// The live feeds of this gateway; cheap to share behind an `Arc`.
+pub struct LiveFeeds {
+    nats: async_nats::Client,
+    tasks: Mutex<HashMap<Uuid, Arc<TaskFeed>>>,
+    next_id: AtomicU64,
+    /// Frames a client may have queued before it counts as lagging.
+    buffer: usize,
+    /// Bumped each time the NATS connection comes back: what was published
+    /// meanwhile is missed, so clients read their feed again.
+    reconnects: watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for LiveFeeds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveFeeds")
+            .field("buffer", &self.buffer)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A client's view of one task's live feed.
+pub struct LiveSub {
+    rx: mpsc::UnboundedReceiver<Arc<LiveBatch>>,
+    queued: Arc<AtomicUsize>,
+    /// Fired when the client's queue overflowed; it gets no more batches.
+    pub lagged: CancellationToken,
+    /// Changes when the gateway's NATS connection came back.
+    pub reconnects: watch::Receiver<u64>,
+    feeds: Arc<LiveFeeds>,
+    task_id: Uuid,
+    id: u64,
+}
+
+impl LiveSub {
+    /// The next batch; `None` when the feed ended (the gateway stops).
+    pub async fn recv(&mut self) -> Option<Arc<LiveBatch>> {
+        let batch = self.rx.recv().await?;
+        self.queued.fetch_sub(batch.frames.len(), Ordering::Relaxed);
+        Some(batch)
+    }
+}
+
+impl Drop for LiveSub {
+    fn drop(&mut self) {
+        self.feeds.unsubscribe(self.task_id, self.id);
+    }
+}
+
+impl LiveFeeds {
+    /// Feeds over `nats`; `reconnects` is bumped by the connection's
+    /// event callback (see [`LiveFeeds::reconnected`]).
+    pub fn new(nats: async_nats::Client, buffer: usize) -> Arc<LiveFeeds> {
+        Arc::new(LiveFeeds {
+            nats,
+            tasks: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            buffer: buffer.max(1),
+            reconnects: watch::channel(0).0,
+        })
+    }
+
+    /// Frames a client may have queued before it counts as lagging.
+    pub fn buffer(&self) -> usize {
+        self.buffer
+    }
+
+    /// Tells every client that live frames may have been missed.
+    pub fn reconnected(&self) {
+        self.reconnects.send_modify(|n| *n += 1);
+    }
+
+    /// Subscribes a client to the task's live feed and waits (briefly) until
+    /// the NATS subscription is in place.
+    pub async fn subscribe(self: &Arc<Self>, task_id: Uuid) -> LiveSub {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let lagged = CancellationToken::new();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let feed = {
+            let mut tasks = lock(&self.tasks);
+            let feed = tasks
+                .entry(task_id)
+                .or_insert_with(|| self.start(task_id))
+                .clone();
+            lock(&feed.subs).push(Sub {
+                id,
+                tx,
+                queued: queued.clone(),
+                lagged: lagged.clone(),
+            });
+            feed
+        };
+        let mut ready = feed.ready.clone();
+        let _ =
+            tokio::time::timeout(std::time::Duration::from_secs(5), ready.wait_for(|r| *r)).await;
+        LiveSub {
+            rx,
+            queued,
+            lagged,
+            reconnects: self.reconnects.subscribe(),
+            feeds: self.clone(),
+            task_id,
+            id,
+        }
+    }
+
+    fn start(self: &Arc<Self>, task_id: Uuid) -> Arc<TaskFeed> {
+        let (ready_tx, ready) = watch::channel(false);
+        let nats = self.nats.clone();
+        let feeds = Arc::downgrade(self);
+        let buffer = self.buffer;
+        let reader = tokio::spawn(async move {
+            let subject = subjects::feed_live(&task_id);
+            let mut sub = match nats.subscribe(subject).await {
+                Ok(sub) => sub,
+                Err(err) => {
+                    tracing::warn!(%task_id, %err, "cannot subscribe to the live feed");
+                    let _ = ready_tx.send(true);
+                    return;
+                }
+            };
+            // The subscription is in place once the server saw it.
+            let _ = nats.flush().await;
+            let _ = ready_tx.send(true);
+            while let Some(msg) = sub.next().await {
+                let Some(batch) = LiveBatch::parse(msg.headers.as_ref(), &msg.payload) else {
+                    tracing::warn!(%task_id, "skipping a malformed live feed message");
+                    continue;
+                };
+                let Some(feeds) = feeds.upgrade() else { return };
+                let Some(feed) = lock(&feeds.tasks).get(&task_id).cloned() else {
+                    return;
+                };
+                fan_out(&feed, Arc::new(batch), buffer);
+            }
+        });
+        Arc::new(TaskFeed {
+            subs: Mutex::new(Vec::new()),
+            ready,
+            _reader: AbortOnDropHandle::new(reader),
+        })
+    }
+
+    fn unsubscribe(&self, task_id: Uuid, id: u64) {
+        let mut tasks = lock(&self.tasks);
+        if let Some(feed) = tasks.get(&task_id) {
+            let empty = {
+                let mut subs = lock(&feed.subs);
+                subs.retain(|s| s.id != id);
+                subs.is_empty()
+            };
+            if empty {
+                // Dropping the feed ends its reader and the subscription.
+                tasks.remove(&task_id);
+            }
+        }
+    }
+
+    /// Tasks with a live subscription now.
+    pub fn tasks(&self) -> usize {
+        lock(&self.tasks).len()
+    }
+}
+
+/// Queues a batch for every client without waiting: a client whose queue
+/// would pass `buffer` frames is marked lagging and dropped.
+fn fan_out(feed: &TaskFeed, batch: Arc<LiveBatch>, buffer: usize) {
+    let n = batch.frames.len();
+    lock(&feed.subs).retain(|sub| {
+        if sub.queued.load(Ordering::Relaxed) + n > buffer {
+            sub.lagged.cancel();
+            return false;
+        }
+        sub.queued.fetch_add(n, Ordering::Relaxed);
+        sub.tx.send(batch.clone()).is_ok()
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(first: i64, last: i64) -> async_nats::HeaderMap {
+        let mut h = async_nats::HeaderMap::new();
+        h.insert(subjects::LIVE_FIRST_SEQ, first.to_string().as_str());
+        h.insert(subjects::LIVE_LAST_SEQ, last.to_string().as_str());
+        h
+    }
+
+    #[test]
+    fn a_live_message_splits_into_its_frames() {
+        let payload = Bytes::from_static(b"{\"seq\":4}\n{\"seq\":5}\n{\"seq\":6}");
+        let batch = LiveBatch::parse(Some(&headers(4, 6)), &payload).unwrap();
+        assert_eq!(batch.first_seq, 4);
+        let texts: Vec<&str> = batch.frames.iter().map(|f| f.as_str()).collect();
+        assert_eq!(texts, vec![r#"{"seq":4}"#, r#"{"seq":5}"#, r#"{"seq":6}"#]);
+        // Counts that disagree, or no headers, are refused.
+        assert!(LiveBatch::parse(Some(&headers(4, 7)), &payload).is_none());
+        assert!(LiveBatch::parse(None, &payload).is_none());
+    }
+}

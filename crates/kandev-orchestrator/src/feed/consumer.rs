@@ -1,0 +1,366 @@
+//! The feed consumer: numbers `acp.message.*` per task, broadcasts, then
+//! stores in batches, acknowledging only what is committed.
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use async_nats::jetstream::{
+    self, AckKind,
+    consumer::{AckPolicy, DeliverPolicy, pull},
+};
+use futures::StreamExt;
+use kandev_common::CancellationToken;
+use kandev_events::{Envelope, JetStreamBus, agent::AcpBatchRef, subjects};
+use sqlx::PgPool;
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use super::{FeedHub, Frame, store};
+
+/// Why the feed consumer could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum FeedError {
+    #[error("jetstream: {0}")]
+    JetStream(String),
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+fn js_err(e: impl std::fmt::Display) -> FeedError {
+    FeedError::JetStream(e.to_string())
+}
+
+/// The most bus messages (each a batch of events) and bytes one pull asks
+/// for: what the consumer holds in memory before it is numbered.
+const PULL_MESSAGES: usize = 64;
+const PULL_BYTES: usize = 4 * 1024 * 1024;
+
+/// The stream that holds `acp.message.>`.
+pub const ACP_STREAM: &str = "KANDEV_ACP";
+
+/// Creates the durable consumer, positioned at its ack floor: a consumer
+/// that existed is re-created to start at the first unacknowledged message,
+/// so redeliveries come first and in stream order.
+pub async fn acp_consumer(
+    bus: &JetStreamBus,
+    durable: &str,
+    filter: &str,
+) -> Result<jetstream::consumer::PullConsumer, FeedError> {
+    bus.ensure_streams().await.map_err(js_err)?;
+    let stream = bus
+        .jetstream()
+        .get_stream(ACP_STREAM)
+        .await
+        .map_err(js_err)?;
+    let deliver_policy = match stream.consumer_info(durable).await {
+        Ok(info) => {
+            let start = info.ack_floor.stream_sequence + 1;
+            stream.delete_consumer(durable).await.map_err(js_err)?;
+            DeliverPolicy::ByStartSequence {
+                start_sequence: start,
+            }
+        }
+        Err(_) => DeliverPolicy::All,
+    };
+    stream
+        .create_consumer(pull::Config {
+            durable_name: Some(durable.to_string()),
+            filter_subject: filter.to_string(),
+            ack_policy: AckPolicy::All,
+            ack_wait: Duration::from_secs(600),
+            max_ack_pending: 100_000,
+            deliver_policy,
+            ..Default::default()
+        })
+        .await
+        .map_err(js_err)
+}
+
+struct Batch {
+    frames: Vec<Arc<Frame>>,
+    last: jetstream::Message,
+}
+
+/// Numbers, broadcasts and stores `acp.message.*`.
+pub struct FeedConsumer {
+    pub pool: PgPool,
+    pub hub: Arc<FeedHub>,
+    pub bus: JetStreamBus,
+    pub durable: String,
+    pub filter: String,
+    pub flush_every: Duration,
+    pub flush_max: usize,
+}
+
+#[derive(Default)]
+struct Counters {
+    /// Next seq per task.
+    next_seq: HashMap<Uuid, i64>,
+    /// Highest instance_seq numbered per instance.
+    instance_last: HashMap<Uuid, i64>,
+}
+
+impl Counters {
+    async fn next_seq(&mut self, pool: &PgPool, task_id: Uuid) -> Result<i64, sqlx::Error> {
+        if let Some(next) = self.next_seq.get(&task_id) {
+            return Ok(*next);
+        }
+        let next = store::last_seq(pool, task_id).await? + 1;
+        self.next_seq.insert(task_id, next);
+        Ok(next)
+    }
+
+    async fn instance_last(&mut self, pool: &PgPool, instance: Uuid) -> Result<i64, sqlx::Error> {
+        if let Some(last) = self.instance_last.get(&instance) {
+            return Ok(*last);
+        }
+        let last = store::instance_last_seq(pool, instance).await?;
+        self.instance_last.insert(instance, last);
+        Ok(last)
+    }
+}
+
+impl FeedConsumer {
+    /// Runs until `stop` fires; the last batch is flushed before returning.
+    pub async fn run(self, stop: CancellationToken) {
+        // A few batches in flight: when Postgres lags, pulling waits.
+        let (batch_tx, batch_rx) = mpsc::channel::<Batch>(8);
+        let writer = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(write_batches(
+            self.pool.clone(),
+            self.hub.clone(),
+            batch_rx,
+            stop.clone(),
+        )));
+        let mut counters = Counters::default();
+        let mut frames: Vec<Arc<Frame>> = Vec::new();
+        let mut last: Option<jetstream::Message> = None;
+        let mut deadline = tokio::time::Instant::now() + self.flush_every;
+        let mut consumer: Option<jetstream::consumer::PullConsumer> = None;
+        let mut failures = 0u32;
+
+        'outer: while !stop.is_cancelled() {
+            // (Re-)created at the ack floor: at start, and when pulling keeps
+            // failing (say NATS lost the consumer). Messages numbered but not
+            // yet acknowledged come again and are skipped as duplicates.
+            if consumer.is_none() || failures >= 3 {
+                match acp_consumer(&self.bus, &self.durable, &self.filter).await {
+                    Ok(c) => {
+                        consumer = Some(c);
+                        failures = 0;
+                    }
+                    Err(err) => {
+                        tracing::warn!(%err, "acp consumer not ready, retrying");
+                        tokio::select! {
+                            () = stop.cancelled() => break,
+                            () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                        }
+                    }
+                }
+            }
+            let Some(current) = consumer.as_ref() else {
+                continue;
+            };
+            let mut messages = match current
+                .stream()
+                // Messages are batches of events: bound the pull by bytes.
+                .max_messages_per_batch(PULL_MESSAGES)
+                .max_bytes_per_batch(PULL_BYTES)
+                .heartbeat(Duration::from_secs(5))
+                .expires(Duration::from_secs(30))
+                .messages()
+                .await
+            {
+                Ok(m) => {
+                    failures = 0;
+                    m
+                }
+                Err(err) => {
+                    failures += 1;
+                    tracing::warn!(%err, failures, "acp consumer: cannot pull, retrying");
+                    tokio::select! {
+                        () = stop.cancelled() => break,
+                        () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    }
+                }
+            };
+            loop {
+                let flush_due = last.is_some();
+                tokio::select! {
+                    biased;
+                    () = stop.cancelled() => break 'outer,
+                    () = tokio::time::sleep_until(deadline), if flush_due => {
+                        send_batch(&batch_tx, &mut frames, &mut last).await;
+                    }
+                    next = messages.next() => match next {
+                        Some(Ok(msg)) => {
+                            if last.is_none() {
+                                deadline = tokio::time::Instant::now() + self.flush_every;
+                            }
+                            let numbered = self.number(&mut counters, &msg).await;
+                            if let Some(first) = numbered.first() {
+                                self.hub.publish(first.task_id, &numbered);
+                                self.publish_live(first.task_id, &numbered).await;
+                            }
+                            frames.extend(numbered);
+                            last = Some(msg);
+                            if frames.len() >= self.flush_max {
+                                send_batch(&batch_tx, &mut frames, &mut last).await;
+                            }
+                            // Let the clients' writers run between bursts.
+                            tokio::task::yield_now().await;
+                        }
+                        Some(Err(err)) => {
+                            tracing::warn!(%err, "acp consumer: stream error");
+                        }
+                        None => {
+                            tracing::warn!("acp consumer: stream ended, re-pulling");
+                            continue 'outer;
+                        }
+                    }
+                }
+            }
+        }
+        send_batch(&batch_tx, &mut frames, &mut last).await;
+        drop(batch_tx);
+        let _ = writer.await;
+    }
+
+    /// Sends numbered frames to `feed.<task_id>` (core NATS, not stored):
+    /// the live feed every gateway fans out to its clients. Frames are
+    /// joined by newlines (JSON text holds none); headers give the seqs.
+    /// Lost live frames are no loss: readers fill gaps from `ReadFeed`.
+    async fn publish_live(&self, task_id: Uuid, frames: &[Arc<Frame>]) {
+        let (Some(first), Some(last)) = (frames.first(), frames.last()) else {
+            return;
+        };
+        let size = frames.iter().map(|f| f.text.len() + 1).sum();
+        let mut payload = Vec::with_capacity(size);
+        for (i, f) in frames.iter().enumerate() {
+            if i > 0 {
+                payload.push(b'\n');
+            }
+            payload.extend_from_slice(f.text.as_bytes());
+        }
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(subjects::LIVE_FIRST_SEQ, first.seq.to_string().as_str());
+        headers.insert(subjects::LIVE_LAST_SEQ, last.seq.to_string().as_str());
+        if let Err(err) = self
+            .bus
+            .client()
+            .publish_with_headers(subjects::feed_live(&task_id), headers, payload.into())
+            .await
+        {
+            tracing::debug!(%err, "live feed not published");
+        }
+    }
+
+    /// Numbers the events of one batch that were not numbered before; none
+    /// when the message is malformed or only repeats numbered events.
+    async fn number(&self, counters: &mut Counters, msg: &jetstream::Message) -> Vec<Arc<Frame>> {
+        let envelope: Envelope<AcpBatchRef<'_>> = match serde_json::from_slice(&msg.payload) {
+            Ok(e) => e,
+            Err(err) => {
+                tracing::warn!(%err, subject = %msg.subject, "skipping a malformed acp batch");
+                return Vec::new();
+            }
+        };
+        let b = envelope.data;
+        // The database is the truth; retry until it answers.
+        let (mut last, mut seq) = loop {
+            let result = async {
+                let last = counters.instance_last(&self.pool, b.instance_id).await?;
+                let next = counters.next_seq(&self.pool, b.task_id).await?;
+                Ok::<_, sqlx::Error>((last, next))
+            }
+            .await;
+            match result {
+                Ok(found) => break found,
+                Err(err) => {
+                    tracing::warn!(%err, "acp consumer: database unavailable, retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        };
+        let mut frames = Vec::with_capacity(b.events.len());
+        for (i, event) in b.events.iter().enumerate() {
+            let instance_seq = i64::try_from(b.first_seq + i as u64).unwrap_or(i64::MAX);
+            if instance_seq <= last {
+                continue;
+            }
+            frames.push(Arc::new(Frame::new(
+                b.task_id,
+                seq,
+                b.instance_id,
+                instance_seq,
+                event.get(),
+            )));
+            seq += 1;
+            last = instance_seq;
+        }
+        counters.instance_last.insert(b.instance_id, last);
+        counters.next_seq.insert(b.task_id, seq);
+        frames
+    }
+}
+
+async fn send_batch(
+    tx: &mpsc::Sender<Batch>,
+    frames: &mut Vec<Arc<Frame>>,
+    last: &mut Option<jetstream::Message>,
+) {
+    if let Some(last) = last.take() {
+        let batch = Batch {
+            frames: std::mem::take(frames),
+            last,
+        };
+        let _ = tx.send(batch).await;
+    }
+}
+
+/// Commits batches in order, then acknowledges them and trims the tail.
+async fn write_batches(
+    pool: PgPool,
+    hub: Arc<FeedHub>,
+    mut rx: mpsc::Receiver<Batch>,
+    stop: CancellationToken,
+) {
+    let mut queued = Vec::new();
+    // Whatever queued while the last commit ran goes in one commit (group
+    // commit): a slow disk costs bigger writes, not a stalled feed.
+    while rx.recv_many(&mut queued, 64).await > 0 {
+        let frames: Vec<Arc<Frame>> = queued
+            .iter()
+            .flat_map(|b| b.frames.iter().cloned())
+            .collect();
+        let Some(last) = queued.pop().map(|b| b.last) else {
+            continue;
+        };
+        queued.clear();
+        let mut attempt = 0u32;
+        loop {
+            match store::append(&pool, &frames).await {
+                Ok(()) => break,
+                Err(err) => {
+                    attempt += 1;
+                    tracing::warn!(%err, attempt, "feed write failed, retrying");
+                    if stop.is_cancelled() && attempt > 3 {
+                        // Not acknowledged: the messages come again after a restart.
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+        // Acknowledges every message up to the last (AckPolicy::All).
+        if let Err(err) = last.double_ack_with(AckKind::Ack).await {
+            // Redelivered later and skipped as duplicates.
+            tracing::warn!(%err, "feed ack failed");
+        }
+        let mut last_per_task: HashMap<Uuid, i64> = HashMap::new();
+        for f in &frames {
+            last_per_task.insert(f.task_id, f.seq);
+        }
+        for (task_id, seq) in last_per_task {
+            hub.flushed(task_id, seq);
+        }
+    }
+}

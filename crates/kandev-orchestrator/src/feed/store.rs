@@ -1,0 +1,250 @@
+//! How the feed is kept in Postgres: in chunks, each a run of consecutive
+//! events of one task from one agent instance (`first_seq..=last_seq`,
+//! numbered from `first_instance_seq` within the instance), their JSON
+//! texts in one array.
+//!
+//! A row per event would cost a heap tuple and two index entries per
+//! message; a chunk costs them once per write batch, and Postgres stores
+//! the array compressed. Chunks of a task never overlap: the consumer
+//! numbers each event once, and a chunk written twice (a commit whose
+//! answer was lost) has the same `(task_id, first_seq)` and is dropped.
+
+use std::sync::Arc;
+
+use serde_json::value::RawValue;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::Frame;
+
+/// The most events and bytes of one chunk.
+const CHUNK_EVENTS: usize = 2048;
+const CHUNK_BYTES: usize = 512 * 1024;
+
+/// Stored frames of a task with `seq > after`, in order, at most `limit`.
+pub async fn history(
+    pool: &PgPool,
+    task_id: Uuid,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<Frame>, sqlx::Error> {
+    // Seqs of a task are contiguous and a chunk holds at most CHUNK_EVENTS:
+    // the chunks that hold `after+1..=after+limit` start in this range.
+    let rows: Vec<(i64, i64, Uuid, i64, String)> = sqlx::query_as(
+        "SELECT first_seq, last_seq, instance_id, first_instance_seq, events FROM feed_chunks
+         WHERE task_id = $1 AND first_seq > $2 - $4 AND first_seq <= $2 + $3 AND last_seq > $2
+         ORDER BY first_seq",
+    )
+    .bind(task_id)
+    .bind(after)
+    .bind(limit)
+    .bind(CHUNK_EVENTS as i64)
+    .fetch_all(pool)
+    .await?;
+    let mut frames = Vec::new();
+    for (first_seq, last_seq, instance_id, first_instance_seq, events) in rows {
+        let bad = |what: String| {
+            sqlx::Error::Decode(
+                format!("feed chunk of task {task_id} at seq {first_seq}: {what}").into(),
+            )
+        };
+        let events: Vec<&RawValue> =
+            serde_json::from_str(&events).map_err(|e| bad(e.to_string()))?;
+        if events.len() as i64 != last_seq - first_seq + 1 {
+            return Err(bad(format!(
+                "{} events for seqs up to {last_seq}",
+                events.len()
+            )));
+        }
+        for (i, event) in events.into_iter().enumerate() {
+            let seq = first_seq + i as i64;
+            if seq > after && seq <= after + limit {
+                frames.push(Frame::new(
+                    task_id,
+                    seq,
+                    instance_id,
+                    first_instance_seq + i as i64,
+                    event.get(),
+                ));
+            }
+        }
+    }
+    Ok(frames)
+}
+
+/// The highest stored seq of a task (0 when none).
+pub async fn last_seq(pool: &PgPool, task_id: Uuid) -> Result<i64, sqlx::Error> {
+    let last: Option<(i64,)> = sqlx::query_as(
+        "SELECT last_seq FROM feed_chunks WHERE task_id = $1 ORDER BY first_seq DESC LIMIT 1",
+    )
+    .bind(task_id)
+    .fetch_optional(pool)
+    .await?;
+    Ok(last.map_or(0, |(l,)| l))
+}
+
+/// The highest stored `instance_seq` of an agent instance (0 when none).
+pub async fn instance_last_seq(pool: &PgPool, instance_id: Uuid) -> Result<i64, sqlx::Error> {
+    let last: Option<(i64,)> = sqlx::query_as(
+        "SELECT first_instance_seq + (last_seq - first_seq) FROM feed_chunks
+         WHERE instance_id = $1 ORDER BY first_instance_seq DESC LIMIT 1",
+    )
+    .bind(instance_id)
+    .fetch_optional(pool)
+    .await?;
+    Ok(last.map_or(0, |(l,)| l))
+}
+
+/// One chunk to write.
+#[derive(Debug, Default)]
+struct Chunk {
+    task_id: Uuid,
+    first_seq: i64,
+    last_seq: i64,
+    instance_id: Uuid,
+    first_instance_seq: i64,
+    last_instance_seq: i64,
+    events: String,
+    count: usize,
+}
+
+impl Chunk {
+    fn start(frame: &Frame, capacity: usize) -> Chunk {
+        let mut events = String::with_capacity(capacity.min(CHUNK_BYTES) + 2);
+        events.push('[');
+        events.push_str(frame.event());
+        Chunk {
+            task_id: frame.task_id,
+            first_seq: frame.seq,
+            last_seq: frame.seq,
+            instance_id: frame.instance_id,
+            first_instance_seq: frame.instance_seq,
+            last_instance_seq: frame.instance_seq,
+            events,
+            count: 1,
+        }
+    }
+
+    /// Adds the frame when it continues this chunk.
+    fn extend(&mut self, frame: &Frame) -> bool {
+        let continues = frame.task_id == self.task_id
+            && frame.instance_id == self.instance_id
+            && frame.seq == self.last_seq + 1
+            && frame.instance_seq == self.last_instance_seq + 1
+            && self.count < CHUNK_EVENTS
+            && self.events.len() + frame.event().len() < CHUNK_BYTES;
+        if continues {
+            self.events.push(',');
+            self.events.push_str(frame.event());
+            self.last_seq = frame.seq;
+            self.last_instance_seq = frame.instance_seq;
+            self.count += 1;
+        }
+        continues
+    }
+}
+
+/// Groups frames (in any task order, each task's in seq order) into chunks.
+fn chunks(frames: &[Arc<Frame>]) -> Vec<Chunk> {
+    // Room for every event of the batch's task: no chunk grows by copying.
+    let room = |task: Uuid| -> usize {
+        frames
+            .iter()
+            .filter(|f| f.task_id == task)
+            .map(|f| f.event().len() + 1)
+            .sum()
+    };
+    let mut open: Vec<Chunk> = Vec::new();
+    let mut done: Vec<Chunk> = Vec::new();
+    for frame in frames {
+        match open.iter_mut().position(|c| c.task_id == frame.task_id) {
+            Some(i) if open[i].extend(frame) => {}
+            Some(i) => {
+                let next = Chunk::start(frame, room(frame.task_id));
+                done.push(std::mem::replace(&mut open[i], next));
+            }
+            None => open.push(Chunk::start(frame, room(frame.task_id))),
+        }
+    }
+    done.extend(open);
+    for c in &mut done {
+        c.events.push(']');
+    }
+    done
+}
+
+/// Appends frames, already numbered, in one statement.
+pub async fn append(pool: &PgPool, frames: &[Arc<Frame>]) -> Result<(), sqlx::Error> {
+    if frames.is_empty() {
+        return Ok(());
+    }
+    let chunks = chunks(frames);
+    let col = |f: fn(&Chunk) -> i64| chunks.iter().map(f).collect::<Vec<i64>>();
+    let task_ids: Vec<Uuid> = chunks.iter().map(|c| c.task_id).collect();
+    let instance_ids: Vec<Uuid> = chunks.iter().map(|c| c.instance_id).collect();
+    let events: Vec<&str> = chunks.iter().map(|c| c.events.as_str()).collect();
+    sqlx::query(
+        "INSERT INTO feed_chunks (task_id, first_seq, last_seq, instance_id, first_instance_seq, events)
+         SELECT * FROM UNNEST($1::uuid[], $2::int8[], $3::int8[], $4::uuid[], $5::int8[], $6::text[])
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(task_ids)
+    .bind(col(|c| c.first_seq))
+    .bind(col(|c| c.last_seq))
+    .bind(instance_ids)
+    .bind(col(|c| c.first_instance_seq))
+    .bind(events)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(task: u128, seq: i64, instance: u128, iseq: i64) -> Arc<Frame> {
+        Arc::new(Frame::new(
+            Uuid::from_u128(task),
+            seq,
+            Uuid::from_u128(instance),
+            iseq,
+            &format!(r#"{{"seq":{iseq}}}"#),
+        ))
+    }
+
+    #[test]
+    fn frames_group_into_runs_per_task_and_instance() {
+        let frames = vec![
+            frame(1, 1, 10, 1),
+            frame(2, 1, 20, 1),
+            frame(1, 2, 10, 2),
+            frame(2, 2, 20, 2),
+            // A new instance of task 1 continues the task's seqs.
+            frame(1, 3, 11, 1),
+            frame(1, 4, 11, 2),
+        ];
+        let c = chunks(&frames);
+        let summary: Vec<(u128, i64, i64, u128, i64, &str)> = c
+            .iter()
+            .map(|c| {
+                (
+                    c.task_id.as_u128(),
+                    c.first_seq,
+                    c.last_seq,
+                    c.instance_id.as_u128(),
+                    c.first_instance_seq,
+                    c.events.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                (1, 1, 2, 10, 1, r#"[{"seq":1},{"seq":2}]"#),
+                (1, 3, 4, 11, 1, r#"[{"seq":1},{"seq":2}]"#),
+                (2, 1, 2, 20, 1, r#"[{"seq":1},{"seq":2}]"#),
+            ]
+        );
+    }
+}
