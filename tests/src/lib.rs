@@ -24,6 +24,7 @@ use std::{
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use http_body_util::{BodyExt, Full};
+pub use kandev_testkit::eventually;
 use kandev_testkit::{OwnNats, TestDb, free_port, remove_containers};
 use serde_json::{Value, json};
 use tokio::{net::TcpStream, sync::Semaphore, time::Instant};
@@ -187,6 +188,11 @@ impl Stack {
                     set(
                         "KANDEV_CREDENTIALS_HOME",
                         dir.path().join("home").display().to_string(),
+                    );
+                    // `Stack::git_repo` makes the test's repositories here.
+                    set(
+                        "KANDEV_ALLOWED_REPOSITORY_ROOTS",
+                        format!("[{:?}]", dir.path().join("repos").display().to_string()),
                     );
                     set("KANDEV_INITIALIZE_TIMEOUT_SECS", "30".into());
                     set("KANDEV_SEQ_FLUSH_MS", "100".into());
@@ -861,20 +867,4 @@ pub async fn replay(api: &Api, task_id: &str) -> Vec<Value> {
     let frames = std::mem::take(&mut feed.frames);
     feed.close().await;
     frames
-}
-
-/// Polls `probe` every 100 ms until it returns `Some`, for `secs`.
-pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }

@@ -52,6 +52,18 @@ pub struct Settings {
     /// A request's `workspace_path` must lie under one of these (after
     /// canonicalizing); empty refuses every `workspace_path`.
     pub allowed_workspace_roots: Vec<String>,
+    /// Schemes a `repository_url` may use (`KANDEV_ALLOWED_REPOSITORY_SCHEMES`);
+    /// scp-like `user@host:path` counts as `ssh`.
+    pub allowed_repository_schemes: Vec<String>,
+    /// Local repositories (paths, `file://`) are cloned only from under one
+    /// of these (`KANDEV_ALLOWED_REPOSITORY_ROOTS`); empty refuses them all.
+    pub allowed_repository_roots: Vec<String>,
+    /// Allow repository hosts on loopback, private and link-local addresses
+    /// (`KANDEV_ALLOW_INTERNAL_REPOSITORY_HOSTS`), for a self-hosted forge.
+    pub allow_internal_repository_hosts: bool,
+    /// How long a clone may take (`KANDEV_CLONE_TIMEOUT_SECS`); it runs
+    /// after the launch has answered, with the instance `pending`.
+    pub clone_timeout_secs: u64,
     pub workspace_policy: WorkspacePolicy,
     /// Where `.ssh`, `.gitconfig` and `.git-credentials` are looked up for
     /// read-only credential mounts (`KANDEV_CREDENTIALS_HOME`); defaults to
@@ -88,6 +100,11 @@ impl std::fmt::Debug for Settings {
             .field("nats_url", &self.nats_url)
             .field("workspaces_root", &self.workspaces_root)
             .field("allowed_workspace_roots", &self.allowed_workspace_roots)
+            .field(
+                "allowed_repository_schemes",
+                &self.allowed_repository_schemes,
+            )
+            .field("allowed_repository_roots", &self.allowed_repository_roots)
             .field("agent_env", &self.agent_env.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
@@ -106,6 +123,10 @@ impl Default for Settings {
             pull_images: true,
             workspaces_root: "/tmp/kandev/workspaces".into(),
             allowed_workspace_roots: vec![],
+            allowed_repository_schemes: vec!["https".into(), "ssh".into()],
+            allowed_repository_roots: vec![],
+            allow_internal_repository_hosts: false,
+            clone_timeout_secs: 600,
             workspace_policy: WorkspacePolicy::Keep,
             credentials_home: String::new(),
             container_home: "/root".into(),

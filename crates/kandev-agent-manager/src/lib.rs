@@ -12,7 +12,8 @@
 //!   attach, exit codes.
 //! - [`exec`]: `terminal/*` as `docker exec` in the agent's container.
 //! - [`workspace`]: git clone into `<workspaces_root>/<task_id>`, or an
-//!   allowed host directory.
+//!   allowed host directory; [`repository`]: which repository URLs may be
+//!   cloned.
 //! - [`runner`]: one prompt turn in one container, and the event pipeline.
 //! - [`manager`]: the domain API ([`AgentManager`]) and reconciliation.
 //! - [`grpc`]: the thin tonic adapter.
@@ -25,6 +26,7 @@ pub mod domain;
 pub mod exec;
 pub mod grpc;
 pub mod manager;
+pub mod repository;
 pub mod runner;
 pub mod startup;
 pub mod store;

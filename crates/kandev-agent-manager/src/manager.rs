@@ -14,6 +14,7 @@ use kandev_common::CancellationToken;
 use kandev_events::{EventBus, agent::AgentEventKind};
 use secrecy::ExposeSecret;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::{
@@ -24,7 +25,7 @@ use crate::{
     domain::{AgentError, AgentInstance, AgentType, InstanceStatus, LogLine, Result, invalid},
     runner::{self, CONTAINER_WORKSPACE, RunHandle, Shared, TurnSpec},
     store::{Outcome, Store},
-    workspace::{self, WorkspaceSource},
+    workspace::{self, PendingClone, Prepared, PreparedWorkspace, WorkspaceSource},
 };
 
 /// How long a prompt sent while a run is ending waits for it to end.
@@ -33,6 +34,10 @@ const QUEUE_CLOSED_WAIT: Duration = Duration::from_secs(30);
 /// The environment variable that carries the task to the agent (the seed's
 /// launch contract); the first prompt when none is given.
 pub const TASK_DESCRIPTION: &str = "TASK_DESCRIPTION";
+
+/// The environment variable that names a session to resume (the seed's
+/// session resumption).
+pub const AUGGIE_SESSION_ID: &str = "AUGGIE_SESSION_ID";
 
 /// A validated `LaunchAgent` request.
 #[derive(Clone)]
@@ -176,6 +181,15 @@ impl AgentManager {
                 "prompt (or env.{TASK_DESCRIPTION}) is required"
             )));
         }
+        // The seed's resumption: `env.AUGGIE_SESSION_ID` continues that
+        // session (through `session/load`) unless the request names one.
+        if request.resume_session_id.is_none() {
+            request.resume_session_id = request
+                .env
+                .get(AUGGIE_SESSION_ID)
+                .filter(|id| !id.trim().is_empty())
+                .cloned();
+        }
         if let Some(bad) = request.env.keys().find(|k| !env_name_ok(k)) {
             return Err(invalid(format!(
                 "{bad:?} is not an environment variable name"
@@ -185,30 +199,104 @@ impl AgentManager {
             .store()
             .create_instance(Uuid::now_v7(), request.task_id, &request.agent_type)
             .await?;
-        match self.prepare(&instance, &request).await {
-            Ok((agent_type, host_path)) => {
-                lock(&self.inner.envs).insert(instance.id, request.env.clone());
+        let (agent_type, workspace) = match self.prepare(&request).await {
+            Ok(prepared) => prepared,
+            Err(err) => {
+                self.fail_early(&instance, &err).await;
+                return Err(err);
+            }
+        };
+        lock(&self.inner.envs).insert(instance.id, request.env.clone());
+        match workspace {
+            Prepared::Ready(ready) => {
+                if let Err(err) = self.set_workspace(&instance, &ready).await {
+                    self.fail_early(&instance, &err).await;
+                    return Err(err);
+                }
                 self.start_turn(
                     instance.id,
                     agent_type,
-                    host_path,
+                    ready.host_path,
                     request.prompt,
                     request.resume_session_id,
                 )
                 .await
             }
-            Err(err) => {
-                self.fail_early(&instance, &err).await;
-                Err(err)
+            Prepared::Clone(clone) => {
+                // The clone can take long: answer now, with the instance
+                // `pending`; its end (or failure) is published as usual.
+                let this = self.clone();
+                let pending = instance.clone();
+                self.inner.tasks.spawn(
+                    async move {
+                        this.clone_then_start(pending, agent_type, clone, request)
+                            .await;
+                    }
+                    .instrument(tracing::info_span!("clone", instance = %instance.id)),
+                );
+                Ok(instance)
             }
         }
     }
 
-    async fn prepare(
+    /// Runs a launch's clone, then its first turn; a failure ends the
+    /// instance `failed` with `agent.failed`. An instance stopped meanwhile
+    /// stays stopped.
+    async fn clone_then_start(
+        &self,
+        instance: AgentInstance,
+        agent_type: AgentType,
+        clone: PendingClone,
+        request: LaunchRequest,
+    ) {
+        let started = std::time::Instant::now();
+        let ready = match clone.run().await {
+            Ok(ready) => ready,
+            Err(err) => {
+                tracing::warn!(error = %err, "clone failed");
+                self.fail_early(&instance, &err).await;
+                return;
+            }
+        };
+        tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "cloned");
+        if let Err(err) = self.set_workspace(&instance, &ready).await {
+            self.fail_early(&instance, &err).await;
+            return;
+        }
+        match self.store().get_instance(instance.id).await {
+            Ok(now) if now.status.is_terminal() => {
+                tracing::info!(status = ?now.status, "ended while cloning; not started");
+                return;
+            }
+            _ => {}
+        }
+        if let Err(err) = self
+            .start_turn(
+                instance.id,
+                agent_type,
+                ready.host_path,
+                request.prompt,
+                request.resume_session_id,
+            )
+            .await
+        {
+            tracing::warn!(error = %err, "cannot start the first turn after the clone");
+        }
+    }
+
+    async fn set_workspace(
         &self,
         instance: &AgentInstance,
-        request: &LaunchRequest,
-    ) -> Result<(AgentType, std::path::PathBuf)> {
+        ready: &PreparedWorkspace,
+    ) -> Result<()> {
+        let path = ready.host_path.display().to_string();
+        self.store()
+            .set_workspace(instance.id, &path, ready.owned)
+            .await
+    }
+
+    /// Checks type, env, image and workspace; a clone is left to run.
+    async fn prepare(&self, request: &LaunchRequest) -> Result<(AgentType, Prepared)> {
         let agent_type = match self.store().get_type(&request.agent_type).await {
             Ok(t) => t,
             Err(AgentError::NotFound(_)) => {
@@ -233,11 +321,7 @@ impl AgentManager {
             .await?;
         let prepared =
             workspace::prepare(self.settings(), request.task_id, request.workspace.clone()).await?;
-        let path = prepared.host_path.display().to_string();
-        self.store()
-            .set_workspace(instance.id, &path, prepared.owned)
-            .await?;
-        Ok((agent_type, prepared.host_path))
+        Ok((agent_type, prepared))
     }
 
     async fn fail_early(&self, instance: &AgentInstance, err: &AgentError) {

@@ -1,6 +1,7 @@
 //! Postgres storage of agent types, instances and their logs.
 
 use chrono::{DateTime, Utc};
+use kandev_common::text::without_nul;
 use kandev_events::agent::OutputCursor;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -354,9 +355,10 @@ impl Store {
         )
         .bind(id)
         .bind(status.as_str())
-        .bind(&outcome.error)
+        // An agent's error text may hold NUL, which Postgres refuses.
+        .bind(without_nul(&outcome.error))
         .bind(outcome.exit_code)
-        .bind(&outcome.stop_reason)
+        .bind(without_nul(&outcome.stop_reason))
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() == 1)
@@ -395,7 +397,10 @@ impl Store {
         }
         let at: Vec<DateTime<Utc>> = lines.iter().map(|l| l.at).collect();
         let streams: Vec<&str> = lines.iter().map(|l| l.stream.as_str()).collect();
-        let text: Vec<&str> = lines.iter().map(|l| l.line.as_str()).collect();
+        let text: Vec<String> = lines
+            .iter()
+            .map(|l| without_nul(&l.line).into_owned())
+            .collect();
         let mut tx = self.pool.begin().await?;
         sqlx::query(
             "INSERT INTO agent_logs (instance_id, at, stream, line) \

@@ -2,7 +2,10 @@
 //! `<workspaces_root>/<task_id>`, or a caller's directory that must lie
 //! under an allowed root.
 
-use std::path::{Path, PathBuf};
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use tokio::process::Command;
 use uuid::Uuid;
@@ -10,12 +13,14 @@ use uuid::Uuid;
 use crate::{
     config::Settings,
     domain::{AgentError, Result, invalid},
+    repository,
 };
 
 /// Where the workspace of a launch comes from.
 #[derive(Debug, Clone)]
 pub enum WorkspaceSource {
-    /// `git clone --branch <branch> <url>`; local paths and `file://` work.
+    /// `git clone --branch <branch> <url>`, for a URL the repository policy
+    /// allows (see [`crate::repository`]).
     Git { url: String, branch: String },
     /// An existing host directory.
     Path(String),
@@ -43,24 +48,37 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-/// Prepares the workspace of `task_id`.
+/// A workspace checked and, unless a clone is still to run, ready.
+#[derive(Debug)]
+pub enum Prepared {
+    Ready(PreparedWorkspace),
+    /// Checked against the policy; [`PendingClone::run`] makes it.
+    Clone(PendingClone),
+}
+
+/// Checks the workspace of `task_id` against the policy and prepares what
+/// is quick; a clone is left to [`PendingClone::run`], which can take long.
 pub async fn prepare(
     settings: &Settings,
     task_id: Uuid,
     source: WorkspaceSource,
-) -> Result<PreparedWorkspace> {
+) -> Result<Prepared> {
     let prepared = match source {
-        WorkspaceSource::Path(path) => allowed_path(settings, &path),
+        WorkspaceSource::Path(path) => Prepared::Ready(allowed_path(settings, &path)?),
         WorkspaceSource::Empty => {
             let dir = task_dir(settings, task_id)?;
             std::fs::create_dir_all(&dir)
                 .map_err(|e| AgentError::Internal(format!("cannot create {dir:?}: {e}")))?;
-            owned(dir)
+            Prepared::Ready(owned(dir)?)
         }
-        WorkspaceSource::Git { url, branch } => clone(settings, task_id, &url, &branch).await,
-    }?;
+        WorkspaceSource::Git { url, branch } => plan_clone(settings, task_id, url, branch).await?,
+    };
     // Docker's bind syntax is `host:container:mode`.
-    if prepared.host_path.to_string_lossy().contains([':', ',']) {
+    let path = match &prepared {
+        Prepared::Ready(ready) => &ready.host_path,
+        Prepared::Clone(clone) => &clone.dest,
+    };
+    if path.to_string_lossy().contains([':', ',']) {
         return Err(invalid("the workspace path must not contain ':' or ','"));
     }
     Ok(prepared)
@@ -113,12 +131,12 @@ fn allowed_path(settings: &Settings, path: &str) -> Result<PreparedWorkspace> {
     })
 }
 
-async fn clone(
+async fn plan_clone(
     settings: &Settings,
     task_id: Uuid,
-    url: &str,
-    branch: &str,
-) -> Result<PreparedWorkspace> {
+    url: String,
+    branch: String,
+) -> Result<Prepared> {
     if url.trim().is_empty() || url.starts_with('-') {
         return Err(invalid(
             "repository_url is required and must not start with '-'",
@@ -127,40 +145,127 @@ async fn clone(
     if branch.starts_with('-') || branch.chars().any(char::is_whitespace) {
         return Err(invalid("branch must not start with '-' or contain spaces"));
     }
+    let protocols = repository::check(settings, &url).await?;
     let dest = task_dir(settings, task_id)?;
     if dest.join(".git").is_dir() {
-        // A relaunch of the same task keeps its work.
-        return owned(dest);
+        // A relaunch of the same task keeps its work (only complete clones
+        // are ever renamed into place).
+        return Ok(Prepared::Ready(owned(dest)?));
     }
-    let mut cmd = Command::new("git");
-    cmd.arg("clone").arg("--quiet");
-    if !branch.is_empty() {
-        cmd.args(["--branch", branch]);
+    Ok(Prepared::Clone(PendingClone {
+        url,
+        branch,
+        protocols,
+        dest,
+        timeout: Duration::from_secs(settings.clone_timeout_secs),
+    }))
+}
+
+/// A clone that passed the policy, to run in the background.
+#[derive(Debug)]
+pub struct PendingClone {
+    url: String,
+    branch: String,
+    protocols: Vec<String>,
+    dest: PathBuf,
+    timeout: Duration,
+}
+
+impl PendingClone {
+    /// Clones into a hidden directory beside the destination and renames it
+    /// into place when complete, so a failed or interrupted clone is never
+    /// reused. git runs in its own process group, killed whole (helpers such
+    /// as `git-remote-https` included) on timeout or when dropped.
+    pub async fn run(self) -> Result<PreparedWorkspace> {
+        let PendingClone {
+            url,
+            branch,
+            protocols,
+            dest,
+            timeout,
+        } = self;
+        let name = dest.file_name().unwrap_or_default().to_string_lossy();
+        let partial = dest.with_file_name(format!(".{name}.partial-{}", Uuid::new_v4().simple()));
+        let _cleanup = RemoveOnDrop(partial.clone());
+        let mut cmd = Command::new("git");
+        cmd.args(repository::protocol_args(&protocols))
+            .arg("clone")
+            .arg("--quiet");
+        if !branch.is_empty() {
+            cmd.args(["--branch", &branch]);
+        }
+        cmd.arg("--").arg(&url).arg(&partial);
+        cmd.env("GIT_TERMINAL_PROMPT", "0")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0);
+        let child = cmd
+            .spawn()
+            .map_err(|e| AgentError::Internal(format!("cannot run git: {e}")))?;
+        let group = KillGroupOnDrop(child.id());
+        let output = match tokio::time::timeout(timeout, child.wait_with_output()).await {
+            Ok(output) => output.map_err(|e| AgentError::Internal(format!("git clone: {e}")))?,
+            Err(_) => {
+                drop(group);
+                return Err(AgentError::FailedPrecondition(format!(
+                    "cloning {} timed out after {} s",
+                    redact_url(&url),
+                    timeout.as_secs()
+                )));
+            }
+        };
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let reason = stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("unknown error")
+                .replace(&url, &redact_url(&url));
+            return Err(AgentError::FailedPrecondition(format!(
+                "cloning {} (branch {}) failed: {reason}",
+                redact_url(&url),
+                if branch.is_empty() {
+                    "default"
+                } else {
+                    &branch
+                },
+            )));
+        }
+        std::fs::rename(&partial, &dest)
+            .map_err(|e| AgentError::Internal(format!("cannot move the clone into place: {e}")))?;
+        owned(dest)
     }
-    cmd.arg("--").arg(url).arg(&dest);
-    cmd.env("GIT_TERMINAL_PROMPT", "0")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(std::time::Duration::from_secs(600), cmd.output())
-        .await
-        .map_err(|_| AgentError::FailedPrecondition("git clone timed out".into()))?
-        .map_err(|e| AgentError::Internal(format!("cannot run git: {e}")))?;
-    if !output.status.success() {
-        let _ = std::fs::remove_dir_all(&dest);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let reason = stderr
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("unknown error")
-            .replace(url, &redact_url(url));
-        return Err(AgentError::FailedPrecondition(format!(
-            "cloning {} (branch {}) failed: {reason}",
-            redact_url(url),
-            if branch.is_empty() { "default" } else { branch },
-        )));
+}
+
+/// Removes a directory (a partial clone) when dropped, if it still exists.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if self.0.exists()
+            && let Err(e) = std::fs::remove_dir_all(&self.0)
+        {
+            tracing::warn!(path = %self.0.display(), error = %e, "cannot remove a partial clone");
+        }
     }
-    owned(dest)
+}
+
+/// Kills a process group (git and its helpers) when dropped.
+struct KillGroupOnDrop(Option<u32>);
+
+impl Drop for KillGroupOnDrop {
+    fn drop(&mut self) {
+        let Some(pid) = self.0.and_then(|p| i32::try_from(p).ok()) else {
+            return;
+        };
+        // ESRCH: the group already ended, as it does after a normal exit.
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
 }
 
 #[cfg(test)]

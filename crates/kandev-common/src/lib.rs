@@ -10,6 +10,7 @@
 //! - [`error`]: [`ErrorCode`], mapped to `tonic::Code` and to HTTP statuses.
 //! - [`serve`]: one listener answering gRPC, `/healthz` and `/readyz`.
 //! - [`shutdown`]: a cancellation token fired by SIGTERM or ctrl-c.
+//! - [`text`]: text made storable (no NUL characters).
 
 pub mod config;
 pub mod db;
@@ -17,6 +18,7 @@ pub mod error;
 pub mod serve;
 pub mod shutdown;
 pub mod telemetry;
+pub mod text;
 
 pub use error::{ErrorCode, ServiceError};
 pub use tokio_util::sync::CancellationToken;

@@ -20,10 +20,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let (parts, body) = req.into_parts();
-        let bytes = Bytes::from_request(Request::from_parts(parts.clone(), body), state)
-            .await
-            .map_err(JsonRejection::from)?;
+        let (parts, bytes) = read_body(req, state).await?;
         let json = Request::from_parts(parts, Body::from(bytes.clone()));
         let axum::Json(value) = axum::Json::<T>::from_request(json, state).await?;
         if has_nul(&bytes) {
@@ -43,10 +40,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for OptionalA
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let (parts, body) = req.into_parts();
-        let bytes = Bytes::from_request(Request::from_parts(parts.clone(), body), state)
-            .await
-            .map_err(JsonRejection::from)?;
+        let (parts, bytes) = read_body(req, state).await?;
         if bytes.trim_ascii().is_empty() {
             return Ok(OptionalApiJson(T::default()));
         }
@@ -54,6 +48,15 @@ impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for OptionalA
         let ApiJson(value) = ApiJson::from_request(req, state).await?;
         Ok(OptionalApiJson(value))
     }
+}
+
+/// The request's head and its whole body (within the body limit).
+async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<(Parts, Bytes), ApiError> {
+    let (parts, body) = req.into_parts();
+    let bytes = Bytes::from_request(Request::from_parts(parts.clone(), body), state)
+        .await
+        .map_err(JsonRejection::from)?;
+    Ok((parts, bytes))
 }
 
 /// Whether a valid JSON document holds `\u0000` in a string (raw control

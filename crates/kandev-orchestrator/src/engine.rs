@@ -186,11 +186,27 @@ impl Engine {
 
     /// Moves the task to `state`, and when the state machine refuses it,
     /// still records `patch` in the metadata.
-    async fn finish_task(&self, task_id: Uuid, state: pb::TaskState, reason: &str, patch: Value) {
-        match self
+    async fn finish_task(
+        &self,
+        task_id: Uuid,
+        state: pb::TaskState,
+        reason: &str,
+        mut patch: Value,
+    ) {
+        // What the agent wrote may hold NUL, which Postgres refuses.
+        kandev_common::text::strip_nul_json(&mut patch);
+        let mut result = self
             .change_task_state(task_id, state, reason, Some(patch.clone()))
-            .await
+            .await;
+        if let Err(OrchestratorError::Upstream { status, .. }) = &result
+            && status.code() == tonic::Code::InvalidArgument
         {
+            // A refused metadata patch never keeps the task in its old
+            // state: move it, then record what metadata can be.
+            tracing::warn!(%task_id, "the run's metadata was refused; changing the state without it");
+            result = self.change_task_state(task_id, state, reason, None).await;
+        }
+        match result {
             Ok(_) => {}
             Err(err) => {
                 tracing::warn!(%task_id, %err, "cannot change the task state; recording metadata only");
@@ -322,6 +338,7 @@ impl Engine {
         let metadata: Value = serde_json::from_str(&task.metadata_json).unwrap_or(json!({}));
         let resume = metadata
             .get("acp_session_id")
+            .or_else(|| metadata.get("auggie_session_id"))
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
             .map(str::to_string);
@@ -618,6 +635,9 @@ impl Engine {
                 });
                 if !session.is_empty() {
                     patch["acp_session_id"] = json!(session);
+                    if is_auggie(&exec.agent_type) {
+                        patch["auggie_session_id"] = json!(session);
+                    }
                 }
                 let target = if self.settings.complete_to_review {
                     pb::TaskState::Review
@@ -634,7 +654,10 @@ impl Engine {
                 }
                 if !session.is_empty() {
                     // Keep the session so a rerun can resume it.
-                    let patch = json!({ "acp_session_id": session });
+                    let mut patch = json!({ "acp_session_id": session });
+                    if is_auggie(&exec.agent_type) {
+                        patch["auggie_session_id"] = json!(session);
+                    }
                     let _ = self
                         .tasks
                         .clone()
@@ -817,6 +840,12 @@ impl Engine {
             .filter(|e| e.state() == ExecState::Running)
             .and_then(|e| e.instance_id)
     }
+}
+
+/// Augment's agent types, whose session id the seed also documents as the
+/// task's `metadata.auggie_session_id`.
+fn is_auggie(agent_type: &str) -> bool {
+    matches!(agent_type, "augment-agent" | "auggie-cli")
 }
 
 fn exec_with_attempts(mut exec: Execution, attempts: i32) -> Execution {

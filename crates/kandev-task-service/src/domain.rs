@@ -184,9 +184,28 @@ pub struct TaskEventRecord {
     pub created_at: DateTime<Utc>,
 }
 
+/// Postgres stores no NUL character: refused with a clear message.
+fn no_nul(field: &str, s: &str) -> Result<()> {
+    if s.contains('\0') {
+        return Err(invalid(format!("{field} must not contain NUL characters")));
+    }
+    Ok(())
+}
+
+/// Whether any string or key of `value` holds a NUL character.
+fn has_nul(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(has_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
+    }
+}
+
 /// A trimmed, non-empty line of text of at most `max_chars` characters.
 fn required_text(field: &str, s: &str, max_chars: usize) -> Result<String> {
     let s = s.trim();
+    no_nul(field, s)?;
     if s.is_empty() {
         return Err(invalid(format!("{field} must not be empty")));
     }
@@ -228,6 +247,7 @@ impl TaskTitle {
 
 /// Checks a free-text field's size.
 pub fn bounded(field: &str, value: &str, max_bytes: usize) -> Result<String> {
+    no_nul(field, value)?;
     if value.len() > max_bytes {
         return Err(invalid(format!("{field} is longer than {max_bytes} bytes")));
     }
@@ -276,7 +296,12 @@ pub fn json_object(field: &str, text: &str) -> Result<Map<String, Value>> {
         )));
     }
     match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(map)) => Ok(map),
+        Ok(Value::Object(map)) => {
+            if map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)) {
+                return Err(invalid(format!("{field} must not contain NUL characters")));
+            }
+            Ok(map)
+        }
         Ok(_) => Err(invalid(format!("{field} must be a JSON object"))),
         Err(e) => Err(invalid(format!("{field} is not valid JSON: {e}"))),
     }
@@ -421,6 +446,16 @@ mod tests {
         assert!(agent_type("Mock Agent").is_err());
         assert!(Page::parse(10, "abc").is_err());
         assert_eq!(Page::parse(0, "").unwrap().limit, DEFAULT_PAGE_SIZE);
+    }
+
+    #[test]
+    fn nul_characters_are_refused() {
+        assert!(TaskTitle::parse("a\0b").is_err());
+        assert!(BoardName::parse("\0").is_err());
+        assert!(bounded("description", "x\0", 100).is_err());
+        assert!(json_object("metadata", r#"{"k":"v\u0000"}"#).is_err());
+        assert!(json_object("metadata", r#"{"k\u0000":1}"#).is_err());
+        assert!(json_object("metadata", r#"{"k":["\\u0000"]}"#).is_ok());
     }
 
     #[test]

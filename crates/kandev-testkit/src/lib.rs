@@ -13,6 +13,7 @@
 //!   disturbing the machine's engine or the tests that use it.
 //!
 //! - [`http`]: one HTTP/1.1 request, its status and JSON body.
+//! - [`eventually`]: wait on a condition, never on a sleep.
 //!
 //! `KANDEV_TEST_PG_BASE` overrides the Postgres server URL
 //! (default `postgres://postgres@127.0.0.1:5432`).
@@ -65,6 +66,26 @@ impl TestDb {
                 )
                 .await;
         }
+    }
+}
+
+/// Polls `probe` every 100 ms until it returns `Some`, for up to `secs`
+/// seconds; then fails the test naming `what`.
+pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -42,6 +42,10 @@ async fn start(db: &TestDb, dir: &Path, port: u16) -> (Child, AgentManagerClient
             dir.join("home").display().to_string(),
         )
         .env("KANDEV_SEQ_FLUSH_MS", "100")
+        .env(
+            "KANDEV_ALLOWED_REPOSITORY_ROOTS",
+            format!("[{:?}]", dir.join("repos").display().to_string()),
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -242,18 +242,55 @@ async fn launch_preparation_errors_fail_the_instance() {
     assert_eq!(err.code(), Code::FailedPrecondition);
     assert!(err.message().contains("disabled"));
 
-    // Clone failure.
+    // Clone failure: the launch answers at once (`pending`), the clone
+    // fails in the background, saying why, and leaves nothing behind.
     let task = Uuid::new_v4();
-    let err = app
-        .launch(task, "mock-agent", "file:///nonexistent/repo", "hi")
+    let mut watch = TaskWatch::start(task).await;
+    let missing = format!("file://{}", app.path("repos/no-such-repo").display());
+    let pending = app
+        .launch(task, "mock-agent", &missing, "hi")
         .await
-        .unwrap_err();
-    assert_eq!(err.code(), Code::FailedPrecondition);
-    assert!(
-        err.message().contains("cloning file:///nonexistent/repo"),
-        "{err:?}"
-    );
-    assert!(!app.path("workspaces").join(task.to_string()).exists());
+        .unwrap();
+    assert_eq!(pending.status, pb::AgentStatus::Pending as i32);
+    let failed = watch.until("agent.failed", 0).await;
+    let error = failed["error"].as_str().unwrap();
+    assert!(error.contains(&format!("cloning {missing}")), "{error}");
+    let instance = only_instance(&mut app, task).await;
+    assert_eq!(instance.status, pb::AgentStatus::Failed as i32);
+    assert!(instance.error.contains("cloning"), "{}", instance.error);
+    assert_no_workspace(&app, task);
+
+    // Repositories the policy refuses: another user's workspace (a local
+    // path outside the repository roots, plain or `file://`), loopback and
+    // private hosts (a port-scan oracle), schemes not allowed. Nothing is
+    // cloned, the instance fails saying why.
+    let neighbour = git_repo(&app.path("workspaces"));
+    for url in [
+        neighbour.trim_start_matches("file://").to_string(),
+        neighbour.clone(),
+        "/etc".to_string(),
+        "http://127.0.0.1:9/repo.git".to_string(),
+        "https://127.0.0.1:9/repo.git".to_string(),
+        "git@192.168.0.1:org/repo.git".to_string(),
+        "git://203.0.114.1/repo.git".to_string(),
+        "ext::sh -c touch% /tmp/pwned".to_string(),
+    ] {
+        let task = Uuid::new_v4();
+        let err = app
+            .launch(task, "mock-agent", &url, "hi")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err.code(), Code::PermissionDenied | Code::InvalidArgument),
+            "{url}: {err:?}"
+        );
+        assert_eq!(
+            only_instance(&mut app, task).await.status,
+            pb::AgentStatus::Failed as i32,
+            "{url}"
+        );
+        assert_no_workspace(&app, task);
+    }
 
     // Workspace outside the allowed roots: refused, nothing mounted.
     for path in [
@@ -305,4 +342,89 @@ async fn an_allowed_workspace_path_is_used_in_place() {
     let text = std::fs::read_to_string(ws.join("notes.md")).unwrap();
     assert!(text.contains("Edited by kandev-mock-agent"), "{text}");
     app.stop().await;
+}
+
+/// Neither the task's workspace nor any partial clone of it exists.
+fn assert_no_workspace(app: &crate::helpers::TestApp, task: Uuid) {
+    let root = app.path("workspaces");
+    let leftovers: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains(&task.to_string()))
+        .collect();
+    assert!(leftovers.is_empty(), "left behind: {leftovers:?}");
+}
+
+/// A clone that hangs (a server that accepts and never answers) does not
+/// hold the launch: it answers `pending` at once; the clone is killed with
+/// its whole process group after the clone timeout, the instance fails
+/// saying so, nothing partial is kept, and a relaunch clones afresh.
+#[tokio::test]
+async fn a_hanging_clone_is_bounded_and_never_reused() {
+    use std::time::Duration;
+
+    let mut app = crate::helpers::spawn_app_with(|s| {
+        s.clone_timeout_secs = 2;
+        s.allowed_repository_schemes = vec!["http".into()];
+        s.allow_internal_repository_hosts = true;
+    })
+    .await;
+    // Accepts connections and never answers.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut sockets = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            sockets.push(socket);
+        }
+    });
+    let url = format!("http://127.0.0.1:{port}/slow/repo.git");
+
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    let launched = tokio::time::timeout(
+        Duration::from_secs(5),
+        app.launch(task, "mock-agent", &url, "hi"),
+    )
+    .await
+    .expect("the launch answers before the clone ends")
+    .unwrap();
+    assert_eq!(launched.status, pb::AgentStatus::Pending as i32);
+    // The clone's processes exist meanwhile.
+    kandev_testkit::eventually(10, "git is cloning", || async {
+        (!git_processes_for(port).is_empty()).then_some(())
+    })
+    .await;
+
+    let failed = watch.until("agent.failed", 0).await;
+    let error = failed["error"].as_str().unwrap();
+    assert!(error.contains("timed out"), "{error}");
+    assert_no_workspace(&app, task);
+    // git and its helpers (git-remote-http) are gone, not orphaned.
+    kandev_testkit::eventually(10, "the clone's processes are gone", || async {
+        git_processes_for(port).is_empty().then_some(())
+    })
+    .await;
+
+    // A relaunch of the task tries again from scratch (and fails again the
+    // same way), rather than starting on a broken partial clone.
+    app.launch(task, "mock-agent", &url, "hi").await.unwrap();
+    let again = watch.until("agent.failed", 1).await;
+    assert!(again["error"].as_str().unwrap().contains("timed out"));
+    assert_no_workspace(&app, task);
+    held.abort();
+    app.stop().await;
+}
+
+/// Processes whose command line names `127.0.0.1:<port>` (the clone's).
+fn git_processes_for(port: u16) -> Vec<String> {
+    let needle = format!("127.0.0.1:{port}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " "))
+        .filter(|cmd| cmd.contains(&needle) && cmd.contains("git"))
+        .collect()
 }

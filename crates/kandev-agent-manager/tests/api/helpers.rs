@@ -46,6 +46,8 @@ pub fn settings(db: &TestDb, dir: &Path) -> Settings {
         pull_images: false,
         workspaces_root: dir.join("workspaces").display().to_string(),
         allowed_workspace_roots: vec![dir.join("allowed").display().to_string()],
+        // `git_repo(dir)` makes the test's repositories here.
+        allowed_repository_roots: vec![dir.join("repos").display().to_string()],
         credentials_home: dir.join("home").display().to_string(),
         initialize_timeout_secs: 10,
         permission_timeout_secs: 20,
@@ -63,7 +65,7 @@ pub async fn spawn_app_with(customize: impl FnOnce(&mut Settings)) -> TestApp {
     tokio::task::spawn_blocking(ensure_docker).await.unwrap();
     let db = TestDb::create().await;
     let dir = tempfile::tempdir().unwrap();
-    for sub in ["workspaces", "allowed", "home"] {
+    for sub in ["workspaces", "allowed", "home", "repos"] {
         std::fs::create_dir_all(dir.path().join(sub)).unwrap();
     }
     let mut settings = settings(&db, dir.path());
@@ -108,18 +110,7 @@ impl TestApp {
         prompt: &str,
     ) -> Result<pb::AgentInstance, tonic::Status> {
         self.client
-            .launch_agent(pb::LaunchAgentRequest {
-                task_id: task_id.to_string(),
-                agent_type: agent_type.into(),
-                workspace: Some(pb::launch_agent_request::Workspace::Repository(
-                    pb::GitWorkspace {
-                        repository_url: repo.into(),
-                        branch: "main".into(),
-                    },
-                )),
-                prompt: prompt.into(),
-                ..Default::default()
-            })
+            .launch_agent(launch_request(task_id, agent_type, repo, prompt))
             .await
             .map(|r| r.into_inner())
     }
@@ -169,9 +160,34 @@ fn git(dir: &Path, args: &[&str]) {
     assert!(status.success(), "git {args:?}");
 }
 
-/// A git repository with `README.md` on branch `main`; its `file://` URL.
+/// A launch of `agent_type` on a fresh clone of `repo` (branch `main`);
+/// tests set more fields with struct update syntax.
+pub fn launch_request(
+    task_id: Uuid,
+    agent_type: &str,
+    repo: &str,
+    prompt: &str,
+) -> pb::LaunchAgentRequest {
+    pb::LaunchAgentRequest {
+        task_id: task_id.to_string(),
+        agent_type: agent_type.into(),
+        workspace: Some(pb::launch_agent_request::Workspace::Repository(
+            pb::GitWorkspace {
+                repository_url: repo.into(),
+                branch: "main".into(),
+            },
+        )),
+        prompt: prompt.into(),
+        ..Default::default()
+    }
+}
+
+/// A git repository with `README.md` on branch `main`, under
+/// `<parent>/repos` (the tests' allowed repository root); its `file://` URL.
 pub fn git_repo(parent: &Path) -> String {
-    let dir = parent.join(format!("repo-{}", Uuid::new_v4().simple()));
+    let dir = parent
+        .join("repos")
+        .join(format!("repo-{}", Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
     git(&dir, &["init", "-q", "-b", "main"]);
     std::fs::write(dir.join("README.md"), "# Demo\n").unwrap();

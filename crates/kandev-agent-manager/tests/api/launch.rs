@@ -1,7 +1,9 @@
 use kandev_proto::v1 as pb;
 use uuid::Uuid;
 
-use crate::helpers::{TaskWatch, containers_of, git_repo, inspect, spawn_app, spawn_app_with};
+use crate::helpers::{
+    TaskWatch, containers_of, git_repo, inspect, launch_request, spawn_app, spawn_app_with,
+};
 
 #[tokio::test]
 async fn coding_turn_streams_in_order_and_edits_the_workspace() {
@@ -514,17 +516,8 @@ async fn launch_can_resume_an_earlier_session() {
     let second = app
         .client
         .launch_agent(pb::LaunchAgentRequest {
-            task_id: task.to_string(),
-            agent_type: "mock-agent".into(),
-            workspace: Some(pb::launch_agent_request::Workspace::Repository(
-                pb::GitWorkspace {
-                    repository_url: repo,
-                    branch: "main".into(),
-                },
-            )),
-            prompt: "echo and now".into(),
             resume_session_id: Some(session.clone()),
-            ..Default::default()
+            ..launch_request(task, "mock-agent", &repo, "echo and now")
         })
         .await
         .unwrap()
@@ -546,6 +539,20 @@ async fn launch_can_resume_an_earlier_session() {
                 .is_some_and(|t| t.contains("remember this"))),
         "no replay of the first prompt"
     );
+
+    // The seed's way: the session id in `env.AUGGIE_SESSION_ID`.
+    let third = app
+        .client
+        .launch_agent(pb::LaunchAgentRequest {
+            env: [("AUGGIE_SESSION_ID".to_string(), session.clone())].into(),
+            ..launch_request(task, "mock-agent", &repo, "echo once more")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let done = watch.until("agent.completed", 2).await;
+    assert_eq!(done["instance_id"], third.id.as_str());
+    assert_eq!(done["acp_session_id"], session.as_str());
     app.stop().await;
 }
 
@@ -555,19 +562,11 @@ async fn a_launch_without_a_prompt_runs_the_task_description() {
     let repo = git_repo(app.dir.path());
     let task = Uuid::new_v4();
     let request = |env: &[(&str, &str)]| pb::LaunchAgentRequest {
-        task_id: task.to_string(),
-        agent_type: "mock-agent".into(),
-        workspace: Some(pb::launch_agent_request::Workspace::Repository(
-            pb::GitWorkspace {
-                repository_url: repo.clone(),
-                branch: "main".into(),
-            },
-        )),
         env: env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
-        ..Default::default()
+        ..launch_request(task, "mock-agent", &repo, "")
     };
     // Neither a prompt nor a description: nothing to do, said clearly.
     let refused = app.client.launch_agent(request(&[])).await.unwrap_err();

@@ -18,6 +18,7 @@ async fn seeded_agent_types_and_upsert() {
     let ids: Vec<&str> = types.iter().map(|t| t.id.as_str()).collect();
     for id in [
         "augment-agent",
+        "auggie-cli",
         "claude-code",
         "codex",
         "gemini",
@@ -41,6 +42,11 @@ async fn seeded_agent_types_and_upsert() {
             .join("Dockerfile");
         assert!(dockerfile.is_file(), "{} missing", dockerfile.display());
     }
+    // The seed's other name for Augment runs the same agent.
+    let auggie = by_id("auggie-cli");
+    assert_eq!(auggie.image, "kandev/augment-agent:latest");
+    assert_eq!(auggie.command, ["auggie", "--acp"]);
+    assert_eq!(auggie.required_env, ["AUGMENT_SESSION_AUTH"]);
     assert_eq!(by_id("claude-code").command, ["claude-agent-acp"]);
     assert_eq!(by_id("claude-code").required_env, ["ANTHROPIC_API_KEY"]);
     assert_eq!(by_id("gemini").command, ["gemini", "--acp"]);

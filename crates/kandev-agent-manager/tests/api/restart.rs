@@ -21,7 +21,7 @@ async fn restart_resumes_running_agents_and_reconciles_exited_ones() {
     tokio::task::spawn_blocking(ensure_docker).await.unwrap();
     let db = TestDb::create().await;
     let dir = tempfile::tempdir().unwrap();
-    for sub in ["workspaces", "allowed", "home"] {
+    for sub in ["workspaces", "allowed", "home", "repos"] {
         std::fs::create_dir_all(dir.path().join(sub)).unwrap();
     }
     let settings = settings(&db, dir.path());

@@ -10,7 +10,7 @@ use std::{future::Future, net::SocketAddr, path::PathBuf, time::Duration};
 use axum::http::StatusCode;
 use futures::{SinkExt, StreamExt};
 use kandev_common::CancellationToken;
-use kandev_testkit::OwnNats;
+use kandev_testkit::{OwnNats, eventually};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::{self as tg, client::IntoClientRequest};
@@ -147,24 +147,6 @@ impl Stack {
         kandev_testkit::remove_containers(&db.name);
         db.drop_db().await;
         let _ = std::fs::remove_dir_all(am_dir);
-    }
-}
-
-async fn eventually<T, F, Fut>(secs: u64, what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

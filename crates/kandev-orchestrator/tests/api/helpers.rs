@@ -16,8 +16,8 @@ use kandev_events::{
 };
 use kandev_orchestrator::{AgentControl, Application, Settings, config::ConsumerSettings};
 use kandev_proto::v1::{self as pb, task_service_client::TaskServiceClient};
-pub use kandev_testkit::http;
 use kandev_testkit::{OwnNats, TestDb};
+pub use kandev_testkit::{eventually, http};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, tungstenite::Message};
@@ -495,22 +495,6 @@ pub async fn ws_send(ws: &mut Ws, value: Value) {
 
 pub fn seqs(frames: &[Value]) -> Vec<i64> {
     frames.iter().map(|f| f["seq"].as_i64().unwrap()).collect()
-}
-
-/// Polls `check` until it returns `Some`, for up to `secs` seconds.
-pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// (seq, instance_id, instance_seq) of every stored frame of a task.

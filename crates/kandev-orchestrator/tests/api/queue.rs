@@ -687,3 +687,69 @@ async fn events_replayed_after_downtime_never_launch_a_task_that_moved_on() {
     assert_eq!(s["attempts"], 0);
     app.stop().await;
 }
+
+/// Whatever the agent wrote, its run's outcome reaches the task: a summary
+/// holding NUL characters (which Postgres refuses) is stored cleaned, and
+/// the task moves on.
+#[tokio::test]
+async fn a_summary_postgres_would_refuse_still_completes_the_task() {
+    let app = spawn_app_with(Options {
+        with_task_service: true,
+        ..Options::default()
+    })
+    .await;
+    let board = board(&app).await;
+    let id = task(&app, &board, "nul", 0, "mock-agent").await;
+    let l = wait_launches(&app, 1).await;
+    wait_state(&app, &id, pb::TaskState::InProgress).await;
+    let mut done = lifecycle(AgentEventKind::Completed, &id, l[0].1);
+    done.summary = Some("all done\0 mostly".into());
+    publish_agent(&app.bus, done, 1).await;
+    let t = wait_state(&app, &id, pb::TaskState::Completed).await;
+    assert_eq!(metadata(&t)["summary"], "all done\u{FFFD} mostly");
+    app.stop().await;
+}
+
+/// The seed's session resumption for Augment: the session id is also kept
+/// as `metadata.auggie_session_id`, and a task that carries one (set by a
+/// client, as the seed's example does) resumes it on its next run.
+#[tokio::test]
+async fn augment_sessions_are_kept_and_resumed_under_the_seeds_key() {
+    let app = spawn_app_with(Options {
+        with_task_service: true,
+        ..Options::default()
+    })
+    .await;
+    let board = board(&app).await;
+    let id = task(&app, &board, "auggie", 0, "auggie-cli").await;
+    let l = wait_launches(&app, 1).await;
+    wait_state(&app, &id, pb::TaskState::InProgress).await;
+    let mut done = lifecycle(AgentEventKind::Completed, &id, l[0].1);
+    done.acp_session_id = Some("auggie-session-1".into());
+    publish_agent(&app.bus, done, 1).await;
+    let t = wait_state(&app, &id, pb::TaskState::Completed).await;
+    assert_eq!(metadata(&t)["auggie_session_id"], "auggie-session-1");
+    assert_eq!(metadata(&t)["acp_session_id"], "auggie-session-1");
+
+    // A task whose metadata names only the seed's key resumes that session.
+    let other = task(&app, &board, "resume me", 0, "auggie-cli").await;
+    let l = wait_launches(&app, 2).await;
+    assert_eq!(l[1].0, other);
+    assert_eq!(l[1].2.resume_session_id, None);
+    app.tasks()
+        .update_task(pb::UpdateTaskRequest {
+            id: other.clone(),
+            metadata_patch_json: Some(r#"{"auggie_session_id":"from-the-seed"}"#.into()),
+            actor: "alice".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut failed = lifecycle(AgentEventKind::Failed, &other, l[1].1);
+    failed.error = Some("try again".into());
+    publish_agent(&app.bus, failed, 1).await;
+    let l = wait_launches(&app, 3).await;
+    assert_eq!(l[2].0, other);
+    assert_eq!(l[2].2.resume_session_id.as_deref(), Some("from-the-seed"));
+    app.stop().await;
+}
