@@ -89,6 +89,9 @@ pub struct Settings {
     /// never serialized, never returned by the API.
     #[serde(skip_serializing)]
     pub agent_env: BTreeMap<String, SecretString>,
+    /// Serve gRPC reflection (`KANDEV_GRPC_REFLECTION`): off by default, so
+    /// the port does not describe itself to whoever reaches it.
+    pub grpc_reflection: bool,
     pub log: LogSettings,
 }
 
@@ -137,6 +140,7 @@ impl Default for Settings {
             publish_queue: 8192,
             engine_grace_secs: 60,
             agent_env: BTreeMap::new(),
+            grpc_reflection: false,
             log: LogSettings::default(),
         }
     }

@@ -111,7 +111,7 @@ impl AgentManager {
         &self.inner.shared.store
     }
 
-    fn settings(&self) -> &Settings {
+    pub fn settings(&self) -> &Settings {
         &self.inner.shared.settings
     }
 

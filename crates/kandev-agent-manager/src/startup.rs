@@ -131,8 +131,13 @@ impl Application {
     /// containers keep running (they survive the manager) and are
     /// reconciled by the next start.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {
-        let (mut routes, health) =
-            serve::grpc_base(kandev_proto::FILE_DESCRIPTOR_SET).map_err(StartupError::Grpc)?;
+        let (mut routes, health) = serve::grpc_base(
+            self.manager
+                .settings()
+                .grpc_reflection
+                .then_some(kandev_proto::FILE_DESCRIPTOR_SET),
+        )
+        .map_err(StartupError::Grpc)?;
         routes.add_service(AgentManagerServer::new(GrpcAgentAdapter::new(
             self.manager.clone(),
         )));

@@ -1,4 +1,5 @@
-//! Serving one service on one listener: gRPC (with health and reflection)
+//! Serving one service on one listener: gRPC (with health, and reflection
+//! when enabled)
 //! and plain HTTP (`/healthz`, `/readyz`, and whatever the service adds).
 
 use std::{future::Future, pin::Pin, sync::Arc};
@@ -88,11 +89,12 @@ pub fn no_delay(
     listener.tap_io(set as fn(&mut tokio::net::TcpStream))
 }
 
-/// The gRPC routes every service starts from: the standard health service and
-/// reflection over `descriptor_set`. The service adds its own server to the
+/// The gRPC routes every service starts from: the standard health service
+/// and, when `reflection` names the service's descriptor set, reflection
+/// over it (off unless configured). The service adds its own server to the
 /// builder and marks itself serving on the reporter.
 pub fn grpc_base(
-    descriptor_set: &'static [u8],
+    reflection: Option<&'static [u8]>,
 ) -> Result<
     (
         tonic::service::RoutesBuilder,
@@ -101,14 +103,53 @@ pub fn grpc_base(
     String,
 > {
     let (reporter, health) = tonic_health::server::health_reporter();
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(descriptor_set)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(|e| e.to_string())?;
     let mut routes = tonic::service::RoutesBuilder::default();
-    routes.add_service(health).add_service(reflection);
+    routes.add_service(health);
+    if let Some(descriptor_set) = reflection {
+        let reflection = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(descriptor_set)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .map_err(|e| e.to_string())?;
+        routes.add_service(reflection);
+    }
     Ok((routes, reporter))
 }
 
 pub use tonic_health::{ServingStatus, server::HealthReporter};
+
+#[cfg(test)]
+mod tests {
+    use super::grpc_base;
+    use axum::body::Body;
+    use http::Request;
+    use tower::ServiceExt as _;
+
+    /// The gRPC status a call to the reflection service gets at once.
+    async fn reflection_status(reflection: Option<&'static [u8]>) -> Option<String> {
+        let (routes, _) = grpc_base(reflection).unwrap();
+        let router = routes.routes().into_axum_router();
+        let request = Request::post("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo")
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(Body::empty())
+            .unwrap();
+        let response = router.oneshot(request).await.unwrap();
+        response
+            .headers()
+            .get("grpc-status")
+            .map(|v| v.to_str().unwrap().to_string())
+    }
+
+    #[tokio::test]
+    async fn reflection_is_served_only_when_enabled() {
+        // 12: UNIMPLEMENTED, as for any service the port does not have.
+        assert_eq!(reflection_status(None).await.as_deref(), Some("12"));
+        assert_ne!(
+            reflection_status(Some(tonic_health::pb::FILE_DESCRIPTOR_SET))
+                .await
+                .as_deref(),
+            Some("12")
+        );
+    }
+}

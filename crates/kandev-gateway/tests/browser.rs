@@ -632,6 +632,17 @@ async fn the_ui_drives_agents_end_to_end() {
     )
     .await;
     wait_js(c, "the end of the third turn", 60, &turn_ends(3), vec![]).await;
+    // The run is over and the browser holds every frame the orchestrator
+    // stored (the last ones may follow the turn's end by a moment: the
+    // lifecycle and the feed travel on different subjects).
+    let status_path = format!("/orchestrator/tasks/{task_a}/status");
+    let status = kandev_testkit::eventually(60, "every stored frame in the browser", || async {
+        let status = api(c, "GET", &status_path, Value::Null).await;
+        let seen = js(c, "return window.kandevDebug.lastSeq;", vec![]).await;
+        (status["body"]["state"] == "completed" && seen == status["body"]["last_seq"])
+            .then_some(status)
+    })
+    .await;
     let counter = js(
         c,
         "return document.querySelector('[data-testid=reconnect-count]').textContent;",
@@ -682,13 +693,6 @@ async fn the_ui_drives_agents_end_to_end() {
         json!(1),
         "the resumed session's history is not shown twice: {check}"
     );
-    let status = api(
-        c,
-        "GET",
-        &format!("/orchestrator/tasks/{task_a}/status"),
-        Value::Null,
-    )
-    .await;
     assert_eq!(
         status["body"]["last_seq"], check["last"],
         "the browser saw every frame: {status}"

@@ -45,6 +45,9 @@ pub struct Settings {
     /// Durable consumer names and subject filters; tests on a shared NATS
     /// give each instance its own.
     pub consumers: ConsumerSettings,
+    /// Serve gRPC reflection (`KANDEV_GRPC_REFLECTION`): off by default, so
+    /// the port does not describe itself to whoever reaches it.
+    pub grpc_reflection: bool,
     pub log: LogSettings,
 }
 
@@ -107,6 +110,7 @@ impl Default for Settings {
             feed_flush_ms: 50,
             feed_flush_max: 500,
             consumers: ConsumerSettings::default(),
+            grpc_reflection: false,
             log: LogSettings::default(),
         }
     }

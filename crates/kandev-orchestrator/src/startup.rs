@@ -120,8 +120,12 @@ impl Application {
     /// the feed. Dropping this future instead (a crash) loses nothing: every
     /// unacknowledged message comes again after a restart.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {
-        let (mut routes, health) =
-            serve::grpc_base(kandev_proto::FILE_DESCRIPTOR_SET).map_err(StartupError::Grpc)?;
+        let (mut routes, health) = serve::grpc_base(
+            self.settings
+                .grpc_reflection
+                .then_some(kandev_proto::FILE_DESCRIPTOR_SET),
+        )
+        .map_err(StartupError::Grpc)?;
         let orchestration: Arc<dyn Orchestration> = self.engine.clone();
         let feed = FeedReader {
             pool: self.pool.clone(),

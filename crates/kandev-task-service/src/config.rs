@@ -18,6 +18,9 @@ pub struct Settings {
     pub nats_url: String,
     /// How often the outbox relay polls when nothing wakes it, in ms.
     pub outbox_poll_ms: u64,
+    /// Serve gRPC reflection (`KANDEV_GRPC_REFLECTION`): off by default, so
+    /// the port does not describe itself to whoever reaches it.
+    pub grpc_reflection: bool,
     pub log: LogSettings,
 }
 
@@ -40,6 +43,7 @@ impl Default for Settings {
             database_max_connections: 10,
             nats_url: "nats://127.0.0.1:4222".into(),
             outbox_poll_ms: 1000,
+            grpc_reflection: false,
             log: LogSettings::default(),
         }
     }

@@ -111,8 +111,12 @@ impl Application {
     /// Serves until `shutdown` fires, drains in-flight requests and the
     /// outbox (bounded), then returns.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {
-        let (mut routes, health) =
-            serve::grpc_base(kandev_proto::FILE_DESCRIPTOR_SET).map_err(StartupError::Grpc)?;
+        let (mut routes, health) = serve::grpc_base(
+            self.settings
+                .grpc_reflection
+                .then_some(kandev_proto::FILE_DESCRIPTOR_SET),
+        )
+        .map_err(StartupError::Grpc)?;
         let store: Arc<dyn TaskStore> = self.store.clone();
         routes.add_service(TaskServiceServer::new(GrpcTaskAdapter::new(store)));
         health

@@ -174,11 +174,15 @@ async fn stack_a_rest_task_reaches_the_orchestrator_and_streams_through_the_gate
     let bob = app.token("bob", false);
     let admin = app.token("admin", true);
 
-    // Every dependency is up.
-    let ready = app
-        .call(axum::http::Method::GET, "/readyz", None, None)
-        .await;
-    assert_eq!(ready.status, StatusCode::OK, "{}", ready.body);
+    // Every dependency is up (NATS connects in the background, so the
+    // gateway may answer 503 for a moment after its start).
+    eventually(10, "the gateway ready", || async {
+        let ready = app
+            .call(axum::http::Method::GET, "/readyz", None, None)
+            .await;
+        (ready.status == StatusCode::OK).then_some(())
+    })
+    .await;
 
     // The registry, through the gateway.
     let types = app.get("/api/v1/agent-types", &alice).await;
