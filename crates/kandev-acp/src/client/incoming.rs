@@ -226,19 +226,7 @@ async fn handle_notification(inner: &Arc<Inner>, method: &str, value: Value, raw
         return;
     }
     let normalized = normalize::session_update(params);
-    let session = normalized.session_id.or_else(|| inner.current_session());
-    inner
-        .emit_wire(
-            Direction::FromAgent,
-            session,
-            normalized.kind,
-            value,
-            raw_json,
-        )
-        .await;
-    if let Some(signal) = normalized.turn {
-        inner.signal_turn(signal);
-    }
+    emit_from_agent(inner, normalized, value, raw_json).await;
 }
 
 async fn handle_legacy(inner: &Arc<Inner>, value: Value, raw_json: RawJson) {
@@ -253,6 +241,17 @@ async fn handle_legacy(inner: &Arc<Inner>, value: Value, raw_json: RawJson) {
             .await;
     }
     let normalized = normalize::legacy_line(&value);
+    emit_from_agent(inner, normalized, value, raw_json).await;
+}
+
+/// Emits a normalized message of the agent (in its session, else the
+/// current one) and signals the turn end it may carry.
+async fn emit_from_agent(
+    inner: &Arc<Inner>,
+    normalized: normalize::Normalized,
+    value: Value,
+    raw_json: RawJson,
+) {
     let session = normalized.session_id.or_else(|| inner.current_session());
     inner
         .emit_wire(
