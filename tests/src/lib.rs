@@ -24,8 +24,8 @@ use std::{
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use http_body_util::{BodyExt, Full};
-pub use kandev_testkit::eventually;
 use kandev_testkit::{OwnNats, TestDb, free_port, remove_containers};
+pub use kandev_testkit::{ensure_seed_agent_image, eventually};
 use serde_json::{Value, json};
 use tokio::{net::TcpStream, sync::Semaphore, time::Instant};
 use tokio_tungstenite::{
@@ -193,6 +193,11 @@ impl Stack {
                     set(
                         "KANDEV_ALLOWED_REPOSITORY_ROOTS",
                         format!("[{:?}]", dir.path().join("repos").display().to_string()),
+                    );
+                    // `Stack::project` makes `workspace_path` directories here.
+                    set(
+                        "KANDEV_ALLOWED_WORKSPACE_ROOTS",
+                        format!("[{:?}]", dir.path().join("projects").display().to_string()),
                     );
                     set("KANDEV_INITIALIZE_TIMEOUT_SECS", "30".into());
                     set("KANDEV_SEQ_FLUSH_MS", "100".into());
@@ -398,6 +403,14 @@ impl Stack {
     /// The bootstrap administrator, logged in.
     pub async fn admin(&self) -> Api {
         self.login(ADMIN, ADMIN_PASSWORD).await
+    }
+
+    /// A directory a launch may name as its `workspace_path`; its absolute
+    /// path.
+    pub fn project(&self, name: &str) -> PathBuf {
+        let dir = self.dir.path().join("projects").join(name);
+        std::fs::create_dir_all(&dir).expect("project dir");
+        dir
     }
 
     /// A git repository with a README under the stack's temp dir; its

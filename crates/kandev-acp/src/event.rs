@@ -379,6 +379,12 @@ pub enum LifecyclePhase {
     TurnStarted,
     /// The client sent a cancel.
     CancelRequested,
+    /// A follow-up prompt was queued behind the running turn (by the
+    /// client's owner); `detail` is its text. It is sent when the turn ends.
+    PromptQueued,
+    /// The turn ended before its queued prompts were sent (cancelled,
+    /// stopped or failed); `detail` says how many were dropped.
+    QueueDropped,
     /// The agent's stdout closed.
     Closed,
     /// A legacy `status` line (`started`, `running`, ...).

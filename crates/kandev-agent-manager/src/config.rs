@@ -69,7 +69,8 @@ pub struct Settings {
     /// read-only credential mounts (`KANDEV_CREDENTIALS_HOME`); defaults to
     /// the host's `HOME` when loaded by [`load`].
     pub credentials_home: String,
-    /// Where the credential files appear in the container.
+    /// Where the credential files appear in the container: the home of the
+    /// non-root `agent` user of the images under `dockerfiles/`.
     pub container_home: String,
     /// Seconds to wait for the agent's `initialize` answer.
     pub initialize_timeout_secs: u64,
@@ -132,7 +133,7 @@ impl Default for Settings {
             clone_timeout_secs: 600,
             workspace_policy: WorkspacePolicy::Keep,
             credentials_home: String::new(),
-            container_home: "/root".into(),
+            container_home: "/home/agent".into(),
             initialize_timeout_secs: 30,
             permission_timeout_secs: 300,
             max_log_lines: 1000,

@@ -17,7 +17,9 @@ use bollard::{
     container::AttachContainerResults,
     errors::Error as BollardError,
     models::EventMessage,
-    models::{ContainerCreateBody, ContainerSummary, HostConfig},
+    models::{
+        ContainerCreateBody, ContainerSummary, HostConfig, Mount, MountType, MountVolumeOptions,
+    },
     query_parameters::{
         AttachContainerOptions, CreateContainerOptions, CreateImageOptions, EventsOptions,
         KillContainerOptions, ListContainersOptions, LogsOptions, RemoveContainerOptions,
@@ -115,6 +117,8 @@ pub struct ContainerSpec {
     pub env: Vec<String>,
     /// `host:container:ro|rw`.
     pub binds: Vec<String>,
+    /// A named volume kept across containers (an agent type's home).
+    pub home: Option<HomeVolume>,
     pub labels: HashMap<String, String>,
     pub memory_bytes: i64,
     pub nano_cpus: i64,
@@ -128,9 +132,23 @@ impl std::fmt::Debug for ContainerSpec {
             .field("name", &self.name)
             .field("image", &self.image)
             .field("binds", &self.binds)
+            .field("home", &self.home)
             .finish_non_exhaustive()
     }
 }
+
+/// A named Docker volume mounted read-write at `target`; created on first
+/// use with the engine's default driver and `labels`, and the image's
+/// content at `target` copied in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HomeVolume {
+    pub name: String,
+    pub target: String,
+    pub labels: HashMap<String, String>,
+}
+
+/// The `kandev.home` label of agent home volumes (its value: the agent type).
+pub const LABEL_HOME: &str = "kandev.home";
 
 /// A Docker engine client. The underlying bollard client is made on
 /// first use: bollard refuses a unix socket that does not exist yet, and
@@ -280,6 +298,19 @@ impl Docker {
     pub async fn create(&self, spec: &ContainerSpec) -> Result<String, DockerError> {
         let host_config = HostConfig {
             binds: Some(spec.binds.clone()),
+            mounts: spec.home.as_ref().map(|home| {
+                vec![Mount {
+                    target: Some(home.target.clone()),
+                    source: Some(home.name.clone()),
+                    typ: Some(MountType::VOLUME),
+                    read_only: Some(false),
+                    volume_options: Some(MountVolumeOptions {
+                        labels: Some(home.labels.clone()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]
+            }),
             memory: Some(spec.memory_bytes),
             memory_swap: Some(spec.memory_bytes),
             nano_cpus: Some(spec.nano_cpus),

@@ -108,12 +108,35 @@ pub struct AgentType {
     pub network_mode: String,
     pub permission_policy: PermissionPolicyKind,
     pub enabled: bool,
+    /// A directory of the agent's home (absolute, in the container) kept
+    /// across containers in a named volume per agent type and user; empty
+    /// for none.
+    pub home_volume: String,
 }
 
 fn env_name_ok(name: &str) -> bool {
     !name.is_empty()
         && !name.starts_with(|c: char| c.is_ascii_digit())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn home_volume_ok(path: &str) -> bool {
+    let trimmed = path.trim_end_matches('/');
+    path.starts_with('/')
+        && !trimmed.is_empty()
+        && trimmed != "/workspace"
+        && !trimmed.starts_with("/workspace/")
+        && !path.contains([':', ',', '\0'])
+        && !path.split('/').any(|part| part == ".." || part == ".")
+}
+
+/// The named Docker volume of an agent type's home for one user: a hash
+/// keeps names valid and does not spell the user out.
+pub fn home_volume_name(agent_type: &str, scope: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("{agent_type}\0{scope}").as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("kandev-home-{agent_type}-{hex}")
 }
 
 impl AgentType {
@@ -157,6 +180,12 @@ impl AgentType {
             return Err(invalid(format!(
                 "{bad:?} is not an environment variable name"
             )));
+        }
+        if !self.home_volume.is_empty() && !home_volume_ok(&self.home_volume) {
+            return Err(invalid(
+                "home_volume must be an absolute path in the container, without '..', ':' or \
+                 ',', and not / or /workspace",
+            ));
         }
         if self.network_mode.trim().is_empty() {
             return Err(invalid(
@@ -232,6 +261,11 @@ pub struct AgentInstance {
     pub cursor: OutputCursor,
     /// The envelope of the last sync-point event, stored before publishing.
     pub sync_event: Option<serde_json::Value>,
+    /// The launch request's priority and metadata, kept as given.
+    pub priority: i32,
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// Whose agent home volume the instance uses (empty: shared).
+    pub home_scope: String,
     pub created_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,

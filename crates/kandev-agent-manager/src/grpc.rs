@@ -61,6 +61,8 @@ fn instance_to_proto(i: AgentInstance) -> pb::AgentInstance {
         progress: i.progress,
         stop_reason: i.stop_reason,
         last_seq: i.last_seq,
+        priority: i.priority,
+        metadata_json: serde_json::Value::Object(i.metadata).to_string(),
     }
 }
 
@@ -87,6 +89,7 @@ fn type_to_proto(t: AgentType) -> pb::AgentType {
         network_mode: t.network_mode,
         permission_policy: t.permission_policy.as_str().to_string(),
         enabled: t.enabled,
+        home_volume: t.home_volume,
     }
 }
 
@@ -125,7 +128,24 @@ fn type_from_proto(t: pb::AgentType) -> Result<AgentType, AgentError> {
         network_mode: or(t.network_mode, "none"),
         permission_policy: PermissionPolicyKind::parse(&or(t.permission_policy, "auto_approve"))?,
         enabled: t.enabled,
+        home_volume: t.home_volume.trim().to_string(),
     })
+}
+
+/// The launch's metadata: a JSON object, or nothing.
+fn launch_metadata(json: &str) -> Result<serde_json::Map<String, serde_json::Value>, AgentError> {
+    if json.trim().is_empty() {
+        return Ok(serde_json::Map::new());
+    }
+    match serde_json::from_str(json) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        Ok(_) => Err(AgentError::InvalidArgument(
+            "metadata_json must be a JSON object".into(),
+        )),
+        Err(err) => Err(AgentError::InvalidArgument(format!(
+            "metadata_json is not JSON: {err}"
+        ))),
+    }
 }
 
 fn launch_request(r: pb::LaunchAgentRequest) -> Result<LaunchRequest, AgentError> {
@@ -145,6 +165,9 @@ fn launch_request(r: pb::LaunchAgentRequest) -> Result<LaunchRequest, AgentError
         env: r.env.into_iter().collect::<BTreeMap<_, _>>(),
         prompt: r.prompt,
         resume_session_id: r.resume_session_id.filter(|s| !s.trim().is_empty()),
+        priority: r.priority,
+        metadata: launch_metadata(&r.metadata_json)?,
+        home_scope: r.home_scope,
     })
 }
 

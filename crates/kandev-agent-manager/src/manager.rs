@@ -20,11 +20,15 @@ use uuid::Uuid;
 use crate::{
     config::{Settings, WorkspacePolicy},
     docker::{
-        ContainerSpec, Docker, LABEL_INSTANCE, LABEL_MANAGER, LABEL_TASK, LABEL_TURN, LABEL_TYPE,
+        ContainerSpec, Docker, HomeVolume, LABEL_HOME, LABEL_INSTANCE, LABEL_MANAGER, LABEL_TASK,
+        LABEL_TURN, LABEL_TYPE,
     },
-    domain::{AgentError, AgentInstance, AgentType, InstanceStatus, LogLine, Result, invalid},
+    domain::{
+        AgentError, AgentInstance, AgentType, InstanceStatus, LogLine, Result, home_volume_name,
+        invalid,
+    },
     runner::{self, CONTAINER_WORKSPACE, RunHandle, Shared, TurnSpec},
-    store::{Outcome, Store},
+    store::{LaunchFields, Outcome, Store},
     workspace::{self, PendingClone, Prepared, PreparedWorkspace, WorkspaceSource},
 };
 
@@ -49,6 +53,11 @@ pub struct LaunchRequest {
     pub env: BTreeMap<String, String>,
     pub prompt: String,
     pub resume_session_id: Option<String>,
+    /// Kept on the instance and returned with it.
+    pub priority: i32,
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// Whose agent home volume to use (the user; empty: one shared per type).
+    pub home_scope: String,
 }
 
 impl std::fmt::Debug for LaunchRequest {
@@ -197,7 +206,16 @@ impl AgentManager {
         }
         let instance = self
             .store()
-            .create_instance(Uuid::now_v7(), request.task_id, &request.agent_type)
+            .create_instance(
+                Uuid::now_v7(),
+                request.task_id,
+                &request.agent_type,
+                &LaunchFields {
+                    priority: request.priority,
+                    metadata: &request.metadata,
+                    home_scope: &request.home_scope,
+                },
+            )
             .await?;
         let (agent_type, workspace) = match self.prepare(&request).await {
             Ok(prepared) => prepared,
@@ -419,6 +437,11 @@ impl AgentManager {
                 }
             }
         }
+        let home = (!agent_type.home_volume.is_empty()).then(|| HomeVolume {
+            name: home_volume_name(&agent_type.id, &instance.home_scope),
+            target: agent_type.home_volume.trim_end_matches('/').to_string(),
+            labels: HashMap::from([(LABEL_HOME.to_string(), agent_type.id.clone())]),
+        });
         let labels = HashMap::from([
             (LABEL_TASK.to_string(), instance.task_id.to_string()),
             (LABEL_INSTANCE.to_string(), instance.id.to_string()),
@@ -433,6 +456,7 @@ impl AgentManager {
             working_dir: agent_type.working_dir.clone(),
             env,
             binds,
+            home,
             labels,
             memory_bytes: agent_type.memory_mb.saturating_mul(1024 * 1024),
             nano_cpus: (agent_type.cpu_cores * 1e9) as i64,
@@ -509,7 +533,7 @@ impl AgentManager {
         }
         let instance = self.store().get_instance(id).await?;
         if let Some(run) = self.run(id) {
-            if run.queue_prompt(prompt.clone()) {
+            if run.queue_prompt(prompt.clone()).await {
                 tracing::info!(instance = %id, "follow-up prompt queued behind the running turn");
                 return Ok(instance);
             }
@@ -617,8 +641,19 @@ impl AgentManager {
         let Some(run) = self.run(id) else {
             return Err(AgentError::FailedPrecondition("no turn is running".into()));
         };
-        match run.respond(&runner::ask_key(&key_value), decision) {
-            Some(true) => Ok(()),
+        let key = runner::ask_key(&key_value);
+        match run.respond(&key, decision) {
+            Some(true) => {
+                let instance = self.store().get_instance(id).await?;
+                runner::publish_lifecycle(
+                    &*self.inner.shared.bus,
+                    &instance,
+                    AgentEventKind::InputReceived,
+                    |e| e.request_id = Some(key),
+                )
+                .await;
+                Ok(())
+            }
             Some(false) => Err(AgentError::FailedPrecondition(
                 "the permission request already ended (timed out or cancelled)".into(),
             )),

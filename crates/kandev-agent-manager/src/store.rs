@@ -38,6 +38,7 @@ struct TypeRow {
     network_mode: String,
     permission_policy: String,
     enabled: bool,
+    home_volume: String,
 }
 
 impl TryFrom<TypeRow> for AgentType {
@@ -67,13 +68,14 @@ impl TryFrom<TypeRow> for AgentType {
             permission_policy: PermissionPolicyKind::parse(&r.permission_policy)
                 .map_err(|e| AgentError::Internal(e.to_string()))?,
             enabled: r.enabled,
+            home_volume: r.home_volume,
         })
     }
 }
 
 const TYPE_COLUMNS: &str = "id, name, description, image, command, working_dir, memory_mb, \
     cpu_cores, pids_limit, timeout_seconds, capabilities, required_env, optional_env, mount_ssh, \
-    mount_gitconfig, mount_git_credentials, network_mode, permission_policy, enabled";
+    mount_gitconfig, mount_git_credentials, network_mode, permission_policy, enabled, home_volume";
 
 #[derive(sqlx::FromRow)]
 struct InstanceRow {
@@ -94,6 +96,9 @@ struct InstanceRow {
     stdout_lines: i64,
     stderr_lines: i64,
     sync_event: Option<serde_json::Value>,
+    priority: i32,
+    metadata: serde_json::Value,
+    home_scope: String,
     created_at: DateTime<Utc>,
     started_at: Option<DateTime<Utc>>,
     finished_at: Option<DateTime<Utc>>,
@@ -123,6 +128,16 @@ impl TryFrom<InstanceRow> for AgentInstance {
                 stderr_lines: u64::try_from(r.stderr_lines).unwrap_or(0),
             },
             sync_event: r.sync_event,
+            priority: r.priority,
+            home_scope: r.home_scope,
+            metadata: match r.metadata {
+                serde_json::Value::Object(map) => map,
+                other => {
+                    return Err(AgentError::Internal(format!(
+                        "instance metadata is not an object: {other}"
+                    )));
+                }
+            },
             created_at: r.created_at,
             started_at: r.started_at,
             finished_at: r.finished_at,
@@ -132,7 +147,16 @@ impl TryFrom<InstanceRow> for AgentInstance {
 
 const INSTANCE_COLUMNS: &str = "id, task_id, agent_type, status, container_id, acp_session_id, \
     workspace_path, workspace_owned, exit_code, error, stop_reason, progress, last_seq, turns, \
-    stdout_lines, stderr_lines, sync_event, created_at, started_at, finished_at";
+    stdout_lines, stderr_lines, sync_event, priority, metadata, home_scope, created_at, started_at, finished_at";
+
+/// What a launch request keeps on its new instance.
+#[derive(Debug, Clone, Copy)]
+pub struct LaunchFields<'a> {
+    pub priority: i32,
+    pub metadata: &'a serde_json::Map<String, serde_json::Value>,
+    /// Whose agent home volume the instance uses.
+    pub home_scope: &'a str,
+}
 
 /// How an instance ended.
 #[derive(Debug, Clone, Default)]
@@ -176,7 +200,7 @@ impl Store {
     pub async fn upsert_type(&self, t: &AgentType) -> Result<AgentType> {
         let row: TypeRow = sqlx::query_as(&format!(
             "INSERT INTO agent_types ({TYPE_COLUMNS}) VALUES \
-             ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19) \
+             ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20) \
              ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, \
              description = EXCLUDED.description, image = EXCLUDED.image, \
              command = EXCLUDED.command, working_dir = EXCLUDED.working_dir, \
@@ -188,6 +212,7 @@ impl Store {
              mount_git_credentials = EXCLUDED.mount_git_credentials, \
              network_mode = EXCLUDED.network_mode, \
              permission_policy = EXCLUDED.permission_policy, enabled = EXCLUDED.enabled, \
+             home_volume = EXCLUDED.home_volume, \
              updated_at = now() RETURNING {TYPE_COLUMNS}"
         ))
         .bind(&t.id)
@@ -209,6 +234,7 @@ impl Store {
         .bind(&t.network_mode)
         .bind(t.permission_policy.as_str())
         .bind(t.enabled)
+        .bind(&t.home_volume)
         .fetch_one(&self.pool)
         .await?;
         row.try_into()
@@ -219,14 +245,19 @@ impl Store {
         id: Uuid,
         task_id: Uuid,
         agent_type: &str,
+        launch: &LaunchFields<'_>,
     ) -> Result<AgentInstance> {
         let row: InstanceRow = sqlx::query_as(&format!(
-            "INSERT INTO agent_instances (id, task_id, agent_type, status) \
-             VALUES ($1, $2, $3, 'pending') RETURNING {INSTANCE_COLUMNS}"
+            "INSERT INTO agent_instances \
+             (id, task_id, agent_type, status, priority, metadata, home_scope) \
+             VALUES ($1, $2, $3, 'pending', $4, $5, $6) RETURNING {INSTANCE_COLUMNS}"
         ))
         .bind(id)
         .bind(task_id)
         .bind(agent_type)
+        .bind(launch.priority)
+        .bind(sqlx::types::Json(launch.metadata))
+        .bind(launch.home_scope)
         .fetch_one(&self.pool)
         .await?;
         row.try_into()

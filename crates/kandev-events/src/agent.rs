@@ -194,6 +194,11 @@ pub enum AgentEventKind {
     Completed,
     Failed,
     Stopped,
+    /// The agent asks a person (a permission under the `ask` policy) and
+    /// waits for the answer.
+    WaitingForInput,
+    /// The question of a `waiting_for_input` was answered.
+    InputReceived,
 }
 
 impl AgentEventKind {
@@ -206,12 +211,15 @@ impl AgentEventKind {
             AgentEventKind::Completed => AGENT_COMPLETED,
             AgentEventKind::Failed => AGENT_FAILED,
             AgentEventKind::Stopped => AGENT_STOPPED,
+            AgentEventKind::WaitingForInput => AGENT_WAITING_FOR_INPUT,
+            AgentEventKind::InputReceived => AGENT_INPUT_RECEIVED,
         }
     }
 }
 
-/// `agent.started`, `agent.running`, `agent.completed`, `agent.failed` and
-/// `agent.stopped` all carry this payload.
+/// `agent.started`, `agent.running`, `agent.completed`, `agent.failed`,
+/// `agent.stopped`, `agent.waiting_for_input` and `agent.input_received` all
+/// carry this payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentLifecycle {
     pub kind: AgentEventKind,
@@ -234,6 +242,10 @@ pub struct AgentLifecycle {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i64>,
+    /// For `waiting_for_input` and `input_received`: the JSON-RPC id of the
+    /// agent's permission request (JSON text), pairing the two.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
     /// The last `instance_seq` published for this instance before this event.
     #[serde(default)]
     pub last_seq: u64,
@@ -244,10 +256,12 @@ impl AgentLifecycle {
     /// The envelope id: one per (instance, kind, turn), stable across
     /// republishing. `turn` tells apart the completions of follow-up turns.
     pub fn event_id(&self, turn: u64) -> Uuid {
-        derived_id(
-            &self.instance_id,
-            &format!("{}:{turn}", self.kind.subject()),
-        )
+        let what = match &self.request_id {
+            // Several questions per turn: one event each.
+            Some(request) => format!("{}:{turn}:{request}", self.kind.subject()),
+            None => format!("{}:{turn}", self.kind.subject()),
+        };
+        derived_id(&self.instance_id, &what)
     }
 }
 

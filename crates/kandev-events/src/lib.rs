@@ -7,6 +7,7 @@
 //!
 //! # Layout
 //! - [`subjects`]: subject names and the JetStream streams that cover them.
+//! - [`state`]: [`TaskState`], the task state contract of every service.
 //! - [`task`]: payloads of `task.*` events.
 //! - [`agent`]: payloads of `agent.*` events and `acp.message.<task_id>`.
 //! - [`bus`]: the [`EventBus`] trait, its JetStream implementation and an
@@ -14,6 +15,7 @@
 
 pub mod agent;
 pub mod bus;
+pub mod state;
 pub mod subjects;
 pub mod task;
 
@@ -22,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 pub use bus::{BusError, EventBus, JetStreamBus, MemoryBus};
+pub use state::{TaskState, UnknownTaskState};
 
 /// The JSON wrapper of every event on the bus.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -10,6 +10,8 @@ pub const AGENT_RUNNING: &str = "agent.running";
 pub const AGENT_COMPLETED: &str = "agent.completed";
 pub const AGENT_FAILED: &str = "agent.failed";
 pub const AGENT_STOPPED: &str = "agent.stopped";
+pub const AGENT_WAITING_FOR_INPUT: &str = "agent.waiting_for_input";
+pub const AGENT_INPUT_RECEIVED: &str = "agent.input_received";
 
 /// The prefix of per-task ACP message subjects.
 pub const ACP_MESSAGE_PREFIX: &str = "acp.message.";

@@ -4,6 +4,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::TaskState;
+
 /// A task as it stands after the change, as carried by `task.*` events.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskSnapshot {
@@ -11,8 +13,8 @@ pub struct TaskSnapshot {
     pub board_id: Uuid,
     pub title: String,
     pub description: String,
-    /// Upper-case state name, e.g. `TODO`.
-    pub state: String,
+    /// Sent by its upper-case name, e.g. `TODO`.
+    pub state: TaskState,
     pub priority: i32,
     pub agent_type: Option<String>,
     pub repository_url: String,
@@ -47,8 +49,8 @@ pub struct TaskUpdated {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskStateChanged {
     pub actor: String,
-    pub from: String,
-    pub to: String,
+    pub from: TaskState,
+    pub to: TaskState,
     pub reason: String,
     pub task: TaskSnapshot,
 }

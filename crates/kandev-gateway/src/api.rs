@@ -132,80 +132,13 @@ fn token(t: String) -> Option<String> {
 
 // ---------------------------------------------------------------- tasks
 
-/// The state of a task: one kanban column each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum TaskState {
-    Todo,
-    InProgress,
-    Review,
-    Blocked,
-    WaitingForInput,
-    Completed,
-    Failed,
-    Cancelled,
-}
+/// The state of a task: the contract shared by every service and the UI.
+pub use kandev_events::TaskState;
 
-impl TaskState {
-    pub const ALL: [TaskState; 8] = [
-        TaskState::Todo,
-        TaskState::InProgress,
-        TaskState::Review,
-        TaskState::Blocked,
-        TaskState::WaitingForInput,
-        TaskState::Completed,
-        TaskState::Failed,
-        TaskState::Cancelled,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaskState::Todo => "TODO",
-            TaskState::InProgress => "IN_PROGRESS",
-            TaskState::Review => "REVIEW",
-            TaskState::Blocked => "BLOCKED",
-            TaskState::WaitingForInput => "WAITING_FOR_INPUT",
-            TaskState::Completed => "COMPLETED",
-            TaskState::Failed => "FAILED",
-            TaskState::Cancelled => "CANCELLED",
-        }
-    }
-
-    pub fn parse(s: &str) -> Result<TaskState, ApiError> {
-        TaskState::ALL
-            .into_iter()
-            .find(|state| state.as_str() == s)
-            .ok_or_else(|| ApiError::validation(format!("unknown state {s:?}")))
-    }
-
-    pub fn to_proto(self) -> pb::TaskState {
-        use pb::TaskState as P;
-        match self {
-            TaskState::Todo => P::Todo,
-            TaskState::InProgress => P::InProgress,
-            TaskState::Review => P::Review,
-            TaskState::Blocked => P::Blocked,
-            TaskState::WaitingForInput => P::WaitingForInput,
-            TaskState::Completed => P::Completed,
-            TaskState::Failed => P::Failed,
-            TaskState::Cancelled => P::Cancelled,
-        }
-    }
-
-    fn from_proto(value: i32) -> Option<TaskState> {
-        use pb::TaskState as P;
-        Some(match P::try_from(value).ok()? {
-            P::Todo => TaskState::Todo,
-            P::InProgress => TaskState::InProgress,
-            P::Review => TaskState::Review,
-            P::Blocked => TaskState::Blocked,
-            P::WaitingForInput => TaskState::WaitingForInput,
-            P::Completed => TaskState::Completed,
-            P::Failed => TaskState::Failed,
-            P::Cancelled => TaskState::Cancelled,
-            P::Unspecified => return None,
-        })
-    }
+/// Parses a state name from a request; an unknown name is a validation error.
+pub fn parse_state(s: &str) -> Result<TaskState, ApiError> {
+    s.parse()
+        .map_err(|e: kandev_events::UnknownTaskState| ApiError::validation(e.to_string()))
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -236,7 +169,7 @@ pub struct Task {
 impl From<pb::Task> for Task {
     fn from(t: pb::Task) -> Self {
         Task {
-            state: TaskState::from_proto(t.state),
+            state: TaskState::from_proto(t.state).ok(),
             metadata: json_object(&t.metadata_json),
             id: t.id,
             board_id: t.board_id,
@@ -443,11 +376,21 @@ pub struct AgentInstance {
     pub exit_code: Option<i64>,
     pub error: Option<String>,
     pub acp_session_id: Option<String>,
+    /// The launch request's priority, as given.
+    pub priority: i32,
+    /// The launch request's metadata, as given (`{}` when none).
+    #[schema(value_type = Object)]
+    pub metadata: serde_json::Value,
 }
 
 impl From<pb::AgentInstance> for AgentInstance {
     fn from(i: pb::AgentInstance) -> Self {
         AgentInstance {
+            priority: i.priority,
+            metadata: serde_json::from_str(&i.metadata_json)
+                .ok()
+                .filter(serde_json::Value::is_object)
+                .unwrap_or_else(|| serde_json::json!({})),
             status: agent_status(i.status),
             progress: (i.progress * 100.0).clamp(0.0, 100.0),
             started_at: time(i.started_at),
@@ -592,6 +535,11 @@ pub struct AgentType {
     pub permission_policy: String,
     #[serde(default = "yes")]
     pub enabled: bool,
+    /// A directory of the agent's home (absolute, in the container) kept
+    /// across containers in a named volume per agent type and user, e.g.
+    /// `/home/agent/.augment/sessions`; empty for none.
+    #[serde(default)]
+    pub home_volume: String,
 }
 
 fn yes() -> bool {
@@ -623,6 +571,7 @@ impl From<pb::AgentType> for AgentType {
             network_mode: t.network_mode,
             permission_policy: t.permission_policy,
             enabled: t.enabled,
+            home_volume: t.home_volume,
         }
     }
 }
@@ -651,6 +600,7 @@ impl From<AgentType> for pb::AgentType {
             network_mode: t.network_mode,
             permission_policy: t.permission_policy,
             enabled: t.enabled,
+            home_volume: t.home_volume,
         }
     }
 }
@@ -675,6 +625,7 @@ pub struct AgentTypePatch {
     pub network_mode: Option<String>,
     pub permission_policy: Option<String>,
     pub enabled: Option<bool>,
+    pub home_volume: Option<String>,
 }
 
 impl AgentTypePatch {
@@ -698,7 +649,8 @@ impl AgentTypePatch {
             credential_mounts,
             network_mode,
             permission_policy,
-            enabled
+            enabled,
+            home_volume
         );
     }
 }

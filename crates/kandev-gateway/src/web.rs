@@ -1,6 +1,7 @@
 //! The browser UI, embedded from `crates/kandev-gateway/web/` at build time
 //! (read from disk in debug builds). Unknown paths without a file extension
-//! get `index.html`, so client-side routes work.
+//! get `index.html`, so client-side routes work. `/js/states.js` is
+//! generated from [`kandev_events::TaskState`], the one task-state contract.
 
 use axum::{
     body::Body,
@@ -33,10 +34,27 @@ fn file(path: &str) -> Option<Response> {
     )
 }
 
+/// The task states for the UI, generated from the shared contract.
+const STATES_MODULE: &str = "js/states.js";
+
+fn states_module() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        kandev_events::TaskState::es_module(),
+    )
+        .into_response()
+}
+
 /// Serves an embedded file, or `index.html` for client-side routes.
 pub async fn serve(uri: Uri) -> Response {
     let path = uri.path().trim_start_matches('/');
     let path = if path.is_empty() { "index.html" } else { path };
+    if path == STATES_MODULE {
+        return states_module();
+    }
     if let Some(response) = file(path) {
         return response;
     }

@@ -22,6 +22,14 @@ pub enum ExecState {
     Stopped,
 }
 
+impl TryFrom<String> for ExecState {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        ExecState::parse(&s)
+    }
+}
+
 impl ExecState {
     pub const ALL: [ExecState; 8] = [
         ExecState::Idle,
@@ -48,11 +56,12 @@ impl ExecState {
         }
     }
 
-    pub fn parse(s: &str) -> ExecState {
+    /// A stored name; anything else is an error, never a default.
+    pub fn parse(s: &str) -> Result<ExecState, String> {
         ExecState::ALL
             .into_iter()
             .find(|st| st.as_str() == s)
-            .unwrap_or(ExecState::Idle)
+            .ok_or_else(|| format!("unknown execution state {s:?}"))
     }
 
     /// Launching or running: holds a concurrency slot.
@@ -151,6 +160,9 @@ pub enum OrchestratorError {
     },
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
+    /// A broken contract between services (e.g. an unknown task state).
+    #[error("internal: {0}")]
+    Internal(String),
 }
 
 impl OrchestratorError {
@@ -171,7 +183,7 @@ impl ServiceError for OrchestratorError {
                 tonic::Code::Unknown => ErrorCode::Unavailable,
                 code => ErrorCode::from_grpc(code),
             },
-            OrchestratorError::Database(_) => ErrorCode::Internal,
+            OrchestratorError::Database(_) | OrchestratorError::Internal(_) => ErrorCode::Internal,
         }
     }
 }
@@ -183,7 +195,7 @@ mod tests {
     #[test]
     fn states_round_trip_and_errors_map() {
         for st in ExecState::ALL {
-            assert_eq!(ExecState::parse(st.as_str()), st);
+            assert_eq!(ExecState::parse(st.as_str()), Ok(st));
         }
         let e = OrchestratorError::Upstream {
             service: "agent manager",

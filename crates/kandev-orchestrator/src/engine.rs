@@ -8,7 +8,7 @@ use std::{collections::HashMap, sync::Arc};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use kandev_events::{
-    Envelope,
+    Envelope, TaskState,
     agent::{AgentEventKind, AgentLifecycle},
     subjects,
     task::{TaskCreated, TaskDeleted, TaskSnapshot, TaskStateChanged, TaskUpdated},
@@ -39,7 +39,8 @@ const ORIGIN_MANUAL: &str = "manual";
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Execution {
     pub task_id: Uuid,
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub state: ExecState,
     pub agent_type: String,
     pub priority: i32,
     pub queue_order: Option<i64>,
@@ -57,7 +58,7 @@ pub struct Execution {
 
 impl Execution {
     pub fn state(&self) -> ExecState {
-        ExecState::parse(&self.state)
+        self.state
     }
 }
 
@@ -65,7 +66,7 @@ impl Execution {
 #[derive(Debug, Clone)]
 struct TaskFacts {
     id: Uuid,
-    state: String,
+    state: TaskState,
     priority: i32,
     agent_type: Option<String>,
     max_retries: i32,
@@ -75,7 +76,7 @@ impl From<&TaskSnapshot> for TaskFacts {
     fn from(t: &TaskSnapshot) -> Self {
         TaskFacts {
             id: t.id,
-            state: t.state.clone(),
+            state: t.state,
             priority: t.priority,
             agent_type: t.agent_type.clone().filter(|a| !a.is_empty()),
             max_retries: t.max_retries,
@@ -84,21 +85,14 @@ impl From<&TaskSnapshot> for TaskFacts {
 }
 
 fn eligible(t: &TaskFacts) -> bool {
-    t.state == "TODO" && t.agent_type.is_some()
+    t.state == TaskState::Todo && t.agent_type.is_some()
 }
 
-fn task_state_name(state: i32) -> &'static str {
-    match pb::TaskState::try_from(state).unwrap_or(pb::TaskState::Unspecified) {
-        pb::TaskState::Todo => "TODO",
-        pb::TaskState::InProgress => "IN_PROGRESS",
-        pb::TaskState::Review => "REVIEW",
-        pb::TaskState::Blocked => "BLOCKED",
-        pb::TaskState::WaitingForInput => "WAITING_FOR_INPUT",
-        pb::TaskState::Completed => "COMPLETED",
-        pb::TaskState::Failed => "FAILED",
-        pb::TaskState::Cancelled => "CANCELLED",
-        pb::TaskState::Unspecified => "",
-    }
+/// The state of a task read over gRPC; the task service never sends an
+/// unknown one, so one is an internal error.
+fn task_state(task: &pb::Task) -> Result<TaskState> {
+    TaskState::from_proto(task.state)
+        .map_err(|e| OrchestratorError::Internal(format!("task {}: {e}", task.id)))
 }
 
 /// The engine; cheap to share behind an `Arc`.
@@ -210,20 +204,26 @@ impl Engine {
             Ok(_) => {}
             Err(err) => {
                 tracing::warn!(%task_id, %err, "cannot change the task state; recording metadata only");
-                let update = self
-                    .tasks
-                    .clone()
-                    .update_task(pb::UpdateTaskRequest {
-                        id: task_id.to_string(),
-                        metadata_patch_json: Some(patch.to_string()),
-                        actor: ACTOR.into(),
-                        ..Default::default()
-                    })
-                    .await;
-                if let Err(err) = update {
-                    tracing::warn!(%task_id, %err, "cannot record the run's metadata");
-                }
+                self.record_metadata(task_id, &patch).await;
             }
+        }
+    }
+
+    /// Merges `patch` into the task's metadata; a failure is logged (the
+    /// run's outcome is in the feed either way).
+    async fn record_metadata(&self, task_id: Uuid, patch: &Value) {
+        let update = self
+            .tasks
+            .clone()
+            .update_task(pb::UpdateTaskRequest {
+                id: task_id.to_string(),
+                metadata_patch_json: Some(patch.to_string()),
+                actor: ACTOR.into(),
+                ..Default::default()
+            })
+            .await;
+        if let Err(err) = update {
+            tracing::warn!(%task_id, %err, "cannot record the run's metadata");
         }
     }
 
@@ -319,7 +319,7 @@ impl Engine {
                 return Ok(false);
             }
         };
-        let still_eligible = task_state_name(task.state) == "TODO"
+        let still_eligible = task_state(&task)? == TaskState::Todo
             && task.agent_type.as_deref().is_some_and(|a| !a.is_empty());
         if exec.origin == ORIGIN_ELIGIBLE && exec.attempts == 0 && !still_eligible {
             // Queued by an event that is history now (replayed after
@@ -374,6 +374,7 @@ impl Engine {
             metadata_json: task.metadata_json.clone(),
             prompt,
             resume_session_id: resume,
+            home_scope: task.created_by.clone(),
         };
         match self.agents.launch(request).await {
             Ok(instance) => {
@@ -387,8 +388,7 @@ impl Engine {
                 .execute(&self.pool)
                 .await?;
                 tracing::info!(%task_id, instance = %instance.id, attempts, "agent launched");
-                self.move_to_in_progress(task_id, task_state_name(task.state))
-                    .await;
+                self.move_to_in_progress(task_id, task_state(&task)?).await;
                 Ok(true)
             }
             Err(status) => {
@@ -400,12 +400,10 @@ impl Engine {
         }
     }
 
-    async fn move_to_in_progress(&self, task_id: Uuid, current: &str) {
+    async fn move_to_in_progress(&self, task_id: Uuid, current: TaskState) {
         let path: &[pb::TaskState] = match current {
-            "IN_PROGRESS" => &[],
-            "COMPLETED" | "FAILED" | "CANCELLED" => {
-                &[pb::TaskState::Todo, pb::TaskState::InProgress]
-            }
+            TaskState::InProgress => &[],
+            s if s.is_terminal() => &[pb::TaskState::Todo, pb::TaskState::InProgress],
             _ => &[pb::TaskState::InProgress],
         };
         for state in path {
@@ -541,8 +539,8 @@ impl Engine {
         let t = TaskFacts::from(&change.task);
         let exec = self.execution(t.id).await?;
         let state = exec.as_ref().map(Execution::state);
-        match change.to.as_str() {
-            "TODO" | "CANCELLED" => {
+        match change.to {
+            TaskState::Todo | TaskState::Cancelled => {
                 if let Some(exec) = &exec {
                     if matches!(
                         exec.state(),
@@ -639,6 +637,21 @@ impl Engine {
                         patch["auggie_session_id"] = json!(session);
                     }
                 }
+                if ev.stop_reason.as_deref() == Some("cancelled") {
+                    // A person cancelled the turn: the task is not done; it
+                    // stays in progress, idle, for a follow-up.
+                    tracing::info!(%task_id, "turn cancelled; the task waits for a follow-up");
+                    kandev_common::text::strip_nul_json(&mut patch);
+                    self.record_metadata(task_id, &patch).await;
+                    self.move_task(
+                        task_id,
+                        TaskState::WaitingForInput,
+                        TaskState::InProgress,
+                        "turn cancelled",
+                    )
+                    .await;
+                    return Ok(());
+                }
                 let target = if self.settings.complete_to_review {
                     pb::TaskState::Review
                 } else {
@@ -658,16 +671,7 @@ impl Engine {
                     if is_auggie(&exec.agent_type) {
                         patch["auggie_session_id"] = json!(session);
                     }
-                    let _ = self
-                        .tasks
-                        .clone()
-                        .update_task(pb::UpdateTaskRequest {
-                            id: task_id.to_string(),
-                            metadata_patch_json: Some(patch.to_string()),
-                            actor: ACTOR.into(),
-                            ..Default::default()
-                        })
-                        .await;
+                    self.record_metadata(task_id, &patch).await;
                 }
                 let error = ev
                     .error
@@ -680,8 +684,49 @@ impl Engine {
                     self.set_state(task_id, ExecState::Stopped).await?;
                 }
             }
+            AgentEventKind::WaitingForInput => {
+                if exec.state().is_active() {
+                    let question = ev.summary.as_deref().unwrap_or("a permission");
+                    let reason = format!("the agent asks: {question}");
+                    self.move_task(
+                        task_id,
+                        TaskState::InProgress,
+                        TaskState::WaitingForInput,
+                        &reason,
+                    )
+                    .await;
+                }
+            }
+            AgentEventKind::InputReceived => {
+                if exec.state().is_active() {
+                    self.move_task(
+                        task_id,
+                        TaskState::WaitingForInput,
+                        TaskState::InProgress,
+                        "answered",
+                    )
+                    .await;
+                }
+            }
         }
         Ok(())
+    }
+
+    /// Moves the task from `from` to `to`; a task a person moved elsewhere
+    /// meanwhile stays where it is.
+    async fn move_task(&self, task_id: Uuid, from: TaskState, to: TaskState, reason: &str) {
+        match self.get_task(task_id).await.map(|t| task_state(&t)) {
+            Ok(Ok(state)) if state == from => {
+                if let Err(err) = self
+                    .change_task_state(task_id, to.to_proto(), reason, None)
+                    .await
+                {
+                    tracing::warn!(%task_id, %err, %to, "cannot move the task");
+                }
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) | Err(err) => tracing::warn!(%task_id, %err, "cannot read the task"),
+        }
     }
 
     async fn seen(&self, id: Uuid) -> Result<bool> {
@@ -820,7 +865,7 @@ impl Engine {
         let task = self.get_task(task_id).await?;
         let facts = TaskFacts {
             id: task_id,
-            state: task_state_name(task.state).to_string(),
+            state: task_state(&task)?,
             priority: task.priority,
             agent_type: task.agent_type.clone().filter(|a| !a.is_empty()),
             max_retries: task.max_retries,
@@ -901,8 +946,7 @@ impl Orchestration for Engine {
                     Ok(()) => {
                         self.set_state(task_id, ExecState::Running).await?;
                         let task = self.get_task(task_id).await?;
-                        self.move_to_in_progress(task_id, task_state_name(task.state))
-                            .await;
+                        self.move_to_in_progress(task_id, task_state(&task)?).await;
                     }
                     Err(status)
                         if matches!(

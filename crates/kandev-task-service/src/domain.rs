@@ -47,97 +47,14 @@ fn invalid(msg: impl Into<String>) -> TaskError {
     TaskError::InvalidArgument(msg.into())
 }
 
-/// The state of a task: one kanban column each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TaskState {
-    Todo,
-    InProgress,
-    Review,
-    Blocked,
-    WaitingForInput,
-    Completed,
-    Failed,
-    Cancelled,
-}
+/// The state of a task, the one contract every service shares; its
+/// transitions are the rules [`crate::store`] enforces.
+pub use kandev_events::state::{TRANSITIONS, TaskState};
 
-use TaskState::*;
-
-/// Every allowed change of state. Anything else is refused with
-/// FAILED_PRECONDITION. Terminal states only reopen to TODO (and FAILED may
-/// also be given up as CANCELLED); REVIEW can be sent back to work.
-pub const TRANSITIONS: &[(TaskState, &[TaskState])] = &[
-    (Todo, &[InProgress, Blocked, Cancelled]),
-    (
-        InProgress,
-        &[
-            Todo,
-            Review,
-            Blocked,
-            WaitingForInput,
-            Completed,
-            Failed,
-            Cancelled,
-        ],
-    ),
-    (Review, &[Todo, InProgress, Completed, Cancelled]),
-    (Blocked, &[Todo, InProgress, Cancelled]),
-    (WaitingForInput, &[Todo, InProgress, Failed, Cancelled]),
-    (Completed, &[Todo]),
-    (Failed, &[Todo, Cancelled]),
-    (Cancelled, &[Todo]),
-];
-
-impl TaskState {
-    pub const ALL: [TaskState; 8] = [
-        Todo,
-        InProgress,
-        Review,
-        Blocked,
-        WaitingForInput,
-        Completed,
-        Failed,
-        Cancelled,
-    ];
-
-    /// The seed's upper-case name, as stored and shown.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Todo => "TODO",
-            InProgress => "IN_PROGRESS",
-            Review => "REVIEW",
-            Blocked => "BLOCKED",
-            WaitingForInput => "WAITING_FOR_INPUT",
-            Completed => "COMPLETED",
-            Failed => "FAILED",
-            Cancelled => "CANCELLED",
-        }
-    }
-
-    pub fn parse(s: &str) -> Result<TaskState> {
-        TaskState::ALL
-            .into_iter()
-            .find(|state| state.as_str() == s)
-            .ok_or_else(|| invalid(format!("unknown state {s:?}")))
-    }
-
-    /// The states this one may change to.
-    pub fn allowed_next(self) -> &'static [TaskState] {
-        TRANSITIONS
-            .iter()
-            .find(|(from, _)| *from == self)
-            .map(|(_, to)| *to)
-            .unwrap_or(&[])
-    }
-
-    pub fn can_change_to(self, to: TaskState) -> bool {
-        self.allowed_next().contains(&to)
-    }
-}
-
-impl std::fmt::Display for TaskState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
+/// Parses a state name, refusing names that are not states.
+pub fn parse_state(s: &str) -> Result<TaskState> {
+    s.parse()
+        .map_err(|e: kandev_events::UnknownTaskState| invalid(e.to_string()))
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -423,24 +340,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_state_has_a_row_and_no_self_transition() {
-        for state in TaskState::ALL {
-            assert!(
-                TRANSITIONS.iter().any(|(from, _)| *from == state),
-                "{state}"
-            );
-            assert!(!state.can_change_to(state), "{state} -> itself");
-            assert_eq!(TaskState::parse(state.as_str()).unwrap(), state);
-        }
-    }
-
-    #[test]
     fn validation() {
         assert!(TaskTitle::parse("  ").is_err());
         assert!(TaskTitle::parse(&"x".repeat(501)).is_err());
         assert_eq!(TaskTitle::parse(" fix ").unwrap().as_str(), "fix");
         assert!(priority(-1).is_err());
-        assert!(TaskState::parse("DONE").is_err());
+        assert!(parse_state("DONE").is_err());
         assert!(json_object("metadata", "[1]").is_err());
         assert!(json_object("metadata", "{").is_err());
         assert!(agent_type("Mock Agent").is_err());

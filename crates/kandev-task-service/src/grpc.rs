@@ -34,34 +34,10 @@ fn status(err: TaskError) -> Status {
 }
 
 fn state_from_proto(value: i32) -> Result<TaskState, TaskError> {
-    use pb::TaskState as P;
-    match P::try_from(value) {
-        Ok(P::Todo) => Ok(TaskState::Todo),
-        Ok(P::InProgress) => Ok(TaskState::InProgress),
-        Ok(P::Review) => Ok(TaskState::Review),
-        Ok(P::Blocked) => Ok(TaskState::Blocked),
-        Ok(P::WaitingForInput) => Ok(TaskState::WaitingForInput),
-        Ok(P::Completed) => Ok(TaskState::Completed),
-        Ok(P::Failed) => Ok(TaskState::Failed),
-        Ok(P::Cancelled) => Ok(TaskState::Cancelled),
-        Ok(P::Unspecified) => Err(TaskError::InvalidArgument("state is required".into())),
-        Err(_) => Err(TaskError::InvalidArgument(format!("unknown state {value}"))),
+    if value == pb::TaskState::Unspecified as i32 {
+        return Err(TaskError::InvalidArgument("state is required".into()));
     }
-}
-
-/// The proto enum value of a domain state.
-pub fn state_to_proto(state: TaskState) -> pb::TaskState {
-    use pb::TaskState as P;
-    match state {
-        TaskState::Todo => P::Todo,
-        TaskState::InProgress => P::InProgress,
-        TaskState::Review => P::Review,
-        TaskState::Blocked => P::Blocked,
-        TaskState::WaitingForInput => P::WaitingForInput,
-        TaskState::Completed => P::Completed,
-        TaskState::Failed => P::Failed,
-        TaskState::Cancelled => P::Cancelled,
-    }
+    TaskState::from_proto(value).map_err(|e| TaskError::InvalidArgument(e.to_string()))
 }
 
 fn board_to_proto(b: Board) -> pb::Board {
@@ -81,7 +57,7 @@ fn task_to_proto(t: Task) -> pb::Task {
         board_id: t.board_id.to_string(),
         title: t.title,
         description: t.description,
-        state: state_to_proto(t.state) as i32,
+        state: t.state.to_proto() as i32,
         priority: t.priority,
         agent_type: t.agent_type,
         repository_url: t.repository_url,

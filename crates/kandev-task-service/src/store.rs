@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use crate::domain::{
     Board, BoardPatch, NewBoard, NewTask, Page, Result, StateChange, Task, TaskError,
-    TaskEventRecord, TaskPatch, TaskState, merge_metadata,
+    TaskEventRecord, TaskPatch, TaskState, merge_metadata, parse_state,
 };
 
 /// Boards, tasks and their history. The gRPC adapter, and later a one-binary
@@ -130,7 +130,7 @@ impl TryFrom<TaskRow> for Task {
             board_id: r.board_id,
             title: r.title,
             description: r.description,
-            state: TaskState::parse(&r.state)?,
+            state: parse_state(&r.state)?,
             priority: r.priority,
             agent_type: r.agent_type,
             repository_url: r.repository_url,
@@ -166,7 +166,7 @@ pub fn snapshot(t: &Task) -> TaskSnapshot {
         board_id: t.board_id,
         title: t.title.clone(),
         description: t.description.clone(),
-        state: t.state.as_str().to_string(),
+        state: t.state,
         priority: t.priority,
         agent_type: t.agent_type.clone(),
         repository_url: t.repository_url.clone(),
@@ -597,8 +597,8 @@ impl TaskStore for PgTaskStore {
             subjects::TASK_STATE_CHANGED,
             TaskStateChanged {
                 actor: change.actor.clone(),
-                from: old.state.as_str().to_string(),
-                to: task.state.as_str().to_string(),
+                from: old.state,
+                to: task.state,
                 reason: change.reason.clone(),
                 task: snapshot(&task),
             },

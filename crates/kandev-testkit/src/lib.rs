@@ -245,22 +245,42 @@ pub fn ensure_docker() {
         });
         assert!(up, "dockerd did not start within 60 s");
     }
+    build_image_if_missing(MOCK_IMAGE, "mock-agent");
+    *ready = true;
+}
+
+/// The seed's example agent's image (`dockerfiles/seed-agent`).
+pub const SEED_AGENT_IMAGE: &str = "kandev/seed-agent:latest";
+
+/// Makes sure a Docker engine answers and the seed agent's image exists.
+/// Blocking: call it from `spawn_blocking`.
+pub fn ensure_seed_agent_image() {
+    ensure_docker();
+    static BUILT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _once = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    build_image_if_missing(SEED_AGENT_IMAGE, "seed-agent");
+}
+
+/// Builds `image` with `dockerfiles/<dir>/build.sh` unless the machine's
+/// engine has it (never pulled: no registry is needed).
+fn build_image_if_missing(image: &str, dir: &str) {
     let present = Command::new("docker")
-        .args(["image", "inspect", MOCK_IMAGE])
+        .args(["image", "inspect", image])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     if !present {
         let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../dockerfiles/mock-agent/build.sh");
+            .join("../../dockerfiles")
+            .join(dir)
+            .join("build.sh");
         let status = Command::new("bash")
             .arg(script)
             .status()
             .expect("bash runs");
-        assert!(status.success(), "building {MOCK_IMAGE} failed");
+        assert!(status.success(), "building {image} failed");
     }
-    *ready = true;
 }
 
 /// Removes every container (running or not) that an agent manager with this

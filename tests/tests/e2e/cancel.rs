@@ -1,6 +1,7 @@
-//! A running task moved to CANCELLED stops its agent.
+//! A running task moved to CANCELLED stops its agent; a cancelled turn
+//! leaves the task in progress.
 
-use kandev_e2e::{Feed, Options, Stack, eventually, kind, serde_json::json};
+use kandev_e2e::{Feed, Options, Stack, eventually, is_turn_end, kind, serde_json::json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_stops_the_agent_and_removes_its_container() {
@@ -53,6 +54,52 @@ async fn cancel_stops_the_agent_and_removes_its_container() {
     let t = api.get(&format!("/api/v1/tasks/{task}")).await;
     assert_eq!(t.body["state"], "CANCELLED", "{}", t.body);
     assert!(stack.containers(Some(&task), false).await.is_empty());
+    feed.close().await;
+    stack.stop().await;
+}
+
+/// "Cancel turn" ends the agent's turn, not the task: it stays in progress,
+/// idle, and a follow-up continues the same session and completes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_turn_leaves_the_task_in_progress_for_a_follow_up() {
+    let stack = Stack::start("cancel_turn", Options::default()).await;
+    let api = stack.admin().await;
+    let board = api.board("cancel turn").await;
+    let task = api
+        .task(
+            &board,
+            json!({"title": "Wait", "description": "scenario: wait-cancel",
+                   "agent_type": "mock-agent", "max_retries": 0}),
+        )
+        .await;
+    let mut feed = Feed::open(&api, &task).await;
+    feed.wait_for(120, "the waiting message", |f| {
+        f.to_string().contains("Waiting for session/cancel")
+    })
+    .await;
+    let ack = feed.command(json!({"type": "cancel"}), 30).await;
+    assert_eq!(ack["type"], "ack", "{ack}");
+    let end = feed
+        .wait_for(60, "the cancelled turn's end", is_turn_end)
+        .await;
+    assert_eq!(end["event"]["data"]["stop_reason"], "cancelled", "{end}");
+    // The orchestrator has handled the run's end: the task is still in
+    // progress, not completed.
+    eventually(60, "the run's end to be handled", || async {
+        let exec = api.execution(&task).await;
+        (exec.body["state"] == "completed").then_some(())
+    })
+    .await;
+    let idle = api.get(&format!("/api/v1/tasks/{task}")).await;
+    assert_eq!(idle.body["state"], "IN_PROGRESS", "{}", idle.body);
+
+    let ack = feed
+        .command(json!({"type": "prompt", "text": "echo carry on"}), 60)
+        .await;
+    assert_eq!(ack["type"], "ack", "{ack}");
+    let end = feed.wait_for(120, "the follow-up's end", is_turn_end).await;
+    assert_eq!(end["event"]["data"]["stop_reason"], "end_turn", "{end}");
+    api.wait_state(&task, &["COMPLETED"], 60).await;
     feed.close().await;
     stack.stop().await;
 }

@@ -1,4 +1,5 @@
-//! An agent that crashes is retried, then the task FAILS with the error.
+//! An agent that crashes is retried, then the task FAILS with the error; an
+//! agent that cannot start fails the task at once.
 
 use kandev_e2e::{Options, Stack, kind, replay, serde_json::json};
 
@@ -43,5 +44,40 @@ async fn crashing_agent_is_retried_then_fails() {
         .count();
     assert_eq!(crashes, 3, "one crash per attempt");
     assert!(stack.containers(Some(&task), false).await.is_empty());
+    stack.stop().await;
+}
+
+/// An agent that cannot even start (its image is missing and never pulled)
+/// moves the card from TODO to FAILED, with the reason a person can read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_that_fails_moves_the_task_to_failed() {
+    let stack = Stack::start("launch_failure", Options::default()).await;
+    let api = stack.admin().await;
+    let made = api
+        .post(
+            "/api/v1/agent-types",
+            json!({"id": "no-image", "name": "Missing image",
+                   "image": "kandev/not-built-anywhere:latest", "memory_mb": 256,
+                   "cpu_cores": 0.5, "pids_limit": 64, "timeout_seconds": 600,
+                   "network_mode": "none"}),
+        )
+        .await;
+    assert_eq!(made.status, 201, "{}", made.body);
+    let board = api.board("launch failure").await;
+    let task = api
+        .task(
+            &board,
+            json!({"title": "Cannot start", "description": "echo hi",
+                   "agent_type": "no-image", "max_retries": 0}),
+        )
+        .await;
+    let failed = api.wait_state(&task, &["FAILED"], 60).await;
+    let error = failed["metadata"]["last_error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        error.contains("kandev/not-built-anywhere:latest"),
+        "the reason names the image: {failed}"
+    );
     stack.stop().await;
 }

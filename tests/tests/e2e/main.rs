@@ -8,3 +8,4 @@ mod faults;
 mod followup;
 mod happy;
 mod permission;
+mod seed;

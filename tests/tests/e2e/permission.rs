@@ -1,7 +1,5 @@
 //! The "ask" permission policy: the request reaches the WebSocket client,
-//! whose answer reaches the agent.
-
-use std::time::Duration;
+//! the task waits for input meanwhile, and the answer reaches the agent.
 
 use kandev_e2e::{Feed, Options, Stack, is_turn_end, kind, serde_json::json};
 
@@ -43,8 +41,10 @@ async fn permission_ask_is_answered_over_the_websocket() {
         .filter_map(|o| o["option_id"].as_str().or(o["optionId"].as_str()))
         .collect();
     assert!(options.contains(&"allow-once"), "{ask}");
-    // Nothing is written before the answer.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The board shows that a person is needed, and nothing is written
+    // before the answer.
+    let waiting = api.wait_state(&task, &["WAITING_FOR_INPUT"], 60).await;
+    assert_eq!(waiting["state"], "WAITING_FOR_INPUT", "{waiting}");
     assert!(!stack.workspace(&task).join("permitted.txt").exists());
 
     let ack = feed
@@ -58,6 +58,34 @@ async fn permission_ask_is_answered_over_the_websocket() {
     let end = feed.wait_for(60, "turn_end", is_turn_end).await;
     assert_eq!(end["event"]["data"]["stop_reason"], "end_turn", "{end}");
     api.wait_state(&task, &["COMPLETED"], 60).await;
+    // It went back to work when answered, then completed.
+    let history = api
+        .get(&format!("/api/v1/tasks/{task}/events?page_size=100"))
+        .await;
+    let states: Vec<String> = history.body["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", history.body))
+        .iter()
+        .filter(|e| e["kind"] == "state_changed")
+        .map(|e| {
+            e["new_value"]["state"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    let tail: Vec<&str> = states
+        .iter()
+        .rev()
+        .take(3)
+        .rev()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        tail,
+        ["WAITING_FOR_INPUT", "IN_PROGRESS", "COMPLETED"],
+        "{states:?}"
+    );
     let written = std::fs::read_to_string(stack.workspace(&task).join("permitted.txt"))
         .expect("the permitted file");
     assert!(

@@ -98,7 +98,10 @@ impl AcpClient {
         })
     }
 
-    async fn lifecycle(&self, phase: LifecyclePhase, detail: Option<String>) {
+    /// Emits a lifecycle event, numbered in the same sequence as every
+    /// other event: the client's own phases, and its owner's (e.g. a prompt
+    /// queued behind the running turn).
+    pub async fn lifecycle(&self, phase: LifecyclePhase, detail: Option<String>) {
         self.inner
             .emit(
                 Direction::Local,

@@ -30,8 +30,8 @@ use std::{
 use bytes::Bytes;
 use chrono::Utc;
 use kandev_acp::{
-    AcpClient, AcpError, AskDecider, AutoApprove, Deny, PermissionAsk, PermissionDecision,
-    PermissionPolicy,
+    AcpClient, AcpError, AskDecider, AutoApprove, Deny, LifecyclePhase, PermissionAsk,
+    PermissionDecision, PermissionPolicy,
 };
 use kandev_events::{
     Envelope, EventBus,
@@ -110,6 +110,20 @@ impl Default for RunHandle {
     }
 }
 
+/// At most this much of a queued prompt is repeated in its feed event.
+const QUEUED_DETAIL_MAX: usize = 4096;
+
+fn bounded_detail(text: &str) -> String {
+    if text.len() <= QUEUED_DETAIL_MAX {
+        return text.to_owned();
+    }
+    let mut end = QUEUED_DETAIL_MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [{} more bytes]", &text[..end], text.len() - end)
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -160,15 +174,21 @@ impl RunHandle {
 
     /// Queues a follow-up prompt for the running turn: it is sent in the
     /// same ACP session once the current prompt ends (not when it is
-    /// cancelled). `false` when the run is ending and takes no more.
-    pub fn queue_prompt(&self, prompt: String) -> bool {
+    /// cancelled), and shows in the feed as queued meanwhile. `false` when
+    /// the run is ending and takes no more.
+    pub async fn queue_prompt(&self, prompt: String) -> bool {
+        let detail = bounded_detail(&prompt);
         match lock(&self.queued).as_mut() {
-            Some(queue) => {
-                queue.push_back(prompt);
-                true
-            }
-            None => false,
+            Some(queue) => queue.push_back(prompt),
+            None => return false,
         }
+        let client = lock(&self.client).clone();
+        if let Some(client) = client {
+            client
+                .lifecycle(LifecyclePhase::PromptQueued, Some(detail))
+                .await;
+        }
+        true
     }
 
     /// The next queued prompt; when there is none the queue closes, so a
@@ -316,6 +336,7 @@ pub async fn publish_lifecycle(
         summary: None,
         error: None,
         exit_code: None,
+        request_id: None,
         last_seq: u64::try_from(instance.last_seq).unwrap_or(0),
         at: Utc::now(),
     };
@@ -376,11 +397,16 @@ pub async fn resume_point(bus: &dyn EventBus, instance: &mut AgentInstance) {
     }
 }
 
+/// The permission policy of a turn. Under `ask`, each question is kept for
+/// `respond_permission` and published as `agent.waiting_for_input`, so the
+/// task shows that a person is needed.
 fn policy(
     kind: PermissionPolicyKind,
-    settings: &Settings,
+    shared: &Shared,
+    instance: &AgentInstance,
     handle: &Arc<RunHandle>,
 ) -> Arc<dyn PermissionPolicy> {
+    let settings = &shared.settings;
     match kind {
         PermissionPolicyKind::AutoApprove => Arc::new(AutoApprove),
         PermissionPolicyKind::Deny => Arc::new(Deny),
@@ -391,10 +417,18 @@ fn policy(
                 64,
             );
             let handle = handle.clone();
+            let bus = shared.bus.clone();
+            let instance = instance.clone();
             tokio::spawn(async move {
                 while let Some(ask) = asks.recv().await {
                     let key = ask_key(&ask.request_id);
-                    lock(&handle.asks).insert(key, ask);
+                    let title = ask.request.tool_call.fields.title.clone();
+                    lock(&handle.asks).insert(key.clone(), ask);
+                    publish_lifecycle(&*bus, &instance, AgentEventKind::WaitingForInput, |e| {
+                        e.request_id = Some(key);
+                        e.summary = title;
+                    })
+                    .await;
                 }
             });
             Arc::new(decider)
@@ -454,6 +488,13 @@ pub async fn run_turn(
     let dropped = handle.close_queue();
     if dropped > 0 {
         tracing::warn!(instance = %instance.id, dropped, "the turn ended before its queued prompts were sent");
+        let client = lock(&handle.client).clone();
+        if let Some(client) = client {
+            let detail = format!("{dropped} queued prompt(s) not sent: the turn ended first");
+            client
+                .lifecycle(LifecyclePhase::QueueDropped, Some(detail))
+                .await;
+        }
     }
     *lock(&handle.client) = None;
     lock(&handle.asks).clear();

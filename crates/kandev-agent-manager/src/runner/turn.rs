@@ -67,7 +67,12 @@ fn connect(
     let options = ClientOptions {
         start_seq: u64::try_from(spec.instance.last_seq).unwrap_or(0) + 1,
         initialize_timeout: std::time::Duration::from_secs(shared.settings.initialize_timeout_secs),
-        permission: policy(spec.agent_type.permission_policy, &shared.settings, handle),
+        permission: policy(
+            spec.agent_type.permission_policy,
+            shared,
+            &spec.instance,
+            handle,
+        ),
         workspace,
         terminal,
         // Events are forwarded, not inspected: chunks stay wire text.

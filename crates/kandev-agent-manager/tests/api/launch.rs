@@ -278,13 +278,13 @@ async fn limits_and_read_only_credentials_are_applied_then_stop_removes() {
             .clone()
     };
     assert_eq!(mount("/workspace")["RW"], true);
-    assert_eq!(mount("/root/.ssh")["RW"], false);
-    assert_eq!(mount("/root/.gitconfig")["RW"], false);
+    assert_eq!(mount("/home/agent/.ssh")["RW"], false);
+    assert_eq!(mount("/home/agent/.gitconfig")["RW"], false);
     // No .git-credentials in the fake home, so nothing is mounted for it.
     assert!(
         mounts
             .iter()
-            .all(|m| m["Destination"] != "/root/.git-credentials")
+            .all(|m| m["Destination"] != "/home/agent/.git-credentials")
     );
     // Configured tokens reach the agent only when its type lists them.
     let env = info["Config"]["Env"].to_string();

@@ -57,6 +57,9 @@ async fn restart_resumes_running_agents_and_reconciles_exited_ones() {
                         env: BTreeMap::new(),
                         prompt: prompt.into(),
                         resume_session_id: None,
+                        priority: 0,
+                        metadata: Default::default(),
+                        home_scope: String::new(),
                     })
                     .await
                     .unwrap();

@@ -69,6 +69,7 @@ pub async fn launch(
                 .unwrap_or_default(),
             prompt,
             resume_session_id: body.resume_session_id,
+            home_scope: task.created_by.clone(),
         })
         .await
         .map_err(agent_err)?

@@ -11,7 +11,7 @@ use super::access::{task_err, visible_board};
 use crate::{
     api::{
         Board, BoardList, CreateBoardRequest, CreateTaskRequest, PageParams, Task, TaskList,
-        TaskState, UpdateBoardRequest,
+        TaskState, UpdateBoardRequest, parse_state,
     },
     auth::CurrentUser,
     error::{ApiError, ApiResult, ErrorBody},
@@ -185,7 +185,7 @@ fn parse_list_query(raw: Option<&str>) -> ApiResult<ListTasksQuery> {
         match key.as_str() {
             "state" => {
                 for s in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                    q.states.push(TaskState::parse(s)?);
+                    q.states.push(parse_state(s)?);
                 }
             }
             "page_size" => {

@@ -75,6 +75,29 @@ async fn openapi_json_and_the_ui_are_served() {
     }
     // API answers carry them too.
     assert_eq!(doc.headers["x-content-type-options"], "nosniff");
+    // The UI's task states are generated from the services' contract, in
+    // board order, with the transitions the task service enforces.
+    let states = app.call(Method::GET, "/js/states.js", None, None).await;
+    assert_eq!(states.status, StatusCode::OK);
+    assert!(
+        states.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/javascript")
+    );
+    let module = states.body.as_str().unwrap();
+    let names: Vec<&str> = kandev_events::TaskState::ALL
+        .iter()
+        .map(|s| s.as_str())
+        .collect();
+    assert!(
+        module.contains(&format!(
+            "export const STATES = Object.freeze({});",
+            serde_json::json!(names)
+        )),
+        "{module}"
+    );
+    assert!(module.contains("export const TRANSITIONS"), "{module}");
     let missing = app.call(Method::GET, "/missing.js", None, None).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
     app.stop().await;

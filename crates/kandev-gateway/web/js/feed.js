@@ -220,6 +220,8 @@ export class Feed {
           this.replaying = false;
         }
         if (d.phase === 'closed') { this.closeOpen(); this.addItem({ kind: 'lifecycle', seq, message: `Agent exited${d.detail ? `: ${d.detail}` : ''}.` }); }
+        if (d.phase === 'prompt_queued') this.addItem({ kind: 'note', seq, message: `Follow-up queued, sent when this turn ends: ${d.detail ?? ''}` });
+        if (d.phase === 'queue_dropped') this.addItem({ kind: 'note', seq, message: `Queued follow-ups dropped: ${d.detail ?? ''}` });
         break;
       }
       default:

@@ -428,6 +428,7 @@ pub fn lifecycle(kind: AgentEventKind, task_id: &str, instance_id: Uuid) -> Agen
         summary: None,
         error: None,
         exit_code: None,
+        request_id: None,
         last_seq: 0,
         at: chrono::Utc::now(),
     }

@@ -1,5 +1,5 @@
 use kandev_proto::v1 as pb;
-use kandev_task_service::{domain::TaskState, grpc::state_to_proto};
+use kandev_task_service::domain::TaskState;
 use tonic::Code;
 
 use crate::helpers::{TestApp, spawn_app};
@@ -17,12 +17,9 @@ async fn task_in(app: &mut TestApp, board_id: &str, state: TaskState) -> pb::Tas
     };
     let mut current = task;
     for step in path {
-        current = app
-            .set_state(&current.id, state_to_proto(*step))
-            .await
-            .unwrap();
+        current = app.set_state(&current.id, step.to_proto()).await.unwrap();
     }
-    assert_eq!(current.state, state_to_proto(state) as i32);
+    assert_eq!(current.state, state.to_proto() as i32);
     current
 }
 
@@ -34,10 +31,10 @@ async fn every_allowed_transition_and_a_forbidden_one_from_each_state() {
         for to in from.allowed_next() {
             let task = task_in(&mut app, &board.id, from).await;
             let moved = app
-                .set_state(&task.id, state_to_proto(*to))
+                .set_state(&task.id, to.to_proto())
                 .await
                 .unwrap_or_else(|e| panic!("{from} -> {to}: {e}"));
-            assert_eq!(moved.state, state_to_proto(*to) as i32, "{from} -> {to}");
+            assert_eq!(moved.state, to.to_proto() as i32, "{from} -> {to}");
             assert_eq!(moved.version, task.version + 1);
         }
         // The first state not allowed from here (itself, at least, never is).
@@ -47,7 +44,7 @@ async fn every_allowed_transition_and_a_forbidden_one_from_each_state() {
             .unwrap();
         let task = task_in(&mut app, &board.id, from).await;
         let err = app
-            .set_state(&task.id, state_to_proto(forbidden))
+            .set_state(&task.id, forbidden.to_proto())
             .await
             .unwrap_err();
         assert_eq!(
