@@ -39,6 +39,24 @@ pub struct RpcError {
 }
 
 impl RpcError {
+    /// The error in plain words for a person: the agent's own explanation
+    /// first (`data.details`, `data.message`, or `data` as text), then the
+    /// code and message (`Internal error` alone says little).
+    pub fn explain(&self) -> String {
+        let own = match &self.data {
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::Object(map)) => ["details", "message", "reason", "error"]
+                .iter()
+                .find_map(|k| map.get(*k).and_then(Value::as_str))
+                .map(str::to_owned),
+            _ => None,
+        };
+        match own.filter(|s| !s.trim().is_empty()) {
+            Some(own) => format!("{own} ({} {})", self.message, self.code),
+            None => format!("{} ({})", self.message, self.code),
+        }
+    }
+
     /// Builds an error without data.
     pub fn new(code: i64, message: impl Into<String>) -> Self {
         Self {
@@ -116,5 +134,29 @@ impl AcpError {
             Self::Rpc { source, .. } => Some(source.code),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explain_puts_the_agents_own_words_first() {
+        let e = RpcError {
+            data: Some(serde_json::json!({"details": "Could not resolve dependency foo@2"})),
+            ..RpcError::new(-32603, "Internal error")
+        };
+        assert_eq!(
+            e.explain(),
+            "Could not resolve dependency foo@2 (Internal error -32603)"
+        );
+        let plain = RpcError::new(-32602, "Invalid params");
+        assert_eq!(plain.explain(), "Invalid params (-32602)");
+        let text = RpcError {
+            data: Some(Value::String("log in first".into())),
+            ..RpcError::new(-32000, "Auth")
+        };
+        assert_eq!(text.explain(), "log in first (Auth -32000)");
     }
 }

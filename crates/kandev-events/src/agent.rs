@@ -246,6 +246,10 @@ pub struct AgentLifecycle {
     /// agent's permission request (JSON text), pairing the two.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
+    /// For `failed`: whether running again may succeed (`false` for the
+    /// agent's own error answer or missing credentials: no retry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retryable: Option<bool>,
     /// The last `instance_seq` published for this instance before this event.
     #[serde(default)]
     pub last_seq: u64,

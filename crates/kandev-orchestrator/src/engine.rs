@@ -314,7 +314,7 @@ impl Engine {
                 return Ok(false);
             }
             Err(err) => {
-                self.run_failed(&exec_with_attempts(exec, attempts), &err.to_string())
+                self.run_failed(&exec_with_attempts(exec, attempts), &err.to_string(), true)
                     .await?;
                 return Ok(false);
             }
@@ -393,7 +393,19 @@ impl Engine {
             }
             Err(status) => {
                 let error = format!("launch failed: {}", status.message());
-                self.run_failed(&exec_with_attempts(exec, attempts), &error)
+                // A refused request (no such type, a policy, a bad
+                // repository) is refused again; an unavailable engine or
+                // manager may come back.
+                let retryable = matches!(
+                    status.code(),
+                    tonic::Code::Unavailable
+                        | tonic::Code::Internal
+                        | tonic::Code::Unknown
+                        | tonic::Code::DeadlineExceeded
+                        | tonic::Code::ResourceExhausted
+                        | tonic::Code::Aborted
+                );
+                self.run_failed(&exec_with_attempts(exec, attempts), &error, retryable)
                     .await?;
                 Ok(false)
             }
@@ -418,9 +430,9 @@ impl Engine {
     }
 
     /// A run failed: retry after a backoff, or give up.
-    async fn run_failed(&self, exec: &Execution, error: &str) -> Result<()> {
+    async fn run_failed(&self, exec: &Execution, error: &str, retryable: bool) -> Result<()> {
         let task_id = exec.task_id;
-        if exec.attempts <= exec.max_retries {
+        if retryable && exec.attempts <= exec.max_retries {
             let delay = self.settings.retry_delay(exec.attempts);
             let retry_at = Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
             sqlx::query(
@@ -677,7 +689,9 @@ impl Engine {
                     .error
                     .clone()
                     .unwrap_or_else(|| "agent failed".to_string());
-                self.run_failed(exec, &error).await?;
+                // The agent's own error answer would repeat: no retry.
+                self.run_failed(exec, &error, ev.retryable != Some(false))
+                    .await?;
             }
             AgentEventKind::Stopped => {
                 if exec.state().is_active() {

@@ -81,3 +81,31 @@ async fn a_launch_that_fails_moves_the_task_to_failed() {
     );
     stack.stop().await;
 }
+
+/// An agent that answers the prompt with its own error would answer the same
+/// again: the task fails once, with that error, and is not retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_error_answer_fails_once_without_retries() {
+    let stack = Stack::start("agent_error", Options::default()).await;
+    let api = stack.admin().await;
+    let board = api.board("agent error").await;
+    let task = api
+        .task(
+            &board,
+            json!({"title": "Refused", "description": "scenario: error Could not resolve dependency foo@2",
+                   "agent_type": "mock-agent", "max_retries": 3}),
+        )
+        .await;
+    let failed = api.wait_state(&task, &["FAILED"], 120).await;
+    assert_eq!(failed["metadata"]["attempts"], 1, "{failed}");
+    let error = failed["metadata"]["last_error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        error.contains("Could not resolve dependency foo@2"),
+        "the agent's own message: {failed}"
+    );
+    let exec = api.execution(&task).await;
+    assert_eq!(exec.body["attempts"], 1, "{}", exec.body);
+    stack.stop().await;
+}

@@ -220,6 +220,10 @@ enum Failure {
     Failed {
         error: String,
         exit_code: Option<i64>,
+        /// Whether running it again may succeed: false for the agent's own
+        /// answer (an error reply to the prompt, a session it does not
+        /// know, authentication it needs), which would be the same again.
+        retryable: bool,
     },
     Stopped,
 }
@@ -228,6 +232,17 @@ fn failed(error: impl Into<String>) -> Failure {
     Failure::Failed {
         error: error.into(),
         exit_code: None,
+        retryable: true,
+    }
+}
+
+/// A failure that running the turn again would repeat (see
+/// [`Failure::Failed::retryable`]).
+fn refused(error: impl Into<String>) -> Failure {
+    Failure::Failed {
+        error: error.into(),
+        exit_code: None,
+        retryable: false,
     }
 }
 
@@ -337,6 +352,7 @@ pub async fn publish_lifecycle(
         error: None,
         exit_code: None,
         request_id: None,
+        retryable: None,
         last_seq: u64::try_from(instance.last_seq).unwrap_or(0),
         at: Utc::now(),
     };
@@ -512,6 +528,7 @@ pub async fn run_turn(
         Err(Failure::Failed {
             error,
             exit_code: code,
+            ..
         }) => (
             InstanceStatus::Failed,
             Outcome {
@@ -551,11 +568,14 @@ pub async fn run_turn(
             })
             .await;
         }
-        Err(Failure::Failed { error, .. }) => {
-            tracing::warn!(instance = %instance.id, %error, "agent failed");
+        Err(Failure::Failed {
+            error, retryable, ..
+        }) => {
+            tracing::warn!(instance = %instance.id, %error, retryable, "agent failed");
             publish_lifecycle(bus, &final_instance, AgentEventKind::Failed, |e| {
                 e.error = Some(error);
                 e.exit_code = outcome.exit_code;
+                e.retryable = Some(retryable);
             })
             .await;
         }

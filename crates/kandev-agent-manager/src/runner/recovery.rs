@@ -66,6 +66,7 @@ pub(super) async fn drive_until_done(
                 return Err(Failure::Failed {
                     error: format!("{restarted} and stopped the agent{code_text}"),
                     exit_code: code,
+                    retryable: true,
                 });
             }
             Ok(ContainerState::Missing) => {
@@ -131,6 +132,7 @@ pub(super) async fn output_ended(
                     "the agent's container was stopped (signal {signal}) during {during}"
                 ),
                 exit_code: code,
+                retryable: true,
             }
             .into();
         }
@@ -145,6 +147,7 @@ pub(super) async fn output_ended(
                     "the agent's container was stopped from outside Kandev (signal {signal}) during {during}"
                 ),
                 exit_code: code,
+                retryable: true,
             }
             .into();
         }
@@ -156,6 +159,7 @@ pub(super) async fn output_ended(
             None => format!("the agent closed its output during {during}"),
         },
         exit_code: code,
+        retryable: true,
     }
     .into()
 }

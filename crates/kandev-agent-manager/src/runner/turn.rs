@@ -18,7 +18,7 @@ use super::{
     lock,
     output::{LineQueue, demux},
     pipeline::Pipeline,
-    policy, publish_lifecycle, publish_retrying, recovery,
+    policy, publish_lifecycle, publish_retrying, recovery, refused,
 };
 use crate::{docker::LogStream, exec::DockerExec};
 
@@ -198,10 +198,16 @@ pub(super) async fn start_fresh(
             } else {
                 spec.agent_type.required_env.join(", ")
             };
-            return Err(failed(format!(
+            return Err(refused(format!(
                 "the agent requires authentication ({message}); provide {needs}"
             ))
             .into());
+        }
+        Err(AcpError::Rpc { method, source }) => {
+            // The agent answered: e.g. it does not know the session to load.
+            let failure: Interruption =
+                refused(format!("{method} failed: {}", source.explain())).into();
+            return Err(recovery::abandon(client, handle, conn.drain, failure).await);
         }
         Err(e) => {
             let failure = crashed("session setup", e).await;
@@ -235,7 +241,16 @@ pub(super) async fn start_fresh(
         let stop = match client.prompt(vec![prompt.into()]).await {
             Ok(stop) => stop,
             Err(AcpError::TurnFailed(why)) => {
-                return Err(failed(format!("the turn failed: {why}")).into());
+                return Err(refused(format!("the turn failed: {why}")).into());
+            }
+            Err(AcpError::Rpc { source, .. }) => {
+                // The agent's own answer to the prompt: the same next time.
+                let failure: Interruption = refused(format!(
+                    "the agent answered with an error: {}",
+                    source.explain()
+                ))
+                .into();
+                return Err(recovery::abandon(client, handle, conn.drain, failure).await);
             }
             Err(e) => {
                 let failure = crashed("the turn", e).await;

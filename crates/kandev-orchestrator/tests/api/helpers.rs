@@ -429,6 +429,7 @@ pub fn lifecycle(kind: AgentEventKind, task_id: &str, instance_id: Uuid) -> Agen
         error: None,
         exit_code: None,
         request_id: None,
+        retryable: None,
         last_seq: 0,
         at: chrono::Utc::now(),
     }
