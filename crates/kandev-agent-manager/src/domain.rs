@@ -112,6 +112,8 @@ pub struct AgentType {
     /// across containers in a named volume per agent type and user; empty
     /// for none.
     pub home_volume: String,
+    /// For tests and demos: hidden from pickers by default.
+    pub internal: bool,
 }
 
 fn env_name_ok(name: &str) -> bool {

@@ -16,6 +16,7 @@ use crate::{
         AgentError, AgentInstance, AgentType, CredentialMounts, InstanceStatus,
         PermissionPolicyKind, invalid, parse_id,
     },
+    config::Settings,
     manager::{AgentManager, LaunchRequest},
     workspace::WorkspaceSource,
 };
@@ -66,8 +67,18 @@ fn instance_to_proto(i: AgentInstance) -> pb::AgentInstance {
     }
 }
 
-fn type_to_proto(t: AgentType) -> pb::AgentType {
+/// The type as served; `missing_env` says which of its required variables
+/// the manager has no value for.
+fn type_to_proto(t: AgentType, settings: &Settings) -> pb::AgentType {
+    let missing_env = t
+        .required_env
+        .iter()
+        .filter(|name| settings.agent_env_value(name).is_none())
+        .cloned()
+        .collect();
     pb::AgentType {
+        missing_env,
+        internal: t.internal,
         id: t.id,
         name: t.name,
         description: t.description,
@@ -129,6 +140,7 @@ fn type_from_proto(t: pb::AgentType) -> Result<AgentType, AgentError> {
         permission_policy: PermissionPolicyKind::parse(&or(t.permission_policy, "auto_approve"))?,
         enabled: t.enabled,
         home_volume: t.home_volume.trim().to_string(),
+        internal: t.internal,
     })
 }
 
@@ -288,7 +300,10 @@ impl AgentManagerRpc for GrpcAgentAdapter {
             .await
             .map_err(status)?;
         Ok(Response::new(pb::ListAgentTypesResponse {
-            agent_types: types.into_iter().map(type_to_proto).collect(),
+            agent_types: types
+                .into_iter()
+                .map(|t| type_to_proto(t, self.manager.settings()))
+                .collect(),
         }))
     }
 
@@ -301,7 +316,7 @@ impl AgentManagerRpc for GrpcAgentAdapter {
             .get_type(request.into_inner().id.trim())
             .await
             .map_err(status)?;
-        Ok(Response::new(type_to_proto(t)))
+        Ok(Response::new(type_to_proto(t, self.manager.settings())))
     }
 
     async fn upsert_agent_type(
@@ -315,7 +330,7 @@ impl AgentManagerRpc for GrpcAgentAdapter {
             .and_then(type_from_proto)
             .map_err(status)?;
         let t = self.manager.upsert_type(t).await.map_err(status)?;
-        Ok(Response::new(type_to_proto(t)))
+        Ok(Response::new(type_to_proto(t, self.manager.settings())))
     }
 
     async fn respond_permission(

@@ -39,6 +39,7 @@ struct TypeRow {
     permission_policy: String,
     enabled: bool,
     home_volume: String,
+    internal: bool,
 }
 
 impl TryFrom<TypeRow> for AgentType {
@@ -69,13 +70,14 @@ impl TryFrom<TypeRow> for AgentType {
                 .map_err(|e| AgentError::Internal(e.to_string()))?,
             enabled: r.enabled,
             home_volume: r.home_volume,
+            internal: r.internal,
         })
     }
 }
 
 const TYPE_COLUMNS: &str = "id, name, description, image, command, working_dir, memory_mb, \
     cpu_cores, pids_limit, timeout_seconds, capabilities, required_env, optional_env, mount_ssh, \
-    mount_gitconfig, mount_git_credentials, network_mode, permission_policy, enabled, home_volume";
+    mount_gitconfig, mount_git_credentials, network_mode, permission_policy, enabled, home_volume, internal";
 
 #[derive(sqlx::FromRow)]
 struct InstanceRow {
@@ -200,7 +202,7 @@ impl Store {
     pub async fn upsert_type(&self, t: &AgentType) -> Result<AgentType> {
         let row: TypeRow = sqlx::query_as(&format!(
             "INSERT INTO agent_types ({TYPE_COLUMNS}) VALUES \
-             ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20) \
+             ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21) \
              ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, \
              description = EXCLUDED.description, image = EXCLUDED.image, \
              command = EXCLUDED.command, working_dir = EXCLUDED.working_dir, \
@@ -212,7 +214,7 @@ impl Store {
              mount_git_credentials = EXCLUDED.mount_git_credentials, \
              network_mode = EXCLUDED.network_mode, \
              permission_policy = EXCLUDED.permission_policy, enabled = EXCLUDED.enabled, \
-             home_volume = EXCLUDED.home_volume, \
+             home_volume = EXCLUDED.home_volume, internal = EXCLUDED.internal, \
              updated_at = now() RETURNING {TYPE_COLUMNS}"
         ))
         .bind(&t.id)
@@ -235,6 +237,7 @@ impl Store {
         .bind(t.permission_policy.as_str())
         .bind(t.enabled)
         .bind(&t.home_volume)
+        .bind(t.internal)
         .fetch_one(&self.pool)
         .await?;
         row.try_into()

@@ -22,11 +22,19 @@ pub struct TaskSnapshot {
     pub workspace_path: String,
     pub metadata: serde_json::Value,
     pub max_retries: i32,
+    /// Whether the orchestrator starts the agent by itself (absent in
+    /// events from before the field: true).
+    #[serde(default = "yes")]
+    pub autostart: bool,
     pub created_by: String,
     pub position: i64,
     pub version: i64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// `task.created`.

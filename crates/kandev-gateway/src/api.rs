@@ -157,6 +157,10 @@ pub struct Task {
     #[schema(value_type = Object)]
     pub metadata: Map<String, Value>,
     pub max_retries: i32,
+    /// Whether the orchestrator starts the agent by itself while the task
+    /// is TODO with an agent type ("Create & start"); false waits for
+    /// `POST /orchestrator/tasks/{id}/start` ("Create").
+    pub autostart: bool,
     pub created_by: String,
     pub position: i64,
     /// Increases on every change; send it back as `version` to update only
@@ -181,6 +185,7 @@ impl From<pb::Task> for Task {
             branch: t.branch,
             workspace_path: t.workspace_path,
             max_retries: t.max_retries,
+            autostart: t.autostart,
             created_by: t.created_by,
             position: t.position,
             version: t.version,
@@ -211,6 +216,9 @@ pub struct CreateTaskRequest {
     pub metadata: Option<Map<String, Value>>,
     /// Initial state; TODO when absent.
     pub state: Option<TaskState>,
+    /// False creates the task without starting its agent; true (the
+    /// default) lets the orchestrator queue it at once.
+    pub autostart: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -235,6 +243,7 @@ pub struct UpdateTaskRequest {
     pub metadata: Option<Map<String, Value>>,
     pub max_retries: Option<i32>,
     pub position: Option<i64>,
+    pub autostart: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -303,6 +312,25 @@ impl BoardList {
         }
     }
 }
+
+/// A board's cards: every task with its execution, in one answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BoardCards {
+    pub cards: Vec<Card>,
+    /// True when the board holds more than the answer carries
+    /// ([`MAX_CARDS`]); the oldest positions come first.
+    pub truncated: bool,
+}
+
+/// One card: the task, and how the orchestrator runs it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Card {
+    pub task: Task,
+    pub execution: TaskExecution,
+}
+
+/// The most cards one `GET /boards/{id}/cards` returns.
+pub const MAX_CARDS: usize = 2000;
 
 impl TaskList {
     pub fn from_proto(r: pb::ListTasksResponse) -> Self {
@@ -540,6 +568,13 @@ pub struct AgentType {
     /// `/home/agent/.augment/sessions`; empty for none.
     #[serde(default)]
     pub home_volume: String,
+    /// For tests and demos: hidden from the agent picker by default.
+    #[serde(default)]
+    pub internal: bool,
+    /// Read only: the `required_env` names the server has no value for
+    /// (they must then come with each launch's `env`). Ignored on writes.
+    #[serde(default)]
+    pub missing_env: Vec<String>,
 }
 
 fn yes() -> bool {
@@ -572,6 +607,8 @@ impl From<pb::AgentType> for AgentType {
             permission_policy: t.permission_policy,
             enabled: t.enabled,
             home_volume: t.home_volume,
+            internal: t.internal,
+            missing_env: t.missing_env,
         }
     }
 }
@@ -601,6 +638,8 @@ impl From<AgentType> for pb::AgentType {
             permission_policy: t.permission_policy,
             enabled: t.enabled,
             home_volume: t.home_volume,
+            internal: t.internal,
+            missing_env: vec![],
         }
     }
 }
@@ -626,6 +665,7 @@ pub struct AgentTypePatch {
     pub permission_policy: Option<String>,
     pub enabled: Option<bool>,
     pub home_volume: Option<String>,
+    pub internal: Option<bool>,
 }
 
 impl AgentTypePatch {
@@ -650,7 +690,8 @@ impl AgentTypePatch {
             network_mode,
             permission_policy,
             enabled,
-            home_volume
+            home_volume,
+            internal
         );
     }
 }

@@ -47,6 +47,7 @@ impl Modify for BearerAuth {
         routes::boards::delete_board,
         routes::boards::create_task,
         routes::boards::list_tasks,
+        routes::boards::list_cards,
         routes::tasks::get_task,
         routes::tasks::update_task,
         routes::tasks::delete_task,

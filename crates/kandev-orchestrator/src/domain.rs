@@ -100,6 +100,21 @@ pub struct ExecutionView {
 }
 
 impl ExecutionView {
+    /// A task that never ran.
+    pub fn idle(task_id: Uuid, last_seq: i64) -> ExecutionView {
+        ExecutionView {
+            task_id,
+            state: ExecState::Idle,
+            instance_id: None,
+            attempts: 0,
+            queue_position: 0,
+            last_error: String::new(),
+            acp_session_id: String::new(),
+            updated_at: Utc::now(),
+            last_seq,
+        }
+    }
+
     pub fn to_proto(&self) -> pb::TaskExecution {
         pb::TaskExecution {
             task_id: self.task_id.to_string(),
@@ -132,6 +147,8 @@ pub trait Orchestration: Send + Sync + 'static {
     /// Stops the running agent or takes the task out of the queue.
     async fn stop_task(&self, task_id: Uuid, reason: &str) -> Result<ExecutionView>;
     async fn get_execution(&self, task_id: Uuid) -> Result<ExecutionView>;
+    /// The executions of many tasks (a board's cards), in the given order.
+    async fn list_executions(&self, task_ids: &[Uuid]) -> Result<Vec<ExecutionView>>;
     /// A follow-up prompt: to the running agent, or a new run resuming the
     /// session when none runs.
     async fn prompt(&self, task_id: Uuid, text: String) -> Result<ExecutionView>;

@@ -3,6 +3,8 @@
 //! `agent.*` events. Every decision runs under one lock, with the
 //! `executions` table as the truth, so a restart picks up where it stopped.
 
+mod board;
+
 use std::{collections::HashMap, sync::Arc};
 
 use async_trait::async_trait;
@@ -70,6 +72,7 @@ struct TaskFacts {
     priority: i32,
     agent_type: Option<String>,
     max_retries: i32,
+    autostart: bool,
 }
 
 impl From<&TaskSnapshot> for TaskFacts {
@@ -80,12 +83,13 @@ impl From<&TaskSnapshot> for TaskFacts {
             priority: t.priority,
             agent_type: t.agent_type.clone().filter(|a| !a.is_empty()),
             max_retries: t.max_retries,
+            autostart: t.autostart,
         }
     }
 }
 
 fn eligible(t: &TaskFacts) -> bool {
-    t.state == TaskState::Todo && t.agent_type.is_some()
+    t.state == TaskState::Todo && t.agent_type.is_some() && t.autostart
 }
 
 /// The state of a task read over gRPC; the task service never sends an
@@ -320,7 +324,8 @@ impl Engine {
             }
         };
         let still_eligible = task_state(&task)? == TaskState::Todo
-            && task.agent_type.as_deref().is_some_and(|a| !a.is_empty());
+            && task.agent_type.as_deref().is_some_and(|a| !a.is_empty())
+            && task.autostart;
         if exec.origin == ORIGIN_ELIGIBLE && exec.attempts == 0 && !still_eligible {
             // Queued by an event that is history now (replayed after
             // downtime, say): the task has moved on.
@@ -835,17 +840,7 @@ impl Engine {
         let stored = feed::store::last_seq(&self.pool, task_id).await?;
         let last_seq = stored.max(self.hub.pending_last_seq(task_id).unwrap_or(0));
         let Some(exec) = exec else {
-            return Ok(ExecutionView {
-                task_id,
-                state: ExecState::Idle,
-                instance_id: None,
-                attempts: 0,
-                queue_position: 0,
-                last_error: String::new(),
-                acp_session_id: String::new(),
-                updated_at: Utc::now(),
-                last_seq,
-            });
+            return Ok(ExecutionView::idle(task_id, last_seq));
         };
         let queue_position = if exec.state() == ExecState::Queued {
             let (ahead,): (i64,) = sqlx::query_as(
@@ -883,6 +878,7 @@ impl Engine {
             priority: task.priority,
             agent_type: task.agent_type.clone().filter(|a| !a.is_empty()),
             max_retries: task.max_retries,
+            autostart: task.autostart,
         };
         if facts.agent_type.is_none() {
             return Err(OrchestratorError::Validation(
@@ -1038,6 +1034,16 @@ impl Orchestration for Engine {
             self.get_task(task_id).await?;
         }
         Ok(view)
+    }
+
+    async fn list_executions(&self, task_ids: &[Uuid]) -> Result<Vec<ExecutionView>> {
+        if task_ids.len() > board::MAX_TASKS {
+            return Err(OrchestratorError::Validation(format!(
+                "at most {} task ids per call",
+                board::MAX_TASKS
+            )));
+        }
+        self.executions_of(task_ids).await
     }
 
     async fn prompt(&self, task_id: Uuid, text: String) -> Result<ExecutionView> {

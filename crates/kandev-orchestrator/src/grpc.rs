@@ -8,7 +8,7 @@ use kandev_proto::v1::{self as pb, orchestrator_server::Orchestrator};
 use tonic::{Request, Response, Status};
 
 use crate::{
-    domain::{Orchestration, OrchestratorError, PermissionAnswer},
+    domain::{ExecutionView, Orchestration, OrchestratorError, PermissionAnswer},
     feed::FeedReader,
     http::parse_task_id,
 };
@@ -73,6 +73,27 @@ impl Orchestrator for GrpcOrchestratorAdapter {
             .await
             .map_err(|e| e.to_status())?;
         Ok(Response::new(view.to_proto()))
+    }
+
+    async fn list_task_executions(
+        &self,
+        request: Request<pb::ListTaskExecutionsRequest>,
+    ) -> Result<Response<pb::ListTaskExecutionsResponse>, Status> {
+        let ids = request
+            .into_inner()
+            .task_ids
+            .iter()
+            .map(|id| parse_task_id(id))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_status())?;
+        let views = self
+            .orchestration
+            .list_executions(&ids)
+            .await
+            .map_err(|e| e.to_status())?;
+        Ok(Response::new(pb::ListTaskExecutionsResponse {
+            executions: views.iter().map(ExecutionView::to_proto).collect(),
+        }))
     }
 
     async fn read_feed(

@@ -81,6 +81,8 @@ pub struct Task {
     pub workspace_path: String,
     pub metadata: Map<String, Value>,
     pub max_retries: i32,
+    /// Whether the orchestrator starts the agent by itself (see the proto).
+    pub autostart: bool,
     pub created_by: String,
     pub position: i64,
     pub version: i64,
@@ -266,6 +268,7 @@ pub struct NewTask {
     pub workspace_path: String,
     pub metadata: Map<String, Value>,
     pub max_retries: i32,
+    pub autostart: bool,
     pub created_by: String,
 }
 
@@ -283,6 +286,7 @@ pub struct TaskPatch {
     pub workspace_path: Option<String>,
     pub metadata_patch: Option<Map<String, Value>>,
     pub max_retries: Option<i32>,
+    pub autostart: Option<bool>,
     pub position: Option<i64>,
     pub actor: String,
 }

@@ -65,6 +65,7 @@ fn task_to_proto(t: Task) -> pb::Task {
         workspace_path: t.workspace_path,
         metadata_json: serde_json::Value::Object(t.metadata).to_string(),
         max_retries: t.max_retries,
+        autostart: t.autostart,
         created_by: t.created_by,
         position: t.position,
         version: t.version,
@@ -107,6 +108,7 @@ fn new_task(r: pb::CreateTaskRequest) -> Result<NewTask, TaskError> {
         workspace_path: bounded("workspace_path", &r.workspace_path, domain::MAX_FIELD_BYTES)?,
         metadata: domain::json_object("metadata", &r.metadata_json)?,
         max_retries: domain::max_retries(r.max_retries.unwrap_or(domain::DEFAULT_MAX_RETRIES))?,
+        autostart: r.autostart.unwrap_or(true),
         created_by: bounded("created_by", &r.created_by, domain::MAX_FIELD_BYTES)?,
     })
 }
@@ -140,6 +142,7 @@ fn task_patch(r: pb::UpdateTaskRequest) -> Result<TaskPatch, TaskError> {
             .map(|m| domain::json_object("metadata_patch", &m))
             .transpose()?,
         max_retries: r.max_retries.map(domain::max_retries).transpose()?,
+        autostart: r.autostart,
         position: r.position,
         actor: r.actor,
     })

@@ -114,6 +114,7 @@ struct TaskRow {
     workspace_path: String,
     metadata: Json<Map<String, Value>>,
     max_retries: i32,
+    autostart: bool,
     created_by: String,
     position: i64,
     version: i64,
@@ -138,6 +139,7 @@ impl TryFrom<TaskRow> for Task {
             workspace_path: r.workspace_path,
             metadata: r.metadata.0,
             max_retries: r.max_retries,
+            autostart: r.autostart,
             created_by: r.created_by,
             position: r.position,
             version: r.version,
@@ -174,6 +176,7 @@ pub fn snapshot(t: &Task) -> TaskSnapshot {
         workspace_path: t.workspace_path.clone(),
         metadata: Value::Object(t.metadata.clone()),
         max_retries: t.max_retries,
+        autostart: t.autostart,
         created_by: t.created_by.clone(),
         position: t.position,
         version: t.version,
@@ -183,8 +186,8 @@ pub fn snapshot(t: &Task) -> TaskSnapshot {
 }
 
 const TASK_COLUMNS: &str = "id, board_id, title, description, state, priority, agent_type, \
-    repository_url, branch, workspace_path, metadata, max_retries, created_by, position, \
-    version, created_at, updated_at";
+    repository_url, branch, workspace_path, metadata, max_retries, autostart, created_by, \
+    position, version, created_at, updated_at";
 
 type Tx = Transaction<'static, Postgres>;
 
@@ -402,8 +405,9 @@ impl TaskStore for PgTaskStore {
         let position = Self::next_position(&mut tx, new.board_id, new.state).await?;
         let row: TaskRow = sqlx::query_as(&format!(
             "INSERT INTO tasks (id, board_id, title, description, state, priority, agent_type, \
-             repository_url, branch, workspace_path, metadata, max_retries, created_by, position) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+             repository_url, branch, workspace_path, metadata, max_retries, created_by, position, \
+             autostart) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
              RETURNING {TASK_COLUMNS}"
         ))
         .bind(Uuid::now_v7())
@@ -420,6 +424,7 @@ impl TaskStore for PgTaskStore {
         .bind(new.max_retries)
         .bind(&new.created_by)
         .bind(position)
+        .bind(new.autostart)
         .fetch_one(&mut *tx)
         .await?;
         let task = Task::try_from(row)?;
@@ -513,6 +518,9 @@ impl TaskStore for PgTaskStore {
         if let Some(v) = patch.max_retries {
             new.max_retries = v;
         }
+        if let Some(v) = patch.autostart {
+            new.autostart = v;
+        }
         if let Some(v) = patch.position {
             new.position = v;
         }
@@ -525,7 +533,8 @@ impl TaskStore for PgTaskStore {
         let row: TaskRow = sqlx::query_as(&format!(
             "UPDATE tasks SET title = $2, description = $3, priority = $4, agent_type = $5, \
              repository_url = $6, branch = $7, workspace_path = $8, metadata = $9, \
-             max_retries = $10, position = $11, version = version + 1, updated_at = now() \
+             max_retries = $10, position = $11, autostart = $12, version = version + 1, \
+             updated_at = now() \
              WHERE id = $1 RETURNING {TASK_COLUMNS}"
         ))
         .bind(id)
@@ -539,6 +548,7 @@ impl TaskStore for PgTaskStore {
         .bind(Json(&new.metadata))
         .bind(new.max_retries)
         .bind(new.position)
+        .bind(new.autostart)
         .fetch_one(&mut *tx)
         .await?;
         let task = Task::try_from(row)?;

@@ -1,6 +1,7 @@
 //! End-to-end scenarios: the real binaries, driven through the gateway.
 
 mod api;
+mod board;
 mod cancel;
 mod concurrency;
 mod crash;

@@ -7,11 +7,14 @@ use axum::{
 };
 use kandev_proto::v1 as pb;
 
-use super::access::{task_err, visible_board};
+use super::{
+    access::{task_err, visible_board},
+    orchestrator::orch_err,
+};
 use crate::{
     api::{
-        Board, BoardList, CreateBoardRequest, CreateTaskRequest, PageParams, Task, TaskList,
-        TaskState, UpdateBoardRequest, parse_state,
+        Board, BoardCards, BoardList, Card, CreateBoardRequest, CreateTaskRequest, MAX_CARDS,
+        PageParams, Task, TaskExecution, TaskList, TaskState, UpdateBoardRequest, parse_state,
     },
     auth::CurrentUser,
     error::{ApiError, ApiResult, ErrorBody},
@@ -162,6 +165,7 @@ pub async fn create_task(
             max_retries: body.max_retries,
             created_by: user.username,
             state: body.state.map(|s| s.to_proto() as i32).unwrap_or_default(),
+            autostart: body.autostart,
         })
         .await
         .map_err(task_err)?
@@ -233,6 +237,69 @@ pub async fn list_tasks(
         .map_err(task_err)?
         .into_inner();
     Ok(Json(TaskList::from_proto(resp)))
+}
+
+#[utoipa::path(get, path = "/api/v1/boards/{id}/cards", tag = "tasks",
+    params(("id" = String, Path, description = "board id")),
+    responses((status = 200, body = BoardCards), (status = 404, body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
+/// Every card of the board with its live execution state, in one request
+/// (what the board page polls, whatever the number of cards).
+pub async fn list_cards(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<BoardCards>> {
+    let board = visible_board(&state, &user, &id).await?;
+    let downstream = state.downstream();
+    let mut tasks = Vec::new();
+    let mut page_token = String::new();
+    let truncated = loop {
+        let page = downstream
+            .tasks
+            .clone()
+            .list_tasks(pb::ListTasksRequest {
+                board_id: board.id.clone(),
+                states: vec![],
+                page_size: 500,
+                page_token,
+            })
+            .await
+            .map_err(task_err)?
+            .into_inner();
+        tasks.extend(page.tasks);
+        if tasks.len() >= MAX_CARDS {
+            let more = tasks.len() > MAX_CARDS || !page.next_page_token.is_empty();
+            tasks.truncate(MAX_CARDS);
+            break more;
+        }
+        if page.next_page_token.is_empty() {
+            break false;
+        }
+        page_token = page.next_page_token;
+    };
+    let mut executions = Vec::with_capacity(tasks.len());
+    for chunk in tasks.chunks(1000) {
+        let resp = downstream
+            .orchestrator
+            .clone()
+            .list_task_executions(pb::ListTaskExecutionsRequest {
+                task_ids: chunk.iter().map(|t| t.id.clone()).collect(),
+            })
+            .await
+            .map_err(orch_err)?
+            .into_inner();
+        executions.extend(resp.executions);
+    }
+    let cards = tasks
+        .into_iter()
+        .zip(executions)
+        .map(|(task, execution)| Card {
+            task: Task::from(task),
+            execution: TaskExecution::from(execution),
+        })
+        .collect();
+    Ok(Json(BoardCards { cards, truncated }))
 }
 
 #[cfg(test)]

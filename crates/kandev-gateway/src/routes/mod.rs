@@ -66,6 +66,10 @@ fn api(state: AppState) -> Router<AppState> {
             post(boards::create_task).get(boards::list_tasks),
         )
         .route(
+            "/boards/{id}/cards",
+            get(boards::list_cards),
+        )
+        .route(
             "/tasks/{id}",
             get(tasks::get_task)
                 .patch(tasks::update_task)

@@ -29,7 +29,7 @@ use crate::{
     },
 };
 
-fn orch_err(status: tonic::Status) -> ApiError {
+pub(super) fn orch_err(status: tonic::Status) -> ApiError {
     ApiError::from_status(ORCHESTRATOR, status)
 }
 

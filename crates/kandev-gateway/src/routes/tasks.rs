@@ -64,6 +64,7 @@ pub async fn update_task(
             position: body.position,
             clear_agent_type,
             actor: user.username,
+            autostart: body.autostart,
         })
         .await
         .map_err(task_err)?

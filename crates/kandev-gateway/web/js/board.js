@@ -2,12 +2,10 @@
 // polling, drag and drop plus a keyboard-friendly state select.
 
 import { h, clear, toast, confirmDialog } from './dom.js';
-import { api, taskState } from './api.js';
-import { STATES, STATE_LABELS, ACTIVE_EXEC, execBadge, execState, taskDialog } from './common.js';
+import { api, get, enc, taskState } from './api.js';
+import { STATES, STATE_LABELS, execBadge, execState, taskDialog } from './common.js';
 
 const POLL_MS = 2000;
-const STATUS_STATES = new Set(['TODO', 'IN_PROGRESS', 'WAITING_FOR_INPUT', 'BLOCKED', 'FAILED', 'REVIEW', 'COMPLETED']);
-const LIVE_STATES = new Set(['IN_PROGRESS', 'WAITING_FOR_INPUT']);
 
 export function boardView(main, boardId, { setCrumbs }) {
   let alive = true;
@@ -110,39 +108,16 @@ export function boardView(main, boardId, { setCrumbs }) {
     sortColumns();
   }
 
-  // Live states are asked every poll; others only when the task changed
-  // (or every 5th poll), to keep the request rate low on big boards.
-  const statusVersion = new Map();
-  let pollNo = 0;
-  async function refreshStatuses(tasks) {
-    pollNo++;
-    const want = tasks.filter((t) => {
-      const st = taskState(t);
-      const s = statuses.get(t.id);
-      if (LIVE_STATES.has(st) || (s && ACTIVE_EXEC.has(execState(s)))) return true;
-      if (!STATUS_STATES.has(st) && !s) return false;
-      const changed = statusVersion.get(t.id) !== t.version;
-      statusVersion.set(t.id, t.version);
-      return changed || pollNo % 5 === 0;
-    });
-    const queue = [...want];
-    const worker = async () => {
-      while (queue.length && alive) {
-        const t = queue.shift();
-        try { statuses.set(t.id, await api.status(t.id)); }
-        catch (e) { if (e.status === 404) statuses.delete(t.id); }
-      }
-    };
-    await Promise.all([worker(), worker(), worker(), worker()]);
-  }
-
+  // One request per refresh for every card and its execution, whatever the
+  // number of cards (GET /boards/{id}/cards).
   async function poll() {
     clearTimeout(timer);
     try {
-      const tasks = await api.tasks(boardId);
+      const { cards: fresh } = await get(`/boards/${enc(boardId)}/cards`);
       if (!alive) return;
-      await refreshStatuses(tasks);
-      if (!alive) return;
+      const tasks = fresh.map((c) => c.task);
+      statuses.clear();
+      for (const c of fresh) statuses.set(c.task.id, c.execution);
       apply(tasks);
       updated.textContent = `Updated ${new Date().toLocaleTimeString()}`;
     } catch (e) {
