@@ -215,10 +215,16 @@ impl Docker {
     where
         Fut: std::future::Future<Output = Result<T, BollardError>>,
     {
-        let client = self.api().map_err(|e| DockerError::from_bollard(what, e))?;
-        f(client)
-            .await
-            .map_err(|e| DockerError::from_bollard(what, e))
+        let answer = match self.api() {
+            Ok(client) => f(client).await,
+            Err(e) => Err(e),
+        };
+        answer.map_err(|e| {
+            // `what` is always a literal: a bounded label.
+            metrics::counter!("kandev_docker_errors_total", "operation" => what.to_owned())
+                .increment(1);
+            DockerError::from_bollard(what, e)
+        })
     }
 
     pub async fn ping(&self) -> Result<(), DockerError> {

@@ -12,11 +12,11 @@ use kandev_proto::{
 use tonic::{Request, Response, Status};
 
 use crate::{
+    config::Settings,
     domain::{
         AgentError, AgentInstance, AgentType, CredentialMounts, InstanceStatus,
         PermissionPolicyKind, invalid, parse_id,
     },
-    config::Settings,
     manager::{AgentManager, LaunchRequest},
     workspace::WorkspaceSource,
 };

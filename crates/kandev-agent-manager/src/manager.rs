@@ -277,6 +277,8 @@ impl AgentManager {
             }
         };
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "cloned");
+        metrics::histogram!("kandev_launch_phase_seconds", "phase" => "clone")
+            .record(started.elapsed().as_secs_f64());
         if let Err(err) = self.set_workspace(&instance, &ready).await {
             self.fail_early(&instance, &err).await;
             return;

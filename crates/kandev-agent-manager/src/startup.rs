@@ -172,7 +172,12 @@ impl Application {
             async move { manager.watch_engine(stop, reconciled).await }
         });
 
-        tracing::info!(addr = %self.local_addr, "agent manager listening (gRPC, /healthz, /readyz)");
+        let router = kandev_common::metrics::instrument(
+            "agent-manager",
+            router,
+            kandev_common::metrics::Scrape::Open,
+        );
+        tracing::info!(addr = %self.local_addr, "agent manager listening (gRPC, /healthz, /readyz, /metrics)");
         let served = serve::serve(self.listener, router, shutdown).await;
         stop_watching.cancel();
         let _ = watcher.await;

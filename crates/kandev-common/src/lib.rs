@@ -9,12 +9,14 @@
 //! - [`telemetry`]: tracing subscriber setup, human or JSON output.
 //! - [`error`]: [`ErrorCode`], mapped to `tonic::Code` and to HTTP statuses.
 //! - [`serve`]: one listener answering gRPC, `/healthz` and `/readyz`.
+//! - [`metrics`]: the Prometheus recorder, `/metrics`, request metrics.
 //! - [`shutdown`]: a cancellation token fired by SIGTERM or ctrl-c.
 //! - [`text`]: text made storable (no NUL characters).
 
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod metrics;
 pub mod serve;
 pub mod shutdown;
 pub mod telemetry;

@@ -50,6 +50,11 @@ pub struct Settings {
     /// Its password (`KANDEV_ADMIN_PASSWORD`); without it no admin is created.
     #[serde(skip_serializing)]
     pub admin_password: Option<SecretString>,
+    /// The bearer token Prometheus sends to scrape `/metrics`
+    /// (`KANDEV_METRICS_TOKEN`); without it the gateway serves no metrics
+    /// (its port is public).
+    #[serde(skip_serializing)]
+    pub metrics_token: Option<SecretString>,
     /// Origins allowed by CORS: a list, or a comma-separated string in the
     /// environment (`KANDEV_CORS_ALLOWED_ORIGINS=https://a,https://b`).
     /// Empty allows no cross-origin request; `*` allows any.
@@ -139,6 +144,7 @@ impl Default for Settings {
             jwt_ttl_secs: 12 * 3600,
             admin_username: "admin".into(),
             admin_password: None,
+            metrics_token: None,
             cors_allowed_origins: vec![],
             body_limit_bytes: 1024 * 1024,
             trust_forwarded_for: false,

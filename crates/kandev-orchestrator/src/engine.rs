@@ -264,8 +264,8 @@ impl Engine {
     async fn dispatch(&self) -> Result<()> {
         let mut running: HashMap<String, u32> = HashMap::new();
         let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT agent_type, count(*) FROM executions
-             WHERE state IN ('launching', 'running') GROUP BY agent_type",
+            "SELECT agent_type, count(*) FILTER (WHERE state IN ('launching', 'running'))
+               FROM executions GROUP BY agent_type",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -279,6 +279,8 @@ impl Engine {
         ))
         .fetch_all(&self.pool)
         .await?;
+        let queued = queue.len();
+        let mut launched = 0usize;
         for exec in queue {
             if total >= self.settings.max_concurrent {
                 break;
@@ -289,10 +291,18 @@ impl Engine {
             {
                 continue;
             }
+            let waited = (Utc::now() - exec.updated_at).to_std().unwrap_or_default();
             if self.launch(exec.clone()).await? {
+                metrics::histogram!("kandev_queue_wait_seconds").record(waited.as_secs_f64());
                 total += 1;
+                launched += 1;
                 *running.entry(exec.agent_type).or_default() += 1;
             }
+        }
+        metrics::gauge!("kandev_queue_depth").set(queued.saturating_sub(launched) as f64);
+        for (agent_type, n) in &running {
+            metrics::gauge!("kandev_running_agents", "agent_type" => agent_type.clone())
+                .set(f64::from(*n));
         }
         Ok(())
     }

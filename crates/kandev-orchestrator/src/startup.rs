@@ -196,7 +196,12 @@ impl Application {
         let ticker =
             AbortOnDropHandle::new(tokio::spawn(run_ticker(self.engine.clone(), stop.clone())));
 
-        tracing::info!(addr = %self.local_addr, "orchestrator listening (gRPC, REST, WebSocket, /healthz, /readyz)");
+        let router = kandev_common::metrics::instrument(
+            "orchestrator",
+            router,
+            kandev_common::metrics::Scrape::Open,
+        );
+        tracing::info!(addr = %self.local_addr, "orchestrator listening (gRPC, REST, WebSocket, /healthz, /readyz, /metrics)");
         let served = serve::serve(self.listener, router, shutdown).await;
         stop.cancel();
         let _ = task_consumer.await;

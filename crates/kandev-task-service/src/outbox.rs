@@ -90,6 +90,7 @@ impl OutboxRelay {
                 .await?;
         }
         tx.commit().await?;
+        metrics::counter!("kandev_outbox_published_total").increment(published.len() as u64);
         match failure {
             Some(err) => Err(err.into()),
             None => Ok(published.len()),
@@ -107,7 +108,14 @@ impl OutboxRelay {
     pub async fn run(self, shutdown: CancellationToken) {
         let mut backoff = Duration::from_millis(100);
         loop {
-            match self.drain_once().await {
+            let drained = self.drain_once().await;
+            // What is still waiting (0 once drained; the backlog while the
+            // bus is away).
+            match self.pending().await {
+                Ok(n) => metrics::gauge!("kandev_outbox_backlog").set(n as f64),
+                Err(err) => tracing::debug!(%err, "cannot count the outbox"),
+            }
+            match drained {
                 Ok(n) if n as i64 >= BATCH => continue,
                 Ok(_) => {
                     backoff = Duration::from_millis(100);

@@ -145,7 +145,12 @@ impl Application {
         let relay_stop = CancellationToken::new();
         let relay_task = tokio::spawn(relay.run(relay_stop.clone()));
 
-        tracing::info!(addr = %self.local_addr, "task service listening (gRPC, /healthz, /readyz)");
+        let router = kandev_common::metrics::instrument(
+            "task-service",
+            router,
+            kandev_common::metrics::Scrape::Open,
+        );
+        tracing::info!(addr = %self.local_addr, "task service listening (gRPC, /healthz, /readyz, /metrics)");
         let served = serve::serve(self.listener, router, shutdown).await;
         // Requests have drained; now the relay publishes what they wrote.
         relay_stop.cancel();

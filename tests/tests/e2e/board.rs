@@ -42,7 +42,10 @@ async fn one_request_gives_every_card_its_live_state() {
     let done = card(&started);
     assert_eq!(done["task"]["state"], "COMPLETED");
     assert_eq!(done["execution"]["state"], "completed", "{done}");
-    assert!(done["execution"]["last_seq"].as_i64().unwrap() > 0, "{done}");
+    assert!(
+        done["execution"]["last_seq"].as_i64().unwrap() > 0,
+        "{done}"
+    );
     let waiting = card(&created);
     assert_eq!(waiting["task"]["state"], "TODO", "{waiting}");
     assert_eq!(waiting["task"]["autostart"], false, "{waiting}");
@@ -74,9 +77,7 @@ async fn one_request_gives_every_card_its_live_state() {
     assert_eq!(missing.status, 404, "{}", missing.body);
 
     // The picker's facts: internal types and missing credentials.
-    let types = api
-        .get("/api/v1/agent-types?include_disabled=true")
-        .await;
+    let types = api.get("/api/v1/agent-types?include_disabled=true").await;
     assert_eq!(types.status, 200, "{}", types.body);
     let all = types.body["agent_types"].as_array().unwrap();
     let of = |id: &str| all.iter().find(|t| t["id"] == id).unwrap().clone();
@@ -85,7 +86,10 @@ async fn one_request_gives_every_card_its_live_state() {
     assert_eq!(of("claude-code")["internal"], false);
     assert_eq!(of("mock-agent")["missing_env"], json!([]));
     if std::env::var_os("ANTHROPIC_API_KEY").is_none() {
-        assert_eq!(of("claude-code")["missing_env"], json!(["ANTHROPIC_API_KEY"]));
+        assert_eq!(
+            of("claude-code")["missing_env"],
+            json!(["ANTHROPIC_API_KEY"])
+        );
     }
     stack.stop().await;
 }

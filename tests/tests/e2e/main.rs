@@ -8,5 +8,6 @@ mod crash;
 mod faults;
 mod followup;
 mod happy;
+mod metrics;
 mod permission;
 mod seed;

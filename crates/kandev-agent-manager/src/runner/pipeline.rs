@@ -382,7 +382,15 @@ async fn publisher(
                 tracing::warn!(error = %e, "cannot store a sync point");
             }
         }
+        let count = last_seq + 1 - first_seq;
+        let size = bytes.len();
+        let started = std::time::Instant::now();
         publish_retrying(bus.as_ref(), &subject, id, bytes.into(), &stop).await;
+        metrics::histogram!("kandev_bus_publish_seconds").record(started.elapsed().as_secs_f64());
+        metrics::histogram!("kandev_bus_batch_size").record(count as f64);
+        metrics::counter!("kandev_acp_messages_total", "hop" => "agent_manager").increment(count);
+        metrics::counter!("kandev_acp_bytes_total", "hop" => "agent_manager")
+            .increment(size as u64);
         let mut s = lock(&state);
         s.published_seq = last_seq;
         s.cursor = batch.cursor;

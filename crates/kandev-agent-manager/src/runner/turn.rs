@@ -136,10 +136,16 @@ pub(super) async fn start_fresh(
     let docker_failed = |e: crate::docker::DockerError| failed(e.to_string());
     let since = since(spec);
 
+    let phase = |name: &'static str, since: std::time::Instant| {
+        metrics::histogram!("kandev_launch_phase_seconds", "phase" => name)
+            .record(since.elapsed().as_secs_f64());
+    };
+    let t = std::time::Instant::now();
     let id = docker
         .create(&spec.container)
         .await
         .map_err(docker_failed)?;
+    phase("create", t);
     *lock(&slots.container) = Some(id.clone());
     if let Err(e) = shared.store.set_container(instance.id, &id).await {
         tracing::warn!(error = %e, "cannot store container id");
@@ -147,7 +153,9 @@ pub(super) async fn start_fresh(
     let attach = docker.attach(&id, true).await.map_err(docker_failed)?;
     let mut conn = connect(shared, spec, handle, pipeline, &id, attach.input, None)?;
     conn.copy_output(attach.output, OutputCursor::default(), slots);
+    let t = std::time::Instant::now();
     docker.start(&id).await.map_err(docker_failed)?;
+    phase("start", t);
 
     let mut started = instance.clone();
     started.container_id = id.clone();
@@ -171,7 +179,10 @@ pub(super) async fn start_fresh(
         }
     };
 
-    if let Err(e) = client.initialize().await {
+    let t = std::time::Instant::now();
+    let initialized = client.initialize().await;
+    phase("initialize", t);
+    if let Err(e) = initialized {
         let failure = match e {
             AcpError::Timeout { .. } => failed(format!(
                 "the agent did not answer initialize within {} s",
@@ -182,6 +193,7 @@ pub(super) async fn start_fresh(
         };
         return Err(recovery::abandon(client, handle, conn.drain, failure).await);
     }
+    let t = std::time::Instant::now();
     let session = match &spec.resume_session {
         Some(session_id) => {
             client
@@ -190,6 +202,7 @@ pub(super) async fn start_fresh(
         }
         None => client.new_session(CONTAINER_WORKSPACE, vec![]).await,
     };
+    phase("session", t);
     let session = match session {
         Ok(s) => s,
         Err(AcpError::AuthRequired { message, .. }) => {

@@ -12,7 +12,11 @@ use axum::{
     routing::{get, patch, post},
 };
 use http::{HeaderName, HeaderValue, Method, header};
-use kandev_common::serve::{ReadinessCheck, health_routes};
+use kandev_common::{
+    metrics::{self, Scrape},
+    serve::{ReadinessCheck, health_routes},
+};
+use secrecy::ExposeSecret;
 use tower::ServiceBuilder;
 use tower_http::{
     cors::{AllowOrigin, CorsLayer},
@@ -65,10 +69,7 @@ fn api(state: AppState) -> Router<AppState> {
             "/boards/{id}/tasks",
             post(boards::create_task).get(boards::list_tasks),
         )
-        .route(
-            "/boards/{id}/cards",
-            get(boards::list_cards),
-        )
+        .route("/boards/{id}/cards", get(boards::list_cards))
         .route(
             "/tasks/{id}",
             get(tasks::get_task)
@@ -195,10 +196,15 @@ pub fn router(
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(cors(&settings.cors_allowed_origins))
         .layer(DefaultBodyLimit::max(settings.body_limit_bytes));
-    Router::new()
+    let app = Router::new()
         .nest("/api/v1", api(state.clone()))
         .fallback(web::serve)
         .with_state(state)
-        .merge(health_routes(readiness))
-        .layer(layers)
+        .merge(health_routes(readiness));
+    // The gateway's port is public: /metrics only with the scrape token.
+    let scrape = match &settings.metrics_token {
+        Some(token) => Scrape::Token(token.expose_secret().to_owned()),
+        None => Scrape::Off,
+    };
+    metrics::instrument("gateway", app, scrape).layer(layers)
 }

@@ -256,6 +256,7 @@ where
 {
     let mut last = after;
     let lagged = live.lagged.clone();
+    metrics::gauge!("kandev_ws_clients").increment(1.0);
     let outcome = 'run: {
         // The stored feed, then the live one.
         last = match catch_up(&mut sink, upstream, after, None, &lagged).await {
@@ -292,6 +293,8 @@ where
                         last = seq;
                         msgs.push(Message::Text(frame.clone()));
                     }
+                    metrics::counter!("kandev_acp_messages_total", "hop" => "gateway")
+                        .increment(msgs.len() as u64);
                     if !msgs.is_empty() && !send_all(&mut sink, msgs, &lagged).await {
                         break 'run if lagged.is_cancelled() { Outcome::Lagged } else { Outcome::Closed };
                     }
@@ -324,6 +327,10 @@ where
         }
     };
     close(&mut sink, &outcome, last, limits).await;
+    metrics::gauge!("kandev_ws_clients").decrement(1.0);
+    if matches!(outcome, Outcome::Lagged) {
+        metrics::counter!("kandev_ws_lagging_disconnects_total").increment(1);
+    }
     outcome
 }
 

@@ -36,8 +36,7 @@ impl Engine {
         .fetch_all(&self.pool)
         .await?;
         let seqs: HashMap<Uuid, i64> = seqs.into_iter().collect();
-        let mut rows: HashMap<Uuid, Execution> =
-            rows.into_iter().map(|e| (e.task_id, e)).collect();
+        let mut rows: HashMap<Uuid, Execution> = rows.into_iter().map(|e| (e.task_id, e)).collect();
         Ok(task_ids
             .iter()
             .map(|&task_id| {

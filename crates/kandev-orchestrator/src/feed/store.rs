@@ -178,6 +178,7 @@ pub async fn append(pool: &PgPool, frames: &[Arc<Frame>]) -> Result<(), sqlx::Er
     if frames.is_empty() {
         return Ok(());
     }
+    let started = std::time::Instant::now();
     let chunks = chunks(frames);
     let col = |f: fn(&Chunk) -> i64| chunks.iter().map(f).collect::<Vec<i64>>();
     let task_ids: Vec<Uuid> = chunks.iter().map(|c| c.task_id).collect();
@@ -196,6 +197,10 @@ pub async fn append(pool: &PgPool, frames: &[Arc<Frame>]) -> Result<(), sqlx::Er
     .bind(events)
     .execute(pool)
     .await?;
+    metrics::counter!("kandev_acp_messages_total", "hop" => "orchestrator_store")
+        .increment(frames.len() as u64);
+    metrics::histogram!("kandev_feed_store_batch_size").record(frames.len() as f64);
+    metrics::histogram!("kandev_feed_store_seconds").record(started.elapsed().as_secs_f64());
     Ok(())
 }
 

@@ -1,0 +1,354 @@
+//! Prometheus metrics: one recorder per process (the `metrics` facade with
+//! its Prometheus exporter), `GET /metrics` on every service's HTTP port,
+//! request counts and latencies per route and RPC, and the process's own
+//! RSS, open file descriptors and CPU time read at each scrape.
+//!
+//! Names follow Prometheus conventions: `kandev_` for Kandev's own,
+//! `_total` for counters, base units (`_seconds`, `_bytes`).
+
+use std::{sync::OnceLock, time::Duration, time::Instant};
+
+use axum::{
+    Router,
+    extract::{MatchedPath, Request},
+    http::{HeaderMap, StatusCode, header},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Buckets for request and work latencies, in seconds.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 300.0,
+];
+
+/// Buckets for batch sizes (messages per batch).
+const SIZE_BUCKETS: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0,
+];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process's recorder (once; later calls return the same
+/// handle), labelling every series with `service`, and starts its upkeep.
+/// Call from within the Tokio runtime.
+pub fn install(service: &'static str) -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let handle = PrometheusBuilder::new()
+                .add_global_label("service", service)
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Suffix("_size".into()), SIZE_BUCKETS)
+                })
+                .map_err(|e| e.to_string())
+                .and_then(|b| b.install_recorder().map_err(|e| e.to_string()));
+            let handle = match handle {
+                Ok(handle) => handle,
+                // Another recorder is installed (a test harness): render an
+                // empty registry rather than fail the service.
+                Err(err) => {
+                    tracing::warn!(%err, "cannot install the metrics recorder");
+                    PrometheusBuilder::new().build_recorder().handle()
+                }
+            };
+            describe();
+            let upkeep = handle.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(5));
+                loop {
+                    tick.tick().await;
+                    upkeep.run_upkeep();
+                }
+            });
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        "http_requests_total",
+        "HTTP and gRPC requests served, by method, route (or RPC) and status"
+    );
+    describe_histogram!(
+        "http_request_duration_seconds",
+        Unit::Seconds,
+        "Time to answer a request, by method and route (or RPC)"
+    );
+    describe_gauge!(
+        "process_resident_memory_bytes",
+        Unit::Bytes,
+        "Resident memory of the process"
+    );
+    describe_gauge!("process_open_fds", "Open file descriptors of the process");
+    describe_counter!(
+        "process_cpu_seconds_total",
+        Unit::Seconds,
+        "User and system CPU time of the process"
+    );
+}
+
+/// `GET /metrics` in the Prometheus text format (version 0.0.4). With a
+/// `token`, a scrape must send `Authorization: Bearer <token>` (the
+/// gateway's port is public); without, it answers anyone who reaches the
+/// port (the internal services' ports).
+pub fn routes(service: &'static str, token: Option<String>) -> Router {
+    let handle = install(service);
+    Router::new().route(
+        "/metrics",
+        get(move |headers: HeaderMap| {
+            let handle = handle.clone();
+            let token = token.clone();
+            async move {
+                if let Some(token) = token
+                    && !bearer_matches(&headers, &token)
+                {
+                    return StatusCode::UNAUTHORIZED.into_response();
+                }
+                record_process();
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    handle.render(),
+                )
+                    .into_response()
+            }
+        }),
+    )
+}
+
+/// Compares in time independent of where the first difference is.
+fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
+    let Some(sent) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    let (a, b) = (sent.as_bytes(), token.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Who may scrape `/metrics`.
+#[derive(Debug, Clone)]
+pub enum Scrape {
+    /// Anyone who reaches the port (internal services).
+    Open,
+    /// Only with `Authorization: Bearer <token>`.
+    Token(String),
+    /// Not served (requests are still counted).
+    Off,
+}
+
+/// `router` with every request counted and timed (see [`track`]) and
+/// `/metrics` served as `scrape` says.
+pub fn instrument(service: &'static str, router: Router, scrape: Scrape) -> Router {
+    let router = match scrape {
+        Scrape::Open => router.merge(routes(service, None)),
+        Scrape::Token(token) => router.merge(routes(service, Some(token))),
+        Scrape::Off => {
+            install(service);
+            router
+        }
+    };
+    router.layer(middleware::from_fn(track))
+}
+
+/// Counts and times one request. gRPC calls are labelled by their RPC path
+/// (`/kandev.v1.TaskService/CreateTask`) and gRPC status, HTTP requests by
+/// their route template (never the raw path: bounded label values).
+async fn track(request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().to_string();
+    let grpc = is_grpc(request.headers());
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned());
+    let rpc = grpc.then(|| request.uri().path().to_owned());
+    let response = next.run(request).await;
+    let (route, status) = if let Some(rpc) = rpc {
+        let code = response
+            .headers()
+            .get("grpc-status")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("0")
+            .to_owned();
+        // An unknown method would make its path a label value: name it once.
+        let route = if code == "12" {
+            "unknown".to_owned()
+        } else {
+            rpc
+        };
+        (route, format!("grpc_{code}"))
+    } else {
+        let route = route.unwrap_or_else(|| "unmatched".to_owned());
+        (route, response.status().as_u16().to_string())
+    };
+    if route != "/metrics" {
+        let labels = [("method", method.clone()), ("route", route.clone())];
+        metrics::counter!("http_requests_total", "method" => method, "route" => route, "status" => status)
+            .increment(1);
+        metrics::histogram!("http_request_duration_seconds", &labels)
+            .record(started.elapsed().as_secs_f64());
+    }
+    response
+}
+
+fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/grpc"))
+}
+
+/// Reads the process's RSS, open fds and CPU time from `/proc/self`
+/// (Linux; elsewhere nothing is recorded).
+fn record_process() {
+    let page = 4096.0;
+    if let Ok(statm) = std::fs::read_to_string("/proc/self/statm")
+        && let Some(rss) = statm
+            .split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse::<f64>().ok())
+    {
+        metrics::gauge!("process_resident_memory_bytes").set(rss * page);
+    }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        metrics::gauge!("process_open_fds").set(fds.count() as f64);
+    }
+    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat")
+        && let Some(after) = stat.rsplit_once(')').map(|(_, rest)| rest)
+    {
+        // Fields after the command name: state is 3rd; utime and stime are
+        // the 14th and 15th of the whole line, 12th and 13th here.
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
+        if let (Some(utime), Some(stime)) = (ticks(11), ticks(12)) {
+            // USER_HZ is 100 on every Linux Kandev runs on.
+            metrics::counter!("process_cpu_seconds_total").absolute((utime + stime) / 100);
+        }
+    }
+}
+
+/// Whether a scrape body parses as the Prometheus text format: every line
+/// is a comment, blank, or `name{labels} value`. For tests and checks.
+pub fn parse_text(body: &str) -> Result<Vec<Sample>, String> {
+    let mut samples = Vec::new();
+    for (n, line) in body.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (series, value) = line
+            .rsplit_once(' ')
+            .ok_or_else(|| format!("line {}: no value: {line}", n + 1))?;
+        let value: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            v => v
+                .parse()
+                .map_err(|_| format!("line {}: bad value: {line}", n + 1))?,
+        };
+        let (name, labels) = match series.split_once('{') {
+            Some((name, rest)) => {
+                let body = rest
+                    .strip_suffix('}')
+                    .ok_or_else(|| format!("line {}: unclosed labels: {line}", n + 1))?;
+                (
+                    name,
+                    parse_labels(body).map_err(|e| format!("line {}: {e}", n + 1))?,
+                )
+            }
+            None => (series, Vec::new()),
+        };
+        let name_ok = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+            && !name.starts_with(|c: char| c.is_ascii_digit());
+        if !name_ok {
+            return Err(format!("line {}: bad metric name {name:?}", n + 1));
+        }
+        samples.push(Sample {
+            name: name.to_owned(),
+            labels,
+            value,
+        });
+    }
+    Ok(samples)
+}
+
+fn parse_labels(body: &str) -> Result<Vec<(String, String)>, String> {
+    let mut labels = Vec::new();
+    let mut rest = body;
+    while !rest.is_empty() {
+        let (key, after) = rest.split_once("=\"").ok_or("a label without =\"")?;
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let mut end = None;
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some((_, escaped)) = chars.next() {
+                        value.push(match escaped {
+                            'n' => '\n',
+                            other => other,
+                        });
+                    }
+                }
+                '"' => {
+                    end = Some(i);
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        let end = end.ok_or("an unterminated label value")?;
+        labels.push((key.trim_start_matches(',').to_owned(), value));
+        rest = after[end + 1..].trim_start_matches(',');
+    }
+    Ok(labels)
+}
+
+/// One sample of a scrape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub name: String,
+    pub labels: Vec<(String, String)>,
+    pub value: f64,
+}
+
+impl Sample {
+    /// The value of label `key`, if any.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_text_format_parses_with_labels_and_escapes() {
+        let body = "# HELP x a thing\n# TYPE x counter\nx_total{a=\"1\",b=\"q\\\"uote\"} 3\ny 1.5e3\nz_bucket{le=\"+Inf\"} 2\n";
+        let samples = parse_text(body).unwrap();
+        assert_eq!(samples.len(), 3);
+        assert_eq!(samples[0].name, "x_total");
+        assert_eq!(samples[0].label("b"), Some("q\"uote"));
+        assert_eq!(samples[1].value, 1500.0);
+        assert!(parse_text("bad line\n").is_err());
+        assert!(parse_text("9bad 1\n").is_err());
+    }
+}

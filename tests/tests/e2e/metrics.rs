@@ -1,0 +1,184 @@
+//! Every service's `/metrics` parses as Prometheus text, and its counters,
+//! gauges and histograms move when tasks run: launches and their phases,
+//! messages at each hop, the queue rising and falling, WebSocket clients,
+//! requests per route and RPC, the outbox, the process itself.
+
+use std::{net::SocketAddr, time::Duration};
+
+use kandev_common::metrics::{Sample, parse_text};
+use kandev_e2e::{Api, Feed, Options, Stack, Svc, eventually, is_turn_end, serde_json::json};
+
+const SCRAPE_TOKEN: &str = "e2e-scrape-token-0123456789";
+
+async fn scrape(stack: &Stack, svc: Svc) -> Vec<Sample> {
+    let api = Api {
+        addr: SocketAddr::from(([127, 0, 0, 1], stack.port(svc))),
+        token: (svc == Svc::Gateway).then(|| SCRAPE_TOKEN.to_string()),
+    };
+    let r = api.get("/metrics").await;
+    assert_eq!(r.status, 200, "{svc:?} /metrics: {}", r.body);
+    let text = r.body.as_str().unwrap_or_default();
+    parse_text(text).unwrap_or_else(|e| panic!("{svc:?} /metrics does not parse: {e}\n{text}"))
+}
+
+/// The sum of the samples named `name` whose labels include `labels`.
+fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
+        .map(|s| s.value)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_service_exports_metrics_that_move_when_tasks_run() {
+    let options = Options {
+        max_concurrent: 1,
+        env: vec![(
+            Svc::Gateway,
+            "KANDEV_METRICS_TOKEN".into(),
+            SCRAPE_TOKEN.into(),
+        )],
+    };
+    let stack = Stack::start("metrics", options).await;
+    let api = stack.admin().await;
+
+    // The gateway's port is public: no scrape without the token.
+    let anonymous = stack.anonymous().get("/metrics").await;
+    assert_eq!(anonymous.status, 401, "{}", anonymous.body);
+
+    let board = api.board("metrics").await;
+    let first = api
+        .task(
+            &board,
+            json!({"title": "First", "description": "slow 40 50", "agent_type": "mock-agent",
+                   "max_retries": 0}),
+        )
+        .await;
+    let mut feed = Feed::open(&api, &first).await;
+    let second = api
+        .task(
+            &board,
+            json!({"title": "Second", "description": "slow 5 20", "agent_type": "mock-agent",
+                   "max_retries": 0}),
+        )
+        .await;
+    // One slot: the second task waits in the queue, and a client watches.
+    eventually(60, "the queue to hold the second task", || async {
+        let o = scrape(&stack, Svc::Orchestrator).await;
+        (value(&o, "kandev_queue_depth", &[]) >= 1.0).then_some(())
+    })
+    .await;
+    let g = scrape(&stack, Svc::Gateway).await;
+    assert!(value(&g, "kandev_ws_clients", &[]) >= 1.0);
+
+    feed.wait_for(120, "the first turn's end", is_turn_end)
+        .await;
+    feed.close().await;
+    api.wait_state(&first, &["COMPLETED"], 60).await;
+    api.wait_state(&second, &["COMPLETED"], 120).await;
+    // The queue emptied, the client left.
+    eventually(30, "the queue to empty", || async {
+        let o = scrape(&stack, Svc::Orchestrator).await;
+        (value(&o, "kandev_queue_depth", &[]) == 0.0).then_some(())
+    })
+    .await;
+    eventually(30, "the WebSocket client to be gone", || async {
+        let g = scrape(&stack, Svc::Gateway).await;
+        (value(&g, "kandev_ws_clients", &[]) == 0.0).then_some(())
+    })
+    .await;
+
+    let am = scrape(&stack, Svc::AgentManager).await;
+    let o = scrape(&stack, Svc::Orchestrator).await;
+    let t = scrape(&stack, Svc::TaskService).await;
+    let g = scrape(&stack, Svc::Gateway).await;
+    // Messages at every hop.
+    let hop = |s: &[Sample], hop: &str| value(s, "kandev_acp_messages_total", &[("hop", hop)]);
+    assert!(
+        hop(&am, "agent_manager") >= 10.0,
+        "agent manager: {}",
+        hop(&am, "agent_manager")
+    );
+    assert!(
+        hop(&o, "orchestrator_store") >= 10.0,
+        "orchestrator: {}",
+        hop(&o, "orchestrator_store")
+    );
+    assert!(hop(&g, "gateway") >= 1.0, "gateway: {}", hop(&g, "gateway"));
+    assert!(value(&am, "kandev_acp_bytes_total", &[]) > 0.0);
+    assert!(value(&am, "kandev_bus_publish_seconds_count", &[]) >= 1.0);
+    // Launch phases, queue wait, running agents.
+    for phase in ["create", "start", "initialize", "session"] {
+        assert!(
+            value(
+                &am,
+                "kandev_launch_phase_seconds_count",
+                &[("phase", phase)]
+            ) >= 2.0,
+            "{phase}"
+        );
+    }
+    assert!(value(&o, "kandev_queue_wait_seconds_count", &[]) >= 2.0);
+    assert!(
+        o.iter()
+            .any(|s| s.name == "kandev_running_agents"
+                && s.label("agent_type") == Some("mock-agent")),
+        "kandev_running_agents{{agent_type=\"mock-agent\"}}"
+    );
+    assert!(value(&o, "kandev_feed_store_batch_size_count", &[]) >= 1.0);
+    // Requests per route and RPC.
+    assert!(
+        value(
+            &g,
+            "http_requests_total",
+            &[
+                ("method", "POST"),
+                ("route", "/api/v1/boards/{id}/tasks"),
+                ("status", "201")
+            ]
+        ) >= 2.0,
+        "gateway POST tasks"
+    );
+    assert!(
+        value(
+            &t,
+            "http_requests_total",
+            &[
+                ("route", "/kandev.v1.TaskService/CreateTask"),
+                ("status", "grpc_0")
+            ]
+        ) >= 2.0,
+        "CreateTask"
+    );
+    assert!(
+        value(
+            &am,
+            "http_requests_total",
+            &[("route", "/kandev.v1.AgentManager/LaunchAgent")]
+        ) >= 2.0,
+        "LaunchAgent"
+    );
+    assert!(value(&t, "kandev_outbox_published_total", &[]) >= 2.0);
+    assert_eq!(value(&t, "kandev_outbox_backlog", &[]), 0.0);
+    // Every series names its service; every process reports itself.
+    for (svc, samples) in [
+        ("agent-manager", &am),
+        ("orchestrator", &o),
+        ("task-service", &t),
+        ("gateway", &g),
+    ] {
+        assert!(
+            samples.iter().all(|s| s.label("service") == Some(svc)),
+            "{svc}"
+        );
+        assert!(
+            value(samples, "process_resident_memory_bytes", &[]) > 1e6,
+            "{svc}"
+        );
+        assert!(value(samples, "process_open_fds", &[]) > 0.0, "{svc}");
+    }
+    tokio::time::timeout(Duration::from_secs(30), stack.stop())
+        .await
+        .expect("the stack stops");
+}
