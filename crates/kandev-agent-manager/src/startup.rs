@@ -177,6 +177,8 @@ impl Application {
             router,
             kandev_common::metrics::Scrape::Open,
         );
+        // Exported from the start, so dashboards and alerts see a zero.
+        metrics::counter!("kandev_docker_errors_total").increment(0);
         tracing::info!(addr = %self.local_addr, "agent manager listening (gRPC, /healthz, /readyz, /metrics)");
         let served = serve::serve(self.listener, router, shutdown).await;
         stop_watching.cancel();

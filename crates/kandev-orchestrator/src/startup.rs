@@ -201,6 +201,8 @@ impl Application {
             router,
             kandev_common::metrics::Scrape::Open,
         );
+        // Exported from the start, so dashboards and alerts see a zero.
+        metrics::gauge!("kandev_queue_depth").increment(0.0);
         tracing::info!(addr = %self.local_addr, "orchestrator listening (gRPC, REST, WebSocket, /healthz, /readyz, /metrics)");
         let served = serve::serve(self.listener, router, shutdown).await;
         stop.cancel();

@@ -1,7 +1,9 @@
 //! Every service's `/metrics` parses as Prometheus text, and its counters,
 //! gauges and histograms move when tasks run: launches and their phases,
 //! messages at each hop, the queue rising and falling, WebSocket clients,
-//! requests per route and RPC, the outbox, the process itself.
+//! requests per route and RPC, the outbox, the process itself; and every
+//! query of the Grafana dashboard (`deploy/grafana/kandev.json`) names an
+//! exported metric.
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -178,7 +180,79 @@ async fn every_service_exports_metrics_that_move_when_tasks_run() {
         );
         assert!(value(samples, "process_open_fds", &[]) > 0.0, "{svc}");
     }
+    // Every query of the dashboard names a metric the services export.
+    let exported: std::collections::BTreeSet<&str> = [&am, &o, &t, &g]
+        .into_iter()
+        .flat_map(|samples| samples.iter().map(|s| s.name.as_str()))
+        .collect();
+    let dashboard = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/kandev.json"),
+    )
+    .expect("deploy/grafana/kandev.json");
+    let dashboard: kandev_e2e::serde_json::Value =
+        kandev_e2e::serde_json::from_str(&dashboard).expect("the dashboard is valid JSON");
+    let mut exprs = Vec::new();
+    collect_exprs(&dashboard, &mut exprs);
+    assert!(
+        exprs.len() >= 10,
+        "the dashboard has its queries: {exprs:?}"
+    );
+    for expr in &exprs {
+        for name in metric_names(expr) {
+            assert!(
+                exported.contains(name.as_str()),
+                "{name} (in {expr}) is not exported; exported: {exported:?}"
+            );
+        }
+    }
     tokio::time::timeout(Duration::from_secs(30), stack.stop())
         .await
         .expect("the stack stops");
+}
+
+fn collect_exprs(value: &kandev_e2e::serde_json::Value, out: &mut Vec<String>) {
+    use kandev_e2e::serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                match (k.as_str(), v) {
+                    ("expr", Value::String(e)) => out.push(e.clone()),
+                    _ => collect_exprs(v, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_exprs(v, out)),
+        _ => {}
+    }
+}
+
+/// The metric names a PromQL expression uses: Kandev's, request and process
+/// metrics (functions, labels and keywords are not metric names).
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut in_quotes = false;
+    let mut token = String::new();
+    let mut flush = |token: &mut String, names: &mut Vec<String>| {
+        if ["kandev_", "http_", "process_"]
+            .iter()
+            .any(|p| token.starts_with(p))
+        {
+            names.push(std::mem::take(token));
+        }
+        token.clear();
+    };
+    for c in expr.chars() {
+        if c == '"' {
+            in_quotes = !in_quotes;
+            flush(&mut token, &mut names);
+            continue;
+        }
+        if !in_quotes && (c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+            token.push(c);
+        } else {
+            flush(&mut token, &mut names);
+        }
+    }
+    flush(&mut token, &mut names);
+    names
 }

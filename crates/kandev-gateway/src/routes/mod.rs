@@ -206,5 +206,10 @@ pub fn router(
         Some(token) => Scrape::Token(token.expose_secret().to_owned()),
         None => Scrape::Off,
     };
-    metrics::instrument("gateway", app, scrape).layer(layers)
+    let app = metrics::instrument("gateway", app, scrape);
+    // Exported from the start, so dashboards and alerts see a zero.
+    ::metrics::counter!("kandev_ws_lagging_disconnects_total").increment(0);
+    ::metrics::gauge!("kandev_ws_clients").increment(0.0);
+    ::metrics::counter!("kandev_acp_messages_total", "hop" => "gateway").increment(0);
+    app.layer(layers)
 }
