@@ -11,3 +11,4 @@ mod happy;
 mod metrics;
 mod permission;
 mod seed;
+mod soak;

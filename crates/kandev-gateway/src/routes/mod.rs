@@ -202,9 +202,12 @@ pub fn router(
         .with_state(state)
         .merge(health_routes(readiness));
     // The gateway's port is public: /metrics only with the scrape token.
+    // An empty token is no token: never a scrape with an empty bearer.
     let scrape = match &settings.metrics_token {
-        Some(token) => Scrape::Token(token.expose_secret().to_owned()),
-        None => Scrape::Off,
+        Some(token) if !token.expose_secret().trim().is_empty() => {
+            Scrape::Token(token.expose_secret().to_owned())
+        }
+        _ => Scrape::Off,
     };
     let app = metrics::instrument("gateway", app, scrape);
     // Exported from the start, so dashboards and alerts see a zero.
