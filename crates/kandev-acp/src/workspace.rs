@@ -135,6 +135,7 @@ impl Workspace {
         Some(self.agent_root.join(rel))
     }
 
+    #[cfg(not(target_os = "linux"))]
     fn check_inside(&self, resolved: &Path, requested: &Path) -> Result<(), FsError> {
         if resolved.starts_with(&self.host_root) {
             Ok(())
@@ -145,6 +146,7 @@ impl Workspace {
 
     /// Resolves an existing file, following symlinks, and checks that the
     /// target is inside the workspace.
+    #[cfg(not(target_os = "linux"))]
     async fn resolve_existing(&self, agent_path: &Path) -> Result<PathBuf, FsError> {
         let host = self.to_host(agent_path)?;
         let resolved = tokio::fs::canonicalize(&host)
@@ -163,6 +165,7 @@ impl Workspace {
     /// Resolves a file to write: an existing file (or symlink) must resolve
     /// inside the workspace; for a new file, the nearest existing ancestor
     /// must. Returns the host path to write to.
+    #[cfg(not(target_os = "linux"))]
     async fn resolve_for_write(&self, agent_path: &Path) -> Result<PathBuf, FsError> {
         let host = self.to_host(agent_path)?;
         if tokio::fs::symlink_metadata(&host).await.is_ok() {
@@ -188,8 +191,66 @@ impl Workspace {
         Err(FsError::OutsideWorkspace(agent_path.to_owned()))
     }
 
+    /// The path below the host root of an agent path (lexically checked).
+    #[cfg(target_os = "linux")]
+    fn relative(&self, agent_path: &Path) -> Result<PathBuf, FsError> {
+        let host = self.to_host(agent_path)?;
+        let rel = host
+            .strip_prefix(&self.host_root)
+            .map_err(|_| FsError::OutsideWorkspace(agent_path.to_owned()))?;
+        if rel.as_os_str().is_empty() {
+            return Err(FsError::Io {
+                path: agent_path.to_owned(),
+                source: std::io::Error::other("the workspace root is a directory"),
+            });
+        }
+        Ok(rel.to_owned())
+    }
+
+    /// Handles `fs/read_text_file` (with the optional 1-based `line` and
+    /// `limit` in lines). On Linux the file is opened relative to the root
+    /// with `openat2(RESOLVE_BENEATH)`: the kernel resolves every component,
+    /// symlinks included, and refuses anything that leaves the workspace,
+    /// so swapping a symlink between a check and the open cannot escape.
+    /// Only regular files are read, at most the read limit whatever the
+    /// size the file claims.
+    #[cfg(target_os = "linux")]
+    pub async fn read_text_file(&self, request: &ReadTextFileRequest) -> Result<String, FsError> {
+        let rel = self.relative(&request.path)?;
+        let root = self.host_root.clone();
+        let limit = self.max_read_bytes;
+        let agent_path = request.path.clone();
+        let bytes = tokio::task::spawn_blocking(move || beneath::read(&root, &rel, limit))
+            .await
+            .map_err(|e| FsError::Io {
+                path: agent_path.clone(),
+                source: std::io::Error::other(e),
+            })?
+            .map_err(|e| e.at(&agent_path))?;
+        Ok(lines(&String::from_utf8_lossy(&bytes), request))
+    }
+
+    /// Handles `fs/write_text_file`, creating the file and missing parent
+    /// directories inside the workspace, fd-relative like
+    /// [`Self::read_text_file`].
+    #[cfg(target_os = "linux")]
+    pub async fn write_text_file(&self, request: &WriteTextFileRequest) -> Result<(), FsError> {
+        let rel = self.relative(&request.path)?;
+        let root = self.host_root.clone();
+        let content = request.content.clone();
+        let agent_path = request.path.clone();
+        tokio::task::spawn_blocking(move || beneath::write(&root, &rel, content.as_bytes()))
+            .await
+            .map_err(|e| FsError::Io {
+                path: agent_path.clone(),
+                source: std::io::Error::other(e),
+            })?
+            .map_err(|e| e.at(&agent_path))
+    }
+
     /// Handles `fs/read_text_file` (with the optional 1-based `line` and
     /// `limit` in lines).
+    #[cfg(not(target_os = "linux"))]
     pub async fn read_text_file(&self, request: &ReadTextFileRequest) -> Result<String, FsError> {
         let path = self.resolve_existing(&request.path).await?;
         let io_err = |source| FsError::Io {
@@ -205,17 +266,12 @@ impl Workspace {
             });
         }
         let bytes = tokio::fs::read(&path).await.map_err(io_err)?;
-        let text = String::from_utf8_lossy(&bytes);
-        if request.line.is_none() && request.limit.is_none() {
-            return Ok(text.into_owned());
-        }
-        let skip = request.line.map_or(0, |l| l.saturating_sub(1)) as usize;
-        let take = request.limit.map_or(usize::MAX, |l| l as usize);
-        Ok(text.split_inclusive('\n').skip(skip).take(take).collect())
+        Ok(lines(&String::from_utf8_lossy(&bytes), request))
     }
 
     /// Handles `fs/write_text_file`, creating the file and missing parent
     /// directories inside the workspace.
+    #[cfg(not(target_os = "linux"))]
     pub async fn write_text_file(&self, request: &WriteTextFileRequest) -> Result<(), FsError> {
         let path = self.resolve_for_write(&request.path).await?;
         let io_err = |source| FsError::Io {
@@ -228,6 +284,173 @@ impl Workspace {
         tokio::fs::write(&path, request.content.as_bytes())
             .await
             .map_err(io_err)
+    }
+}
+
+/// The requested lines of a text (1-based `line`, `limit` lines).
+fn lines(text: &str, request: &ReadTextFileRequest) -> String {
+    if request.line.is_none() && request.limit.is_none() {
+        return text.to_owned();
+    }
+    let skip = request.line.map_or(0, |l| l.saturating_sub(1)) as usize;
+    let take = request.limit.map_or(usize::MAX, |l| l as usize);
+    text.split_inclusive('\n').skip(skip).take(take).collect()
+}
+
+/// Files opened relative to the workspace root with `openat2`, never
+/// leaving it (Linux 5.6 and later).
+#[cfg(target_os = "linux")]
+mod beneath {
+    use std::{
+        fs::File,
+        io::{Read, Write},
+        os::fd::OwnedFd,
+        path::{Path, PathBuf},
+    };
+
+    use nix::{
+        errno::Errno,
+        fcntl::{OFlag, OpenHow, ResolveFlag, openat2},
+        sys::stat::{Mode, mkdirat},
+    };
+
+    use super::FsError;
+
+    /// Why a fd-relative operation failed, before the agent path is known.
+    #[derive(Debug)]
+    pub(super) enum Failure {
+        Outside,
+        NotFound,
+        NotRegular,
+        TooLarge(u64, u64),
+        Io(std::io::Error),
+    }
+
+    impl Failure {
+        pub(super) fn at(self, path: &Path) -> FsError {
+            let path = path.to_owned();
+            match self {
+                Failure::Outside => FsError::OutsideWorkspace(path),
+                Failure::NotFound => FsError::NotFound(path),
+                Failure::NotRegular => FsError::Io {
+                    path,
+                    source: std::io::Error::other("not a regular file"),
+                },
+                Failure::TooLarge(size, limit) => FsError::TooLarge { path, size, limit },
+                Failure::Io(source) => FsError::Io { path, source },
+            }
+        }
+    }
+
+    impl From<Errno> for Failure {
+        fn from(errno: Errno) -> Self {
+            match errno {
+                // EXDEV: the resolution left the root; ELOOP: a magic link
+                // or too many links.
+                Errno::EXDEV | Errno::ELOOP => Failure::Outside,
+                Errno::ENOENT => Failure::NotFound,
+                other => Failure::Io(other.into()),
+            }
+        }
+    }
+
+    fn how(flags: OFlag) -> OpenHow {
+        // openat2 refuses flags O_PATH ignores (such as O_NOCTTY).
+        let extra = if flags.contains(OFlag::O_PATH) {
+            OFlag::O_CLOEXEC
+        } else {
+            OFlag::O_CLOEXEC | OFlag::O_NOCTTY
+        };
+        OpenHow::new()
+            .flags(flags | extra)
+            .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS)
+    }
+
+    fn root_fd(root: &Path) -> Result<OwnedFd, Failure> {
+        Ok(nix::fcntl::open(
+            root,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?)
+    }
+
+    /// A regular file's bytes, at most `limit` of them.
+    pub(super) fn read(root: &Path, rel: &Path, limit: u64) -> Result<Vec<u8>, Failure> {
+        let dir = root_fd(root)?;
+        let fd = openat2(&dir, rel, how(OFlag::O_RDONLY | OFlag::O_NONBLOCK))?;
+        let mut file = File::from(fd);
+        let meta = file.metadata().map_err(Failure::Io)?;
+        if !meta.is_file() {
+            return Err(Failure::NotRegular);
+        }
+        if meta.len() > limit {
+            return Err(Failure::TooLarge(meta.len(), limit));
+        }
+        // The size a file claims may change: read one byte past the limit
+        // to know it grew.
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        (&mut file)
+            .take(limit + 1)
+            .read_to_end(&mut bytes)
+            .map_err(Failure::Io)?;
+        if bytes.len() as u64 > limit {
+            return Err(Failure::TooLarge(bytes.len() as u64, limit));
+        }
+        Ok(bytes)
+    }
+
+    /// Writes a regular file, creating missing parent directories, all
+    /// beneath the root.
+    pub(super) fn write(root: &Path, rel: &Path, content: &[u8]) -> Result<(), Failure> {
+        let dir = root_fd(root)?;
+        if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+            make_dirs(&dir, parent)?;
+        }
+        let fd = openat2(
+            &dir,
+            rel,
+            how(OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NONBLOCK)
+                .mode(Mode::from_bits_truncate(0o644)),
+        )?;
+        let mut file = File::from(fd);
+        if !file.metadata().map_err(Failure::Io)?.is_file() {
+            return Err(Failure::NotRegular);
+        }
+        file.set_len(0).map_err(Failure::Io)?;
+        file.write_all(content).map_err(Failure::Io)
+    }
+
+    /// Creates each missing directory of `parent`, each in a directory
+    /// opened beneath the root.
+    fn make_dirs(dir: &OwnedFd, parent: &Path) -> Result<(), Failure> {
+        let mut prefix = PathBuf::new();
+        for component in parent.components() {
+            let here = prefix.clone();
+            prefix.push(component);
+            match openat2(dir, &prefix, how(OFlag::O_PATH | OFlag::O_DIRECTORY)) {
+                Ok(_) => continue,
+                Err(Errno::ENOENT) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let parent_fd = if here.as_os_str().is_empty() {
+                None
+            } else {
+                Some(openat2(
+                    dir,
+                    &here,
+                    how(OFlag::O_PATH | OFlag::O_DIRECTORY),
+                )?)
+            };
+            let made = match &parent_fd {
+                Some(fd) => mkdirat(fd, component.as_os_str(), Mode::from_bits_truncate(0o755)),
+                None => mkdirat(dir, component.as_os_str(), Mode::from_bits_truncate(0o755)),
+            };
+            match made {
+                Ok(()) | Err(Errno::EEXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 }
 
@@ -276,5 +499,130 @@ mod tests {
             .line(2)
             .limit(2);
         assert_eq!(ws.read_text_file(&req).await.expect("read"), "b\nc\n");
+    }
+
+    /// A symlink swapped between a directory inside and one outside, as fast
+    /// as a thread can, while reads and writes go through it: none ever
+    /// reaches the outside, however the swap and the open interleave.
+    #[cfg(target_os = "linux")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_symlink_swapped_during_fs_requests_never_escapes() {
+        use std::sync::{
+            Arc,
+            atomic::{AtomicBool, Ordering},
+        };
+        let root = tempfile::tempdir().expect("tempdir");
+        let outside = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(root.path().join("inner")).expect("mkdir");
+        std::fs::write(root.path().join("inner/f.txt"), "inside").expect("write");
+        std::fs::write(outside.path().join("f.txt"), "SECRET").expect("write");
+        let link = root.path().join("link");
+        // Relative targets (an absolute one never resolves beneath the
+        // root: it is refused outright).
+        let inner = PathBuf::from("inner");
+        let out = Path::new("..").join(outside.path().file_name().expect("name"));
+        assert!(root.path().join(&out).join("f.txt").exists());
+        std::os::unix::fs::symlink(&inner, &link).expect("symlink");
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (stop, link) = (stop.clone(), link.clone());
+            std::thread::spawn(move || {
+                let tmp = link.with_extension("tmp");
+                let mut flips = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let target = if flips.is_multiple_of(2) {
+                        &out
+                    } else {
+                        &inner
+                    };
+                    let _ = std::fs::remove_file(&tmp);
+                    std::os::unix::fs::symlink(target, &tmp).expect("symlink");
+                    std::fs::rename(&tmp, &link).expect("swap");
+                    flips += 1;
+                }
+                flips
+            })
+        };
+        let ws = Workspace::new(root.path(), "/workspace").expect("workspace");
+        let (mut read_inside, mut refused) = (0, 0);
+        for i in 0..3000 {
+            let read = ws
+                .read_text_file(&ReadTextFileRequest::new("s", "/workspace/link/f.txt"))
+                .await;
+            match read {
+                Ok(text) => {
+                    assert_eq!(text, "inside", "a read escaped the workspace");
+                    read_inside += 1;
+                }
+                Err(FsError::OutsideWorkspace(_) | FsError::NotFound(_)) => refused += 1,
+                Err(other) => panic!("unexpected: {other}"),
+            }
+            let write = ws
+                .write_text_file(&WriteTextFileRequest::new(
+                    "s",
+                    "/workspace/link/w.txt",
+                    format!("{i}"),
+                ))
+                .await;
+            assert!(
+                matches!(
+                    write,
+                    Ok(()) | Err(FsError::OutsideWorkspace(_) | FsError::NotFound(_))
+                ),
+                "{write:?}"
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+        let flips = swapper.join().expect("swapper");
+        assert!(flips > 100, "the symlink was swapped ({flips} times)");
+        assert!(
+            read_inside > 0 && refused > 0,
+            "both sides were hit: {read_inside} / {refused}"
+        );
+        assert!(
+            !outside.path().join("w.txt").exists(),
+            "a write escaped the workspace"
+        );
+        assert_eq!(
+            std::fs::read_to_string(outside.path().join("f.txt")).expect("read"),
+            "SECRET"
+        );
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn only_regular_files_are_read_and_never_past_the_limit() {
+        let root = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(root.path().join("dir")).expect("mkdir");
+        std::fs::write(root.path().join("big.txt"), "x".repeat(100)).expect("write");
+        let fifo = root.path().join("fifo");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .expect("mkfifo")
+                .success()
+        );
+        let ws = Workspace::new(root.path(), "/workspace")
+            .expect("workspace")
+            .with_max_read_bytes(10);
+        let req = |p: &'static str| ReadTextFileRequest::new("s", p);
+        let dir = ws.read_text_file(&req("/workspace/dir")).await;
+        assert!(matches!(dir, Err(FsError::Io { .. })), "{dir:?}");
+        let fifo = ws.read_text_file(&req("/workspace/fifo")).await;
+        assert!(matches!(fifo, Err(FsError::Io { .. })), "{fifo:?}");
+        let big = ws.read_text_file(&req("/workspace/big.txt")).await;
+        assert!(
+            matches!(
+                big,
+                Err(FsError::TooLarge {
+                    size: 100,
+                    limit: 10,
+                    ..
+                })
+            ),
+            "{big:?}"
+        );
     }
 }

@@ -1,398 +1,21 @@
-//! Browser test of the web UI: headless Chromium driven over WebDriver
+//! Browser tests of the web UI: headless Chromium driven over WebDriver
 //! (fantoccini) against the real stack — gateway, task service,
 //! orchestrator and agent manager in-process, on a fresh Postgres database
-//! and a private NATS, with the mock agent in Docker.
+//! and a private NATS, with the mock agent in Docker (see `support`).
 //!
 //! Needs `chromium` and `chromium-driver` (Debian packages), Postgres, and a
 //! Docker engine with `kandev/mock-agent:latest` (built here if missing).
-//! Without a browser the test prints a notice and passes, unless
+//! Without a browser the tests print a notice and pass, unless
 //! `KANDEV_REQUIRE_BROWSER=1`, which makes a missing browser a failure.
 //!
-//! Screenshots go to `<workspace>/target/screenshots/{board,task}.png`.
+//! Screenshots go to `<workspace>/target/screenshots/`.
 
-use std::{
-    net::SocketAddr,
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant},
-};
+mod support;
 
-use fantoccini::{Client, ClientBuilder, Locator};
-use kandev_common::CancellationToken;
-use kandev_testkit::{OwnNats, TestDb, free_port};
+use std::time::Duration;
+
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
-
-const ADMIN: &str = "admin";
-const ADMIN_PASSWORD: &str = "browser-test-password";
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn on_path(bin: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(bin))
-        .find(|p| p.is_file())
-}
-
-// ------------------------------------------------------------------ stack
-
-/// The four services, in-process.
-struct Stack {
-    base: String,
-    db: TestDb,
-    _nats: OwnNats,
-    _dir: tempfile::TempDir,
-    stops: Vec<CancellationToken>,
-    handles: Vec<JoinHandle<()>>,
-}
-
-impl Stack {
-    async fn shutdown(self) {
-        for stop in &self.stops {
-            stop.cancel();
-        }
-        for handle in self.handles {
-            let _ = tokio::time::timeout(Duration::from_secs(10), handle).await;
-        }
-        kandev_testkit::remove_containers(&self.db.name);
-        self.db.drop_db().await;
-    }
-}
-
-fn spawn_service<F>(
-    stops: &mut Vec<CancellationToken>,
-    handles: &mut Vec<JoinHandle<()>>,
-    run: impl FnOnce(CancellationToken) -> F,
-) where
-    F: std::future::Future<Output = ()> + Send + 'static,
-{
-    let stop = CancellationToken::new();
-    handles.push(tokio::spawn(run(stop.clone())));
-    stops.push(stop);
-}
-
-async fn start_stack() -> Stack {
-    tokio::task::spawn_blocking(kandev_testkit::ensure_docker)
-        .await
-        .unwrap();
-    let nats = OwnNats::start().await;
-    let db = TestDb::create().await;
-    let dir = tempfile::tempdir().unwrap();
-    for sub in ["workspaces", "allowed", "home"] {
-        std::fs::create_dir_all(dir.path().join(sub)).unwrap();
-    }
-    let mut stops = Vec::new();
-    let mut handles = Vec::new();
-
-    let tasks = kandev_task_service::Application::build(kandev_task_service::Settings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: db.url.clone(),
-        database_max_connections: 4,
-        nats_url: nats.url(),
-        outbox_poll_ms: 100,
-        ..Default::default()
-    })
-    .await
-    .expect("task service builds");
-    let tasks_addr: SocketAddr = tasks.local_addr();
-    spawn_service(&mut stops, &mut handles, |stop| async move {
-        tasks
-            .run_until_stopped(stop)
-            .await
-            .expect("task service runs");
-    });
-
-    let agents = kandev_agent_manager::Application::build(kandev_agent_manager::Settings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: db.url.clone(),
-        database_max_connections: 4,
-        // Its own label, so no other manager on this engine adopts or
-        // removes this stack's containers.
-        manager_id: db.name.clone(),
-        nats_url: nats.url(),
-        pull_images: false,
-        workspaces_root: dir.path().join("workspaces").display().to_string(),
-        allowed_workspace_roots: vec![dir.path().join("allowed").display().to_string()],
-        credentials_home: dir.path().join("home").display().to_string(),
-        initialize_timeout_secs: 30,
-        permission_timeout_secs: 120,
-        seq_flush_ms: 100,
-        ..Default::default()
-    })
-    .await
-    .expect("agent manager builds");
-    let agents_addr = agents.local_addr();
-    spawn_service(&mut stops, &mut handles, |stop| async move {
-        agents
-            .run_until_stopped(stop)
-            .await
-            .expect("agent manager runs");
-    });
-
-    let orchestrator = kandev_orchestrator::Application::build(kandev_orchestrator::Settings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: db.url.clone(),
-        database_max_connections: 4,
-        nats_url: nats.url(),
-        task_service_url: format!("http://{tasks_addr}"),
-        agent_manager_url: format!("http://{agents_addr}"),
-        feed_flush_ms: 20,
-        retry_backoff_ms: 200,
-        retry_backoff_max_ms: 1000,
-        ..Default::default()
-    })
-    .await
-    .expect("orchestrator builds");
-    let orch_addr = orchestrator.local_addr();
-    spawn_service(&mut stops, &mut handles, |stop| async move {
-        orchestrator
-            .run_until_stopped(stop)
-            .await
-            .expect("orchestrator runs");
-    });
-
-    let mut gw = kandev_gateway::Settings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: db.url.clone(),
-        database_max_connections: 4,
-        task_service_url: format!("http://{tasks_addr}"),
-        agent_manager_url: format!("http://{agents_addr}"),
-        orchestrator_url: format!("http://{orch_addr}"),
-        nats_url: nats.url(),
-        jwt_secret: Some("browser-test-jwt-secret-browser-test-jwt-secret".into()),
-        admin_username: ADMIN.into(),
-        admin_password: Some(ADMIN_PASSWORD.into()),
-        ..Default::default()
-    };
-    gw.rate_limit.login_per_minute = 6000;
-    gw.rate_limit.login_burst = 1000;
-    gw.rate_limit.api_per_minute = 60_000;
-    gw.rate_limit.api_burst = 10_000;
-    let gateway = kandev_gateway::Application::build(gw)
-        .await
-        .expect("gateway builds");
-    let base = format!("http://{}", gateway.local_addr());
-    spawn_service(&mut stops, &mut handles, |stop| async move {
-        gateway.run_until_stopped(stop).await.expect("gateway runs");
-    });
-
-    Stack {
-        base,
-        db,
-        _nats: nats,
-        _dir: dir,
-        stops,
-        handles,
-    }
-}
-
-// ---------------------------------------------------------------- browser
-
-struct Browser {
-    client: Client,
-    driver: Child,
-    _profile: tempfile::TempDir,
-}
-
-impl Browser {
-    async fn close(self) {
-        let _ = self.client.clone().close().await;
-    }
-}
-
-/// chromedriver (and with it Chromium) goes away even when the test fails.
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-    }
-}
-
-/// Starts chromedriver on a free port and opens a headless Chromium
-/// session; `None` (with a notice) when no browser is installed, unless
-/// `KANDEV_REQUIRE_BROWSER=1`.
-async fn start_browser() -> Option<Browser> {
-    let required = std::env::var("KANDEV_REQUIRE_BROWSER").is_ok_and(|v| v == "1");
-    let chromium = ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find_map(on_path);
-    let driver = on_path("chromedriver");
-    let (Some(chromium), Some(driver_bin)) = (chromium, driver) else {
-        let msg = "headless Chromium and chromedriver are needed for the browser test \
-                   (apt-get install -y chromium chromium-driver)";
-        assert!(
-            !required,
-            "{msg}; KANDEV_REQUIRE_BROWSER=1 makes this a failure"
-        );
-        eprintln!("SKIPPED: {msg}");
-        return None;
-    };
-    let port = free_port();
-    let driver = Command::new(driver_bin)
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromedriver starts");
-    let profile = tempfile::tempdir().unwrap();
-    let caps = json!({
-        "browserName": "chrome",
-        "goog:chromeOptions": {
-            "binary": chromium.display().to_string(),
-            "args": [
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1400,1000",
-                format!("--user-data-dir={}", profile.path().display()),
-            ],
-        },
-    });
-    let caps: fantoccini::wd::Capabilities = caps.as_object().unwrap().clone();
-    let url = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let client = loop {
-        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-        match ClientBuilder::new(connector)
-            .capabilities(caps.clone())
-            .connect(&url)
-            .await
-        {
-            Ok(c) => break c,
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => panic!("cannot open a WebDriver session: {e}"),
-        }
-    };
-    Some(Browser {
-        client,
-        driver,
-        _profile: profile,
-    })
-}
-
-// ---------------------------------------------------------------- helpers
-
-/// The page's state, for failure messages.
-async fn page_dump(c: &Client) -> String {
-    c.execute(
-        "const t = document.body ? document.body.innerText : ''; \
-         return location.href + '\\n' + t.slice(-4000);",
-        vec![],
-    )
-    .await
-    .map(|v| v.as_str().unwrap_or_default().to_string())
-    .unwrap_or_else(|e| format!("(no page: {e})"))
-}
-
-/// Polls `script` (a function body) until it returns something truthy.
-async fn wait_js(c: &Client, what: &str, secs: u64, script: &str, args: Vec<Value>) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let v = c.execute(script, args.clone()).await.expect("script runs");
-        let truthy = match &v {
-            Value::Null => false,
-            Value::Bool(b) => *b,
-            Value::Number(n) => n.as_f64() != Some(0.0),
-            Value::String(s) => !s.is_empty(),
-            _ => true,
-        };
-        if truthy {
-            return v;
-        }
-        if Instant::now() > deadline {
-            let _ = screenshot(c, "failure.png").await;
-            panic!(
-                "timed out after {secs} s waiting for {what}\n--- page ---\n{}",
-                page_dump(c).await
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
-}
-
-async fn js(c: &Client, script: &str, args: Vec<Value>) -> Value {
-    c.execute(script, args).await.expect("script runs")
-}
-
-async fn click(c: &Client, css: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match c.find(Locator::Css(css)).await {
-            Ok(el) => match el.click().await {
-                Ok(()) => return,
-                Err(e) if Instant::now() > deadline => panic!("cannot click {css}: {e}"),
-                Err(_) => {}
-            },
-            Err(e) if Instant::now() > deadline => {
-                panic!("no element {css}: {e}\n{}", page_dump(c).await)
-            }
-            Err(_) => {}
-        }
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
-}
-
-async fn type_into(c: &Client, css: &str, text: &str) {
-    let el = c
-        .wait()
-        .at_most(Duration::from_secs(20))
-        .for_element(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no element {css}: {e}"));
-    el.clear().await.expect("clear");
-    el.send_keys(text).await.expect("type");
-}
-
-async fn select_value(c: &Client, css: &str, value: &str) {
-    let el = c
-        .wait()
-        .at_most(Duration::from_secs(20))
-        .for_element(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no element {css}: {e}"));
-    el.select_by_value(value).await.expect("select");
-}
-
-async fn screenshot(c: &Client, name: &str) -> PathBuf {
-    let dir = workspace_root().join("target/screenshots");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
-    let png = c.screenshot().await.expect("screenshot");
-    std::fs::write(&path, png).unwrap();
-    eprintln!("screenshot: {}", path.display());
-    path
-}
-
-/// Runs an async fetch in the page with the session's token; returns the
-/// JSON answer (or `{"error": ...}`).
-async fn api(c: &Client, method: &str, path: &str, body: Value) -> Value {
-    c.execute_async(
-        r#"const [method, path, body, done] = arguments;
-           fetch('/api/v1' + path, {
-             method,
-             headers: { 'Content-Type': 'application/json',
-                        Authorization: 'Bearer ' + sessionStorage.getItem('kandev.token') },
-             body: body === null ? undefined : JSON.stringify(body),
-           }).then(async (r) => done({ status: r.status, body: await r.json().catch(() => null) }),
-                   (e) => done({ status: 0, body: String(e) }));"#,
-        vec![json!(method), json!(path), body],
-    )
-    .await
-    .expect("fetch runs")
-}
-
-const FEED: &str = "[data-testid=feed-item]";
-
-/// A script that is true once the feed shows exactly `n` turn ends.
-fn turn_ends(n: usize) -> String {
-    format!("return document.querySelectorAll('{FEED}[data-kind=turn_end]').length === {n};")
-}
+use support::*;
 
 // ------------------------------------------------------------------- test
 
@@ -406,35 +29,20 @@ async fn the_ui_drives_agents_end_to_end() {
     let base = stack.base.clone();
 
     // 1. Log in.
-    c.goto(&format!("{base}/")).await.expect("open the UI");
-    type_into(c, "[data-testid=login-username]", ADMIN).await;
-    type_into(c, "[data-testid=login-password]", ADMIN_PASSWORD).await;
-    click(c, "[data-testid=login-submit]").await;
-    wait_js(
-        c,
-        "the board list",
-        20,
-        "return !!document.querySelector('[data-testid=board-list]');",
-        vec![],
-    )
-    .await;
+    login(c, &base).await;
     // Marks this page load: it must survive everything below (no reload).
     js(c, "window.__kandevPageLoad = 'first'; return true;", vec![]).await;
 
-    // An agent type that asks the browser for permissions.
-    let types = api(c, "GET", "/agent-types", Value::Null).await;
-    let mut ask = types["body"]["agent_types"]
-        .as_array()
-        .and_then(|a| a.iter().find(|t| t["id"] == "mock-agent").cloned())
-        .unwrap_or_else(|| panic!("mock-agent is registered: {types}"));
-    ask["id"] = json!("mock-agent-ask");
-    ask["name"] = json!("Mock agent (asks)");
-    ask["permission_policy"] = json!("ask");
-    let created = api(c, "POST", "/agent-types", ask).await;
-    assert!(
-        created["status"] == 201 || created["status"] == 200,
-        "agent type: {created}"
-    );
+    // Pickable copies of the internal mock agent: one asks the browser for
+    // permissions, one approves by itself.
+    register_mock_type(
+        c,
+        "mock-agent-ask",
+        "Mock agent (asks)",
+        json!({"permission_policy": "ask"}),
+    )
+    .await;
+    register_mock_type(c, "mock-agent-auto", "Mock agent", json!({})).await;
 
     // Boards: create, rename and delete one.
     type_into(c, "[data-testid=new-board-name]", "Scratch").await;
@@ -505,42 +113,20 @@ async fn the_ui_drives_agents_end_to_end() {
     )
     .await;
 
-    async fn create_task(
-        c: &Client,
-        title: &str,
-        description: &str,
-        agent: &str,
-        priority: &str,
-    ) -> String {
-        click(c, "[data-testid=new-task]").await;
-        type_into(c, "[data-testid=task-title]", title).await;
-        type_into(c, "[data-testid=task-description]", description).await;
-        select_value(c, "[data-testid=task-agent-type]", agent).await;
-        type_into(c, "[data-testid=task-priority]", priority).await;
-        click(c, "[data-testid=task-dialog-submit]").await;
-        let id = wait_js(
-            c,
-            &format!("the card of {title:?}"),
-            20,
-            "const card = [...document.querySelectorAll('[data-testid=column] [data-testid=card]')]
-               .find(k => k.querySelector('[data-testid=card-link]').textContent === arguments[0]);
-             return card ? card.dataset.taskId : null;",
-            vec![json!(title)],
-        )
-        .await;
-        id.as_str().unwrap().to_string()
-    }
     // A TODO task with an agent type is queued at once: task A starts by
     // itself (the Start button is exercised on task B below).
     let task_a = create_task(
         c,
-        "Append a line to README",
-        "scenario: code",
-        "mock-agent-ask",
-        "2",
+        NewTask {
+            priority: "2",
+            ..NewTask::new(
+                "Append a line to README",
+                "scenario: code",
+                "mock-agent-ask",
+            )
+        },
     )
     .await;
-    let card = |id: &str| format!("[data-testid=card][data-task-id=\"{id}\"]");
     let meta = js(
         c,
         "const k = document.querySelector(arguments[0]);
@@ -740,10 +326,11 @@ async fn the_ui_drives_agents_end_to_end() {
     .await;
     let task_b = create_task(
         c,
-        "Wait to be cancelled",
-        "scenario: wait-cancel",
-        "mock-agent",
-        "0",
+        NewTask::new(
+            "Wait to be cancelled",
+            "scenario: wait-cancel",
+            "mock-agent-auto",
+        ),
     )
     .await;
     click(c, &format!("{} [data-testid=card-link]", card(&task_b))).await;
@@ -803,16 +390,11 @@ async fn the_ui_drives_agents_end_to_end() {
         vec![json!(board_id)],
     )
     .await;
-    let col = |state: &str, id: &str| {
-        format!(
-            "return !!document.querySelector('[data-testid=column][data-state={state}] [data-testid=card][data-task-id=\"{id}\"]');"
-        )
-    };
     wait_js(
         c,
         "card A in COMPLETED",
         20,
-        &col("COMPLETED", &task_a),
+        &in_column("COMPLETED", &task_a),
         vec![],
     )
     .await;
@@ -826,16 +408,32 @@ async fn the_ui_drives_agents_end_to_end() {
         "IN_PROGRESS",
     )
     .await;
-    wait_js(c, "the refusal toast", 20, "return [...document.querySelectorAll('[data-testid=toast-error]')].some(t => t.textContent.includes('Cannot move'));", vec![]).await;
+    // The server's message names states by their labels, never raw enums.
+    wait_js(
+        c,
+        "the refusal toast in plain words",
+        20,
+        "return [...document.querySelectorAll('[data-testid=toast-error]')].some(t => t.textContent.includes('Cannot move')
+           && t.textContent.includes('Completed') && !/COMPLETED|IN_PROGRESS/.test(t.textContent));",
+        vec![],
+    )
+    .await;
     wait_js(
         c,
         "card A snapped back to COMPLETED",
         10,
-        &col("COMPLETED", &task_a),
+        &in_column("COMPLETED", &task_a),
         vec![],
     )
     .await;
-    let task_c = create_task(c, "Write the release notes", "by hand", "", "1").await;
+    let task_c = create_task(
+        c,
+        NewTask {
+            priority: "1",
+            ..NewTask::new("Write the release notes", "by hand", "")
+        },
+    )
+    .await;
     select_value(
         c,
         &format!("{} [data-testid=card-state-select]", card(&task_c)),
@@ -843,7 +441,14 @@ async fn the_ui_drives_agents_end_to_end() {
     )
     .await;
     tokio::time::sleep(Duration::from_millis(2500)).await; // a poll confirms it
-    wait_js(c, "card C in BLOCKED", 10, &col("BLOCKED", &task_c), vec![]).await;
+    wait_js(
+        c,
+        "card C in BLOCKED",
+        10,
+        &in_column("BLOCKED", &task_c),
+        vec![],
+    )
+    .await;
     // Drag and drop (synthetic drag events: WebDriver cannot drive native
     // HTML5 drag and drop): card C goes back to TODO.
     js(
@@ -862,7 +467,7 @@ async fn the_ui_drives_agents_end_to_end() {
         c,
         "card C dragged to TODO",
         10,
-        &col("TODO", &task_c),
+        &in_column("TODO", &task_c),
         vec![],
     )
     .await;
@@ -879,7 +484,7 @@ async fn the_ui_drives_agents_end_to_end() {
         c,
         "card A moving to IN_PROGRESS by itself",
         60,
-        &col("IN_PROGRESS", &task_a),
+        &in_column("IN_PROGRESS", &task_a),
         vec![],
     )
     .await;
@@ -895,7 +500,7 @@ async fn the_ui_drives_agents_end_to_end() {
         c,
         "card A back in COMPLETED by itself",
         90,
-        &col("COMPLETED", &task_a),
+        &in_column("COMPLETED", &task_a),
         vec![],
     )
     .await;
@@ -951,6 +556,574 @@ async fn the_ui_drives_agents_end_to_end() {
         vec![],
     )
     .await;
+
+    browser.close().await;
+    stack.shutdown().await;
+}
+
+/// A stand-in for the browser's `Notification`: counts permission requests
+/// and keeps the notifications raised.
+const STUB_NOTIFICATION: &str = "
+    window.__notify = { asked: 0, shown: [] };
+    window.Notification = class {
+      constructor(title) { window.__notify.shown.push(title); }
+      static requestPermission() {
+        window.__notify.asked++;
+        window.Notification.permission = 'granted';
+        return Promise.resolve('granted');
+      }
+    };
+    window.Notification.permission = 'default';
+    window.kandevNotifier.refresh();
+    return true;";
+
+/// Every card's badges: on one line, inside the card, and none repeating
+/// its column (or another badge); returns the offenders.
+const BADGE_PROBLEMS: &str = "
+    const labels = Object.values(await import('/js/states.js').then(m => m.STATE_LABELS)).map(l => l.toLowerCase());
+    const bad = [];
+    for (const card of document.querySelectorAll('[data-testid=card]')) {
+      const box = card.getBoundingClientRect();
+      const seen = new Set();
+      for (const b of card.querySelectorAll('.badge')) {
+        const r = b.getBoundingClientRect();
+        const text = b.textContent.trim().toLowerCase();
+        const line = parseFloat(getComputedStyle(b).lineHeight) || 16;
+        if (r.right > box.right + 0.5 || r.left < box.left - 0.5) bad.push('outside: ' + text);
+        if (r.height > line * 1.8) bad.push('wraps: ' + text);
+        if (b.scrollWidth > b.clientWidth && b.title.trim().toLowerCase() !== text && !b.title) bad.push('no tooltip: ' + text);
+        if (labels.includes(text) || text === 'done') bad.push('repeats the column: ' + text);
+        if (seen.has(text)) bad.push('twice: ' + text);
+        seen.add(text);
+      }
+    }
+    return bad;";
+
+/// Issue 16: the board tells the truth at a glance — a state per badge,
+/// failures in plain words, create without start, the agent type admin
+/// page, notifications and a board that fits an 800 px window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_board_tells_the_truth_at_a_glance() {
+    let Some(browser) = start_browser().await else {
+        return;
+    };
+    let stack = start_stack().await;
+    let c = &browser.client;
+    login(c, &stack.base).await;
+    register_mock_type(
+        c,
+        "mock-agent-ask",
+        "Mock agent (asks)",
+        json!({"permission_policy": "ask"}),
+    )
+    .await;
+    register_mock_type(c, "mock-agent-auto", "Mock agent", json!({})).await;
+
+    // Notifications are opt-in: the button asks the browser.
+    js(c, STUB_NOTIFICATION, vec![]).await;
+    click(c, "[data-testid=notify-optin]").await;
+    wait_js(
+        c,
+        "the notification permission asked for and granted",
+        10,
+        "const b = document.querySelector('[data-testid=notify-optin]');
+         return window.__notify.asked === 1 && b.dataset.permission === 'granted';",
+        vec![],
+    )
+    .await;
+
+    // The agent type admin page: the header links it for admins; the form
+    // checks what the server checks and shows the server's own refusals.
+    click(c, "[data-testid=nav-admin]").await;
+    wait_js(
+        c,
+        "the agent types listed",
+        20,
+        "return document.querySelectorAll('[data-testid=agent-type-row]').length >= 3;",
+        vec![],
+    )
+    .await;
+    click(c, "[data-testid=agent-type-new]").await;
+    type_into(c, "[data-testid=at-id]", "Broken Image").await;
+    type_into(c, "[data-testid=at-name]", "Broken image").await;
+    type_into(
+        c,
+        "[data-testid=at-image]",
+        "kandev/not-built-anywhere:latest",
+    )
+    .await;
+    type_into(c, "[data-testid=at-network_mode]", "none").await;
+    click(c, "[data-testid=agent-type-dialog-submit]").await;
+    wait_js(
+        c,
+        "the id refused before sending",
+        10,
+        "const e = document.querySelector('[data-testid=agent-type-dialog-error]');
+         return !e.hidden && e.textContent.includes('lower-case');",
+        vec![],
+    )
+    .await;
+    type_into(c, "[data-testid=at-id]", "mock-agent").await;
+    click(c, "[data-testid=agent-type-dialog-submit]").await;
+    wait_js(
+        c,
+        "the server's refusal of a taken id",
+        10,
+        "const e = document.querySelector('[data-testid=agent-type-dialog-error]');
+         return !e.hidden && e.textContent.includes('already exists');",
+        vec![],
+    )
+    .await;
+    screenshot(c, "agent-type-form.png").await;
+    type_into(c, "[data-testid=at-id]", "broken-image").await;
+    click(c, "[data-testid=agent-type-dialog-submit]").await;
+    wait_js(
+        c,
+        "the new agent type listed",
+        20,
+        "const r = document.querySelector('[data-testid=agent-type-row][data-id=broken-image]');
+         return r && r.dataset.enabled === 'true' && !document.querySelector('[data-testid=agent-type-dialog]');",
+        vec![],
+    )
+    .await;
+    click(
+        c,
+        "[data-testid=agent-type-row][data-id=broken-image] [data-testid=agent-type-edit]",
+    )
+    .await;
+    wait_js(
+        c,
+        "the edit form filled in",
+        10,
+        "return document.querySelector('[data-testid=at-image]')?.value === 'kandev/not-built-anywhere:latest';",
+        vec![],
+    )
+    .await;
+    type_into(c, "[data-testid=at-name]", "Broken image (edited)").await;
+    click(c, "[data-testid=agent-type-dialog-submit]").await;
+    wait_js(
+        c,
+        "the edited name listed",
+        20,
+        "const r = document.querySelector('[data-testid=agent-type-row][data-id=broken-image]');
+         return r && r.cells[1].textContent.startsWith('Broken image (edited)');",
+        vec![],
+    )
+    .await;
+    screenshot(c, "admin-agent-types.png").await;
+
+    // A board, named in the breadcrumb of its tasks.
+    let board = api(c, "POST", "/boards", json!({"name": "Truth board"})).await;
+    let board_id = board["body"]["id"].as_str().unwrap().to_string();
+    go(c, &format!("#/boards/{board_id}")).await;
+    wait_js(
+        c,
+        "the board's columns",
+        20,
+        "return document.querySelectorAll('[data-testid=column][data-state]').length === 8;",
+        vec![],
+    )
+    .await;
+
+    // Create without start: the task waits in TO DO with no execution.
+    // Everything created after it is a barrier: once those run, the
+    // orchestrator has seen this one too.
+    let idle = create_task(
+        c,
+        NewTask {
+            submit: Submit::CreateOnly,
+            ..NewTask::new("Plan only", "scenario: code", "mock-agent-auto")
+        },
+    )
+    .await;
+    let asks = create_task(
+        c,
+        NewTask::new(
+            "Ask for permission",
+            "scenario: permission",
+            "mock-agent-ask",
+        ),
+    )
+    .await;
+    let cancels = create_task(
+        c,
+        NewTask::new(
+            "Wait for a cancel",
+            "scenario: wait-cancel",
+            "mock-agent-auto",
+        ),
+    )
+    .await;
+    let broken = create_task(
+        c,
+        NewTask::new("Launch a missing image", "scenario: code", "broken-image"),
+    )
+    .await;
+    let errs = create_task(
+        c,
+        NewTask {
+            max_retries: Some("3"),
+            ..NewTask::new(
+                "Resolve a dependency",
+                "scenario: error Could not resolve dependency foo@2",
+                "mock-agent-auto",
+            )
+        },
+    )
+    .await;
+
+    let approves = create_task(
+        c,
+        NewTask::new(
+            "Approve by policy",
+            "scenario: permission",
+            "mock-agent-auto",
+        ),
+    )
+    .await;
+
+    // Permission pending: the card is in Waiting for input.
+    wait_js(
+        c,
+        "the permission task in Waiting for input",
+        90,
+        &in_column("WAITING_FOR_INPUT", &asks),
+        vec![],
+    )
+    .await;
+    // A failing launch and the agent's own error: Failed, with the reason
+    // on the card (not "Failed" again, not the transport prefix).
+    for (id, reason) in [
+        (&broken, "kandev/not-built-anywhere"),
+        (&errs, "Could not resolve dependency foo@2"),
+    ] {
+        wait_js(
+            c,
+            &format!("{id} in Failed with its reason"),
+            90,
+            "const k = document.querySelector(arguments[0] + ' [data-testid=card-status]');
+             return !!document.querySelector('[data-testid=column][data-state=FAILED] ' + arguments[0])
+               && k && k.textContent.includes(arguments[1]) && !/^(launch failed|failed)/i.test(k.textContent)
+               && k.title === k.textContent;",
+            vec![json!(card(id)), json!(reason)],
+        )
+        .await;
+    }
+    // The tab's title counts what needs a look; notifications were raised.
+    wait_js(
+        c,
+        "the title badge counting four tasks",
+        60,
+        "return document.title.startsWith('(4) ') && window.__notify.shown.length >= 4
+           && window.__notify.shown.includes('Ask for permission needs your input')
+           && window.__notify.shown.includes('Launch a missing image failed');",
+        vec![],
+    )
+    .await;
+    let problems = c
+        .execute_async(
+            &format!(
+                "const done = arguments[0]; (async () => {{ {BADGE_PROBLEMS} }})().then(done, e => done(['error: ' + e]));"
+            ),
+            vec![],
+        )
+        .await
+        .expect("badge check runs");
+    assert_eq!(problems, json!([]), "badges tell one thing each and fit");
+    screenshot(c, "board-states.png").await;
+
+    // The failed launch, in plain words first; the raw text behind Details.
+    click(c, &format!("{} [data-testid=card-link]", card(&broken))).await;
+    wait_js(
+        c,
+        "the launch failure explained",
+        20,
+        "const f = document.querySelector('[data-testid=task-failure]');
+         const r = document.querySelector('[data-testid=failure-reason]');
+         const raw = document.querySelector('[data-testid=failure-raw]');
+         return f && !f.hidden && document.querySelector('[data-testid=task-state]')?.dataset.state === 'FAILED'
+           && r.textContent.includes('kandev/not-built-anywhere') && !r.textContent.startsWith('launch failed')
+           && raw.textContent.length > 0
+           && document.querySelector('[data-testid=exec-status]')?.hidden
+           && document.querySelector('[data-testid=crumb-board]')?.textContent === 'Truth board';",
+        vec![],
+    )
+    .await;
+    screenshot(c, "failed-launch.png").await;
+
+    // The agent's own error fails once: one attempt, the reason up front.
+    go(c, &format!("#/tasks/{errs}")).await;
+    wait_js(
+        c,
+        "the agent's error explained",
+        20,
+        "const r = document.querySelector('[data-testid=failure-reason]');
+         const d = document.querySelector('[data-testid=failure-details]');
+         return document.querySelector('[data-testid=task-state]')?.dataset.state === 'FAILED' && r
+           && r.textContent.startsWith('Could not resolve dependency foo@2') && !r.textContent.includes('-32603')
+           && d && !d.hidden && d.textContent.includes('-32603');",
+        vec![],
+    )
+    .await;
+    click(c, "[data-testid=failure-details] summary").await;
+    let status = api(
+        c,
+        "GET",
+        &format!("/orchestrator/tasks/{errs}/status"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status["body"]["state"], "failed", "{status}");
+    assert_eq!(status["body"]["attempts"], 1, "no retries: {status}");
+    screenshot(c, "agent-error.png").await;
+
+    // Cancelling the turn leaves the task in progress.
+    go(c, &format!("#/tasks/{cancels}")).await;
+    wait_js(
+        c,
+        "the agent waiting for a cancel",
+        90,
+        "return [...document.querySelectorAll('[data-kind=message]')].some(m => m.textContent.includes('Waiting for session/cancel.'))
+           && document.querySelector('[data-testid=btn-cancel]')?.disabled === false;",
+        vec![],
+    )
+    .await;
+    click(c, "[data-testid=btn-cancel]").await;
+    wait_js(
+        c,
+        "the cancelled turn, the task still in progress",
+        60,
+        "return !!document.querySelector('[data-kind=turn_end][data-stop-reason=cancelled]')
+           && document.querySelector('[data-testid=btn-start]')?.disabled === false
+           && document.querySelector('[data-testid=task-state]')?.dataset.state === 'IN_PROGRESS'
+           && document.querySelector('[data-testid=exec-status]')?.textContent === 'Agent idle';",
+        vec![],
+    )
+    .await;
+    let task = api(c, "GET", &format!("/tasks/{cancels}"), Value::Null).await;
+    assert_eq!(task["body"]["state"], "IN_PROGRESS", "{task}");
+    screenshot(c, "cancelled-turn.png").await;
+
+    // The permission: answered here, so "by you"; feed items carry times.
+    go(c, &format!("#/tasks/{asks}")).await;
+    click(
+        c,
+        "[data-kind=permission_request] [data-testid=permission-option][data-option-id=allow-once]",
+    )
+    .await;
+    wait_js(
+        c,
+        "the permission answered by you, times on the feed",
+        30,
+        "const p = document.querySelector('[data-kind=permission_request]');
+         const times = [...document.querySelectorAll('[data-testid=feed-item] [data-testid=feed-time]')];
+         return !!p && p.dataset.state === 'answered' && p.dataset.answeredBy === 'you'
+           && p.querySelector('[data-testid=permission-by]').textContent.includes('by you')
+           && times.length > 0 && times.every(t => t.dateTime && t.title.length > t.textContent.length);",
+        vec![],
+    )
+    .await;
+    wait_js(
+        c,
+        "the permission task completed",
+        60,
+        "return document.querySelector('[data-testid=task-state]')?.dataset.state === 'COMPLETED';",
+        vec![],
+    )
+    .await;
+    // An answer nobody here gave: the auto-approve policy's.
+    go(c, &format!("#/tasks/{approves}")).await;
+    wait_js(
+        c,
+        "the permission answered by the policy",
+        30,
+        "const p = document.querySelector('[data-kind=permission_request]');
+         return !!p && p.dataset.state === 'answered' && p.dataset.answeredBy === 'policy'
+           && p.querySelector('[data-testid=permission-by]').textContent.includes('auto-approve policy');",
+        vec![],
+    )
+    .await;
+    screenshot(c, "permission-by-policy.png").await;
+    // Scrolled up, the feed offers a way back to the latest item.
+    js(
+        c,
+        "const feed = window.kandevDebug.feed;
+         for (let i = 1; i <= 80; i++) feed.pushNotice('note', 'filler ' + i);
+         feed.flush();
+         const box = document.querySelector('[data-testid=feed]');
+         box.scrollTop = 0; box.dispatchEvent(new Event('scroll'));
+         return true;",
+        vec![],
+    )
+    .await;
+    wait_js(
+        c,
+        "the Jump to latest button",
+        10,
+        "return document.querySelector('[data-testid=feed-jump]')?.hidden === false;",
+        vec![],
+    )
+    .await;
+    screenshot(c, "feed-jump.png").await;
+    click(c, "[data-testid=feed-jump]").await;
+    wait_js(
+        c,
+        "the feed at its end",
+        10,
+        "const box = document.querySelector('[data-testid=feed]');
+         return document.querySelector('[data-testid=feed-jump]').hidden
+           && !!box && box.scrollHeight - box.scrollTop - box.clientHeight < 80;",
+        vec![],
+    )
+    .await;
+
+    // Disable the broken type: it leaves the picker, which defaults to the
+    // last type used and hides internal types.
+    click(c, "[data-testid=nav-admin]").await;
+    click(
+        c,
+        "[data-testid=agent-type-row][data-id=broken-image] [data-testid=agent-type-disable]",
+    )
+    .await;
+    wait_js(
+        c,
+        "the broken type disabled",
+        20,
+        "const r = document.querySelector('[data-testid=agent-type-row][data-id=broken-image]');
+         return r && r.dataset.enabled === 'false';",
+        vec![],
+    )
+    .await;
+    go(c, &format!("#/boards/{board_id}")).await;
+    click(c, "[data-testid=new-task]").await;
+    let picker = wait_js(
+        c,
+        "the agent picker",
+        20,
+        "const s = document.querySelector('[data-testid=task-agent-type]');
+         return s && { value: s.value, ids: [...s.options].map(o => o.value), texts: [...s.options].map(o => o.textContent) };",
+        vec![],
+    )
+    .await;
+    let ids: Vec<&str> = picker["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(!ids.contains(&"broken-image"), "disabled: {picker}");
+    assert!(!ids.contains(&"mock-agent"), "internal: {picker}");
+    assert_eq!(
+        picker["value"], "mock-agent-auto",
+        "the last used: {picker}"
+    );
+    let types = api(c, "GET", "/agent-types", Value::Null).await;
+    for t in types["body"]["agent_types"].as_array().unwrap() {
+        let missing = t["missing_env"].as_array().cloned().unwrap_or_default();
+        if let (Some(first), Some(name)) = (missing.first(), t["name"].as_str())
+            && t["enabled"] == true
+            && t["internal"] != true
+        {
+            let want = format!("{name} — needs {}", first.as_str().unwrap());
+            assert!(
+                picker["texts"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|x| x.as_str().unwrap().starts_with(&want)),
+                "{want:?} marked: {picker}"
+            );
+        }
+    }
+    screenshot(c, "task-dialog.png").await;
+    click(c, "[data-testid=task-dialog-cancel]").await;
+    click(c, "[data-testid=nav-admin]").await;
+    click(
+        c,
+        "[data-testid=agent-type-row][data-id=broken-image] [data-testid=agent-type-enable]",
+    )
+    .await;
+    wait_js(
+        c,
+        "the broken type enabled again",
+        20,
+        "const r = document.querySelector('[data-testid=agent-type-row][data-id=broken-image]');
+         return r && r.dataset.enabled === 'true';",
+        vec![],
+    )
+    .await;
+    go(c, &format!("#/boards/{board_id}")).await;
+
+    // The task created without a start is still TO DO and never ran.
+    wait_js(
+        c,
+        "the idle task in To do",
+        10,
+        &in_column("TODO", &idle),
+        vec![],
+    )
+    .await;
+    let never = api(
+        c,
+        "GET",
+        &format!("/orchestrator/tasks/{idle}/status"),
+        Value::Null,
+    )
+    .await;
+    assert!(
+        never["status"] == 404
+            || (never["body"]["attempts"] == 0 && never["body"]["queue_position"] == 0),
+        "no execution: {never}"
+    );
+    assert!(
+        js(
+            c,
+            "return !document.querySelector(arguments[0] + ' [data-testid=card-status]');",
+            vec![json!(card(&idle))],
+        )
+        .await
+            == json!(true),
+        "no execution badge on the idle card"
+    );
+
+    // 800 px: the columns wrap; every card is reached by scrolling the page
+    // (no hidden horizontal overflow). Completed folds, and stays folded.
+    c.set_window_size(800, 1000).await.expect("resize");
+    let reach = wait_js(
+        c,
+        "every column and card within the window",
+        10,
+        "const w = document.documentElement.clientWidth;
+         const cols = [...document.querySelectorAll('[data-testid=column]')];
+         const out = cols.filter(k => { const r = k.getBoundingClientRect(); return r.left < 0 || r.right > w + 0.5; });
+         if (innerWidth > 820 || out.length || document.documentElement.scrollWidth > w) return false;
+         const cards = [...document.querySelectorAll('[data-testid=card]')];
+         const hidden = cards.filter(k => {
+           k.scrollIntoView({ block: 'center' });
+           const r = k.getBoundingClientRect();
+           const hit = document.elementFromPoint(r.left + r.width / 2, r.top + Math.min(r.height / 2, 12));
+           return !k.contains(hit);
+         });
+         return hidden.length === 0 && cards.length >= 5 && { cards: cards.length, page: document.documentElement.scrollHeight };",
+        vec![],
+    )
+    .await;
+    eprintln!("800 px: {reach}");
+    js(c, "window.scrollTo(0, 0); return true;", vec![]).await;
+    screenshot(c, "board-800.png").await;
+    click(
+        c,
+        "[data-testid=column][data-state=COMPLETED] [data-testid=column-toggle]",
+    )
+    .await;
+    let folded = "const k = document.querySelector('[data-testid=column][data-state=COMPLETED]');
+         const card = k && k.querySelector('[data-testid=card]');
+         return !!card && k.dataset.collapsed === 'true' && card.offsetParent === null
+           && k.querySelector('[data-testid=column-count]').textContent === '2';";
+    wait_js(c, "the Completed column folded", 10, folded, vec![]).await;
+    c.refresh().await.expect("reload");
+    wait_js(c, "the Completed column still folded", 20, folded, vec![]).await;
+    screenshot(c, "board-800-folded.png").await;
 
     browser.close().await;
     stack.shutdown().await;

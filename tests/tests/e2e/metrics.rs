@@ -232,7 +232,7 @@ fn metric_names(expr: &str) -> Vec<String> {
     let mut names = Vec::new();
     let mut in_quotes = false;
     let mut token = String::new();
-    let mut flush = |token: &mut String, names: &mut Vec<String>| {
+    let flush = |token: &mut String, names: &mut Vec<String>| {
         if ["kandev_", "http_", "process_"]
             .iter()
             .any(|p| token.starts_with(p))

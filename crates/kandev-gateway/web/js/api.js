@@ -1,14 +1,25 @@
 // Thin JSON client for the gateway's /api/v1. Keeps the bearer token for the
 // tab's lifetime (sessionStorage) and turns error bodies into ApiError.
 
+import { STATE_LABELS } from './states.js';
+
 const TOKEN_KEY = 'kandev.token';
 const USER_KEY = 'kandev.user';
 export const API = '/api/v1';
 
+/** Server text with raw task-state names (IN_PROGRESS) as their labels. */
+export function humanizeStates(text) {
+  return String(text).replace(/\b(?:TASK_STATE_)?([A-Z][A-Z_]+[A-Z])\b/g, (m, name) => {
+    const label = STATE_LABELS[name];
+    return label ? `“${label}”` : m;
+  });
+}
+
 export class ApiError extends Error {
   constructor(status, body) {
     const msg = (body && (body.message || body.error)) || `HTTP ${status}`;
-    super(msg);
+    super(humanizeStates(msg));
+    this.raw = msg;
     this.status = status;
     this.code = body && body.error;
     this.details = body && body.details;
@@ -52,8 +63,16 @@ export async function request(method, path, body, { signal } = {}) {
     if (res.status === 401 && !path.startsWith('/auth/login')) onUnauthorized(err);
     throw err;
   }
+  for (const fn of observers) {
+    try { fn(method, path, data); } catch (e) { console.error(e); }
+  }
   return data;
 }
+
+// Observers of successful answers (the notifier follows task states through
+// whatever the views fetch, without polling on its own).
+const observers = new Set();
+export function observe(fn) { observers.add(fn); return () => observers.delete(fn); }
 
 export const get = (p, o) => request('GET', p, undefined, o);
 export const post = (p, b, o) => request('POST', p, b === undefined ? {} : b, o);
@@ -98,7 +117,12 @@ export const api = {
   deleteTask: (id) => del(`/tasks/${enc(id)}`),
   setState: (id, state) => patch(`/tasks/${enc(id)}/state`, { state }),
   taskEvents: async (id) => asList(await get(`/tasks/${enc(id)}/events`), 'events'),
-  agentTypes: async () => asList(await get('/agent-types'), 'agent_types', 'agentTypes', 'types'),
+  agentTypes: async ({ includeDisabled = false } = {}) =>
+    asList(await get(`/agent-types${includeDisabled ? '?include_disabled=true' : ''}`), 'agent_types', 'agentTypes', 'types'),
+  createAgentType: (t) => post('/agent-types', t),
+  replaceAgentType: (id, t) => request('PUT', `/agent-types/${enc(id)}`, t),
+  patchAgentType: (id, t) => patch(`/agent-types/${enc(id)}`, t),
+  disableAgentType: (id) => post(`/agent-types/${enc(id)}/disable`),
   logs: (instanceId, tail = 500) => get(`/agents/${enc(instanceId)}/logs?tail=${tail}`),
   start: (taskId, body) => post(`/orchestrator/tasks/${enc(taskId)}/start`, body),
   stop: (taskId, body) => post(`/orchestrator/tasks/${enc(taskId)}/stop`, body),

@@ -5,11 +5,26 @@ import { h, clear, toast, dialog, field, confirmDialog, fmtTime } from './dom.js
 import { api, auth, setUnauthorizedHandler } from './api.js';
 import { boardView } from './board.js';
 import { taskView } from './task.js';
+import { agentTypesView } from './admin.js';
+import { enhanceColumns } from './columns.js';
+import { installNotifier, viewing, forgetTasks } from './notify.js';
 
 const main = document.getElementById('main');
 const crumbs = document.getElementById('crumbs');
 const logoutBtn = document.getElementById('logout');
 const userName = document.getElementById('user-name');
+const adminLink = document.getElementById('admin-link');
+
+// Who is logged in (GET /auth/me), asked once per token.
+let meFor = null;
+let mePromise = null;
+function me() {
+  const token = auth.token;
+  if (!token) return Promise.resolve(null);
+  if (meFor !== token) { meFor = token; mePromise = api.me().catch(() => { meFor = null; return null; }); }
+  return mePromise;
+}
+const isAdmin = () => me().then((u) => !!(u && u.is_admin));
 
 // Stable hooks for tests and debugging; views add to it.
 const debug = { version: 1, get route() { return location.hash; } };
@@ -21,7 +36,8 @@ function setCrumbs(list) {
   clear(crumbs);
   list.forEach((c, i) => {
     if (i) crumbs.append(h('span', { class: 'sep', 'aria-hidden': 'true' }, '/'));
-    crumbs.append(c.href ? h('a', { href: c.href }, c.text) : h('span', { 'aria-current': 'page' }, c.text));
+    crumbs.append(c.href ? h('a', { href: c.href, testid: c.testid, title: c.text }, c.text)
+      : h('span', { 'aria-current': 'page', testid: c.testid, title: c.text }, c.text));
   });
 }
 
@@ -32,10 +48,18 @@ function route() {
   const loggedIn = !!auth.token;
   logoutBtn.hidden = !loggedIn;
   userName.textContent = loggedIn ? auth.user : '';
+  adminLink.hidden = true;
+  viewing(null);
   if (!loggedIn) { setCrumbs([]); loginView(); return; }
+  isAdmin().then((admin) => { adminLink.hidden = !admin || !auth.token; });
   let m;
-  if ((m = /^#\/boards\/([^/]+)$/.exec(hash))) cleanup = boardView(main, decodeURIComponent(m[1]), { setCrumbs });
-  else if ((m = /^#\/tasks\/([^/]+)$/.exec(hash))) cleanup = taskView(main, decodeURIComponent(m[1]), { setCrumbs, debug });
+  if ((m = /^#\/boards\/([^/]+)$/.exec(hash))) {
+    cleanup = boardView(main, decodeURIComponent(m[1]), { setCrumbs });
+    enhanceColumns(main);
+  } else if ((m = /^#\/tasks\/([^/]+)$/.exec(hash))) {
+    viewing(decodeURIComponent(m[1]));
+    cleanup = taskView(main, decodeURIComponent(m[1]), { setCrumbs, debug });
+  } else if (/^#\/admin\/agent-types\/?$/.test(hash)) cleanup = agentTypesView(main, { setCrumbs, isAdmin });
   else boardsView();
   main.focus({ preventScroll: true });
 }
@@ -135,9 +159,11 @@ setUnauthorizedHandler(() => {
 
 logoutBtn.addEventListener('click', () => {
   auth.clear();
+  forgetTasks();
   history.replaceState(null, '', '#/boards');
   route();
 });
 
+window.kandevNotifier = installNotifier(document.getElementById('notify-slot'));
 window.addEventListener('hashchange', route);
 route();

@@ -15,19 +15,67 @@ export function execState(status) {
 
 export const ACTIVE_EXEC = new Set(['queued', 'launching', 'starting', 'running', 'retry_wait', 'retrying', 'stopping']);
 
-/** {text, cls} for an execution status, or null when there's nothing to say. */
-export function execBadge(status) {
+// Task states the execution adds nothing to: the state's own badge (or the
+// column) already says it.
+const LIVE_TASK = new Set(['IN_PROGRESS', 'WAITING_FOR_INPUT']);
+const SETTLED_EXEC = new Set(['none', 'idle', 'unknown', 'completed', 'failed', 'stopped']);
+
+/**
+ * {text, cls} for an execution status, or null when it would only repeat the
+ * task's state. Cards show queued (with position), starting, running and
+ * retrying, and the reason of a failure (the column already says Failed).
+ * With `taskState` (the task page, which shows the reason on its own): an
+ * idle or stopped agent on a live task, never a failure.
+ */
+export function execBadge(status, taskState) {
   const st = execState(status);
   switch (st) {
     case 'queued': return { text: status.queue_position ? `Queued #${status.queue_position}` : 'Queued', cls: 'queued' };
     case 'launching': case 'starting': return { text: 'Starting', cls: 'running' };
     case 'running': return { text: 'Running', cls: 'running' };
-    case 'retry_wait': case 'retrying': return { text: `Retrying (attempt ${status.attempts || 1})`, cls: 'queued' };
-    case 'failed': return { text: status.last_error ? `Failed: ${status.last_error}` : 'Failed', cls: 'failed' };
-    case 'stopped': return { text: 'Stopped', cls: 'muted' };
-    case 'completed': return { text: 'Done', cls: 'done' };
-    default: return null;
+    case 'retry_wait': case 'retrying': return { text: `Retrying (attempt ${(status.attempts || 0) + 1})`, cls: 'queued' };
+    case 'stopping': return { text: 'Stopping', cls: 'queued' };
+    case 'failed':
+      if (taskState !== undefined || !status.last_error) return null;
+      return { text: plainError(status.last_error).short, cls: 'failed' };
+    // A live task with no agent at work (a cancelled turn, a stop): say so.
+    case 'stopped': return LIVE_TASK.has(taskState) ? { text: 'Agent stopped', cls: 'muted' } : null;
+    case 'idle': case 'completed': return LIVE_TASK.has(taskState) ? { text: 'Agent idle', cls: 'muted' } : null;
+    default: return SETTLED_EXEC.has(st) ? null : { text: st, cls: 'muted' };
   }
+}
+
+// Prefixes that say where an error came from, not what went wrong.
+const TECH_PREFIXES = [
+  /^launch failed:\s*/i,
+  /^the agent answered with an error:\s*/i,
+  /^agent returned an error for [\w/]+:\s*/i,
+  /^status: \w+, message: "?/i,
+  /^(?:grpc|rpc|docker|engine) error:\s*/i,
+];
+
+/**
+ * A failure's text for people: {short, raw}. `short` leads with what went
+ * wrong (the agent's own words when it gave some) without the transport
+ * prefixes and JSON-RPC codes, which stay in `raw` for the Details toggle.
+ */
+export function plainError(raw) {
+  const text = String(raw || '').trim();
+  let short = text;
+  for (let again = true; again;) {
+    again = false;
+    for (const re of TECH_PREFIXES) if (re.test(short)) { short = short.replace(re, ''); again = true; }
+  }
+  short = short.replace(/\s*\((?:[^()]*\s)?-?\d{3,6}\)$/, '').replace(/"$/, '').trim();
+  if (!short) short = text || 'Unknown error';
+  short = short[0].toUpperCase() + short.slice(1);
+  return { short, raw: text };
+}
+
+/** Why a task failed: its metadata's last_error, else the execution's. */
+export function failureText(task, status) {
+  const m = task && task.metadata;
+  return (m && typeof m.last_error === 'string' && m.last_error) || (status && status.last_error) || '';
 }
 
 let agentTypesCache = null;
@@ -37,29 +85,75 @@ export async function agentTypes() {
   }
   return agentTypesCache;
 }
+/** Forgets the cached agent types (after an admin changed them). */
+export function invalidateAgentTypes() { agentTypesCache = null; }
 export function agentTypeId(t) { return typeof t === 'string' ? t : t.id || t.agent_type || t.key || t.name || ''; }
 export function agentTypeLabel(t) { return typeof t === 'string' ? t : t.name || t.display_name || t.id || ''; }
 
-/** Create/edit task dialog. Resolves with the body to send, or null. */
+const LAST_AGENT_KEY = 'kandev.lastAgentType';
+/** The types a person picks from: enabled, not internal. */
+export function pickableTypes(types) { return types.filter((t) => t.enabled !== false && t.internal !== true); }
+function missingEnv(t) { return Array.isArray(t.missing_env) ? t.missing_env.filter(Boolean) : []; }
+function agentOption(t) {
+  const missing = missingEnv(t);
+  const label = missing.length ? `${agentTypeLabel(t)} — needs ${missing.join(', ')}` : agentTypeLabel(t);
+  return h('option', { value: agentTypeId(t), title: t.description || undefined, dataset: missing.length ? { missingEnv: missing.join(',') } : undefined }, label);
+}
+/** The agent type a new task starts with: the last one used, else the first pickable. */
+export function defaultAgentType(types) {
+  const ids = pickableTypes(types).map(agentTypeId);
+  let last = null;
+  try { last = localStorage.getItem(LAST_AGENT_KEY); } catch { /* private mode */ }
+  if (last && ids.includes(last)) return last;
+  return ids[0] || '';
+}
+
+/**
+ * Create/edit task dialog. Resolves with the body to send, or null. A new
+ * task has two submit buttons: "Create & start" (queued at once, as the
+ * orchestrator does for a TODO task with an agent type) and "Create", which
+ * sends `autostart: false`.
+ */
 export async function taskDialog(task) {
   const types = await agentTypes();
   const title = h('input', { name: 'title', required: true, maxlength: 500, testid: 'task-title', value: task?.title || '' });
   const desc = h('textarea', { name: 'description', rows: 5, testid: 'task-description' });
   desc.value = task?.description || '';
   const agent = h('select', { name: 'agent_type', testid: 'task-agent-type' },
-    h('option', { value: '' }, '— none —'),
-    types.filter((t) => t.enabled !== false).map((t) => h('option', { value: agentTypeId(t), title: t.description || undefined }, agentTypeLabel(t))));
-  const current = task?.agent_type || (types.length ? agentTypeId(types[0]) : '');
-  if (current && ![...agent.options].some((o) => o.value === current)) agent.append(h('option', { value: current }, current));
+    h('option', { value: '' }, '— none —'), pickableTypes(types).map(agentOption));
+  const current = task ? task.agent_type || '' : defaultAgentType(types);
+  if (current && ![...agent.options].some((o) => o.value === current)) {
+    const t = types.find((x) => agentTypeId(x) === current);
+    agent.append(h('option', { value: current }, t ? `${agentTypeLabel(t)} (${t.enabled === false ? 'disabled' : 'internal'})` : current));
+  }
   agent.value = current;
   const repo = h('input', { name: 'repository_url', type: 'text', inputmode: 'url', testid: 'task-repository', value: task?.repository_url || '', placeholder: 'https://github.com/org/repo.git' });
   const branch = h('input', { name: 'branch', testid: 'task-branch', value: task?.branch || '', placeholder: 'main' });
   const prio = h('input', { name: 'priority', type: 'number', min: 0, max: 1000, step: 1, testid: 'task-priority', value: task?.priority ?? 0 });
+  const retries = task ? null : h('input', { name: 'max_retries', type: 'number', min: 0, max: 100, step: 1, testid: 'task-max-retries', placeholder: 'default' });
   const body = h('div', { class: 'form-grid' },
     field('Title', title), field('Description (the agent’s prompt)', desc),
     field('Agent type', agent), field('Priority', prio),
-    field('Repository URL', repo), field('Branch', branch));
-  const v = await dialog({ title: task ? 'Edit task' : 'New task', body, submitLabel: task ? 'Save' : 'Create task', testid: 'task-dialog' });
+    field('Repository URL', repo), field('Branch', branch),
+    retries ? field('Retries on failure', retries, 'Blank: the server’s default.') : null);
+  const v = await dialog({
+    title: task ? 'Edit task' : 'New task', body, testid: 'task-dialog',
+    submitLabel: task ? 'Save' : 'Create & start',
+    actions: task ? [] : [{ label: 'Create', value: 'create', testid: 'task-dialog-create', title: 'Create the task without starting its agent' }],
+    // Without an agent type there is nothing to start: one "Create".
+    onOpen: task ? undefined : (dlg) => {
+      const later = dlg.querySelector('[data-testid=task-dialog-create]');
+      const now = dlg.querySelector('[data-testid=task-dialog-submit]');
+      const sync = () => {
+        later.hidden = !agent.value;
+        now.textContent = agent.value ? 'Create & start' : 'Create';
+        now.title = agent.value ? 'Create the task and queue its agent now' : '';
+      };
+      agent.addEventListener('change', sync);
+      sync();
+      title.focus();
+    },
+  });
   if (!v) return null;
   const out = {
     title: v.title.trim(),
@@ -69,5 +163,11 @@ export async function taskDialog(task) {
     branch: v.branch.trim(),
   };
   out.agent_type = v.agent_type || null;
+  if (!task) {
+    const n = Number.parseInt(v.max_retries, 10);
+    if (Number.isFinite(n) && n >= 0) out.max_retries = n;
+    if (out.agent_type && v._action === 'create') out.autostart = false;
+    if (out.agent_type) { try { localStorage.setItem(LAST_AGENT_KEY, out.agent_type); } catch { /* private mode */ } }
+  }
   return out;
 }

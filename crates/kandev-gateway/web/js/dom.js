@@ -39,28 +39,42 @@ export function toast(message, kind = 'info', ms = 6000) {
 }
 
 // A modal <dialog> that resolves with the submitted form's values or null.
-export function dialog({ title, body, submitLabel = 'Save', danger = false, testid = 'dialog', onOpen }) {
+// `actions` adds submit buttons before the main one ({label, value, testid});
+// the clicked one's value comes back as `_action` (the main one: 'submit').
+// `onSubmit(values)` may check or send the values first: a string it
+// returns (or an error it throws) is shown and the dialog stays open.
+export function dialog({ title, body, submitLabel = 'Save', danger = false, testid = 'dialog', onOpen, actions = [], onSubmit, wide = false }) {
   return new Promise((resolve) => {
-    const form = h('form', { method: 'dialog', class: 'dialog-form' });
+    const form = h('form', { method: 'dialog', class: 'dialog-form', novalidate: onSubmit ? true : undefined });
     const err = h('p', { class: 'form-error', role: 'alert', testid: `${testid}-error`, hidden: true });
     const cancel = h('button', { type: 'button', class: 'btn', value: 'cancel', testid: `${testid}-cancel` }, 'Cancel');
-    const submit = h('button', { type: 'submit', class: danger ? 'btn btn-danger' : 'btn btn-primary', testid: `${testid}-submit` }, submitLabel);
-    form.append(h('h2', { class: 'dialog-title', id: `${testid}-title` }, title), body, err, h('div', { class: 'dialog-actions' }, cancel, submit));
-    const dlg = h('dialog', { class: 'dialog', testid, 'aria-labelledby': `${testid}-title` }, form);
+    const extra = actions.map((a) => h('button', { type: 'submit', class: 'btn', value: a.value, testid: a.testid, title: a.title }, a.label));
+    const submit = h('button', { type: 'submit', class: danger ? 'btn btn-danger' : 'btn btn-primary', value: 'submit', testid: `${testid}-submit` }, submitLabel);
+    form.append(h('h2', { class: 'dialog-title', id: `${testid}-title` }, title), body, err, h('div', { class: 'dialog-actions' }, cancel, extra, submit));
+    const dlg = h('dialog', { class: `dialog${wide ? ' dialog-wide' : ''}`, testid, 'aria-labelledby': `${testid}-title` }, form);
     document.body.appendChild(dlg);
     let done = false;
     const finish = (v) => { if (done) return; done = true; dlg.close(); dlg.remove(); resolve(v); };
+    const setError = (m) => { err.textContent = m || ''; err.hidden = !m; if (m) err.scrollIntoView({ block: 'nearest' }); };
     cancel.addEventListener('click', () => finish(null));
     dlg.addEventListener('cancel', (e) => { e.preventDefault(); finish(null); });
-    form.addEventListener('submit', (e) => {
+    form.addEventListener('submit', async (e) => {
       e.preventDefault();
       const values = Object.fromEntries(new FormData(form).entries());
-      finish(values);
+      values._action = (e.submitter && e.submitter.value) || 'submit';
+      if (!onSubmit) { finish(values); return; }
+      const buttons = [submit, ...extra];
+      buttons.forEach((b) => { b.disabled = true; });
+      let problem;
+      try { problem = await onSubmit(values, form); } catch (ex) { problem = ex && ex.message ? ex.message : String(ex); }
+      buttons.forEach((b) => { b.disabled = false; });
+      if (problem) setError(problem);
+      else finish(values);
     });
+    dlg.setError = setError;
     dlg.showModal();
     if (onOpen) onOpen(dlg);
     else { const first = form.querySelector('input,textarea,select'); (first || submit).focus(); }
-    dlg.setError = (m) => { err.textContent = m; err.hidden = !m; };
   });
 }
 
@@ -79,4 +93,18 @@ export function fmtTime(ts) {
   const d = new Date(ts);
   if (Number.isNaN(d.getTime())) return String(ts);
   return d.toLocaleString();
+}
+
+// Formatters are built once: a long feed stamps thousands of items.
+const CLOCK = new Intl.DateTimeFormat(undefined, { timeStyle: 'medium' });
+const DAY_CLOCK = new Intl.DateTimeFormat(undefined, { dateStyle: 'short', timeStyle: 'medium' });
+const FULL = new Intl.DateTimeFormat(undefined, { dateStyle: 'full', timeStyle: 'long' });
+
+/** A <time> with the local clock time, the full date as its tooltip. */
+export function timeEl(ts, testid) {
+  const d = new Date(ts);
+  if (!ts || Number.isNaN(d.getTime())) return null;
+  const today = new Date();
+  const sameDay = d.getFullYear() === today.getFullYear() && d.getMonth() === today.getMonth() && d.getDate() === today.getDate();
+  return h('time', { class: 'ts', datetime: d.toISOString(), title: FULL.format(d), testid }, (sameDay ? CLOCK : DAY_CLOCK).format(d));
 }

@@ -8,7 +8,7 @@
 // - Tool calls are cards keyed by tool_call_id, patched by tool_call_update.
 // - Only the last `windowSize` items are in the DOM; "show earlier" widens it.
 
-import { h, clear } from './dom.js';
+import { h, clear, timeEl } from './dom.js';
 import { renderMarkdown } from './markdown.js';
 import { lineDiff, hunks } from './diff.js';
 
@@ -55,13 +55,20 @@ export class Feed {
     this.renderedStart = 0;
     this.renderedEnd = 0;
     this.controlCounter = 0;
+    this.curTs = null;
+    this.newBelow = 0;
+    // The task's agent type permission_policy, once known: answers that
+    // nobody here gave came from it unless it is `ask`.
+    this.policy = undefined;
 
     this.root = root;
     this.earlier = h('button', { type: 'button', class: 'btn btn-small feed-earlier', testid: 'feed-show-earlier', hidden: true,
       onclick: () => this.showEarlier() });
     this.list = h('ol', { class: 'feed-list', testid: 'feed-list', 'aria-live': 'polite', 'aria-relevant': 'additions', 'aria-label': 'Agent feed' });
     this.empty = h('p', { class: 'feed-empty muted', testid: 'feed-empty' }, 'No agent activity yet.');
-    clear(root).append(this.earlier, this.empty, this.list);
+    this.jump = h('button', { type: 'button', class: 'btn btn-small feed-jump', testid: 'feed-jump', hidden: true,
+      onclick: () => this.jumpToLatest() }, 'Jump to latest ↓');
+    clear(root).append(this.earlier, this.empty, this.list, this.jump);
     // Follow the tail unless the user scrolled up (content-visibility makes
     // heights change after layout, so intent is tracked, not measured).
     this.stick = true;
@@ -70,7 +77,31 @@ export class Feed {
       const dist = root.scrollHeight - root.scrollTop - root.clientHeight;
       if (dist < 80) this.stick = true;
       else if (root.scrollTop < this.autoTop - 8) this.stick = false;
+      this.updateJump();
     }, { passive: true });
+  }
+
+  /** Shows "Jump to latest" while the reader is scrolled up. */
+  updateJump() {
+    const sc = this.root;
+    const away = !this.stick && sc.scrollHeight - sc.scrollTop - sc.clientHeight > 80;
+    if (!away) this.newBelow = 0;
+    this.jump.hidden = !away;
+    this.jump.textContent = this.newBelow ? `Jump to latest (${this.newBelow} new) ↓` : 'Jump to latest ↓';
+  }
+
+  jumpToLatest() {
+    this.stick = true;
+    this.newBelow = 0;
+    this.root.scrollTop = this.root.scrollHeight;
+    this.autoTop = this.root.scrollTop;
+    this.updateJump();
+  }
+
+  setPolicy(policy) {
+    this.policy = policy;
+    for (const p of this.perms.values()) if (p.answered) this.dirty.add(p);
+    this.schedule();
   }
 
   // --- input -------------------------------------------------------------
@@ -105,6 +136,7 @@ export class Feed {
     this.queue = [];
     for (const f of q) {
       try {
+        this.curTs = f.notice ? new Date().toISOString() : null;
         if (f.notice) this.addItem({ kind: f.notice.kind === 'error' ? 'error' : 'note', seq: null, message: f.notice.text, local: true });
         else this.apply(f);
       } catch (e) { console.error('feed: bad frame', f, e); }
@@ -118,6 +150,7 @@ export class Feed {
 
   addItem(item) {
     item.index = this.items.length;
+    if (item.ts === undefined) item.ts = this.curTs;
     item.seqs = item.seq == null ? [] : [item.seq];
     this.items.push(item);
     this.dirty.add(item);
@@ -134,6 +167,7 @@ export class Feed {
     const seq = Number(frame.seq);
     const d = ev.data || {};
     this.applied++;
+    this.curTs = ev.timestamp || frame.timestamp || null;
     switch (ev.kind) {
       case 'message_chunk':
       case 'thought_chunk': {
@@ -186,7 +220,7 @@ export class Feed {
       }
       case 'permission_response': {
         const item = this.perms.get(requestIdText(d.request_id));
-        if (item) { item.answered = { outcome: d.outcome, optionId: d.option_id }; this.touch(item, seq); }
+        if (item) { item.answered = { outcome: d.outcome, optionId: d.option_id, by: d.answered_by || d.by || null }; this.touch(item, seq); }
         break;
       }
       case 'turn_end': {
@@ -251,6 +285,7 @@ export class Feed {
     this.empty.hidden = items.length > 0;
 
     // new items
+    const newCount = items.length - this.renderedEnd;
     const frag = document.createDocumentFragment();
     for (let i = this.renderedEnd; i < items.length; i++) {
       const it = items[i];
@@ -279,11 +314,13 @@ export class Feed {
     for (const it of this.dirty) if (it.el) this.renderItem(it);
     this.dirty.clear();
 
+    if (!grow && !this.stick) { this.newBelow += newCount; }
     const hiddenCount = this.renderedStart;
     this.earlier.hidden = hiddenCount === 0;
     this.earlier.textContent = `Show earlier (${hiddenCount} hidden)`;
     if (grow) sc.scrollTop += sc.scrollHeight - prevHeight;
     else if (this.stick) { sc.scrollTop = sc.scrollHeight; this.autoTop = sc.scrollTop; }
+    this.updateJump();
   }
 
   renderItem(it) {
@@ -295,6 +332,11 @@ export class Feed {
     it.el.dataset.seqs = String(it.seqs.length);
     const fn = this[`render_${it.kind}`] || this.render_note;
     fn.call(this, it, it.el);
+    // When it happened: the frame's own timestamp, as local time.
+    if (it.ts && it.tsEl !== null) {
+      if (!it.tsEl) it.tsEl = timeEl(it.ts, 'feed-time');
+      if (it.tsEl && it.tsEl.parentNode !== it.el) it.el.prepend(it.tsEl);
+    }
   }
 
   render_message(it, el) {
@@ -380,9 +422,12 @@ export class Feed {
       onclick: () => this.answer(it, o.option_id),
     }, o.name || o.option_id));
     let status = '';
+    let by = null;
     if (it.answered) {
       const opt = it.options.find((o) => o.option_id === it.answered.optionId);
       status = it.answered.outcome === 'selected' ? `Answered: ${opt ? opt.name : it.answered.optionId}` : 'Answered: cancelled';
+      by = this.answeredBy(it);
+      if (by) el.dataset.answeredBy = by.who;
     } else if (it.expired) status = 'No longer pending.';
     else if (it.sent) status = 'Answer sent…';
     else if (it.error) status = `Could not answer: ${it.error}`;
@@ -390,7 +435,22 @@ export class Feed {
       h('div', { class: 'item-label' }, 'Permission requested'),
       h('p', { class: 'perm-title' }, it.title),
       h('div', { class: 'perm-options', role: 'group', 'aria-label': 'Permission options' }, buttons),
-      h('p', { class: 'perm-status', testid: 'permission-status', hidden: !status }, status));
+      h('p', { class: 'perm-status', testid: 'permission-status', hidden: !status }, status,
+        by ? h('span', { class: 'perm-by', testid: 'permission-by' }, ` — ${by.text}`) : null));
+  }
+
+  /** Who answered a permission request: {who: you|person|policy|..., text}. */
+  answeredBy(it) {
+    const a = it.answered;
+    if (a.by) return a.by === 'policy' ? { who: 'policy', text: `by the agent type’s ${this.policy || ''} policy`.replace('  ', ' ') } : { who: 'person', text: `by ${a.by}` };
+    if (it.sent) return { who: 'you', text: 'by you' };
+    if (a.outcome !== 'selected') return { who: 'turn', text: 'the turn ended before an answer' };
+    if (this.policy && this.policy !== 'ask') {
+      const name = this.policy === 'auto_approve' ? 'auto-approve' : this.policy;
+      return { who: 'policy', text: `automatically, by the agent type’s ${name} policy (nobody was asked)` };
+    }
+    if (this.policy === 'ask') return { who: 'person', text: 'by a person (in another window)' };
+    return null;
   }
 
   answer(it, optionId) {

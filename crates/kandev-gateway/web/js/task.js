@@ -2,13 +2,17 @@
 // start / cancel / stop, logs and attempt history.
 
 import { h, clear, toast, confirmDialog, fmtTime } from './dom.js';
-import { api, taskState, asList } from './api.js';
+import { api, taskState, asList, humanizeStates } from './api.js';
 import { renderMarkdown } from './markdown.js';
 import { Feed, renderPlan } from './feed.js';
 import { TaskSocket } from './socket.js';
-import { STATE_LABELS, execBadge, execState, ACTIVE_EXEC, taskDialog } from './common.js';
+import { STATE_LABELS, execBadge, execState, ACTIVE_EXEC, taskDialog, plainError, failureText, agentTypes, agentTypeId } from './common.js';
 
 const STATUS_POLL_MS = 2000;
+const EXEC_WORDS = {
+  none: 'Never started', idle: 'Idle', queued: 'Queued', launching: 'Starting', running: 'Running',
+  retry_wait: 'Waiting to retry', completed: 'Finished', failed: 'Failed', stopped: 'Stopped',
+};
 
 export function taskView(main, taskId, { setCrumbs, debug }) {
   let alive = true;
@@ -25,6 +29,12 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
   const title = h('h1', { class: 'page-title', testid: 'task-title' }, 'Task');
   const stateBadge = h('span', { class: 'badge', testid: 'task-state' });
   const execEl = h('span', { class: 'badge', testid: 'exec-status', hidden: true });
+  const failureReason = h('p', { class: 'failure-reason', testid: 'failure-reason' });
+  const failureRaw = h('pre', { class: 'failure-raw', testid: 'failure-raw' });
+  const failureBox = h('div', { class: 'failure', testid: 'task-failure', role: 'alert', hidden: true },
+    h('strong', { class: 'failure-head' }, 'Why it failed'), failureReason,
+    h('details', { class: 'failure-details', testid: 'failure-details' }, h('summary', null, 'Details'), failureRaw));
+  let boardName = null;
   const sockEl = h('span', { class: 'sock', testid: 'socket-status', dataset: { status: 'idle' }, title: 'Live connection' }, 'idle');
   const reconEl = h('span', { class: 'muted small', testid: 'reconnect-count', title: 'Reconnects' }, '0');
   const startBtn = h('button', { type: 'button', class: 'btn btn-primary', testid: 'btn-start', onclick: () => start() }, 'Start');
@@ -75,6 +85,7 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
       h('div', { class: 'page-actions' },
         h('span', { class: 'sock-wrap' }, sockEl, ' reconnects: ', reconEl),
         startBtn, cancelBtn, stopBtn, editBtn)),
+    failureBox,
     h('div', { class: 'task-layout' },
       h('div', { class: 'task-main' }, tablist, panels.feed, panels.logs, panels.history),
       h('aside', { class: 'task-side', 'aria-label': 'Task details' },
@@ -140,7 +151,7 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
     onControl: (c) => {
       if (c.type === 'error') {
         const msg = c.message || c.error || 'error';
-        feed.pushNotice('error', `Server: ${msg}`);
+        feed.pushNotice('error', `Server: ${humanizeStates(msg)}`);
       } else if (c.type === 'lagging') feed.pushNotice('note', 'The connection fell behind; resuming…');
     },
     onStatus: (s, sock) => {
@@ -175,12 +186,26 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
     title.textContent = task.title;
     document.title = `${task.title} · Kandev`;
     stateBadge.textContent = STATE_LABELS[st] || st;
+    stateBadge.title = STATE_LABELS[st] || st;
     stateBadge.className = `badge state-${st}`;
     stateBadge.dataset.state = st;
-    const b = execBadge(status);
+    // One badge per fact: the execution's only when it says something the
+    // state does not (queued, running, retrying, an idle live task).
+    const b = execBadge(status, st);
     execEl.hidden = !b;
-    if (b) { execEl.textContent = b.text; execEl.className = `badge exec-${b.cls}`; execEl.dataset.exec = execState(status); }
-    setCrumbs([{ href: '#/boards', text: 'Boards' }, { href: `#/boards/${encodeURIComponent(task.board_id)}`, text: 'Board' }, { text: task.title }]);
+    execEl.dataset.exec = execState(status);
+    if (b) { execEl.textContent = b.text; execEl.title = b.text; execEl.className = `badge exec-${b.cls}`; }
+    renderFailure(st);
+    loadBoardName();
+    setCrumbs([{ href: '#/boards', text: 'Boards' },
+      { href: `#/boards/${encodeURIComponent(task.board_id)}`, text: boardName || 'Board', testid: 'crumb-board' }, { text: task.title }]);
+    if (feed.policy === undefined && task.agent_type) {
+      feed.policy = null;
+      agentTypes().then((types) => {
+        const t = types.find((x) => agentTypeId(x) === task.agent_type);
+        feed.setPolicy(t ? t.permission_policy || null : null);
+      });
+    }
     const key = JSON.stringify([task.description, task.agent_type, task.repository_url, task.branch, task.priority, task.version]);
     if (details.dataset.key !== key) {
       details.dataset.key = key;
@@ -192,12 +217,38 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
         kv('Created', fmtTime(task.created_at)), kv('By', task.created_by || '—')));
     }
     clear(execInfo).append(...[
-      kv('State', execState(status)), kv('Attempts', String(status?.attempts ?? 0)),
+      kv('State', EXEC_WORDS[execState(status)] || execState(status)), kv('Attempts', String(status?.attempts ?? 0)),
       status?.queue_position ? kv('Queue position', String(status.queue_position)) : null,
       status?.instance_id ? kv('Instance', status.instance_id) : null,
-      status?.last_error ? kv('Last error', status.last_error) : null].flat().filter(Boolean));
-    if (status?.last_error) execInfo.lastElementChild?.classList.add('error-text');
+      status?.last_error && failureBox.hidden ? kv('Last error', plainError(status.last_error).short) : null].flat().filter(Boolean));
+    if (status?.last_error && failureBox.hidden) { execInfo.lastElementChild?.classList.add('error-text'); execInfo.lastElementChild.title = status.last_error; }
     updateButtons();
+  }
+
+  // A failed task leads with why, in plain words; the raw text is behind
+  // Details. A run waiting to retry says what went wrong so far.
+  function renderFailure(st) {
+    const retrying = execState(status) === 'retry_wait' && status?.last_error;
+    const raw = st === 'FAILED' ? failureText(task, status) : retrying ? status.last_error : '';
+    failureBox.hidden = !(st === 'FAILED' || retrying);
+    if (failureBox.hidden) return;
+    const { short } = plainError(raw || 'No reason was recorded.');
+    failureBox.classList.toggle('failure-retrying', !!retrying && st !== 'FAILED');
+    failureBox.firstChild.textContent = st === 'FAILED' ? 'Why it failed' : 'The last attempt failed; retrying';
+    failureReason.textContent = short;
+    failureRaw.textContent = raw || '(none)';
+    failureBox.querySelector('details').hidden = !raw || raw === short;
+  }
+
+  let boardAsked = null;
+  function loadBoardName() {
+    if (boardAsked === task.board_id) return;
+    boardAsked = task.board_id;
+    api.board(task.board_id).then((b) => {
+      if (!alive || !b) return;
+      boardName = b.name || null;
+      if (task) renderTask();
+    }).catch(() => {});
   }
 
   function renderUsage() {
@@ -334,7 +385,8 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
     if (e.kind === 'state_changed') {
       const from = pick(e.old_value), to = pick(e.new_value);
       const reason = (e.new_value && e.new_value.reason) || '';
-      return `${from || '?'} → ${to || '?'}${reason ? ` (${reason})` : ''}`;
+      const label = (s) => (s ? STATE_LABELS[String(s).replace(/^TASK_STATE_/, '')] || s : '?');
+      return `${label(from)} → ${label(to)}${reason ? ` (${reason})` : ''}`;
     }
     if (e.new_value && typeof e.new_value === 'object') {
       const keys = Object.keys(e.new_value).filter((k) => !['version', 'updated_at'].includes(k));

@@ -1,0 +1,516 @@
+//! What the browser tests share: the stack (gateway, task service,
+//! orchestrator and agent manager in-process, on a fresh Postgres database
+//! and a private NATS, with the mock agent in Docker), a headless Chromium
+//! over WebDriver, and one helper per job for driving the page.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use kandev_common::CancellationToken;
+use kandev_testkit::{OwnNats, TestDb, free_port};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+pub const ADMIN: &str = "admin";
+pub const ADMIN_PASSWORD: &str = "browser-test-password";
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn on_path(bin: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(bin))
+        .find(|p| p.is_file())
+}
+
+// ------------------------------------------------------------------ stack
+
+/// The four services, in-process.
+pub struct Stack {
+    pub base: String,
+    db: TestDb,
+    _nats: OwnNats,
+    _dir: tempfile::TempDir,
+    stops: Vec<CancellationToken>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl Stack {
+    pub async fn shutdown(self) {
+        for stop in &self.stops {
+            stop.cancel();
+        }
+        for handle in self.handles {
+            let _ = tokio::time::timeout(Duration::from_secs(10), handle).await;
+        }
+        kandev_testkit::remove_containers(&self.db.name);
+        self.db.drop_db().await;
+    }
+}
+
+fn spawn_service<F>(
+    stops: &mut Vec<CancellationToken>,
+    handles: &mut Vec<JoinHandle<()>>,
+    run: impl FnOnce(CancellationToken) -> F,
+) where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let stop = CancellationToken::new();
+    handles.push(tokio::spawn(run(stop.clone())));
+    stops.push(stop);
+}
+
+pub async fn start_stack() -> Stack {
+    tokio::task::spawn_blocking(kandev_testkit::ensure_docker)
+        .await
+        .unwrap();
+    let nats = OwnNats::start().await;
+    let db = TestDb::create().await;
+    let dir = tempfile::tempdir().unwrap();
+    for sub in ["workspaces", "allowed", "home"] {
+        std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+    }
+    let mut stops = Vec::new();
+    let mut handles = Vec::new();
+
+    let tasks = kandev_task_service::Application::build(kandev_task_service::Settings {
+        listen_addr: "127.0.0.1:0".into(),
+        database_url: db.url.clone(),
+        database_max_connections: 4,
+        nats_url: nats.url(),
+        outbox_poll_ms: 100,
+        ..Default::default()
+    })
+    .await
+    .expect("task service builds");
+    let tasks_addr: SocketAddr = tasks.local_addr();
+    spawn_service(&mut stops, &mut handles, |stop| async move {
+        tasks
+            .run_until_stopped(stop)
+            .await
+            .expect("task service runs");
+    });
+
+    let agents = kandev_agent_manager::Application::build(kandev_agent_manager::Settings {
+        listen_addr: "127.0.0.1:0".into(),
+        database_url: db.url.clone(),
+        database_max_connections: 4,
+        // Its own label, so no other manager on this engine adopts or
+        // removes this stack's containers.
+        manager_id: db.name.clone(),
+        nats_url: nats.url(),
+        pull_images: false,
+        workspaces_root: dir.path().join("workspaces").display().to_string(),
+        allowed_workspace_roots: vec![dir.path().join("allowed").display().to_string()],
+        credentials_home: dir.path().join("home").display().to_string(),
+        initialize_timeout_secs: 30,
+        permission_timeout_secs: 120,
+        seq_flush_ms: 100,
+        ..Default::default()
+    })
+    .await
+    .expect("agent manager builds");
+    let agents_addr = agents.local_addr();
+    spawn_service(&mut stops, &mut handles, |stop| async move {
+        agents
+            .run_until_stopped(stop)
+            .await
+            .expect("agent manager runs");
+    });
+
+    let orchestrator = kandev_orchestrator::Application::build(kandev_orchestrator::Settings {
+        listen_addr: "127.0.0.1:0".into(),
+        database_url: db.url.clone(),
+        database_max_connections: 4,
+        nats_url: nats.url(),
+        task_service_url: format!("http://{tasks_addr}"),
+        agent_manager_url: format!("http://{agents_addr}"),
+        feed_flush_ms: 20,
+        retry_backoff_ms: 200,
+        retry_backoff_max_ms: 1000,
+        ..Default::default()
+    })
+    .await
+    .expect("orchestrator builds");
+    let orch_addr = orchestrator.local_addr();
+    spawn_service(&mut stops, &mut handles, |stop| async move {
+        orchestrator
+            .run_until_stopped(stop)
+            .await
+            .expect("orchestrator runs");
+    });
+
+    let mut gw = kandev_gateway::Settings {
+        listen_addr: "127.0.0.1:0".into(),
+        database_url: db.url.clone(),
+        database_max_connections: 4,
+        task_service_url: format!("http://{tasks_addr}"),
+        agent_manager_url: format!("http://{agents_addr}"),
+        orchestrator_url: format!("http://{orch_addr}"),
+        nats_url: nats.url(),
+        jwt_secret: Some("browser-test-jwt-secret-browser-test-jwt-secret".into()),
+        admin_username: ADMIN.into(),
+        admin_password: Some(ADMIN_PASSWORD.into()),
+        ..Default::default()
+    };
+    gw.rate_limit.login_per_minute = 6000;
+    gw.rate_limit.login_burst = 1000;
+    gw.rate_limit.api_per_minute = 60_000;
+    gw.rate_limit.api_burst = 10_000;
+    let gateway = kandev_gateway::Application::build(gw)
+        .await
+        .expect("gateway builds");
+    let base = format!("http://{}", gateway.local_addr());
+    spawn_service(&mut stops, &mut handles, |stop| async move {
+        gateway.run_until_stopped(stop).await.expect("gateway runs");
+    });
+
+    Stack {
+        base,
+        db,
+        _nats: nats,
+        _dir: dir,
+        stops,
+        handles,
+    }
+}
+
+// ---------------------------------------------------------------- browser
+
+pub struct Browser {
+    pub client: Client,
+    driver: Child,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    pub async fn close(self) {
+        let _ = self.client.clone().close().await;
+    }
+}
+
+/// chromedriver (and with it Chromium) goes away even when the test fails.
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+/// Starts chromedriver on a free port and opens a headless Chromium
+/// session; `None` (with a notice) when no browser is installed, unless
+/// `KANDEV_REQUIRE_BROWSER=1`.
+pub async fn start_browser() -> Option<Browser> {
+    let required = std::env::var("KANDEV_REQUIRE_BROWSER").is_ok_and(|v| v == "1");
+    let chromium = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find_map(on_path);
+    let driver = on_path("chromedriver");
+    let (Some(chromium), Some(driver_bin)) = (chromium, driver) else {
+        let msg = "headless Chromium and chromedriver are needed for the browser test \
+                   (apt-get install -y chromium chromium-driver)";
+        assert!(
+            !required,
+            "{msg}; KANDEV_REQUIRE_BROWSER=1 makes this a failure"
+        );
+        eprintln!("SKIPPED: {msg}");
+        return None;
+    };
+    let port = free_port();
+    let driver = Command::new(driver_bin)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver starts");
+    let profile = tempfile::tempdir().unwrap();
+    let caps = json!({
+        "browserName": "chrome",
+        "goog:chromeOptions": {
+            "binary": chromium.display().to_string(),
+            "args": [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--window-size=1400,1000",
+                format!("--user-data-dir={}", profile.path().display()),
+            ],
+        },
+    });
+    let caps: fantoccini::wd::Capabilities = caps.as_object().unwrap().clone();
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let client = loop {
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        match ClientBuilder::new(connector)
+            .capabilities(caps.clone())
+            .connect(&url)
+            .await
+        {
+            Ok(c) => break c,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("cannot open a WebDriver session: {e}"),
+        }
+    };
+    Some(Browser {
+        client,
+        driver,
+        _profile: profile,
+    })
+}
+
+// ---------------------------------------------------------------- helpers
+
+/// The page's state, for failure messages.
+async fn page_dump(c: &Client) -> String {
+    c.execute(
+        "const t = document.body ? document.body.innerText : ''; \
+         return location.href + '\\n' + t.slice(-4000);",
+        vec![],
+    )
+    .await
+    .map(|v| v.as_str().unwrap_or_default().to_string())
+    .unwrap_or_else(|e| format!("(no page: {e})"))
+}
+
+/// Polls `script` (a function body) until it returns something truthy.
+pub async fn wait_js(c: &Client, what: &str, secs: u64, script: &str, args: Vec<Value>) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let v = c.execute(script, args.clone()).await.expect("script runs");
+        let truthy = match &v {
+            Value::Null => false,
+            Value::Bool(b) => *b,
+            Value::Number(n) => n.as_f64() != Some(0.0),
+            Value::String(s) => !s.is_empty(),
+            _ => true,
+        };
+        if truthy {
+            return v;
+        }
+        if Instant::now() > deadline {
+            let _ = screenshot(c, "failure.png").await;
+            panic!(
+                "timed out after {secs} s waiting for {what}\n--- page ---\n{}",
+                page_dump(c).await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+}
+
+pub async fn js(c: &Client, script: &str, args: Vec<Value>) -> Value {
+    c.execute(script, args).await.expect("script runs")
+}
+
+pub async fn click(c: &Client, css: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match c.find(Locator::Css(css)).await {
+            Ok(el) => match el.click().await {
+                Ok(()) => return,
+                Err(e) if Instant::now() > deadline => panic!("cannot click {css}: {e}"),
+                Err(_) => {}
+            },
+            Err(e) if Instant::now() > deadline => {
+                panic!("no element {css}: {e}\n{}", page_dump(c).await)
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+}
+
+pub async fn type_into(c: &Client, css: &str, text: &str) {
+    let el = c
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no element {css}: {e}"));
+    el.clear().await.expect("clear");
+    el.send_keys(text).await.expect("type");
+}
+
+pub async fn select_value(c: &Client, css: &str, value: &str) {
+    let el = c
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no element {css}: {e}"));
+    el.select_by_value(value).await.expect("select");
+}
+
+pub async fn screenshot(c: &Client, name: &str) -> PathBuf {
+    let dir = workspace_root().join("target/screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    let png = c.screenshot().await.expect("screenshot");
+    std::fs::write(&path, png).unwrap();
+    eprintln!("screenshot: {}", path.display());
+    path
+}
+
+/// Runs an async fetch in the page with the session's token; returns the
+/// JSON answer (or `{"error": ...}`).
+pub async fn api(c: &Client, method: &str, path: &str, body: Value) -> Value {
+    c.execute_async(
+        r#"const [method, path, body, done] = arguments;
+           fetch('/api/v1' + path, {
+             method,
+             headers: { 'Content-Type': 'application/json',
+                        Authorization: 'Bearer ' + sessionStorage.getItem('kandev.token') },
+             body: body === null ? undefined : JSON.stringify(body),
+           }).then(async (r) => done({ status: r.status, body: await r.json().catch(() => null) }),
+                   (e) => done({ status: 0, body: String(e) }));"#,
+        vec![json!(method), json!(path), body],
+    )
+    .await
+    .expect("fetch runs")
+}
+
+pub const FEED: &str = "[data-testid=feed-item]";
+
+/// A script that is true once the feed shows exactly `n` turn ends.
+pub fn turn_ends(n: usize) -> String {
+    format!("return document.querySelectorAll('{FEED}[data-kind=turn_end]').length === {n};")
+}
+
+// ------------------------------------------------------------- page flows
+
+/// Opens the UI and logs in as the admin; returns once the board list shows.
+pub async fn login(c: &Client, base: &str) {
+    c.goto(&format!("{base}/")).await.expect("open the UI");
+    type_into(c, "[data-testid=login-username]", ADMIN).await;
+    type_into(c, "[data-testid=login-password]", ADMIN_PASSWORD).await;
+    click(c, "[data-testid=login-submit]").await;
+    wait_js(
+        c,
+        "the board list",
+        20,
+        "return !!document.querySelector('[data-testid=board-list]');",
+        vec![],
+    )
+    .await;
+}
+
+/// Registers a copy of the built-in (internal) `mock-agent` type as a
+/// pickable one, with `changes` (e.g. `{"permission_policy": "ask"}`) on top.
+pub async fn register_mock_type(c: &Client, id: &str, name: &str, changes: Value) {
+    let types = api(c, "GET", "/agent-types", Value::Null).await;
+    let mut t = types["body"]["agent_types"]
+        .as_array()
+        .and_then(|a| a.iter().find(|t| t["id"] == "mock-agent").cloned())
+        .unwrap_or_else(|| panic!("mock-agent is registered: {types}"));
+    t["id"] = json!(id);
+    t["name"] = json!(name);
+    t["internal"] = json!(false);
+    if let Some(obj) = t.as_object_mut() {
+        obj.remove("missing_env");
+        for (k, v) in changes.as_object().into_iter().flatten() {
+            obj.insert(k.clone(), v.clone());
+        }
+    }
+    let created = api(c, "POST", "/agent-types", t).await;
+    assert!(
+        created["status"] == 201 || created["status"] == 200,
+        "agent type {id}: {created}"
+    );
+}
+
+/// How the task dialog is submitted.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Submit {
+    /// "Create & start": the orchestrator queues the task at once.
+    CreateAndStart,
+    /// "Create": the task waits for a start.
+    CreateOnly,
+}
+
+/// The fields of the task dialog that the tests fill in.
+pub struct NewTask<'a> {
+    pub title: &'a str,
+    pub description: &'a str,
+    pub agent: &'a str,
+    pub priority: &'a str,
+    pub max_retries: Option<&'a str>,
+    pub submit: Submit,
+}
+
+impl<'a> NewTask<'a> {
+    pub fn new(title: &'a str, description: &'a str, agent: &'a str) -> Self {
+        NewTask {
+            title,
+            description,
+            agent,
+            priority: "0",
+            max_retries: None,
+            submit: Submit::CreateAndStart,
+        }
+    }
+}
+
+/// Creates a task through the board's dialog; returns its id once its card
+/// shows.
+pub async fn create_task(c: &Client, t: NewTask<'_>) -> String {
+    click(c, "[data-testid=new-task]").await;
+    type_into(c, "[data-testid=task-title]", t.title).await;
+    type_into(c, "[data-testid=task-description]", t.description).await;
+    select_value(c, "[data-testid=task-agent-type]", t.agent).await;
+    type_into(c, "[data-testid=task-priority]", t.priority).await;
+    if let Some(n) = t.max_retries {
+        type_into(c, "[data-testid=task-max-retries]", n).await;
+    }
+    click(
+        c,
+        match t.submit {
+            Submit::CreateAndStart => "[data-testid=task-dialog-submit]",
+            Submit::CreateOnly => "[data-testid=task-dialog-create]",
+        },
+    )
+    .await;
+    let id = wait_js(
+        c,
+        &format!("the card of {:?}", t.title),
+        20,
+        "const card = [...document.querySelectorAll('[data-testid=column] [data-testid=card]')]
+           .find(k => k.querySelector('[data-testid=card-link]').textContent === arguments[0]);
+         return card ? card.dataset.taskId : null;",
+        vec![json!(t.title)],
+    )
+    .await;
+    id.as_str().unwrap().to_string()
+}
+
+/// The CSS selector of a task's card.
+pub fn card(id: &str) -> String {
+    format!("[data-testid=card][data-task-id=\"{id}\"]")
+}
+
+/// A script that is true once the task's card is in the `state` column.
+pub fn in_column(state: &str, id: &str) -> String {
+    format!(
+        "return !!document.querySelector('[data-testid=column][data-state={state}] [data-testid=card][data-task-id=\"{id}\"]');"
+    )
+}
+
+/// Shows a route of the single-page app (no reload).
+pub async fn go(c: &Client, hash: &str) {
+    js(
+        c,
+        "location.hash = arguments[0]; return true;",
+        vec![json!(hash)],
+    )
+    .await;
+}
