@@ -877,6 +877,64 @@ async fn the_board_tells_the_truth_at_a_glance() {
     assert_eq!(status["body"]["attempts"], 1, "no retries: {status}");
     screenshot(c, "agent-error.png").await;
 
+    // A crash can pass on retry: it is retried, and the two attempts are
+    // told apart in its feed.
+    let crashes = api(
+        c,
+        "POST",
+        &format!("/boards/{board_id}/tasks"),
+        json!({"title": "Crash twice", "description": "scenario: crash 3",
+               "agent_type": "mock-agent-auto", "max_retries": 1}),
+    )
+    .await;
+    let crashes = crashes["body"]["id"].as_str().unwrap().to_string();
+    go(c, &format!("#/tasks/{crashes}")).await;
+    wait_js(
+        c,
+        "two numbered attempts, then FAILED",
+        120,
+        "const notes = [...document.querySelectorAll('[data-kind=note]')].map(n => n.textContent);
+         const crashes = [...document.querySelectorAll('[data-kind=message]')]
+           .filter(m => m.textContent.includes('Crashing now with exit code 3')).length;
+         return document.querySelector('[data-testid=task-state]')?.dataset.state === 'FAILED'
+           && notes.some(n => n.includes('Run 2')) && crashes === 2;",
+        vec![],
+    )
+    .await;
+
+    // The board asks for every card in one request per refresh: over a few
+    // refreshes, only /cards requests reach the API.
+    go(c, &format!("#/boards/{board_id}")).await;
+    js(
+        c,
+        "performance.clearResourceTimings(); return true;",
+        vec![],
+    )
+    .await;
+    let seen = wait_js(
+        c,
+        "three refreshes of the board",
+        30,
+        "const api = performance.getEntriesByType('resource')
+           .map(e => new URL(e.name).pathname)
+           .filter(p => p.startsWith('/api/v1/'));
+         return api.filter(p => p.endsWith('/cards')).length >= 3 && api;",
+        vec![],
+    )
+    .await;
+    let paths: Vec<&str> = seen
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        paths
+            .iter()
+            .all(|p| p.ends_with("/cards") || p.starts_with("/api/v1/auth/")),
+        "only one request per refresh: {paths:?}"
+    );
+
     // Cancelling the turn leaves the task in progress.
     go(c, &format!("#/tasks/{cancels}")).await;
     wait_js(

@@ -168,6 +168,16 @@ export class Feed {
     const d = ev.data || {};
     this.applied++;
     this.curTs = ev.timestamp || frame.timestamp || null;
+    // Each agent run (a retry, a rerun) is its own instance: number them,
+    // so the attempts of a failing task are told apart.
+    if (frame.instance_id && frame.instance_id !== this.instance) {
+      this.runs = (this.runs || 0) + 1;
+      if (this.runs > 1) {
+        this.closeOpen();
+        this.addItem({ kind: 'note', seq, testid: 'run-start', message: `Run ${this.runs}: a new agent container.` });
+      }
+      this.instance = frame.instance_id;
+    }
     switch (ev.kind) {
       case 'message_chunk':
       case 'thought_chunk': {
