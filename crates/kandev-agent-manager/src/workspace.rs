@@ -217,12 +217,7 @@ impl PendingClone {
         };
         if !output.status.success() {
             let stderr = String::from_utf8_lossy(&output.stderr);
-            let reason = stderr
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("unknown error")
-                .replace(&url, &redact_url(&url));
+            let reason = clone_failure(&stderr).replace(&url, &redact_url(&url));
             return Err(AgentError::FailedPrecondition(format!(
                 "cloning {} (branch {}) failed: {reason}",
                 redact_url(&url),
@@ -268,9 +263,45 @@ impl Drop for KillGroupOnDrop {
     }
 }
 
+/// Why git could not clone, in its own words: its first `fatal:` (or
+/// `error:`) line, without the prefix; else its last line. (The last line
+/// alone can be the tail of a sentence: "and the repository exists.")
+fn clone_failure(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    lines
+        .iter()
+        .find_map(|l| {
+            l.strip_prefix("fatal: ")
+                .or_else(|| l.strip_prefix("error: "))
+        })
+        .or_else(|| lines.last().copied())
+        .unwrap_or("unknown error")
+        .to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clone_failures_read_as_git_said_them() {
+        let missing = "Cloning into '/w/x.partial'...\nfatal: '/r/nope' does not appear to be a git repository\nfatal: Could not read from remote repository.\n\nPlease make sure you have the correct access rights\nand the repository exists.\n";
+        assert_eq!(
+            clone_failure(missing),
+            "'/r/nope' does not appear to be a git repository"
+        );
+        let branch = "Cloning into 'x'...\nwarning: Could not find remote branch nope to clone.\nfatal: Remote branch nope not found in upstream origin\n";
+        assert_eq!(
+            clone_failure(branch),
+            "Remote branch nope not found in upstream origin"
+        );
+        assert_eq!(clone_failure("something odd\n"), "something odd");
+        assert_eq!(clone_failure(""), "unknown error");
+    }
 
     #[test]
     fn redacts_credentials() {
