@@ -79,15 +79,12 @@ export const post = (p, b, o) => request('POST', p, b === undefined ? {} : b, o)
 export const patch = (p, b, o) => request('PATCH', p, b, o);
 export const del = (p, o) => request('DELETE', p, undefined, o);
 
-// Lists may come bare or wrapped ({boards:[...]}, {items:[...]}, ...).
-export function asList(data, ...keys) {
-  if (Array.isArray(data)) return data;
-  if (!data || typeof data !== 'object') return [];
-  for (const k of [...keys, 'items', 'data', 'results']) {
-    if (Array.isArray(data[k])) return data[k];
-  }
-  const arr = Object.values(data).find(Array.isArray);
-  return arr || [];
+// The gateway's lists are objects with one named array ({boards: [...]},
+// {tasks: [...]}, as in docs/openapi.yaml); anything else is a broken
+// contract, reported, never guessed around.
+export function asList(data, key) {
+  if (data && Array.isArray(data[key])) return data[key];
+  throw new ApiError(0, { message: `unexpected answer: no "${key}" list` });
 }
 
 export const enc = encodeURIComponent;
@@ -118,7 +115,7 @@ export const api = {
   setState: (id, state) => patch(`/tasks/${enc(id)}/state`, { state }),
   taskEvents: async (id) => asList(await get(`/tasks/${enc(id)}/events`), 'events'),
   agentTypes: async ({ includeDisabled = false } = {}) =>
-    asList(await get(`/agent-types${includeDisabled ? '?include_disabled=true' : ''}`), 'agent_types', 'agentTypes', 'types'),
+    asList(await get(`/agent-types${includeDisabled ? '?include_disabled=true' : ''}`), 'agent_types'),
   createAgentType: (t) => post('/agent-types', t),
   replaceAgentType: (id, t) => request('PUT', `/agent-types/${enc(id)}`, t),
   patchAgentType: (id, t) => patch(`/agent-types/${enc(id)}`, t),
@@ -130,4 +127,5 @@ export const api = {
 };
 
 // Task object helpers, tolerant of small naming differences.
-export function taskState(t) { return String(t.state || 'TODO').replace(/^TASK_STATE_/, '').toUpperCase(); }
+// The task's state: one of STATES (js/states.js), as the API sends it.
+export function taskState(t) { return t.state; }

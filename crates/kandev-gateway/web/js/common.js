@@ -9,8 +9,7 @@ export { STATES, STATE_LABELS, TRANSITIONS } from './states.js';
 
 export function execState(status) {
   if (!status) return 'none';
-  const s = status.state ?? status.execution_state ?? status.status ?? 'none';
-  return String(s).toLowerCase().replace(/^execution_state_/, '');
+  return status.state ?? 'none';
 }
 
 export const ACTIVE_EXEC = new Set(['queued', 'launching', 'starting', 'running', 'retry_wait', 'retrying', 'stopping']);
@@ -87,13 +86,14 @@ export async function agentTypes() {
 }
 /** Forgets the cached agent types (after an admin changed them). */
 export function invalidateAgentTypes() { agentTypesCache = null; }
-export function agentTypeId(t) { return typeof t === 'string' ? t : t.id || t.agent_type || t.key || t.name || ''; }
-export function agentTypeLabel(t) { return typeof t === 'string' ? t : t.name || t.display_name || t.id || ''; }
+// An agent type as GET /agent-types gives it: {id, name, ...}.
+export function agentTypeId(t) { return t.id; }
+export function agentTypeLabel(t) { return t.name || t.id; }
 
 const LAST_AGENT_KEY = 'kandev.lastAgentType';
 /** The types a person picks from: enabled, not internal. */
-export function pickableTypes(types) { return types.filter((t) => t.enabled !== false && t.internal !== true); }
-function missingEnv(t) { return Array.isArray(t.missing_env) ? t.missing_env.filter(Boolean) : []; }
+export function pickableTypes(types) { return types.filter((t) => t.enabled && !t.internal); }
+function missingEnv(t) { return t.missing_env; }
 function agentOption(t) {
   const missing = missingEnv(t);
   const label = missing.length ? `${agentTypeLabel(t)} — needs ${missing.join(', ')}` : agentTypeLabel(t);

@@ -342,11 +342,8 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
     logsInfo.textContent = `Instance ${iid} — last 500 lines`;
     try {
       const data = await api.logs(iid, 500);
-      let lines;
-      if (typeof data === 'string') lines = data.split('\n');
-      else if (data && typeof data.logs === 'string') lines = data.logs.split('\n');
-      else if (data && typeof data.text === 'string') lines = data.text.split('\n');
-      else lines = asList(data, 'lines', 'logs', 'entries').map((l) => (typeof l === 'string' ? l : `${l.stream && l.stream !== 'stderr' ? `[${l.stream}] ` : ''}${l.line ?? l.text ?? l.message ?? JSON.stringify(l)}`));
+      // {lines: [{timestamp, stream, line}]}, as the gateway documents it.
+      const lines = asList(data, 'lines').map((l) => `${l.stream !== 'stderr' ? `[${l.stream}] ` : ''}${l.line}`);
       lines.forEach(appendLog);
       if (!lines.length) logsInfo.textContent += ' (empty)';
     } catch (e) {
