@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the FROM scratch image kandev/seed-agent:latest (override the tag with
-# KANDEV_SEED_AGENT_IMAGE): the seed's example agent (agent.sh next to this
-# file) with the host's bash, jq, uuidgen, sleep, env, id and touch, the shared
+# KANDEV_SEED_AGENT_IMAGE): the seed's example agent (the one copy of its
+# script, crates/kandev-acp/tests/fixtures/seed-agent.sh) with the host's bash, jq, uuidgen, sleep, env, id and touch, the shared
 # libraries they need and the dynamic loader, found with ldd.
 #
 # Idempotent, works from any cwd. Never pulls. Needs jq and uuidgen on the host
@@ -86,7 +86,7 @@ agent:x:1000:
 EOF
 
 cp "$here/Dockerfile" "$context/Dockerfile"
-install -m 0755 "$here/agent.sh" "$context/agent.sh"
+install -m 0755 "$here/../../crates/kandev-acp/tests/fixtures/seed-agent.sh" "$context/agent.sh"
 
 echo "==> docker build -t $image" >&2
 docker build --pull=false -t "$image" "$context"
