@@ -108,16 +108,11 @@ impl OutboxRelay {
     pub async fn run(self, shutdown: CancellationToken) {
         let mut backoff = Duration::from_millis(100);
         loop {
-            let drained = self.drain_once().await;
-            // What is still waiting (0 once drained; the backlog while the
-            // bus is away).
-            match self.pending().await {
-                Ok(n) => metrics::gauge!("kandev_outbox_backlog").set(n as f64),
-                Err(err) => tracing::debug!(%err, "cannot count the outbox"),
-            }
-            match drained {
+            match self.drain_once().await {
                 Ok(n) if n as i64 >= BATCH => continue,
                 Ok(_) => {
+                    // A short batch emptied the outbox: nothing waits.
+                    metrics::gauge!("kandev_outbox_backlog").set(0.0);
                     backoff = Duration::from_millis(100);
                     tokio::select! {
                         () = shutdown.cancelled() => break,
@@ -126,6 +121,10 @@ impl OutboxRelay {
                     }
                 }
                 Err(err) => {
+                    // The backlog while the bus is away: counted only then.
+                    if let Ok(n) = self.pending().await {
+                        metrics::gauge!("kandev_outbox_backlog").set(n as f64);
+                    }
                     tracing::warn!(%err, retry_in_ms = backoff.as_millis() as u64, "outbox relay cannot publish");
                     tokio::select! {
                         () = shutdown.cancelled() => break,
