@@ -61,6 +61,16 @@ impl Svc {
         Svc::Gateway,
     ];
 
+    /// Its user in `deploy/nats/nats.conf`.
+    pub fn nats_user(self) -> &'static str {
+        match self {
+            Svc::TaskService => "task-service",
+            Svc::AgentManager => "agent-manager",
+            Svc::Orchestrator => "orchestrator",
+            Svc::Gateway => "gateway",
+        }
+    }
+
     pub fn bin(self) -> &'static str {
         match self {
             Svc::TaskService => "kandev-task-service",
@@ -146,7 +156,8 @@ impl Stack {
         let _ = std::fs::remove_dir_all(&log_dir);
         std::fs::create_dir_all(&log_dir).expect("log dir");
         let db = TestDb::create().await;
-        let nats = OwnNats::start().await;
+        // NATS as deployed: deploy/nats/nats.conf, a user per service.
+        let nats = OwnNats::start_with_auth().await;
         let dir = tempfile::Builder::new()
             .prefix("kandev-e2e-")
             .tempdir()
@@ -226,6 +237,7 @@ impl Stack {
                     set("KANDEV_RATE_LIMIT__API_BURST", "100000".into());
                 }
             }
+            env.extend(nats.service_env(svc.nats_user()));
             for (_, k, v) in options.env.iter().filter(|(s, _, _)| *s == svc) {
                 env.push((k.clone(), v.clone()));
             }
@@ -331,6 +343,7 @@ impl Stack {
                 "/readyz",
                 None,
                 None,
+                &[],
             )
             .await
             {
@@ -381,6 +394,11 @@ impl Stack {
             addr: self.gateway(),
             token: None,
         }
+    }
+
+    /// What `svc` has logged so far (all its starts).
+    pub fn log(&self, svc: Svc) -> String {
+        std::fs::read_to_string(self.log_dir.join(format!("{}.log", svc.bin()))).unwrap_or_default()
     }
 
     /// Logs in through `POST /auth/login`.
@@ -536,6 +554,7 @@ async fn raw_request(
     path: &str,
     token: Option<&str>,
     body: Option<String>,
+    headers: &[(&str, &str)],
 ) -> Result<(u16, Value), String> {
     let fut = async {
         let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
@@ -553,6 +572,9 @@ async fn raw_request(
         }
         if let Some(token) = token {
             req = req.header("authorization", format!("Bearer {token}"));
+        }
+        for (name, value) in headers {
+            req = req.header(*name, *value);
         }
         let req = req
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
@@ -593,9 +615,27 @@ impl Api {
         path: &str,
         body: Option<String>,
     ) -> Result<Resp, String> {
-        raw_request(self.addr, method, path, self.token.as_deref(), body)
-            .await
-            .map(|(status, body)| Resp { status, body })
+        self.try_send_with(method, path, body, &[]).await
+    }
+
+    /// One request with more headers; `Err` when the gateway cannot be reached.
+    pub async fn try_send_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<String>,
+        headers: &[(&str, &str)],
+    ) -> Result<Resp, String> {
+        raw_request(
+            self.addr,
+            method,
+            path,
+            self.token.as_deref(),
+            body,
+            headers,
+        )
+        .await
+        .map(|(status, body)| Resp { status, body })
     }
 
     /// One request with a raw body; panics when the gateway is unreachable.

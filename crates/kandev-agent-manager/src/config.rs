@@ -6,6 +6,7 @@ use kandev_common::{
     config::{self, ConfigError, Validate},
     telemetry::LogSettings,
 };
+use kandev_events::nats::{NatsLogin, NatsPassword, check_credentials};
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 
@@ -38,6 +39,13 @@ pub struct Settings {
     pub database_max_connections: u32,
     /// `KANDEV_NATS_URL`.
     pub nats_url: String,
+    /// This service's NATS user (`KANDEV_NATS_USER`, `agent-manager` in
+    /// `deploy/nats/nats.conf`); unset for a NATS without authorization.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nats_user: Option<String>,
+    /// Its password (`KANDEV_NATS_PASSWORD`); never logged.
+    #[serde(skip_serializing)]
+    pub nats_password: Option<NatsPassword>,
     /// `KANDEV_DOCKER_HOST`: a `unix://` socket or `tcp://` address; empty
     /// uses the local defaults (`DOCKER_HOST`, then the unix socket).
     pub docker_host: String,
@@ -64,6 +72,9 @@ pub struct Settings {
     /// How long a clone may take (`KANDEV_CLONE_TIMEOUT_SECS`); it runs
     /// after the launch has answered, with the instance `pending`.
     pub clone_timeout_secs: u64,
+    /// The prefix of each task's branch in its clone
+    /// (`KANDEV_BRANCH_PREFIX`): `<prefix><short task id>-<title slug>`.
+    pub branch_prefix: String,
     pub workspace_policy: WorkspacePolicy,
     /// Where `.ssh`, `.gitconfig` and `.git-credentials` are looked up for
     /// read-only credential mounts (`KANDEV_CREDENTIALS_HOME`); defaults to
@@ -102,6 +113,7 @@ impl std::fmt::Debug for Settings {
             .field("listen_addr", &self.listen_addr)
             .field("database_schema", &self.database_schema)
             .field("nats_url", &self.nats_url)
+            .field("nats_user", &self.nats_user)
             .field("workspaces_root", &self.workspaces_root)
             .field("allowed_workspace_roots", &self.allowed_workspace_roots)
             .field(
@@ -122,6 +134,8 @@ impl Default for Settings {
             database_schema: "agent_manager".into(),
             database_max_connections: 10,
             nats_url: "nats://127.0.0.1:4222".into(),
+            nats_user: None,
+            nats_password: None,
             docker_host: String::new(),
             manager_id: "kandev-agent-manager".into(),
             pull_images: true,
@@ -131,6 +145,7 @@ impl Default for Settings {
             allowed_repository_roots: vec![],
             allow_internal_repository_hosts: false,
             clone_timeout_secs: 600,
+            branch_prefix: "kandev/".into(),
             workspace_policy: WorkspacePolicy::Keep,
             credentials_home: String::new(),
             container_home: "/home/agent".into(),
@@ -192,7 +207,19 @@ impl Validate for Settings {
         if self.max_log_lines < 1 {
             return Err("max_log_lines must be at least 1".into());
         }
+        check_credentials(&self.nats_user, &self.nats_password)?;
         Ok(())
+    }
+}
+
+impl Settings {
+    /// Who this service is to NATS.
+    pub fn nats_login(&self) -> NatsLogin {
+        NatsLogin::new(
+            "kandev-agent-manager",
+            self.nats_user.clone(),
+            self.nats_password.clone(),
+        )
     }
 }
 

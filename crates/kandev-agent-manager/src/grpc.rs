@@ -1,7 +1,7 @@
 //! The gRPC adapter: parse the request, call the [`AgentManager`], convert
 //! the result. No logic of its own.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, path::Path};
 
 use kandev_acp::PermissionDecision;
 use kandev_common::ServiceError;
@@ -12,6 +12,7 @@ use kandev_proto::{
 use tonic::{Request, Response, Status};
 
 use crate::{
+    changes,
     config::Settings,
     domain::{
         AgentError, AgentInstance, AgentType, CredentialMounts, InstanceStatus,
@@ -166,6 +167,7 @@ fn launch_request(r: pb::LaunchAgentRequest) -> Result<LaunchRequest, AgentError
         Some(Workspace::Repository(g)) => WorkspaceSource::Git {
             url: g.repository_url,
             branch: g.branch,
+            title: g.title,
         },
         Some(Workspace::WorkspacePath(p)) if !p.trim().is_empty() => WorkspaceSource::Path(p),
         _ => WorkspaceSource::Empty,
@@ -349,5 +351,54 @@ impl AgentManagerRpc for GrpcAgentAdapter {
             .await
             .map_err(status)?;
         Ok(Response::new(pb::RespondPermissionResponse {}))
+    }
+
+    async fn get_changes(
+        &self,
+        request: Request<pb::GetChangesRequest>,
+    ) -> Result<Response<pb::Changes>, Status> {
+        let task_id = parse_id("task_id", &request.into_inner().task_id).map_err(status)?;
+        let root = Path::new(&self.manager.settings().workspaces_root);
+        let repo = changes::task_repo(root, task_id).await.map_err(status)?;
+        let c = changes::changes(&repo).await.map_err(status)?;
+        Ok(Response::new(pb::Changes {
+            task_id: task_id.to_string(),
+            workspace_path: repo.work_tree().display().to_string(),
+            branch: c.branch,
+            base_branch: c.base_branch,
+            base_commit: c.base_commit,
+            head_commit: c.head_commit,
+            files: c
+                .files
+                .into_iter()
+                .map(|f| pb::FileChange {
+                    path: f.path,
+                    old_path: f.old_path.unwrap_or_default(),
+                    status: f.status.as_str().to_string(),
+                    additions: i64::try_from(f.additions).unwrap_or(i64::MAX),
+                    deletions: i64::try_from(f.deletions).unwrap_or(i64::MAX),
+                    binary: f.binary,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn get_file_diff(
+        &self,
+        request: Request<pb::GetFileDiffRequest>,
+    ) -> Result<Response<pb::FileDiff>, Status> {
+        let r = request.into_inner();
+        let task_id = parse_id("task_id", &r.task_id).map_err(status)?;
+        let root = Path::new(&self.manager.settings().workspaces_root);
+        let repo = changes::task_repo(root, task_id).await.map_err(status)?;
+        let d = changes::file_diff(&repo, &r.path, changes::MAX_DIFF_BYTES)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::FileDiff {
+            path: d.path,
+            diff: d.diff,
+            truncated: d.truncated,
+            binary: d.binary,
+        }))
     }
 }

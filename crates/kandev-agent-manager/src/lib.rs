@@ -14,16 +14,21 @@
 //! - [`workspace`]: git clone into `<workspaces_root>/<task_id>`, or an
 //!   allowed host directory; [`repository`]: which repository URLs may be
 //!   cloned.
+//! - [`git`]: git on the host, hardened against the agent's repository
+//!   configuration; [`changes`]: a task's branch and its changes against
+//!   the base.
 //! - [`runner`]: one prompt turn in one container, and the event pipeline.
 //! - [`manager`]: the domain API ([`AgentManager`]) and reconciliation.
 //! - [`grpc`]: the thin tonic adapter.
 //! - [`startup`]: `build(settings)` then `run_until_stopped(shutdown)`.
 //! - [`config`]: the service's typed settings.
 
+pub mod changes;
 pub mod config;
 pub mod docker;
 pub mod domain;
 pub mod exec;
+pub mod git;
 pub mod grpc;
 pub mod manager;
 pub mod repository;

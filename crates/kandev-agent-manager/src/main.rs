@@ -33,7 +33,7 @@ struct Cli {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let settings = config::load(cli.config.as_deref()).context("loading configuration")?;
-    telemetry::init(&settings.log);
+    let _telemetry = telemetry::init("agent-manager", &settings.log);
     let shutdown = shutdown::on_signal();
     let app = Application::build(settings)
         .await

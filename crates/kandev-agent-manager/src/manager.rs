@@ -517,11 +517,20 @@ impl AgentManager {
         };
         let shared = self.inner.shared.clone();
         let inner = self.inner.clone();
-        self.inner
-            .tasks
-            .spawn(runner::run_turn(shared, spec, handle, move || {
+        // The turn continues the trace of the launch or prompt that started it.
+        let span = tracing::info_span!(
+            "turn",
+            instance = %instance_id,
+            task_id = %instance.task_id,
+            trace_id = tracing::field::Empty,
+        );
+        kandev_common::trace::continue_from(&span, None);
+        self.inner.tasks.spawn(
+            runner::run_turn(shared, spec, handle, move || {
                 lock(&inner.runs).remove(&instance_id);
-            }));
+            })
+            .instrument(span),
+        );
         Ok(instance)
     }
 
@@ -882,14 +891,19 @@ impl AgentManager {
         };
         let inner = self.inner.clone();
         let instance_id = instance.id;
-        self.inner.tasks.spawn(runner::run_turn(
-            self.inner.shared.clone(),
-            spec,
-            handle,
-            move || {
+        let span = tracing::info_span!(
+            "turn",
+            instance = %instance_id,
+            task_id = %instance.task_id,
+            trace_id = tracing::field::Empty,
+        );
+        kandev_common::trace::continue_from(&span, None);
+        self.inner.tasks.spawn(
+            runner::run_turn(self.inner.shared.clone(), spec, handle, move || {
                 lock(&inner.runs).remove(&instance_id);
-            },
-        ));
+            })
+            .instrument(span),
+        );
         Reattach::Started
     }
 }

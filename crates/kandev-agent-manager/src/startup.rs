@@ -66,7 +66,7 @@ pub async fn connect_database(settings: &Settings) -> Result<PgPool, StartupErro
 impl Application {
     /// Connects to NATS JetStream from the settings.
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
-        let bus = JetStreamBus::connect(&settings.nats_url).await?;
+        let bus = JetStreamBus::connect_as(&settings.nats_url, &settings.nats_login()).await?;
         let ready_bus = bus.clone();
         let bus_ready = serve::sync_check(move || ready_bus.check_connected());
         Self::build_with_bus(settings, Arc::new(bus), bus_ready).await
@@ -177,6 +177,8 @@ impl Application {
             router,
             kandev_common::metrics::Scrape::Open,
         );
+        // Every request in its span, continuing the caller's trace.
+        let router = kandev_common::trace::instrument(router);
         // Exported from the start, so dashboards and alerts see a zero.
         metrics::counter!("kandev_docker_errors_total").increment(0);
         tracing::info!(addr = %self.local_addr, "agent manager listening (gRPC, /healthz, /readyz, /metrics)");

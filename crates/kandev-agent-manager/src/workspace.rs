@@ -20,8 +20,13 @@ use crate::{
 #[derive(Debug, Clone)]
 pub enum WorkspaceSource {
     /// `git clone --branch <branch> <url>`, for a URL the repository policy
-    /// allows (see [`crate::repository`]).
-    Git { url: String, branch: String },
+    /// allows (see [`crate::repository`]), then the task's own branch,
+    /// named after `title` (see [`work_branch`]).
+    Git {
+        url: String,
+        branch: String,
+        title: String,
+    },
     /// An existing host directory.
     Path(String),
     /// An empty directory of the manager's.
@@ -71,7 +76,10 @@ pub async fn prepare(
                 .map_err(|e| AgentError::Internal(format!("cannot create {dir:?}: {e}")))?;
             Prepared::Ready(owned(dir)?)
         }
-        WorkspaceSource::Git { url, branch } => plan_clone(settings, task_id, url, branch).await?,
+        WorkspaceSource::Git { url, branch, title } => {
+            let work_branch = work_branch(&settings.branch_prefix, task_id, &title);
+            plan_clone(settings, task_id, url, branch, work_branch).await?
+        }
     };
     // Docker's bind syntax is `host:container:mode`.
     let path = match &prepared {
@@ -131,11 +139,32 @@ fn allowed_path(settings: &Settings, path: &str) -> Result<PreparedWorkspace> {
     })
 }
 
+/// The task's branch: `<prefix><short id>-<slug of title>`. The short id is
+/// the end of the task's UUID (its random part: tasks created together
+/// differ there).
+pub fn work_branch(prefix: &str, task_id: Uuid, title: &str) -> String {
+    let id = task_id.simple().to_string();
+    let short = &id[id.len() - 8..];
+    let mut slug = String::new();
+    for word in title
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
+        if slug.len() + word.len() + 1 > 40 {
+            break;
+        }
+        slug.push('-');
+        slug.push_str(&word.to_ascii_lowercase());
+    }
+    format!("{prefix}{short}{slug}")
+}
+
 async fn plan_clone(
     settings: &Settings,
     task_id: Uuid,
     url: String,
     branch: String,
+    work_branch: String,
 ) -> Result<Prepared> {
     if url.trim().is_empty() || url.starts_with('-') {
         return Err(invalid(
@@ -155,6 +184,7 @@ async fn plan_clone(
     Ok(Prepared::Clone(PendingClone {
         url,
         branch,
+        work_branch,
         protocols,
         dest,
         timeout: Duration::from_secs(settings.clone_timeout_secs),
@@ -166,6 +196,7 @@ async fn plan_clone(
 pub struct PendingClone {
     url: String,
     branch: String,
+    work_branch: String,
     protocols: Vec<String>,
     dest: PathBuf,
     timeout: Duration,
@@ -180,6 +211,7 @@ impl PendingClone {
         let PendingClone {
             url,
             branch,
+            work_branch,
             protocols,
             dest,
             timeout,
@@ -228,6 +260,9 @@ impl PendingClone {
                 },
             )));
         }
+        // The task works on its own branch, from the base just cloned.
+        let repo = crate::git::Repo::open(&partial).await?;
+        crate::changes::start_branch(&repo, &work_branch).await?;
         std::fs::rename(&partial, &dest)
             .map_err(|e| AgentError::Internal(format!("cannot move the clone into place: {e}")))?;
         owned(dest)
@@ -301,6 +336,18 @@ mod tests {
         );
         assert_eq!(clone_failure("something odd\n"), "something odd");
         assert_eq!(clone_failure(""), "unknown error");
+    }
+
+    #[test]
+    fn a_task_branch_is_named_by_its_id_and_title() {
+        let task = Uuid::parse_str("01a23e7a-422d-74c4-bc6a-1c101a9b0f8c").unwrap();
+        assert_eq!(
+            super::work_branch("kandev/", task, "Fix the login page (again!)"),
+            "kandev/1a9b0f8c-fix-the-login-page-again"
+        );
+        assert_eq!(super::work_branch("k/", task, ""), "k/1a9b0f8c");
+        let long = super::work_branch("", task, &"word ".repeat(30));
+        assert!(long.len() <= 8 + 40, "{long}");
     }
 
     #[test]

@@ -113,10 +113,12 @@ mod tests {
             )?;
             jail.set_env("KANDEV_DATABASE_URL", "postgres://env");
             jail.set_env("KANDEV_LOG__FORMAT", "json");
+            jail.set_env("KANDEV_LOG__OTLP_ENDPOINT", "http://collector:4317");
             let demo: Demo = load(Some(Path::new("kandev.toml"))).map_err(|e| e.to_string())?;
             assert_eq!(demo.listen_addr, "0.0.0.0:9");
             assert_eq!(demo.database_url, "postgres://env");
             assert_eq!(demo.log.format, crate::telemetry::LogFormat::Json);
+            assert_eq!(demo.log.otlp_endpoint, "http://collector:4317");
             Ok(())
         });
     }

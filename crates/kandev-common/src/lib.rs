@@ -6,7 +6,8 @@
 //! - [`config`]: defaults, then an optional TOML file, then `KANDEV_*`
 //!   environment variables, validated once.
 //! - [`db`]: a Postgres pool pinned to the service's own schema.
-//! - [`telemetry`]: tracing subscriber setup, human or JSON output.
+//! - [`telemetry`]: tracing subscriber setup, human or JSON output, OTLP export.
+//! - [`trace`]: W3C trace context in and out of requests, gRPC and NATS.
 //! - [`error`]: [`ErrorCode`], mapped to `tonic::Code` and to HTTP statuses.
 //! - [`serve`]: one listener answering gRPC, `/healthz` and `/readyz`.
 //! - [`metrics`]: the Prometheus recorder, `/metrics`, request metrics.
@@ -21,6 +22,7 @@ pub mod serve;
 pub mod shutdown;
 pub mod telemetry;
 pub mod text;
+pub mod trace;
 
 pub use error::{ErrorCode, ServiceError};
 pub use tokio_util::sync::CancellationToken;

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
-use crate::subjects::STREAMS;
+use crate::{nats::NatsLogin, subjects::STREAMS};
 
 /// How long a stream keeps an event.
 pub const STREAM_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -23,6 +23,14 @@ pub const STREAM_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 pub enum BusError {
     #[error("cannot connect to NATS at {url}: {reason}")]
     Connect { url: String, reason: String },
+    #[error(
+        "NATS at {url} refused {who} ({reason}): check KANDEV_NATS_USER and KANDEV_NATS_PASSWORD"
+    )]
+    Refused {
+        url: String,
+        who: String,
+        reason: String,
+    },
     #[error("event bus unavailable: {0}")]
     Unavailable(String),
     #[error("cannot set up stream {stream}: {reason}")]
@@ -46,6 +54,13 @@ pub trait EventBus: Send + Sync + 'static {
     async fn last_message(&self, subject: &str) -> Result<Option<Bytes>, BusError>;
 }
 
+/// The `traceparent` header of a bus message, if it has one.
+pub fn traceparent(headers: Option<&HeaderMap>) -> Option<&str> {
+    headers?
+        .get(kandev_common::trace::TRACEPARENT)
+        .map(|v| v.as_str())
+}
+
 /// NATS's default `max_payload`.
 pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
 
@@ -63,20 +78,18 @@ impl std::fmt::Debug for JetStreamBus {
 }
 
 impl JetStreamBus {
-    /// Connects (retrying in the background if NATS is not up yet) and makes
-    /// sure the streams exist when NATS answers.
+    /// Connects without credentials (retrying in the background if NATS is
+    /// not up yet) and makes sure the streams exist when NATS answers.
     pub async fn connect(url: &str) -> Result<Self, BusError> {
-        let client = async_nats::ConnectOptions::new()
-            .name("kandev")
-            .retry_on_initial_connect()
-            .max_reconnects(None)
-            .connection_timeout(Duration::from_secs(2))
-            .connect(url)
-            .await
-            .map_err(|e| BusError::Connect {
-                url: url.to_string(),
-                reason: e.to_string(),
-            })?;
+        Self::connect_as(url, &NatsLogin::anonymous("kandev")).await
+    }
+
+    /// Connects as `login` (see [`crate::nats::connect`]: refused
+    /// credentials are an error at once, a NATS that does not answer yet is
+    /// waited for in the background) and makes sure the streams exist when
+    /// NATS answers.
+    pub async fn connect_as(url: &str, login: &NatsLogin) -> Result<Self, BusError> {
+        let client = crate::nats::connect(url, login, |_| {}).await?;
         let mut js = jetstream::new(client.clone());
         js.set_timeout(Duration::from_secs(5));
         let bus = JetStreamBus { client, js };
@@ -174,6 +187,11 @@ impl EventBus for JetStreamBus {
     async fn publish(&self, subject: &str, id: Uuid, payload: Bytes) -> Result<(), BusError> {
         let mut headers = HeaderMap::new();
         headers.insert("Nats-Msg-Id", id.to_string().as_str());
+        // The publishing span's trace goes with the event (W3C
+        // `traceparent`), so its consumers continue it.
+        if let Some(traceparent) = kandev_common::trace::current() {
+            headers.insert(kandev_common::trace::TRACEPARENT, traceparent.as_str());
+        }
         let ack = self
             .js
             .publish_with_headers(subject.to_string(), headers, payload)

@@ -12,9 +12,11 @@
 //! - [`agent`]: payloads of `agent.*` events and `acp.message.<task_id>`.
 //! - [`bus`]: the [`EventBus`] trait, its JetStream implementation and an
 //!   in-process one.
+//! - [`nats`]: connecting to NATS as one service, with its own user.
 
 pub mod agent;
 pub mod bus;
+pub mod nats;
 pub mod state;
 pub mod subjects;
 pub mod task;
@@ -23,7 +25,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-pub use bus::{BusError, EventBus, JetStreamBus, MemoryBus};
+pub use bus::{BusError, EventBus, JetStreamBus, MemoryBus, traceparent};
+pub use nats::{NatsLogin, NatsPassword};
 pub use state::{TaskState, UnknownTaskState};
 
 /// The JSON wrapper of every event on the bus.

@@ -76,6 +76,7 @@ pub struct UserResponse {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Board {
+    #[schema(format = Uuid)]
     pub id: String,
     pub name: String,
     pub description: String,
@@ -143,7 +144,9 @@ pub fn parse_state(s: &str) -> Result<TaskState, ApiError> {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Task {
+    #[schema(format = Uuid)]
     pub id: String,
+    #[schema(format = Uuid)]
     pub board_id: String,
     pub title: String,
     pub description: String,
@@ -270,8 +273,11 @@ pub struct DeleteTaskParams {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct TaskEvent {
+    #[schema(format = Uuid)]
     pub id: String,
+    #[schema(format = Uuid)]
     pub task_id: String,
+    #[schema(format = Uuid)]
     pub board_id: String,
     /// created | updated | state_changed | deleted
     pub kind: String,
@@ -369,6 +375,7 @@ fn agent_status(value: i32) -> String {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LaunchAgentRequest {
+    #[schema(format = Uuid)]
     pub task_id: String,
     pub agent_type: String,
     /// A host directory to work in; or give `repository_url` (and `branch`).
@@ -391,7 +398,9 @@ pub struct LaunchAgentRequest {
 /// An agent instance (a container running one agent for one task).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AgentInstance {
+    #[schema(format = Uuid)]
     pub id: String,
+    #[schema(format = Uuid)]
     pub task_id: String,
     pub agent_type: String,
     pub container_id: String,
@@ -495,7 +504,9 @@ impl From<pb::GetLogsResponse> for LogsResponse {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AgentSession {
+    #[schema(format = Uuid)]
     pub instance_id: String,
+    #[schema(format = Uuid)]
     pub task_id: String,
     pub session_id: String,
     pub status: String,
@@ -729,9 +740,11 @@ pub struct StopTaskRequest {
 /// How the orchestrator is running a task.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct TaskExecution {
+    #[schema(format = Uuid)]
     pub task_id: String,
     /// idle | queued | launching | running | retry_wait | completed | failed | stopped
     pub state: String,
+    #[schema(format = Uuid)]
     pub instance_id: Option<String>,
     pub attempts: i32,
     /// 1-based position in the launch queue; 0 when not queued.

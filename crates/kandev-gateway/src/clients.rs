@@ -1,8 +1,9 @@
 //! Lazily connected gRPC clients of the three services, with connect and
-//! call timeouts, and their readiness checks.
+//! call timeouts and the caller's trace context, and their readiness checks.
 
 use std::time::Duration;
 
+use kandev_common::trace::{TracedChannel, traced};
 use kandev_proto::v1::{
     agent_manager_client::AgentManagerClient, orchestrator_client::OrchestratorClient,
     task_service_client::TaskServiceClient,
@@ -22,9 +23,9 @@ pub const ORCHESTRATOR: &str = "orchestrator";
 /// Clients of the services; cheap to clone (channels are shared).
 #[derive(Debug, Clone)]
 pub struct Downstream {
-    pub tasks: TaskServiceClient<Channel>,
-    pub agents: AgentManagerClient<Channel>,
-    pub orchestrator: OrchestratorClient<Channel>,
+    pub tasks: TaskServiceClient<TracedChannel>,
+    pub agents: AgentManagerClient<TracedChannel>,
+    pub orchestrator: OrchestratorClient<TracedChannel>,
     channels: [(&'static str, Channel); 3],
     pub connect_timeout: Duration,
 }
@@ -45,9 +46,9 @@ impl Downstream {
         let agents = channel(&settings.agent_manager_url, settings)?;
         let orchestrator = channel(&settings.orchestrator_url, settings)?;
         Ok(Downstream {
-            tasks: TaskServiceClient::new(tasks.clone()),
-            agents: AgentManagerClient::new(agents.clone()),
-            orchestrator: OrchestratorClient::new(orchestrator.clone()),
+            tasks: TaskServiceClient::new(traced(tasks.clone())),
+            agents: AgentManagerClient::new(traced(agents.clone())),
+            orchestrator: OrchestratorClient::new(traced(orchestrator.clone())),
             channels: [
                 (TASK_SERVICE, tasks),
                 (AGENT_MANAGER, agents),

@@ -1,6 +1,7 @@
 //! Settings of the gateway.
 
 use kandev_common::{config::Validate, telemetry::LogSettings};
+use kandev_events::nats::{NatsLogin, NatsPassword, check_credentials};
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -26,6 +27,13 @@ pub struct Settings {
     pub orchestrator_url: String,
     /// NATS (`KANDEV_NATS_URL`): the live feed of the tasks clients watch.
     pub nats_url: String,
+    /// This service's NATS user (`KANDEV_NATS_USER`, `gateway` in
+    /// `deploy/nats/nats.conf`); unset for a NATS without authorization.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nats_user: Option<String>,
+    /// Its password (`KANDEV_NATS_PASSWORD`); never logged.
+    #[serde(skip_serializing)]
+    pub nats_password: Option<NatsPassword>,
     /// Feed frames a stream client may have queued before it counts as
     /// lagging and is disconnected (close code 1008).
     pub stream_client_buffer: usize,
@@ -119,6 +127,7 @@ impl std::fmt::Debug for Settings {
             .field("agent_manager_url", &self.agent_manager_url)
             .field("orchestrator_url", &self.orchestrator_url)
             .field("nats_url", &self.nats_url)
+            .field("nats_user", &self.nats_user)
             .field("cors_allowed_origins", &self.cors_allowed_origins)
             .finish_non_exhaustive()
     }
@@ -134,6 +143,8 @@ impl Default for Settings {
             task_service_url: "http://127.0.0.1:8081".into(),
             orchestrator_url: "http://127.0.0.1:8082".into(),
             nats_url: "nats://127.0.0.1:4222".into(),
+            nats_user: None,
+            nats_password: None,
             stream_client_buffer: 16_384,
             agent_manager_url: "http://127.0.0.1:8083".into(),
             downstream_connect_timeout_ms: 2000,
@@ -224,7 +235,19 @@ impl Validate for Settings {
         {
             return Err("rate limits must be at least 1".into());
         }
+        check_credentials(&self.nats_user, &self.nats_password)?;
         Ok(())
+    }
+}
+
+impl Settings {
+    /// Who this service is to NATS.
+    pub fn nats_login(&self) -> NatsLogin {
+        NatsLogin::new(
+            "kandev-gateway",
+            self.nats_user.clone(),
+            self.nats_password.clone(),
+        )
     }
 }
 
@@ -260,11 +283,15 @@ mod tests {
     fn debug_hides_secrets() {
         let s = Settings {
             admin_password: Some("hunter2-hunter2".into()),
+            nats_user: Some("gateway".into()),
+            nats_password: Some("nats-hunter3".into()),
             ..valid()
         };
         let shown = format!("{s:?}");
         assert!(!shown.contains("xxxxxxxx"));
         assert!(!shown.contains("hunter2"));
+        assert!(!shown.contains("hunter3"), "{shown}");
+        assert!(shown.contains("gateway"), "{shown}");
     }
 
     #[test]

@@ -32,7 +32,7 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let settings: Settings =
         config::load(cli.config.as_deref()).context("loading configuration")?;
-    telemetry::init(&settings.log);
+    let _telemetry = telemetry::init("gateway", &settings.log);
     let shutdown = shutdown::on_signal();
     let app = Application::build(settings)
         .await

@@ -53,6 +53,8 @@ impl Modify for BearerAuth {
         routes::tasks::delete_task,
         routes::tasks::change_state,
         routes::tasks::list_events,
+        routes::changes::changes,
+        routes::changes::diff,
         routes::agents::launch,
         routes::agents::prompt,
         routes::agents::cancel,

@@ -186,33 +186,27 @@ async fn connect_nats(
     settings: &Settings,
 ) -> Result<(async_nats::Client, Arc<LiveFeeds>), StartupError> {
     let feeds: Arc<std::sync::OnceLock<Arc<LiveFeeds>>> = Arc::default();
-    let on_event = feeds.clone();
-    let nats = async_nats::ConnectOptions::new()
-        .name("kandev-gateway")
-        .retry_on_initial_connect()
-        .max_reconnects(None)
-        .connection_timeout(Duration::from_secs(2))
-        .event_callback(move |event| {
-            let feeds = on_event.clone();
-            async move {
-                match event {
-                    async_nats::Event::Connected => {
-                        if let Some(feeds) = feeds.get() {
-                            feeds.reconnected();
-                        }
-                    }
-                    async_nats::Event::Disconnected => {
-                        tracing::warn!("NATS disconnected; live feeds wait for it");
-                    }
-                    other => tracing::debug!(event = %other, "nats"),
-                }
+    let reconnected = feeds.clone();
+    let on_event = move |event: &async_nats::Event| match event {
+        async_nats::Event::Connected => {
+            if let Some(feeds) = reconnected.get() {
+                feeds.reconnected();
             }
-        })
-        .connect(&settings.nats_url)
+        }
+        async_nats::Event::Disconnected => {
+            tracing::warn!("NATS disconnected; live feeds wait for it");
+        }
+        other => tracing::debug!(event = %other, "nats"),
+    };
+    // Refused credentials stop the start; a NATS not up yet is waited for.
+    let nats = kandev_events::nats::connect(&settings.nats_url, &settings.nats_login(), on_event)
         .await
-        .map_err(|e| StartupError::Nats {
-            url: settings.nats_url.clone(),
-            reason: e.to_string(),
+        .map_err(|e| match e {
+            kandev_events::BusError::Refused { .. } => StartupError::Config(e.to_string()),
+            e => StartupError::Nats {
+                url: settings.nats_url.clone(),
+                reason: e.to_string(),
+            },
         })?;
     let live = LiveFeeds::new(nats.clone(), settings.stream_client_buffer);
     let _ = feeds.set(live.clone());

@@ -1186,3 +1186,109 @@ async fn the_board_tells_the_truth_at_a_glance() {
     browser.close().await;
     stack.shutdown().await;
 }
+
+/// Issue 17: the Changes tab shows where the task's work lives and the
+/// agent's edits on its branch, as a file list and a diff (unified, and
+/// side by side on a wide window), refreshed when a turn ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_changes_tab_shows_the_agents_edits() {
+    let Some(browser) = start_browser().await else {
+        return;
+    };
+    let stack = start_stack().await;
+    let c = &browser.client;
+    login(c, &stack.base).await;
+    let repo = stack.git_repo("changes");
+    let board = api(c, "POST", "/boards", json!({"name": "Changes"})).await;
+    let board_id = board["body"]["id"].as_str().unwrap().to_string();
+    let task = api(
+        c,
+        "POST",
+        &format!("/boards/{board_id}/tasks"),
+        json!({"title": "Edit the readme", "description": "scenario: code",
+               "agent_type": "mock-agent", "repository_url": repo, "max_retries": 0}),
+    )
+    .await;
+    assert_eq!(task["status"], 201, "{task}");
+    let task_id = task["body"]["id"].as_str().unwrap().to_string();
+    c.goto(&format!("{}/#/tasks/{task_id}", stack.base))
+        .await
+        .expect("open the task");
+    wait_js(
+        c,
+        "the task completed",
+        120,
+        "return document.querySelector('[data-testid=task-state]')?.dataset.state === 'COMPLETED';",
+        vec![],
+    )
+    .await;
+
+    click(c, "[data-testid=tab-changes]").await;
+    wait_js(
+        c,
+        "README.md listed",
+        30,
+        "return !!document.querySelector('[data-testid=changes-file][data-path=\"README.md\"]');",
+        vec![],
+    )
+    .await;
+    click(c, "[data-testid=changes-file][data-path=\"README.md\"]").await;
+    let short = &task_id.replace('-', "")[24..];
+    let shown = wait_js(
+        c,
+        "the changed README.md with its diff",
+        30,
+        "const files = [...document.querySelectorAll('[data-testid=changes-file]')];
+         const diff = document.querySelector('[data-testid=changes-file-diff]');
+         const added = diff && [...diff.querySelectorAll('.diff-unified .diff-line[data-op=\"+\"]')]
+           .map(l => l.textContent);
+         return files.length >= 1 && diff && diff.dataset.path === 'README.md'
+           && added.some(t => t.includes('Edited by kandev-mock-agent (turn 1).'))
+           && { files: files.map(f => [f.dataset.path, f.dataset.status]),
+                branch: document.querySelector('[data-testid=changes-branch]').textContent,
+                path: document.querySelector('[data-testid=changes-path]').textContent,
+                summary: document.querySelector('[data-testid=changes-summary]').textContent };",
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        shown["branch"],
+        format!("kandev/{short}-edit-the-readme"),
+        "{shown}"
+    );
+    assert!(
+        shown["path"].as_str().unwrap().ends_with(&task_id),
+        "the clone's path: {shown}"
+    );
+    assert!(
+        shown["files"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(["README.md", "modified"])),
+        "{shown}"
+    );
+    assert!(
+        shown["summary"].as_str().unwrap().contains("changed"),
+        "{shown}"
+    );
+    screenshot(c, "changes.png").await;
+
+    // A wide window shows the diff side by side: the removed line faces
+    // the added one.
+    c.set_window_size(1600, 1000).await.expect("resize");
+    wait_js(
+        c,
+        "the side-by-side diff",
+        10,
+        "const split = document.querySelector('[data-testid=changes-diff-split]');
+         const unified = document.querySelector('[data-testid=changes-diff-unified]');
+         return split && split.offsetParent !== null && unified.offsetParent === null
+           && split.querySelectorAll('.diff-pair').length > 0;",
+        vec![],
+    )
+    .await;
+    screenshot(c, "changes-wide.png").await;
+
+    browser.close().await;
+    stack.shutdown().await;
+}

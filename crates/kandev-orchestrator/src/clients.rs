@@ -1,8 +1,10 @@
 //! The services the orchestrator drives: the agent manager behind the
 //! [`AgentControl`] trait (its gRPC implementation is [`GrpcAgentControl`]),
-//! and the task service's gRPC client.
+//! and the task service's gRPC client; every call carries the caller's
+//! trace context.
 
 use async_trait::async_trait;
+use kandev_common::trace::{TracedChannel, traced};
 use kandev_proto::v1::{
     self as pb, agent_manager_client::AgentManagerClient, task_service_client::TaskServiceClient,
 };
@@ -23,16 +25,18 @@ pub trait AgentControl: Send + Sync + 'static {
 /// [`AgentControl`] over the agent manager's gRPC API.
 #[derive(Clone)]
 pub struct GrpcAgentControl {
-    client: AgentManagerClient<Channel>,
+    client: AgentManagerClient<TracedChannel>,
 }
 
-fn lazy_channel(url: &str) -> Result<Channel, String> {
-    Ok(Channel::from_shared(url.to_string())
-        .map_err(|e| format!("{url}: {e}"))?
-        .connect_timeout(std::time::Duration::from_secs(5))
-        // The engine waits for these calls; none may hang it for ever.
-        .timeout(std::time::Duration::from_secs(120))
-        .connect_lazy())
+fn lazy_channel(url: &str) -> Result<TracedChannel, String> {
+    Ok(traced(
+        Channel::from_shared(url.to_string())
+            .map_err(|e| format!("{url}: {e}"))?
+            .connect_timeout(std::time::Duration::from_secs(5))
+            // The engine waits for these calls; none may hang it for ever.
+            .timeout(std::time::Duration::from_secs(120))
+            .connect_lazy(),
+    ))
 }
 
 impl GrpcAgentControl {
@@ -119,6 +123,6 @@ impl AgentControl for GrpcAgentControl {
 }
 
 /// A lazily connecting task service client.
-pub fn task_client(url: &str) -> Result<TaskServiceClient<Channel>, String> {
+pub fn task_client(url: &str) -> Result<TaskServiceClient<TracedChannel>, String> {
     Ok(TaskServiceClient::new(lazy_channel(url)?))
 }

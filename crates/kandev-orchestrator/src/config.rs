@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use kandev_common::{config::Validate, telemetry::LogSettings};
+use kandev_events::nats::{NatsLogin, NatsPassword, check_credentials};
 use serde::{Deserialize, Serialize};
 
 /// Loaded from defaults, the config file and `KANDEV_*` variables.
@@ -19,6 +20,13 @@ pub struct Settings {
     pub database_max_connections: u32,
     /// `KANDEV_NATS_URL`.
     pub nats_url: String,
+    /// This service's NATS user (`KANDEV_NATS_USER`, `orchestrator` in
+    /// `deploy/nats/nats.conf`); unset for a NATS without authorization.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nats_user: Option<String>,
+    /// Its password (`KANDEV_NATS_PASSWORD`); never logged.
+    #[serde(skip_serializing)]
+    pub nats_password: Option<NatsPassword>,
     /// `KANDEV_TASK_SERVICE_URL`.
     pub task_service_url: String,
     /// `KANDEV_AGENT_MANAGER_URL`.
@@ -82,6 +90,7 @@ impl std::fmt::Debug for Settings {
             .field("listen_addr", &self.listen_addr)
             .field("database_schema", &self.database_schema)
             .field("nats_url", &self.nats_url)
+            .field("nats_user", &self.nats_user)
             .field("task_service_url", &self.task_service_url)
             .field("agent_manager_url", &self.agent_manager_url)
             .field("max_concurrent", &self.max_concurrent)
@@ -98,6 +107,8 @@ impl Default for Settings {
             database_schema: "orchestrator".into(),
             database_max_connections: 10,
             nats_url: "nats://127.0.0.1:4222".into(),
+            nats_user: None,
+            nats_password: None,
             task_service_url: "http://127.0.0.1:8081".into(),
             agent_manager_url: "http://127.0.0.1:8083".into(),
             max_concurrent: 4,
@@ -173,7 +184,19 @@ impl Validate for Settings {
                 return Err(format!("invalid durable consumer name {name:?}"));
             }
         }
+        check_credentials(&self.nats_user, &self.nats_password)?;
         Ok(())
+    }
+}
+
+impl Settings {
+    /// Who this service is to NATS.
+    pub fn nats_login(&self) -> NatsLogin {
+        NatsLogin::new(
+            "kandev-orchestrator",
+            self.nats_user.clone(),
+            self.nats_password.clone(),
+        )
     }
 }
 
@@ -200,7 +223,17 @@ mod tests {
             jail.set_env("KANDEV_COMPLETE_TO_REVIEW", "true");
             jail.set_env("KANDEV_CONSUMERS__ACP_DURABLE", "orch-acp-2");
             jail.set_env("KANDEV_AGENT_MANAGER_URL", "http://am:8083");
+            jail.set_env("KANDEV_NATS_USER", "orchestrator");
+            jail.set_env("KANDEV_NATS_PASSWORD", "s3cret-nats");
             let s: Settings = kandev_common::config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(s.nats_user.as_deref(), Some("orchestrator"));
+            let login = s.nats_login();
+            assert_eq!(login.name, "kandev-orchestrator");
+            assert_eq!(
+                login.password.as_ref().map(|p| p.expose_secret()),
+                Some("s3cret-nats")
+            );
+            assert!(!format!("{s:?}").contains("s3cret"));
             assert_eq!(s.per_agent_type_limits.get("mock-agent"), Some(&1));
             assert_eq!(s.per_agent_type_limits.get("auggie"), Some(&2));
             assert_eq!(s.max_concurrent, 3);
@@ -222,5 +255,11 @@ mod tests {
         let mut s = Settings::default();
         s.consumers.acp_durable = "a.b".into();
         assert!(s.validate().is_err());
+        // A NATS user without its password (or the reverse).
+        let s = Settings {
+            nats_user: Some("orchestrator".into()),
+            ..Settings::default()
+        };
+        assert!(s.validate().unwrap_err().contains("nats_password"));
     }
 }

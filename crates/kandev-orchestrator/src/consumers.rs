@@ -12,6 +12,7 @@ use async_nats::jetstream::{
 use futures::StreamExt;
 use kandev_common::CancellationToken;
 use kandev_events::JetStreamBus;
+use tracing::Instrument as _;
 
 use crate::engine::Engine;
 
@@ -97,9 +98,29 @@ pub async fn run(
                 }
                 None => break,
             };
+            // Handled in the trace of whoever published the event.
+            let span = tracing::info_span!(
+                "event",
+                subject = %msg.subject,
+                trace_id = tracing::field::Empty,
+            );
+            kandev_common::trace::continue_from(
+                &span,
+                kandev_events::traceparent(msg.headers.as_ref()),
+            );
             let result = match source {
-                Source::Tasks => engine.handle_task_event(&msg.subject, &msg.payload).await,
-                Source::Agents => engine.handle_agent_event(&msg.payload).await,
+                Source::Tasks => {
+                    engine
+                        .handle_task_event(&msg.subject, &msg.payload)
+                        .instrument(span)
+                        .await
+                }
+                Source::Agents => {
+                    engine
+                        .handle_agent_event(&msg.payload)
+                        .instrument(span)
+                        .await
+                }
             };
             match result {
                 Ok(()) => {

@@ -9,6 +9,7 @@ use std::{collections::HashMap, sync::Arc};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use kandev_common::trace::TracedChannel;
 use kandev_events::{
     Envelope, TaskState,
     agent::{AgentEventKind, AgentLifecycle},
@@ -19,7 +20,7 @@ use kandev_proto::v1::{self as pb, task_service_client::TaskServiceClient};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 use tokio::sync::Mutex;
-use tonic::transport::Channel;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::{
@@ -56,6 +57,8 @@ pub struct Execution {
     pub updated_at: DateTime<Utc>,
     /// `eligible` or `manual`.
     pub origin: String,
+    /// The trace of what queued the run (W3C `traceparent`), or empty.
+    pub traceparent: String,
 }
 
 impl Execution {
@@ -104,21 +107,21 @@ pub struct Engine {
     pool: PgPool,
     settings: Arc<Settings>,
     agents: Arc<dyn AgentControl>,
-    tasks: TaskServiceClient<Channel>,
+    tasks: TaskServiceClient<TracedChannel>,
     hub: Arc<FeedHub>,
     lock: Mutex<()>,
 }
 
 const SELECT_EXEC: &str = "SELECT task_id, state, agent_type, priority, queue_order, instance_id, \
-     attempts, max_retries, last_error, acp_session_id, prompt, retry_at, updated_at, origin \
-     FROM executions";
+     attempts, max_retries, last_error, acp_session_id, prompt, retry_at, updated_at, origin, \
+     traceparent FROM executions";
 
 impl Engine {
     pub fn new(
         pool: PgPool,
         settings: Arc<Settings>,
         agents: Arc<dyn AgentControl>,
-        tasks: TaskServiceClient<Channel>,
+        tasks: TaskServiceClient<TracedChannel>,
         hub: Arc<FeedHub>,
     ) -> Arc<Self> {
         Arc::new(Engine {
@@ -238,14 +241,16 @@ impl Engine {
         };
         sqlx::query(
             "INSERT INTO executions (task_id, state, agent_type, priority, queue_order, attempts,
-                                     max_retries, last_error, prompt, instance_id, retry_at, origin)
-             VALUES ($1, 'queued', $2, $3, nextval('queue_order'), 0, $4, '', $5, NULL, NULL, $6)
+                                     max_retries, last_error, prompt, instance_id, retry_at, origin,
+                                     traceparent)
+             VALUES ($1, 'queued', $2, $3, nextval('queue_order'), 0, $4, '', $5, NULL, NULL, $6, $7)
              ON CONFLICT (task_id) DO UPDATE SET
                 state = 'queued', agent_type = $2, priority = $3,
                 queue_order = CASE WHEN executions.state = 'queued' THEN executions.queue_order
                                    ELSE nextval('queue_order') END,
                 attempts = 0, max_retries = $4, last_error = '', prompt = $5,
-                instance_id = NULL, retry_at = NULL, origin = $6, updated_at = now()",
+                instance_id = NULL, retry_at = NULL, origin = $6, traceparent = $7,
+                updated_at = now()",
         )
         .bind(t.id)
         .bind(agent_type)
@@ -253,6 +258,7 @@ impl Engine {
         .bind(t.max_retries.max(0))
         .bind(prompt)
         .bind(origin)
+        .bind(kandev_common::trace::current().unwrap_or_default())
         .execute(&self.pool)
         .await?;
         tracing::info!(task_id = %t.id, priority = t.priority, %agent_type, "task queued");
@@ -307,8 +313,20 @@ impl Engine {
         Ok(())
     }
 
-    /// Launches one queued task; `true` when it now holds a slot.
+    /// Launches one queued task; `true` when it now holds a slot. The launch
+    /// continues the trace of what queued it.
     async fn launch(&self, exec: Execution) -> Result<bool> {
+        let span = tracing::info_span!(
+            "launch",
+            task_id = %exec.task_id,
+            trace_id = tracing::field::Empty,
+        );
+        let queued_by = Some(exec.traceparent.as_str()).filter(|t| !t.is_empty());
+        kandev_common::trace::continue_from(&span, queued_by);
+        self.launch_queued(exec).instrument(span).await
+    }
+
+    async fn launch_queued(&self, exec: Execution) -> Result<bool> {
         let task_id = exec.task_id;
         let attempts = exec.attempts + 1;
         sqlx::query(
@@ -371,6 +389,7 @@ impl Engine {
                 pb::GitWorkspace {
                     repository_url: task.repository_url.clone(),
                     branch: task.branch.clone(),
+                    title: task.title.clone(),
                 },
             ))
         } else if !task.workspace_path.is_empty() {

@@ -84,7 +84,7 @@ impl Application {
         agents: Arc<dyn AgentControl>,
     ) -> Result<Self, StartupError> {
         let settings = Arc::new(settings);
-        let bus = JetStreamBus::connect(&settings.nats_url).await?;
+        let bus = JetStreamBus::connect_as(&settings.nats_url, &settings.nats_login()).await?;
         let pool = connect_database(&settings).await?;
         let tasks =
             clients::task_client(&settings.task_service_url).map_err(StartupError::Client)?;
@@ -201,6 +201,8 @@ impl Application {
             router,
             kandev_common::metrics::Scrape::Open,
         );
+        // Every request in its span, continuing the caller's trace.
+        let router = kandev_common::trace::instrument(router);
         // Exported from the start, so dashboards and alerts see a zero.
         metrics::gauge!("kandev_queue_depth").increment(0.0);
         tracing::info!(addr = %self.local_addr, "orchestrator listening (gRPC, REST, WebSocket, /healthz, /readyz, /metrics)");

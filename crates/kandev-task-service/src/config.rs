@@ -1,6 +1,7 @@
 //! Settings of the task service.
 
 use kandev_common::{config::Validate, telemetry::LogSettings};
+use kandev_events::nats::{NatsLogin, NatsPassword, check_credentials};
 use serde::{Deserialize, Serialize};
 
 /// Loaded from defaults, the config file and `KANDEV_*` variables.
@@ -16,6 +17,13 @@ pub struct Settings {
     pub database_max_connections: u32,
     /// `KANDEV_NATS_URL`.
     pub nats_url: String,
+    /// This service's NATS user (`KANDEV_NATS_USER`, `task-service` in
+    /// `deploy/nats/nats.conf`); unset for a NATS without authorization.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nats_user: Option<String>,
+    /// Its password (`KANDEV_NATS_PASSWORD`); never logged.
+    #[serde(skip_serializing)]
+    pub nats_password: Option<NatsPassword>,
     /// How often the outbox relay polls when nothing wakes it, in ms.
     pub outbox_poll_ms: u64,
     /// Serve gRPC reflection (`KANDEV_GRPC_REFLECTION`): off by default, so
@@ -30,6 +38,7 @@ impl std::fmt::Debug for Settings {
             .field("listen_addr", &self.listen_addr)
             .field("database_schema", &self.database_schema)
             .field("nats_url", &self.nats_url)
+            .field("nats_user", &self.nats_user)
             .finish_non_exhaustive()
     }
 }
@@ -42,6 +51,8 @@ impl Default for Settings {
             database_schema: "task_service".into(),
             database_max_connections: 10,
             nats_url: "nats://127.0.0.1:4222".into(),
+            nats_user: None,
+            nats_password: None,
             outbox_poll_ms: 1000,
             grpc_reflection: false,
             log: LogSettings::default(),
@@ -73,6 +84,18 @@ impl Validate for Settings {
         if self.outbox_poll_ms == 0 {
             return Err("outbox_poll_ms must be at least 1".into());
         }
+        check_credentials(&self.nats_user, &self.nats_password)?;
         Ok(())
+    }
+}
+
+impl Settings {
+    /// Who this service is to NATS.
+    pub fn nats_login(&self) -> NatsLogin {
+        NatsLogin::new(
+            "kandev-task-service",
+            self.nats_user.clone(),
+            self.nats_password.clone(),
+        )
     }
 }

@@ -13,10 +13,11 @@
 use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use kandev_common::CancellationToken;
+use kandev_common::{CancellationToken, trace};
 use kandev_events::{BusError, EventBus};
 use sqlx::PgPool;
 use tokio::sync::Notify;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 const BATCH: i64 = 200;
@@ -61,8 +62,9 @@ impl OutboxRelay {
         if !locked {
             return Ok(0);
         }
-        let rows: Vec<(i64, Uuid, String, String)> = sqlx::query_as(
-            "SELECT id, event_id, subject, payload::text FROM outbox ORDER BY id LIMIT $1",
+        let rows: Vec<(i64, Uuid, String, String, String)> = sqlx::query_as(
+            "SELECT id, event_id, subject, payload::text, traceparent FROM outbox
+             ORDER BY id LIMIT $1",
         )
         .bind(BATCH)
         .fetch_all(&mut *tx)
@@ -70,10 +72,18 @@ impl OutboxRelay {
 
         let mut published = Vec::with_capacity(rows.len());
         let mut failure = None;
-        for (id, event_id, subject, payload) in rows {
+        for (id, event_id, subject, payload, traceparent) in rows {
+            // Published in the trace of the request that made the change.
+            let span = tracing::info_span!(
+                "outbox_publish",
+                %subject,
+                trace_id = tracing::field::Empty,
+            );
+            trace::continue_from(&span, Some(traceparent.as_str()).filter(|t| !t.is_empty()));
             match self
                 .bus
                 .publish(&subject, event_id, Bytes::from(payload))
+                .instrument(span)
                 .await
             {
                 Ok(()) => published.push(id),

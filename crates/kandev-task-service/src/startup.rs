@@ -66,7 +66,7 @@ pub async fn connect_database(settings: &Settings) -> Result<PgPool, StartupErro
 impl Application {
     /// Connects to NATS JetStream from the settings.
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
-        let bus = JetStreamBus::connect(&settings.nats_url).await?;
+        let bus = JetStreamBus::connect_as(&settings.nats_url, &settings.nats_login()).await?;
         let ready_bus = bus.clone();
         let bus_ready = serve::sync_check(move || ready_bus.check_connected());
         Self::build_with_bus(settings, Arc::new(bus), bus_ready).await
@@ -150,6 +150,8 @@ impl Application {
             router,
             kandev_common::metrics::Scrape::Open,
         );
+        // Every request in its span, continuing the caller's trace.
+        let router = kandev_common::trace::instrument(router);
         tracing::info!(addr = %self.local_addr, "task service listening (gRPC, /healthz, /readyz, /metrics)");
         let served = serve::serve(self.listener, router, shutdown).await;
         // Requests have drained; now the relay publishes what they wrote.

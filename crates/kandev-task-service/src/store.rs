@@ -254,12 +254,15 @@ impl PgTaskStore {
         .execute(&mut **tx)
         .await?;
         let envelope = Envelope::new(subject, data);
-        sqlx::query("INSERT INTO outbox (event_id, subject, payload) VALUES ($1, $2, $3)")
-            .bind(envelope.id)
-            .bind(subject)
-            .bind(Json(&envelope))
-            .execute(&mut **tx)
-            .await?;
+        sqlx::query(
+            "INSERT INTO outbox (event_id, subject, payload, traceparent) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(envelope.id)
+        .bind(subject)
+        .bind(Json(&envelope))
+        .bind(kandev_common::trace::current().unwrap_or_default())
+        .execute(&mut **tx)
+        .await?;
         Ok(())
     }
 

@@ -3,7 +3,11 @@
 //! # Layout
 //! - [`TestDb`]: a fresh, empty Postgres database per test.
 //! - [`OwnNats`]: a `nats-server -js` of the test's own on a free port, that
-//!   can be stopped and restarted on the same port and store.
+//!   can be stopped and restarted on the same port and store; with
+//!   [`OwnNats::start_with_auth`], under `deploy/nats/nats.conf` (a user per
+//!   service, each allowed only its subjects) with passwords of its own.
+//! - [`nats_raw`]: a NATS protocol session by hand, for what a server
+//!   answers a client that is not Kandev's.
 //! - [`free_port`]: a port nobody listens on right now.
 //! - [`ensure_docker`]: a Docker engine that answers (started without bridge
 //!   or iptables when none does) and the `kandev/mock-agent:latest` image
@@ -97,24 +101,99 @@ pub fn free_port() -> u16 {
         .expect("bind 127.0.0.1:0")
 }
 
+/// The NATS users of `deploy/nats/nats.conf`, one per service.
+pub const NATS_USERS: [&str; 4] = ["task-service", "agent-manager", "orchestrator", "gateway"];
+
+/// `deploy/nats/nats.conf`: the users and their permissions.
+pub fn nats_config_file() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/nats/nats.conf")
+}
+
+/// The variable `deploy/nats/nats.conf` reads `user`'s password from:
+/// `KANDEV_NATS_TASK_SERVICE_PASSWORD` for `task-service`.
+pub fn nats_password_var(user: &str) -> String {
+    format!(
+        "KANDEV_NATS_{}_PASSWORD",
+        user.to_ascii_uppercase().replace('-', "_")
+    )
+}
+
 /// A `nats-server` of the test's own, with JetStream.
 #[derive(Debug)]
 pub struct OwnNats {
     pub port: u16,
     store: PathBuf,
     child: Option<Child>,
+    /// With [`OwnNats::start_with_auth`]: each user's password.
+    passwords: Vec<(String, String)>,
 }
 
+/// The user a test inspects NATS with: allowed everything, added to the
+/// tests' copy of `deploy/nats/nats.conf` only.
+pub const NATS_TEST_USER: &str = "kandev-test";
+
 impl OwnNats {
+    /// Without authorization: anyone may do anything.
     pub async fn start() -> OwnNats {
+        Self::start_as(Vec::new()).await
+    }
+
+    /// Under `deploy/nats/nats.conf`: a connection without credentials is
+    /// refused, and each of [`NATS_USERS`] (with [`OwnNats::password`]) may
+    /// use only the subjects the file allows it.
+    /// [`OwnNats::admin_credentials`] are those of [`NATS_TEST_USER`], a user
+    /// the tests' copy of the file adds, to look into streams.
+    pub async fn start_with_auth() -> OwnNats {
+        let passwords = NATS_USERS
+            .iter()
+            .chain([&NATS_TEST_USER])
+            // A letter first: nats-server parses a variable's value, and a
+            // value that looks like a number is not a string.
+            .map(|user| (user.to_string(), format!("k{}", Uuid::new_v4().simple())))
+            .collect();
+        Self::start_as(passwords).await
+    }
+
+    async fn start_as(passwords: Vec<(String, String)>) -> OwnNats {
         let store = std::env::temp_dir().join(format!("kandev-nats-{}", Uuid::new_v4().simple()));
         let mut nats = OwnNats {
             port: free_port(),
             store,
             child: None,
+            passwords,
         };
         nats.restart().await;
         nats
+    }
+
+    /// The user and password of [`NATS_TEST_USER`], allowed everything, to
+    /// look into streams: `async_nats::ConnectOptions::with_user_and_password`
+    /// (async-nats ignores credentials in the URL). Panics when the server
+    /// was not started with [`OwnNats::start_with_auth`].
+    pub fn admin_credentials(&self) -> (String, String) {
+        (NATS_TEST_USER.to_string(), self.password(NATS_TEST_USER))
+    }
+
+    /// The password of `user` (one of [`NATS_USERS`]); panics when the
+    /// server was not started with [`OwnNats::start_with_auth`].
+    pub fn password(&self, user: &str) -> String {
+        self.passwords
+            .iter()
+            .find(|(u, _)| u == user)
+            .map(|(_, p)| p.clone())
+            .unwrap_or_else(|| panic!("no NATS user {user:?}: start_with_auth has them"))
+    }
+
+    /// `KANDEV_NATS_USER` and `KANDEV_NATS_PASSWORD` for the service whose
+    /// user is `user`; none without authorization.
+    pub fn service_env(&self, user: &str) -> Vec<(String, String)> {
+        if self.passwords.is_empty() {
+            return Vec::new();
+        }
+        vec![
+            ("KANDEV_NATS_USER".into(), user.into()),
+            ("KANDEV_NATS_PASSWORD".into(), self.password(user)),
+        ]
     }
 
     /// The server's process id, while it runs.
@@ -127,7 +206,26 @@ impl OwnNats {
     }
 
     pub async fn restart(&mut self) {
-        let child = Command::new("nats-server")
+        let mut cmd = Command::new("nats-server");
+        if !self.passwords.is_empty() {
+            // deploy/nats/nats.conf as it is, plus the tests' own user.
+            let deployed = std::fs::read_to_string(nats_config_file()).expect("read nats.conf");
+            assert_eq!(deployed.matches("users = [").count(), 1, "one users list");
+            let conf = deployed.replace(
+                "users = [",
+                &format!(
+                    "users = [\n    {{ user: {NATS_TEST_USER}, password: ${} }}",
+                    nats_password_var(NATS_TEST_USER)
+                ),
+            );
+            let file = self.store.with_extension("conf");
+            std::fs::write(&file, conf).expect("write the tests' nats.conf");
+            cmd.arg("-c").arg(file);
+            for (user, password) in &self.passwords {
+                cmd.env(nats_password_var(user), password);
+            }
+        }
+        let child = cmd
             .args([
                 "-a",
                 "127.0.0.1",
@@ -159,10 +257,62 @@ impl OwnNats {
     }
 }
 
+/// Speaks the NATS protocol by hand on `127.0.0.1:port`: `CONNECT` (with
+/// `login` as user and password, if any, and `verbose`, so every operation
+/// is answered), then each of `ops` (protocol lines such as `SUB x 1` or
+/// `PUB x 2\r\nhi`, without the final CRLF), then `PING`. Returns the
+/// server's answers after its `INFO`, up to its `PONG` or until it closes
+/// the connection: `+OK`, `-ERR '...'`, `MSG ...` and their payloads.
+pub async fn nats_raw(port: u16, login: Option<(&str, &str)>, ops: &[&str]) -> Vec<String> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("nats-server answers");
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    let info = lines
+        .next_line()
+        .await
+        .expect("read INFO")
+        .unwrap_or_default();
+    assert!(info.starts_with("INFO "), "not a NATS server: {info}");
+    let mut connect = serde_json::json!({
+        "verbose": true, "pedantic": false, "tls_required": false,
+        "name": "kandev-testkit-raw", "lang": "raw", "version": "0", "protocol": 1,
+    });
+    if let Some((user, pass)) = login {
+        connect["user"] = user.into();
+        connect["pass"] = pass.into();
+    }
+    let mut out = format!("CONNECT {connect}\r\n");
+    for op in ops {
+        out.push_str(op);
+        out.push_str("\r\n");
+    }
+    out.push_str("PING\r\n");
+    // The server may close before reading it all (a refused CONNECT).
+    let _ = write.write_all(out.as_bytes()).await;
+    let mut answers = Vec::new();
+    let read_all = async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line == "PONG" {
+                break;
+            }
+            answers.push(line);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), read_all)
+        .await
+        .expect("nats-server answers PING or closes within 10 s");
+    answers
+}
+
 impl Drop for OwnNats {
     fn drop(&mut self) {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.store);
+        let _ = std::fs::remove_file(self.store.with_extension("conf"));
     }
 }
 

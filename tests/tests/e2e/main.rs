@@ -3,6 +3,7 @@
 mod api;
 mod board;
 mod cancel;
+mod changes;
 mod concurrency;
 mod crash;
 mod faults;
@@ -12,3 +13,4 @@ mod metrics;
 mod permission;
 mod seed;
 mod soak;
+mod trace;

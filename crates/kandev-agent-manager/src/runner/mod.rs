@@ -40,6 +40,7 @@ use kandev_events::{
 };
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::{
@@ -435,18 +436,21 @@ fn policy(
             let handle = handle.clone();
             let bus = shared.bus.clone();
             let instance = instance.clone();
-            tokio::spawn(async move {
-                while let Some(ask) = asks.recv().await {
-                    let key = ask_key(&ask.request_id);
-                    let title = ask.request.tool_call.fields.title.clone();
-                    lock(&handle.asks).insert(key.clone(), ask);
-                    publish_lifecycle(&*bus, &instance, AgentEventKind::WaitingForInput, |e| {
-                        e.request_id = Some(key);
-                        e.summary = title;
-                    })
-                    .await;
+            tokio::spawn(
+                async move {
+                    while let Some(ask) = asks.recv().await {
+                        let key = ask_key(&ask.request_id);
+                        let title = ask.request.tool_call.fields.title.clone();
+                        lock(&handle.asks).insert(key.clone(), ask);
+                        publish_lifecycle(&*bus, &instance, AgentEventKind::WaitingForInput, |e| {
+                            e.request_id = Some(key);
+                            e.summary = title;
+                        })
+                        .await;
+                    }
                 }
-            });
+                .in_current_span(),
+            );
             Arc::new(decider)
         }
     }

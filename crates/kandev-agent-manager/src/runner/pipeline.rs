@@ -33,6 +33,7 @@ use kandev_events::{
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use super::{EventSender, Shared, bounded_text, lock, output::Line, publish_retrying};
@@ -145,28 +146,37 @@ impl Pipeline {
             .max_payload()
             .saturating_sub(ENVELOPE_ROOM)
             .clamp(16 * 1024, MAX_BATCH_BYTES);
-        let publisher = tokio::spawn(publisher(
-            shared.bus.clone(),
-            shared.store.clone(),
-            instance.clone(),
-            events_rx,
-            state.clone(),
-            max_bytes,
-        ));
+        let publisher = tokio::spawn(
+            publisher(
+                shared.bus.clone(),
+                shared.store.clone(),
+                instance.clone(),
+                events_rx,
+                state.clone(),
+                max_bytes,
+            )
+            .in_current_span(),
+        );
         let flush_stop = CancellationToken::new();
-        let flusher = tokio::spawn(flusher(
-            shared.store.clone(),
-            instance.id,
-            state.clone(),
-            Duration::from_millis(settings.seq_flush_ms),
-            flush_stop.clone(),
-        ));
-        let log_writer = tokio::spawn(log_writer(
-            shared.store.clone(),
-            instance.id,
-            settings.max_log_lines,
-            logs_rx,
-        ));
+        let flusher = tokio::spawn(
+            flusher(
+                shared.store.clone(),
+                instance.id,
+                state.clone(),
+                Duration::from_millis(settings.seq_flush_ms),
+                flush_stop.clone(),
+            )
+            .in_current_span(),
+        );
+        let log_writer = tokio::spawn(
+            log_writer(
+                shared.store.clone(),
+                instance.id,
+                settings.max_log_lines,
+                logs_rx,
+            )
+            .in_current_span(),
+        );
         Pipeline {
             state,
             events,
@@ -187,14 +197,17 @@ impl Pipeline {
         lines: super::output::LineQueue,
         turn_end: Option<watch::Sender<Option<String>>>,
     ) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(drain(
-            events,
-            self.events.clone(),
-            self.logs.clone(),
-            self.state.clone(),
-            lines,
-            turn_end,
-        ))
+        tokio::spawn(
+            drain(
+                events,
+                self.events.clone(),
+                self.logs.clone(),
+                self.state.clone(),
+                lines,
+                turn_end,
+            )
+            .in_current_span(),
+        )
     }
 
     /// Waits for every queued event to be published and stores the final

@@ -85,6 +85,7 @@ async fn sigkill_mid_turn_then_restart_continues_the_stream() {
                 pb::GitWorkspace {
                     repository_url: repo,
                     branch: "main".into(),
+                    title: String::new(),
                 },
             )),
             prompt: "slow 40 100".into(),

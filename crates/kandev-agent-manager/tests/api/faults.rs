@@ -101,6 +101,7 @@ async fn auth_required_names_the_credential() {
                 pb::GitWorkspace {
                     repository_url: repo,
                     branch: "main".into(),
+                    title: String::new(),
                 },
             )),
             env: [("KANDEV_MOCK_AUTH".to_string(), "agent".to_string())].into(),
@@ -137,6 +138,7 @@ async fn an_agent_that_never_answers_initialize_fails_cleanly() {
                 pb::GitWorkspace {
                     repository_url: repo,
                     branch: "main".into(),
+                    title: String::new(),
                 },
             )),
             env: [(

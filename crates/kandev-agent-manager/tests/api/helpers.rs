@@ -22,7 +22,7 @@ pub static NATS_URL: LazyLock<String> = LazyLock::new(|| {
 
 static TRACING: LazyLock<()> = LazyLock::new(|| {
     if std::env::var("TEST_LOG").is_ok() {
-        kandev_common::telemetry::init(&Default::default());
+        let _ = kandev_common::telemetry::init("test", &Default::default());
     }
 });
 
@@ -175,6 +175,7 @@ pub fn launch_request(
             pb::GitWorkspace {
                 repository_url: repo.into(),
                 branch: "main".into(),
+                title: "Edit the readme".into(),
             },
         )),
         prompt: prompt.into(),

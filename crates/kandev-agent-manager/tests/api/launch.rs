@@ -54,6 +54,49 @@ async fn coding_turn_streams_in_order_and_edits_the_workspace() {
         "{text}"
     );
 
+    // The task worked on its own branch; its changes are the agent's edit.
+    let changes = app
+        .client
+        .get_changes(pb::GetChangesRequest {
+            task_id: task.to_string(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let short = &task.simple().to_string()[24..];
+    assert_eq!(changes.branch, format!("kandev/{short}-edit-the-readme"));
+    assert_eq!(changes.base_branch, "main");
+    assert_ne!(changes.base_commit, "");
+    let readme = changes
+        .files
+        .iter()
+        .find(|f| f.path == "README.md")
+        .unwrap_or_else(|| panic!("README.md not in {:?}", changes.files));
+    assert_eq!(readme.status, "modified");
+    assert!(readme.additions >= 1, "{readme:?}");
+    let diff = app
+        .client
+        .get_file_diff(pb::GetFileDiffRequest {
+            task_id: task.to_string(),
+            path: "README.md".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        diff.diff.contains("+Edited by kandev-mock-agent (turn 1)"),
+        "{}",
+        diff.diff
+    );
+    let unknown = app
+        .client
+        .get_changes(pb::GetChangesRequest {
+            task_id: Uuid::new_v4().to_string(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound);
+
     let status = app.status(&instance.id).await;
     assert_eq!(status.status, pb::AgentStatus::Completed as i32);
     assert_eq!(status.progress, 1.0);

@@ -53,6 +53,7 @@ async fn restart_resumes_running_agents_and_reconciles_exited_ones() {
                         workspace: WorkspaceSource::Git {
                             url: repo.clone(),
                             branch: "main".into(),
+                            title: String::new(),
                         },
                         env: BTreeMap::new(),
                         prompt: prompt.into(),

@@ -12,7 +12,8 @@ use crate::{
     state::AppState,
 };
 
-/// A well-formed id, or 400.
+/// A well-formed id (every board, task and agent instance id is a UUID),
+/// in its canonical form, or 400.
 pub fn parse_id(what: &str, id: &str) -> ApiResult<String> {
     uuid::Uuid::parse_str(id)
         .map(|u| u.to_string())
@@ -73,13 +74,14 @@ pub async fn visible_instance(
     user: &CurrentUser,
     instance_id: &str,
 ) -> ApiResult<pb::AgentInstance> {
+    // Checked here, so a malformed id is a 400 whether or not the agent
+    // manager is up.
+    let instance_id = parse_id("agent instance", instance_id)?;
     let instance = state
         .downstream()
         .agents
         .clone()
-        .get_status(pb::GetStatusRequest {
-            instance_id: instance_id.to_string(),
-        })
+        .get_status(pb::GetStatusRequest { instance_id })
         .await
         .map_err(agent_err)?
         .into_inner();

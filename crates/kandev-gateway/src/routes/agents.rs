@@ -38,6 +38,7 @@ pub async fn launch(
             pb::GitWorkspace {
                 repository_url: url,
                 branch: body.branch.unwrap_or_default(),
+                title: String::new(),
             },
         )),
         (None, None) => None,
@@ -78,9 +79,10 @@ pub async fn launch(
 }
 
 #[utoipa::path(operation_id = "prompt_agent", post, path = "/api/v1/agents/{instanceId}/prompt", tag = "agents",
-    params(("instanceId" = String, Path, description = "agent instance id")),
+    params(("instanceId" = uuid::Uuid, Path, description = "agent instance id")),
     request_body = PromptRequest,
-    responses((status = 200, body = PromptResponse), (status = 404, body = ErrorBody),
+    responses((status = 200, body = PromptResponse),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn prompt(
     State(state): State<AppState>,
@@ -109,9 +111,10 @@ pub async fn prompt(
 }
 
 #[utoipa::path(operation_id = "cancel_agent", post, path = "/api/v1/agents/{instanceId}/cancel", tag = "agents",
-    params(("instanceId" = String, Path, description = "agent instance id")),
+    params(("instanceId" = uuid::Uuid, Path, description = "agent instance id")),
     request_body(content = Option<CancelRequest>, description = "optional: an empty body cancels with no reason"),
-    responses((status = 200, body = CancelResponse), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    responses((status = 200, body = CancelResponse),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn cancel(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -136,8 +139,9 @@ pub async fn cancel(
 }
 
 #[utoipa::path(operation_id = "get_agent_status", get, path = "/api/v1/agents/{instanceId}/status", tag = "agents",
-    params(("instanceId" = String, Path, description = "agent instance id")),
-    responses((status = 200, body = AgentInstance), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    params(("instanceId" = uuid::Uuid, Path, description = "agent instance id")),
+    responses((status = 200, body = AgentInstance),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn status(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -149,7 +153,7 @@ pub async fn status(
 }
 
 #[utoipa::path(operation_id = "get_agent_logs", get, path = "/api/v1/agents/{instanceId}/logs", tag = "agents",
-    params(("instanceId" = String, Path, description = "agent instance id"), LogsParams),
+    params(("instanceId" = uuid::Uuid, Path, description = "agent instance id"), LogsParams),
     responses((status = 200, body = LogsResponse), (status = 404, body = ErrorBody),
         (status = 400, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn logs(
@@ -180,8 +184,9 @@ pub async fn logs(
 }
 
 #[utoipa::path(operation_id = "get_agent_session", get, path = "/api/v1/agents/{instanceId}/session", tag = "agents",
-    params(("instanceId" = String, Path, description = "agent instance id")),
-    responses((status = 200, body = AgentSession), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    params(("instanceId" = uuid::Uuid, Path, description = "agent instance id")),
+    responses((status = 200, body = AgentSession),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn session(
     State(state): State<AppState>,
     user: CurrentUser,

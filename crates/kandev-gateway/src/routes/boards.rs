@@ -24,7 +24,8 @@ use crate::{
 
 #[utoipa::path(post, path = "/api/v1/boards", tag = "boards",
     request_body = CreateBoardRequest,
-    responses((status = 201, body = Board), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+    responses((status = 201, body = Board),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
 pub async fn create_board(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -74,8 +75,9 @@ pub async fn list_boards(
 }
 
 #[utoipa::path(get, path = "/api/v1/boards/{id}", tag = "boards",
-    params(("id" = String, Path, description = "board id")),
-    responses((status = 200, body = Board), (status = 404, body = ErrorBody)))]
+    params(("id" = uuid::Uuid, Path, description = "board id")),
+    responses((status = 200, body = Board),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_board(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -85,7 +87,7 @@ pub async fn get_board(
 }
 
 #[utoipa::path(patch, path = "/api/v1/boards/{id}", tag = "boards",
-    params(("id" = String, Path, description = "board id")),
+    params(("id" = uuid::Uuid, Path, description = "board id")),
     request_body = UpdateBoardRequest,
     responses((status = 200, body = Board), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn update_board(
@@ -112,8 +114,8 @@ pub async fn update_board(
 }
 
 #[utoipa::path(delete, path = "/api/v1/boards/{id}", tag = "boards",
-    params(("id" = String, Path, description = "board id")),
-    responses((status = 204), (status = 404, body = ErrorBody)))]
+    params(("id" = uuid::Uuid, Path, description = "board id")),
+    responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn delete_board(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -134,7 +136,7 @@ pub async fn delete_board(
 }
 
 #[utoipa::path(post, path = "/api/v1/boards/{id}/tasks", tag = "tasks",
-    params(("id" = String, Path, description = "board id")),
+    params(("id" = uuid::Uuid, Path, description = "board id")),
     request_body = CreateTaskRequest,
     responses((status = 201, body = Task), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn create_task(
@@ -210,7 +212,7 @@ fn parse_list_query(raw: Option<&str>) -> ApiResult<ListTasksQuery> {
 
 #[utoipa::path(get, path = "/api/v1/boards/{id}/tasks", tag = "tasks",
     params(
-        ("id" = String, Path, description = "board id"),
+        ("id" = uuid::Uuid, Path, description = "board id"),
         ("state" = Option<Vec<TaskState>>, Query, description = "only these states; repeat or comma-separate"),
         PageParams,
     ),
@@ -240,8 +242,9 @@ pub async fn list_tasks(
 }
 
 #[utoipa::path(get, path = "/api/v1/boards/{id}/cards", tag = "tasks",
-    params(("id" = String, Path, description = "board id")),
-    responses((status = 200, body = BoardCards), (status = 404, body = ErrorBody),
+    params(("id" = uuid::Uuid, Path, description = "board id")),
+    responses((status = 200, body = BoardCards),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 /// Every card of the board with its live execution state, in one request
 /// (what the board page polls, whatever the number of cards).

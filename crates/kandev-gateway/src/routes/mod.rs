@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use axum::{
     Router,
-    body::Body,
-    extract::{DefaultBodyLimit, Request},
+    extract::DefaultBodyLimit,
     middleware,
     routing::{get, patch, post},
 };
@@ -22,7 +21,6 @@ use tower_http::{
     cors::{AllowOrigin, CorsLayer},
     request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
     set_header::SetResponseHeaderLayer,
-    trace::TraceLayer,
 };
 
 use crate::{auth::require_auth, config::Settings, error::ApiError, openapi, state::AppState, web};
@@ -32,6 +30,7 @@ pub mod agent_types;
 pub mod agents;
 pub mod auth;
 pub mod boards;
+pub mod changes;
 pub mod orchestrator;
 pub mod tasks;
 
@@ -78,6 +77,8 @@ fn api(state: AppState) -> Router<AppState> {
         )
         .route("/tasks/{id}/state", patch(tasks::change_state))
         .route("/tasks/{id}/events", get(tasks::list_events))
+        .route("/tasks/{id}/changes", get(changes::changes))
+        .route("/tasks/{id}/changes/diff", get(changes::diff))
         .route("/agents/launch", post(agents::launch))
         .route("/agents/{instance_id}/prompt", post(agents::prompt))
         .route("/agents/{instance_id}/cancel", post(agents::cancel))
@@ -163,22 +164,6 @@ fn security_headers() -> [SetResponseHeaderLayer<HeaderValue>; 4] {
     })
 }
 
-fn request_span(req: &Request<Body>) -> tracing::Span {
-    let request_id = req
-        .headers()
-        .get(&REQUEST_ID)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("-");
-    // The path only: query strings stay out of the logs.
-    tracing::info_span!(
-        "request",
-        method = %req.method(),
-        path = %req.uri().path(),
-        request_id = %request_id,
-        user = tracing::field::Empty,
-    )
-}
-
 /// The whole application.
 pub fn router(
     state: AppState,
@@ -192,7 +177,7 @@ pub fn router(
         .layer(sniff)
         .layer(referrer)
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
-        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        .layer(middleware::from_fn(kandev_common::trace::requests))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(cors(&settings.cors_allowed_origins))
         .layer(DefaultBodyLimit::max(settings.body_limit_bytes));

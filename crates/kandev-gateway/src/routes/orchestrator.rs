@@ -34,9 +34,10 @@ pub(super) fn orch_err(status: tonic::Status) -> ApiError {
 }
 
 #[utoipa::path(operation_id = "start_task_execution", post, path = "/api/v1/orchestrator/tasks/{taskId}/start", tag = "orchestrator",
-    params(("taskId" = String, Path, description = "task id")),
+    params(("taskId" = uuid::Uuid, Path, description = "task id")),
     request_body = StartTaskRequest,
-    responses((status = 200, body = TaskExecution), (status = 404, body = ErrorBody),
+    responses((status = 200, body = TaskExecution),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn start(
     State(state): State<AppState>,
@@ -61,9 +62,10 @@ pub async fn start(
 }
 
 #[utoipa::path(operation_id = "stop_task_execution", post, path = "/api/v1/orchestrator/tasks/{taskId}/stop", tag = "orchestrator",
-    params(("taskId" = String, Path, description = "task id")),
+    params(("taskId" = uuid::Uuid, Path, description = "task id")),
     request_body = StopTaskRequest,
-    responses((status = 200, body = TaskExecution), (status = 404, body = ErrorBody),
+    responses((status = 200, body = TaskExecution),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn stop(
     State(state): State<AppState>,
@@ -88,8 +90,9 @@ pub async fn stop(
 }
 
 #[utoipa::path(operation_id = "get_task_execution", get, path = "/api/v1/orchestrator/tasks/{taskId}/status", tag = "orchestrator",
-    params(("taskId" = String, Path, description = "task id")),
-    responses((status = 200, body = TaskExecution), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    params(("taskId" = uuid::Uuid, Path, description = "task id")),
+    responses((status = 200, body = TaskExecution),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn status(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -128,7 +131,7 @@ fn offers_bearer_protocol(headers: &HeaderMap) -> bool {
 /// with the subprotocols `["kandev.bearer", "<token>"]`; the gateway then
 /// answers with the `kandev.bearer` subprotocol.
 #[utoipa::path(operation_id = "stream_task", get, path = "/api/v1/orchestrator/tasks/{taskId}/stream", tag = "orchestrator",
-    params(("taskId" = String, Path, description = "task id"), StreamParams),
+    params(("taskId" = uuid::Uuid, Path, description = "task id"), StreamParams),
     responses((status = 101, description = "switching to the WebSocket protocol"),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]

@@ -15,8 +15,9 @@ use crate::{
 };
 
 #[utoipa::path(get, path = "/api/v1/tasks/{id}", tag = "tasks",
-    params(("id" = String, Path, description = "task id")),
-    responses((status = 200, body = Task), (status = 404, body = ErrorBody)))]
+    params(("id" = uuid::Uuid, Path, description = "task id")),
+    responses((status = 200, body = Task),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_task(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -26,7 +27,7 @@ pub async fn get_task(
 }
 
 #[utoipa::path(patch, path = "/api/v1/tasks/{id}", tag = "tasks",
-    params(("id" = String, Path, description = "task id")),
+    params(("id" = uuid::Uuid, Path, description = "task id")),
     request_body = UpdateTaskRequest,
     responses((status = 200, body = Task), (status = 404, body = ErrorBody),
         (status = 409, description = "the task changed since `version`", body = ErrorBody),
@@ -73,8 +74,9 @@ pub async fn update_task(
 }
 
 #[utoipa::path(delete, path = "/api/v1/tasks/{id}", tag = "tasks",
-    params(("id" = String, Path, description = "task id"), DeleteTaskParams),
-    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    params(("id" = uuid::Uuid, Path, description = "task id"), DeleteTaskParams),
+    responses((status = 204),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn delete_task(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -97,7 +99,7 @@ pub async fn delete_task(
 }
 
 #[utoipa::path(patch, path = "/api/v1/tasks/{id}/state", tag = "tasks",
-    params(("id" = String, Path, description = "task id")),
+    params(("id" = uuid::Uuid, Path, description = "task id")),
     request_body = ChangeStateRequest,
     responses((status = 200, body = Task), (status = 404, body = ErrorBody),
         (status = 409, description = "a forbidden transition or a version conflict", body = ErrorBody),
@@ -128,8 +130,9 @@ pub async fn change_state(
 }
 
 #[utoipa::path(get, path = "/api/v1/tasks/{id}/events", tag = "tasks",
-    params(("id" = String, Path, description = "task id"), PageParams),
-    responses((status = 200, body = TaskEventList), (status = 404, body = ErrorBody)))]
+    params(("id" = uuid::Uuid, Path, description = "task id"), PageParams),
+    responses((status = 200, body = TaskEventList),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn list_events(
     State(state): State<AppState>,
     user: CurrentUser,

@@ -17,16 +17,16 @@ pub mod session;
 
 use async_trait::async_trait;
 use axum::extract::ws::Utf8Bytes;
+use kandev_common::trace::TracedChannel;
 use kandev_proto::v1::{self as pb, orchestrator_client::OrchestratorClient};
 use serde_json::Value;
-use tonic::transport::Channel;
 
 use crate::{clients::ORCHESTRATOR, error::ApiError};
 use session::{Command, Upstream};
 
 /// The orchestrator, for one task and one user.
 pub struct OrchestratorUpstream {
-    pub client: OrchestratorClient<Channel>,
+    pub client: OrchestratorClient<TracedChannel>,
     pub task_id: String,
     pub actor: String,
 }

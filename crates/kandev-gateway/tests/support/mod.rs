@@ -37,12 +37,45 @@ pub struct Stack {
     pub base: String,
     db: TestDb,
     _nats: OwnNats,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     stops: Vec<CancellationToken>,
     handles: Vec<JoinHandle<()>>,
 }
 
 impl Stack {
+    /// A git repository with `README.md` on branch `main`, under the
+    /// stack's allowed repository root; its `file://` URL.
+    pub fn git_repo(&self, name: &str) -> String {
+        let repo = self.dir.path().join("repos").join(name);
+        std::fs::create_dir_all(&repo).unwrap();
+        for args in [
+            &["init", "-q", "-b", "main"][..],
+            &["add", "."],
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@e",
+                "commit",
+                "-q",
+                "-m",
+                "init",
+            ],
+        ] {
+            if args[0] == "add" {
+                std::fs::write(repo.join("README.md"), "# Demo\n\nA test repository.\n").unwrap();
+            }
+            let status = std::process::Command::new("git")
+                .args(args)
+                .current_dir(&repo)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .status()
+                .unwrap();
+            assert!(status.success(), "git {args:?}");
+        }
+        format!("file://{}", repo.display())
+    }
+
     pub async fn shutdown(self) {
         for stop in &self.stops {
             stop.cancel();
@@ -74,7 +107,7 @@ pub async fn start_stack() -> Stack {
     let nats = OwnNats::start().await;
     let db = TestDb::create().await;
     let dir = tempfile::tempdir().unwrap();
-    for sub in ["workspaces", "allowed", "home"] {
+    for sub in ["workspaces", "allowed", "home", "repos"] {
         std::fs::create_dir_all(dir.path().join(sub)).unwrap();
     }
     let mut stops = Vec::new();
@@ -109,6 +142,7 @@ pub async fn start_stack() -> Stack {
         pull_images: false,
         workspaces_root: dir.path().join("workspaces").display().to_string(),
         allowed_workspace_roots: vec![dir.path().join("allowed").display().to_string()],
+        allowed_repository_roots: vec![dir.path().join("repos").display().to_string()],
         credentials_home: dir.path().join("home").display().to_string(),
         initialize_timeout_secs: 30,
         permission_timeout_secs: 120,
@@ -176,7 +210,7 @@ pub async fn start_stack() -> Stack {
         base,
         db,
         _nats: nats,
-        _dir: dir,
+        dir,
         stops,
         handles,
     }

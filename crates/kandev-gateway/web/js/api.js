@@ -114,6 +114,8 @@ export const api = {
   deleteTask: (id) => del(`/tasks/${enc(id)}`),
   setState: (id, state) => patch(`/tasks/${enc(id)}/state`, { state }),
   taskEvents: async (id) => asList(await get(`/tasks/${enc(id)}/events`), 'events'),
+  changes: (id) => get(`/tasks/${enc(id)}/changes`),
+  fileDiff: (id, path) => get(`/tasks/${enc(id)}/changes/diff?path=${enc(path)}`),
   agentTypes: async ({ includeDisabled = false } = {}) =>
     asList(await get(`/agent-types${includeDisabled ? '?include_disabled=true' : ''}`), 'agent_types'),
   createAgentType: (t) => post('/agent-types', t),

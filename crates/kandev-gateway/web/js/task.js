@@ -1,11 +1,13 @@
 // The task view: live agent feed over the task stream, follow-up prompts,
-// start / cancel / stop, logs and attempt history.
+// start / cancel / stop, the changes on the task's branch, logs and
+// attempt history.
 
 import { h, clear, toast, confirmDialog, fmtTime } from './dom.js';
 import { api, taskState, asList, humanizeStates } from './api.js';
 import { renderMarkdown } from './markdown.js';
 import { Feed, renderPlan } from './feed.js';
 import { TaskSocket } from './socket.js';
+import { changesPanel } from './changes.js';
 import { STATE_LABELS, execBadge, execState, ACTIVE_EXEC, taskDialog, plainError, failureText, agentTypes, agentTypeId } from './common.js';
 
 const STATUS_POLL_MS = 2000;
@@ -42,7 +44,7 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
   const stopBtn = h('button', { type: 'button', class: 'btn btn-danger', testid: 'btn-stop', onclick: stop, title: 'Stop the agent' }, 'Stop');
   const editBtn = h('button', { type: 'button', class: 'btn btn-ghost', testid: 'btn-edit', onclick: edit }, 'Edit');
 
-  const tabs = ['feed', 'logs', 'history'];
+  const tabs = ['feed', 'changes', 'logs', 'history'];
   const tabBtns = {};
   const panels = {};
   const tablist = h('div', { class: 'tabs', role: 'tablist', 'aria-label': 'Task views' });
@@ -51,7 +53,7 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
       onclick: () => select(t), onkeydown: (e) => {
         const i = tabs.indexOf(t);
         if (e.key === 'ArrowRight') { select(tabs[(i + 1) % tabs.length]); tabBtns[tabs[(i + 1) % tabs.length]].focus(); }
-        if (e.key === 'ArrowLeft') { select(tabs[(i + 2) % tabs.length]); tabBtns[tabs[(i + 2) % tabs.length]].focus(); }
+        if (e.key === 'ArrowLeft') { const prev = tabs[(i + tabs.length - 1) % tabs.length]; select(prev); tabBtns[prev].focus(); }
       } }, t[0].toUpperCase() + t.slice(1));
     tablist.append(tabBtns[t]);
   }
@@ -71,6 +73,9 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
   panels.logs = h('div', { class: 'panel', id: 'panel-logs', role: 'tabpanel', 'aria-labelledby': 'tab-logs', hidden: true },
     h('div', { class: 'row' }, logsInfo, h('button', { type: 'button', class: 'btn btn-small', testid: 'logs-refresh', onclick: () => loadLogs() }, 'Refresh')), logsPre);
 
+  const changes = changesPanel(taskId);
+  panels.changes = h('div', { class: 'panel', id: 'panel-changes', role: 'tabpanel', 'aria-labelledby': 'tab-changes', hidden: true }, changes.el);
+
   const historyBox = h('div', { class: 'history', testid: 'history' });
   panels.history = h('div', { class: 'panel', id: 'panel-history', role: 'tabpanel', 'aria-labelledby': 'tab-history', hidden: true }, historyBox);
 
@@ -87,7 +92,7 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
         startBtn, cancelBtn, stopBtn, editBtn)),
     failureBox,
     h('div', { class: 'task-layout' },
-      h('div', { class: 'task-main' }, tablist, panels.feed, panels.logs, panels.history),
+      h('div', { class: 'task-main' }, tablist, panels.feed, panels.changes, panels.logs, panels.history),
       h('aside', { class: 'task-side', 'aria-label': 'Task details' },
         h('section', null, h('h2', null, 'Plan'), planBox),
         h('section', null, h('h2', null, 'Execution'), execInfo, usageEl),
@@ -100,6 +105,7 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
       tabBtns[x].tabIndex = on ? 0 : -1;
       panels[x].hidden = !on;
     }
+    if (t === 'changes') changes.load();
     if (t === 'logs') loadLogs();
     if (t === 'history') loadHistory();
   }
@@ -118,7 +124,11 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
     if (!run) { run = { instanceId: iid, first: ev.timestamp, last: ev.timestamp, turns: 0, stopReason: null, seqFrom: frame.seq, seqTo: frame.seq }; runs.set(iid, run); }
     run.last = ev.timestamp; run.seqTo = frame.seq;
     switch (ev.kind) {
-      case 'turn_end': turnActive = false; run.turns++; run.stopReason = d.stop_reason; refreshSoon(); break;
+      case 'turn_end':
+        turnActive = false; run.turns++; run.stopReason = d.stop_reason; refreshSoon();
+        // The turn's edits are in: show them.
+        if (!panels.changes.hidden) changes.load();
+        break;
       case 'lifecycle':
         if (d.phase === 'turn_started') turnActive = true;
         if (d.phase === 'closed') { turnActive = false; refreshSoon(); }

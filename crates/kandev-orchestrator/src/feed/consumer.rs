@@ -12,6 +12,7 @@ use kandev_common::CancellationToken;
 use kandev_events::{Envelope, JetStreamBus, agent::AcpBatchRef, subjects};
 use sqlx::PgPool;
 use tokio::sync::mpsc;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use super::{FeedHub, Frame, store};
@@ -335,9 +336,10 @@ async fn write_batches(
             continue;
         };
         queued.clear();
+        let span = tracing::info_span!("feed_store", frames = frames.len());
         let mut attempt = 0u32;
         loop {
-            match store::append(&pool, &frames).await {
+            match store::append(&pool, &frames).instrument(span.clone()).await {
                 Ok(()) => break,
                 Err(err) => {
                     attempt += 1;
@@ -351,7 +353,7 @@ async fn write_batches(
             }
         }
         // Acknowledges every message up to the last (AckPolicy::All).
-        if let Err(err) = last.double_ack_with(AckKind::Ack).await {
+        if let Err(err) = last.double_ack_with(AckKind::Ack).instrument(span).await {
             // Redelivered later and skipped as duplicates.
             tracing::warn!(%err, "feed ack failed");
         }

@@ -26,7 +26,7 @@ use uuid::Uuid;
 
 static TRACING: LazyLock<()> = LazyLock::new(|| {
     if std::env::var("TEST_LOG").is_ok() {
-        kandev_common::telemetry::init(&Default::default());
+        let _ = kandev_common::telemetry::init("test", &Default::default());
     }
 });
 
@@ -52,7 +52,7 @@ pub fn settings(db: &TestDb, nats_url: &str) -> Settings {
 /// What the recording agent manager was asked.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AgentCall {
-    Launch(pb::LaunchAgentRequest, Uuid),
+    Launch(Box<pb::LaunchAgentRequest>, Uuid),
     Prompt(Uuid, String),
     Cancel(Uuid),
     Stop(Uuid),
@@ -80,7 +80,7 @@ impl RecordingAgents {
         self.calls()
             .into_iter()
             .filter_map(|c| match c {
-                AgentCall::Launch(req, id) => Some((req.task_id.clone(), id, req)),
+                AgentCall::Launch(req, id) => Some((req.task_id.clone(), id, *req)),
                 _ => None,
             })
             .collect()
@@ -101,7 +101,7 @@ impl AgentControl for RecordingAgents {
         self.calls
             .lock()
             .unwrap()
-            .push(AgentCall::Launch(request, id));
+            .push(AgentCall::Launch(Box::new(request), id));
         Ok(instance)
     }
 

@@ -14,7 +14,7 @@ pub static NATS_URL: LazyLock<String> = LazyLock::new(|| {
 
 static TRACING: LazyLock<()> = LazyLock::new(|| {
     if std::env::var("TEST_LOG").is_ok() {
-        kandev_common::telemetry::init(&Default::default());
+        let _ = kandev_common::telemetry::init("test", &Default::default());
     }
 });
 

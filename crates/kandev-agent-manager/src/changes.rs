@@ -1,0 +1,477 @@
+//! A task's changes against its base commit: what the agent committed and
+//! what it left in the work tree (untracked files included, ignored ones
+//! not), as one list of files and one unified diff per file.
+//!
+//! The work tree is staged into a throwaway index (a copy of the
+//! repository's, so unchanged files are not hashed again) and that index is
+//! diffed against the base: the repository's own index and refs are never
+//! touched. The base is recorded in the clone's configuration when its
+//! branch is created ([`start_branch`]).
+
+use std::path::{Path, PathBuf};
+
+use uuid::Uuid;
+
+use crate::{
+    domain::{AgentError, Result},
+    git::Repo,
+};
+
+/// How a file changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeStatus {
+    Added,
+    Modified,
+    Deleted,
+    Renamed,
+    Copied,
+    TypeChanged,
+}
+
+impl ChangeStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeStatus::Added => "added",
+            ChangeStatus::Modified => "modified",
+            ChangeStatus::Deleted => "deleted",
+            ChangeStatus::Renamed => "renamed",
+            ChangeStatus::Copied => "copied",
+            ChangeStatus::TypeChanged => "type_changed",
+        }
+    }
+
+    fn from_letter(letter: char) -> Option<Self> {
+        Some(match letter {
+            'A' => ChangeStatus::Added,
+            'M' => ChangeStatus::Modified,
+            'D' => ChangeStatus::Deleted,
+            'R' => ChangeStatus::Renamed,
+            'C' => ChangeStatus::Copied,
+            'T' => ChangeStatus::TypeChanged,
+            _ => return None,
+        })
+    }
+}
+
+/// One changed file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileChange {
+    pub path: String,
+    /// The path before a rename or copy.
+    pub old_path: Option<String>,
+    pub status: ChangeStatus,
+    pub additions: u64,
+    pub deletions: u64,
+    pub binary: bool,
+}
+
+/// The task's changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Changes {
+    /// The branch checked out (empty when detached).
+    pub branch: String,
+    pub base_branch: String,
+    pub base_commit: String,
+    pub head_commit: String,
+    pub files: Vec<FileChange>,
+}
+
+/// The unified diff of one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileDiff {
+    pub path: String,
+    pub diff: String,
+    /// Cut at the size limit; `diff` ends with a line saying so.
+    pub truncated: bool,
+    pub binary: bool,
+}
+
+const BASE_COMMIT: &str = "kandev.baseCommit";
+const BASE_BRANCH: &str = "kandev.baseBranch";
+
+/// Puts a fresh clone on its own branch `work_branch`, started from what
+/// was checked out, and records that commit and branch as the base.
+pub async fn start_branch(repo: &Repo, work_branch: &str) -> Result<()> {
+    repo.run(["check-ref-format", "--branch", work_branch], None)
+        .await
+        .map_err(|_| {
+            AgentError::InvalidArgument(format!("{work_branch:?} is not a branch name"))
+        })?;
+    let base_branch = repo
+        .text(["symbolic-ref", "--quiet", "--short", "HEAD"])
+        .await
+        .unwrap_or_default();
+    let base_commit = repo
+        .text(["rev-parse", "--verify", "HEAD^{commit}"])
+        .await?;
+    repo.run(["checkout", "--quiet", "-b", work_branch], None)
+        .await?;
+    repo.run(["config", BASE_COMMIT, &base_commit], None)
+        .await?;
+    repo.run(["config", BASE_BRANCH, &base_branch], None)
+        .await?;
+    Ok(())
+}
+
+/// A throwaway index file, removed when dropped.
+struct ScratchIndex(PathBuf);
+
+impl Drop for ScratchIndex {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Stages the whole work tree into a scratch index.
+async fn stage_all(repo: &Repo) -> Result<ScratchIndex> {
+    let scratch = ScratchIndex(
+        std::env::temp_dir().join(format!("kandev-index-{}", Uuid::new_v4().simple())),
+    );
+    let index = repo.work_tree().join(".git").join("index");
+    let copied = std::fs::symlink_metadata(&index).is_ok_and(|m| m.is_file())
+        && std::fs::copy(&index, &scratch.0).is_ok();
+    if !copied {
+        repo.run(["read-tree", "HEAD"], Some(&scratch.0)).await?;
+    }
+    repo.run(["add", "--all", "--", "."], Some(&scratch.0))
+        .await?;
+    Ok(scratch)
+}
+
+async fn base_of(repo: &Repo) -> Result<(String, String)> {
+    let commit = repo
+        .text(["config", "--get", BASE_COMMIT])
+        .await
+        .map_err(|_| {
+            AgentError::FailedPrecondition(
+                "the workspace has no recorded base commit (cloned before task branches)".into(),
+            )
+        })?;
+    let branch = repo
+        .text(["config", "--get", BASE_BRANCH])
+        .await
+        .unwrap_or_default();
+    Ok((commit, branch))
+}
+
+const DIFF: &[&str] = &[
+    "diff",
+    "--cached",
+    "--no-ext-diff",
+    "--no-textconv",
+    "--no-color",
+    "--find-renames",
+];
+
+/// The files changed since the base, committed or not.
+pub async fn changes(repo: &Repo) -> Result<Changes> {
+    let (base_commit, base_branch) = base_of(repo).await?;
+    let index = stage_all(repo).await?;
+    let diff = |extra: &'static str| {
+        let mut args: Vec<&str> = DIFF.to_vec();
+        args.extend([extra, "-z", base_commit.as_str(), "--"]);
+        repo.run(args, Some(&index.0))
+    };
+    let names = diff("--name-status").await?.stdout;
+    let stats = diff("--numstat").await?.stdout;
+    let mut files = parse_name_status(&String::from_utf8_lossy(&names))?;
+    for (path, added, deleted) in parse_numstat(&String::from_utf8_lossy(&stats)) {
+        if let Some(file) = files.iter_mut().find(|f| f.path == path) {
+            match (added, deleted) {
+                (Some(a), Some(d)) => (file.additions, file.deletions) = (a, d),
+                _ => file.binary = true,
+            }
+        }
+    }
+    let branch = repo
+        .text(["symbolic-ref", "--quiet", "--short", "HEAD"])
+        .await
+        .unwrap_or_default();
+    let head_commit = repo
+        .text(["rev-parse", "--verify", "HEAD^{commit}"])
+        .await?;
+    Ok(Changes {
+        branch,
+        base_branch,
+        base_commit,
+        head_commit,
+        files,
+    })
+}
+
+/// The unified diff of the changed file `path`, cut at `max_bytes`.
+pub async fn file_diff(repo: &Repo, path: &str, max_bytes: usize) -> Result<FileDiff> {
+    let all = changes(repo).await?;
+    let file = all
+        .files
+        .iter()
+        .find(|f| f.path == path)
+        .ok_or_else(|| AgentError::NotFound(format!("a change to {path}")))?;
+    let (base_commit, _) = base_of(repo).await?;
+    let index = stage_all(repo).await?;
+    let mut args: Vec<&str> = DIFF.to_vec();
+    args.extend([base_commit.as_str(), "--"]);
+    if let Some(old) = &file.old_path {
+        args.push(old);
+    }
+    args.push(&file.path);
+    let output = repo.run(args, Some(&index.0)).await?.stdout;
+    let (diff, truncated) = bounded(&output, max_bytes);
+    Ok(FileDiff {
+        path: file.path.clone(),
+        diff,
+        truncated,
+        binary: file.binary,
+    })
+}
+
+/// `output` as text, cut at the last line that fits in `max_bytes`, with a
+/// closing line saying how much was left out.
+fn bounded(output: &[u8], max_bytes: usize) -> (String, bool) {
+    if output.len() <= max_bytes {
+        return (String::from_utf8_lossy(output).into_owned(), false);
+    }
+    let cut = output[..max_bytes]
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |i| i + 1);
+    let mut text = String::from_utf8_lossy(&output[..cut]).into_owned();
+    text.push_str(&format!(
+        "[kandev: diff truncated: {} of {} bytes shown]\n",
+        cut,
+        output.len()
+    ));
+    (text, true)
+}
+
+/// Parses `--name-status -z`: `status\0path\0`, or `Rnn\0old\0new\0`.
+fn parse_name_status(text: &str) -> Result<Vec<FileChange>> {
+    let mut fields = text.split('\0').filter(|f| !f.is_empty());
+    let mut files = Vec::new();
+    while let Some(status) = fields.next() {
+        let letter = status.chars().next().unwrap_or('?');
+        let status = ChangeStatus::from_letter(letter)
+            .ok_or_else(|| AgentError::Internal(format!("unknown git status {status:?}")))?;
+        let first = fields
+            .next()
+            .ok_or_else(|| AgentError::Internal("truncated git status".into()))?;
+        let (old_path, path) = if matches!(status, ChangeStatus::Renamed | ChangeStatus::Copied) {
+            let new = fields
+                .next()
+                .ok_or_else(|| AgentError::Internal("truncated git rename".into()))?;
+            (Some(first.to_string()), new.to_string())
+        } else {
+            (None, first.to_string())
+        };
+        files.push(FileChange {
+            path,
+            old_path,
+            status,
+            additions: 0,
+            deletions: 0,
+            binary: false,
+        });
+    }
+    Ok(files)
+}
+
+/// Parses `--numstat -z`: `added\tdeleted\tpath\0`, or for a rename
+/// `added\tdeleted\t\0old\0new\0`; `-` counts mean binary.
+fn parse_numstat(text: &str) -> Vec<(String, Option<u64>, Option<u64>)> {
+    let mut out = Vec::new();
+    let mut fields = text.split('\0');
+    while let Some(record) = fields.next() {
+        let mut parts = record.splitn(3, '\t');
+        let (Some(added), Some(deleted), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let path = if path.is_empty() {
+            let _old = fields.next();
+            fields.next().unwrap_or_default().to_string()
+        } else {
+            path.to_string()
+        };
+        out.push((path, added.parse().ok(), deleted.parse().ok()));
+    }
+    out
+}
+
+/// The largest diff of one file returned whole.
+pub const MAX_DIFF_BYTES: usize = 512 * 1024;
+
+/// The clone of `task_id` under `workspaces_root`, checked for running git.
+pub async fn task_repo(workspaces_root: &Path, task_id: Uuid) -> Result<Repo> {
+    let dir = workspaces_root.join(task_id.to_string());
+    if !dir.join(".git").exists() {
+        return Err(AgentError::NotFound(format!(
+            "a cloned workspace of task {task_id}"
+        )));
+    }
+    Repo::open(&dir).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn git(dir: &Path, args: &[&str]) {
+        let status = Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@e",
+                "-c",
+                "commit.gpgsign=false",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
+    }
+
+    fn write(dir: &Path, path: &str, content: &[u8]) {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+
+    /// A repository with a first commit on `main`, on the task's branch.
+    async fn cloned() -> (tempfile::TempDir, Repo) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        git(root, &["init", "-q", "-b", "main"]);
+        write(root, "keep.txt", b"same\n");
+        write(root, "edit.txt", b"one\ntwo\nthree\n");
+        write(root, "gone.txt", b"bye\n");
+        let long: String = (0..40)
+            .map(|i| format!("line {i} of a file that moves\n"))
+            .collect();
+        write(root, "old/name.txt", long.as_bytes());
+        git(root, &["add", "-A"]);
+        git(root, &["commit", "-q", "-m", "base"]);
+        let repo = Repo::open(root).await.unwrap();
+        start_branch(&repo, "kandev/1a2b3c4d-fix").await.unwrap();
+        (dir, repo)
+    }
+
+    #[tokio::test]
+    async fn committed_and_uncommitted_changes_are_listed_against_the_base() {
+        let (dir, repo) = cloned().await;
+        let root = dir.path();
+        // Committed on the task's branch...
+        write(root, "edit.txt", b"one\n2\nthree\nfour\n");
+        std::fs::create_dir_all(root.join("new")).unwrap();
+        std::fs::rename(root.join("old/name.txt"), root.join("new/name.txt")).unwrap();
+        git(root, &["add", "-A"]);
+        git(root, &["commit", "-q", "-m", "agent"]);
+        // ...and left in the work tree, untracked files included.
+        std::fs::remove_file(root.join("gone.txt")).unwrap();
+        write(root, "added.txt", b"hello\n");
+        write(root, "image.bin", &[0u8, 159, 146, 150, 0, 1, 2]);
+        write(root, ".gitignore", b"*.log\n");
+        write(root, "debug.log", b"ignored\n");
+
+        let changes = changes(&repo).await.unwrap();
+        assert_eq!(changes.branch, "kandev/1a2b3c4d-fix");
+        assert_eq!(changes.base_branch, "main");
+        assert_ne!(changes.base_commit, changes.head_commit);
+        let by_path = |p: &str| {
+            changes
+                .files
+                .iter()
+                .find(|f| f.path == p)
+                .unwrap_or_else(|| panic!("no {p} in {:?}", changes.files))
+        };
+        let edit = by_path("edit.txt");
+        assert_eq!(
+            (edit.status, edit.additions, edit.deletions),
+            (ChangeStatus::Modified, 2, 1)
+        );
+        let moved = by_path("new/name.txt");
+        assert_eq!(moved.status, ChangeStatus::Renamed);
+        assert_eq!(moved.old_path.as_deref(), Some("old/name.txt"));
+        assert_eq!(by_path("gone.txt").status, ChangeStatus::Deleted);
+        assert_eq!(by_path("added.txt").status, ChangeStatus::Added);
+        let binary = by_path("image.bin");
+        assert!(binary.binary && binary.status == ChangeStatus::Added);
+        assert!(
+            changes
+                .files
+                .iter()
+                .all(|f| f.path != "debug.log" && f.path != "keep.txt")
+        );
+        assert_eq!(changes.files.len(), 6, "{:?}", changes.files);
+
+        // Nothing of the repository's own state moved.
+        let status = repo.text(["status", "--porcelain"]).await.unwrap();
+        assert!(status.contains("?? added.txt"), "{status}");
+
+        let diff = file_diff(&repo, "edit.txt", 1 << 20).await.unwrap();
+        assert!(!diff.truncated);
+        assert!(diff.diff.contains("-two\n+2\n"), "{}", diff.diff);
+        assert!(diff.diff.contains("+four\n"), "{}", diff.diff);
+        let renamed = file_diff(&repo, "new/name.txt", 1 << 20).await.unwrap();
+        assert!(
+            renamed.diff.contains("rename from old/name.txt"),
+            "{}",
+            renamed.diff
+        );
+        let binary = file_diff(&repo, "image.bin", 1 << 20).await.unwrap();
+        assert!(
+            binary.binary && binary.diff.contains("Binary files"),
+            "{}",
+            binary.diff
+        );
+        let missing = file_diff(&repo, "keep.txt", 1 << 20).await.unwrap_err();
+        assert!(matches!(missing, AgentError::NotFound(_)), "{missing}");
+    }
+
+    #[tokio::test]
+    async fn a_huge_diff_is_cut_with_a_marker() {
+        let (dir, repo) = cloned().await;
+        let big: String = (0..20_000)
+            .map(|i| format!("generated line {i}\n"))
+            .collect();
+        write(dir.path(), "big.txt", big.as_bytes());
+        let diff = file_diff(&repo, "big.txt", 64 * 1024).await.unwrap();
+        assert!(diff.truncated);
+        assert!(diff.diff.len() < 64 * 1024 + 100);
+        assert!(
+            diff.diff.ends_with("bytes shown]\n") && diff.diff.contains("[kandev: diff truncated"),
+            "{}",
+            &diff.diff[diff.diff.len() - 200..]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_repository_configured_to_run_programs_is_refused() {
+        let (dir, _) = cloned().await;
+        let marker = dir.path().join("ran");
+        for (key, value) in [
+            ("core.fsmonitor", format!("touch {}", marker.display())),
+            ("filter.x.clean", format!("touch {}", marker.display())),
+            ("include.path", "/etc/gitconfig".to_string()),
+        ] {
+            git(dir.path(), &["config", key, &value]);
+            let refused = Repo::open(dir.path()).await.unwrap_err();
+            assert!(
+                refused.to_string().contains(&key.to_ascii_lowercase()),
+                "{key}: {refused}"
+            );
+            git(dir.path(), &["config", "--unset", key]);
+        }
+        std::fs::write(
+            dir.path().join(".git/objects/info/alternates"),
+            "/elsewhere\n",
+        )
+        .unwrap();
+        assert!(Repo::open(dir.path()).await.is_err());
+        assert!(!marker.exists(), "a configured program ran");
+    }
+}

@@ -1,0 +1,138 @@
+//! A task's changes: the files its agent changed on the task's branch
+//! against the base it started from (committed and not), and each file's
+//! diff. Read from the task's clone by the agent manager.
+
+use axum::{Json, extract::State};
+use kandev_proto::v1 as pb;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::access::{agent_err, visible_task};
+use crate::{
+    auth::CurrentUser,
+    error::{ApiError, ApiResult, ErrorBody},
+    extract::{ApiPath, ApiQuery},
+    state::AppState,
+};
+
+/// One changed file.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FileChange {
+    pub path: String,
+    /// The path before a rename or copy.
+    pub old_path: Option<String>,
+    /// `added`, `modified`, `deleted`, `renamed`, `copied` or `type_changed`.
+    pub status: String,
+    pub additions: i64,
+    pub deletions: i64,
+    /// Binary files have no line counts and no textual diff.
+    pub binary: bool,
+}
+
+/// Where the task's work lives and what changed there.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskChanges {
+    #[schema(value_type = uuid::Uuid)]
+    pub task_id: String,
+    /// The clone, on the agent manager's host.
+    pub workspace_path: String,
+    /// The task's branch.
+    pub branch: String,
+    pub base_branch: String,
+    pub base_commit: String,
+    pub head_commit: String,
+    pub files: Vec<FileChange>,
+}
+
+/// The unified diff of one file.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FileDiff {
+    pub path: String,
+    pub diff: String,
+    /// The diff was cut at the size limit; its last line says so.
+    pub truncated: bool,
+    pub binary: bool,
+}
+
+/// Which file.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DiffParams {
+    /// The file's path in the repository, as listed by `changes`.
+    pub path: String,
+}
+
+#[utoipa::path(get, path = "/api/v1/tasks/{id}/changes", tag = "tasks",
+    params(("id" = uuid::Uuid, Path, description = "task id")),
+    responses((status = 200, body = TaskChanges),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
+pub async fn changes(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<TaskChanges>> {
+    let task = visible_task(&state, &user, &id).await?;
+    let c = state
+        .downstream()
+        .agents
+        .clone()
+        .get_changes(pb::GetChangesRequest { task_id: task.id })
+        .await
+        .map_err(agent_err)?
+        .into_inner();
+    Ok(Json(TaskChanges {
+        task_id: c.task_id,
+        workspace_path: c.workspace_path,
+        branch: c.branch,
+        base_branch: c.base_branch,
+        base_commit: c.base_commit,
+        head_commit: c.head_commit,
+        files: c
+            .files
+            .into_iter()
+            .map(|f| FileChange {
+                old_path: Some(f.old_path).filter(|p| !p.is_empty()),
+                path: f.path,
+                status: f.status,
+                additions: f.additions,
+                deletions: f.deletions,
+                binary: f.binary,
+            })
+            .collect(),
+    }))
+}
+
+#[utoipa::path(get, path = "/api/v1/tasks/{id}/changes/diff", tag = "tasks",
+    params(("id" = uuid::Uuid, Path, description = "task id"), DiffParams),
+    responses((status = 200, body = FileDiff),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
+pub async fn diff(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(params): ApiQuery<DiffParams>,
+) -> ApiResult<Json<FileDiff>> {
+    if params.path.is_empty() || params.path.contains('\0') {
+        return Err(ApiError::validation("path must name a changed file"));
+    }
+    let task = visible_task(&state, &user, &id).await?;
+    let d = state
+        .downstream()
+        .agents
+        .clone()
+        .get_file_diff(pb::GetFileDiffRequest {
+            task_id: task.id,
+            path: params.path,
+        })
+        .await
+        .map_err(agent_err)?
+        .into_inner();
+    Ok(Json(FileDiff {
+        path: d.path,
+        diff: d.diff,
+        truncated: d.truncated,
+        binary: d.binary,
+    }))
+}

@@ -1,0 +1,152 @@
+// The task's Changes tab: where the work lives (branch, base, clone), the
+// files changed against the base (committed and not), and each file's
+// diff: unified, and side by side on wide screens.
+
+import { h, clear } from './dom.js';
+import { api } from './api.js';
+
+const STATUS_WORDS = {
+  added: 'Added', modified: 'Modified', deleted: 'Deleted', renamed: 'Renamed',
+  copied: 'Copied', type_changed: 'Type changed',
+};
+
+// Parses a unified diff (one file) into rows:
+// {op: ' '|'+'|'-'|'@'|'!', text, oldNo, newNo}. '@' is a hunk header,
+// '!' a line of git's own (binary, truncation).
+export function parseUnified(text) {
+  const rows = [];
+  let oldNo = 0, newNo = 0, inHunk = false;
+  for (const line of String(text).split('\n')) {
+    const hunk = /^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@(.*)$/.exec(line);
+    if (hunk) {
+      oldNo = Number(hunk[1]); newNo = Number(hunk[2]); inHunk = true;
+      rows.push({ op: '@', text: line });
+    } else if (line.startsWith('[kandev: ') || line.startsWith('Binary files ')) {
+      rows.push({ op: '!', text: line });
+    } else if (!inHunk || line.startsWith('\\')) {
+      // The file header (diff --git, index, ---, +++), or "\ No newline".
+      if (line.startsWith('\\')) rows.push({ op: '!', text: line });
+    } else if (line.startsWith('+')) {
+      rows.push({ op: '+', text: line.slice(1), oldNo: null, newNo: newNo++ });
+    } else if (line.startsWith('-')) {
+      rows.push({ op: '-', text: line.slice(1), oldNo: oldNo++, newNo: null });
+    } else if (line.startsWith(' ')) {
+      rows.push({ op: ' ', text: line.slice(1), oldNo: oldNo++, newNo: newNo++ });
+    }
+  }
+  return rows;
+}
+
+// Pairs rows for a side-by-side view: removed lines face the added lines
+// that follow them.
+export function sideBySide(rows) {
+  const pairs = [];
+  let i = 0;
+  while (i < rows.length) {
+    const r = rows[i];
+    if (r.op === '-' || r.op === '+') {
+      const del = [], add = [];
+      while (i < rows.length && rows[i].op === '-') del.push(rows[i++]);
+      while (i < rows.length && rows[i].op === '+') add.push(rows[i++]);
+      for (let k = 0; k < Math.max(del.length, add.length); k++) pairs.push({ left: del[k] || null, right: add[k] || null });
+    } else {
+      pairs.push(r.op === ' ' ? { left: r, right: r } : { note: r });
+      i++;
+    }
+  }
+  return pairs;
+}
+
+const cls = { '+': 'diff-add', '-': 'diff-del', ' ': '', '@': 'diff-hunk', '!': 'diff-note' };
+
+function unifiedView(rows) {
+  return h('div', { class: 'diff-body diff-unified', testid: 'changes-diff-unified' },
+    ...rows.map((r) => (r.op === '@' || r.op === '!')
+      ? h('span', { class: `diff-skip ${cls[r.op]}` }, r.text)
+      : h('div', { class: `diff-line ${cls[r.op]}`, dataset: { op: r.op } },
+        h('span', { class: 'ln' }, r.oldNo ?? ''), h('span', { class: 'ln' }, r.newNo ?? ''),
+        h('span', { class: 'op' }, r.op === ' ' ? '' : r.op), h('span', { class: 'code' }, r.text))));
+}
+
+function splitView(rows) {
+  const side = (r, op) => r
+    ? [h('span', { class: `ln ${cls[r.op]}` }, (op === '-' ? r.oldNo : r.newNo) ?? ''), h('span', { class: `code ${cls[r.op]}` }, r.text)]
+    : [h('span', { class: 'ln diff-empty' }), h('span', { class: 'code diff-empty' })];
+  return h('div', { class: 'diff-body diff-split', testid: 'changes-diff-split' },
+    ...sideBySide(rows).map((p) => p.note
+      ? h('span', { class: `diff-skip ${cls[p.note.op]}` }, p.note.text)
+      : h('div', { class: 'diff-pair' }, ...side(p.left, '-'), ...side(p.right, '+'))));
+}
+
+export function changesPanel(taskId) {
+  const where = h('dl', { class: 'kv changes-where', testid: 'changes-where' });
+  const summary = h('p', { class: 'muted small', testid: 'changes-summary' });
+  const list = h('ul', { class: 'changes-files', testid: 'changes-files' });
+  const diffBox = h('div', { class: 'changes-diff', testid: 'changes-diff' });
+  const refreshBtn = h('button', { type: 'button', class: 'btn btn-small', testid: 'changes-refresh', onclick: () => load() }, 'Refresh');
+  const el = h('div', { class: 'changes' },
+    h('div', { class: 'row' }, summary, refreshBtn), where,
+    h('div', { class: 'changes-layout' }, list, diffBox));
+  let selected = null;
+  let generation = 0;
+
+  async function load() {
+    const mine = ++generation;
+    summary.textContent = 'Loading…';
+    let changes;
+    try {
+      changes = await api.changes(taskId);
+    } catch (e) {
+      if (mine !== generation) return;
+      clear(list); clear(diffBox); clear(where);
+      summary.textContent = e.status === 404
+        ? 'No changes to show: this task has no cloned repository (yet).'
+        : `Cannot read the changes: ${e.message}`;
+      return;
+    }
+    if (mine !== generation) return;
+    clear(where).append(
+      h('dt', null, 'Branch'), h('dd', { testid: 'changes-branch' }, changes.branch || '(detached)'),
+      h('dt', null, 'Base'), h('dd', { testid: 'changes-base' }, `${changes.base_branch || '(default)'} @ ${changes.base_commit.slice(0, 12)}`),
+      h('dt', null, 'Clone'), h('dd', { testid: 'changes-path' }, h('code', null, changes.workspace_path)));
+    const files = changes.files;
+    const adds = files.reduce((n, f) => n + f.additions, 0);
+    const dels = files.reduce((n, f) => n + f.deletions, 0);
+    summary.textContent = files.length
+      ? `${files.length} file${files.length === 1 ? '' : 's'} changed, +${adds} −${dels}`
+      : 'No changes against the base yet.';
+    clear(list).append(...files.map((f) => h('li', null,
+      h('button', { type: 'button', class: 'changes-file', testid: 'changes-file', dataset: { path: f.path, status: f.status },
+        'aria-current': String(f.path === selected), onclick: () => show(f) },
+        h('span', { class: `badge change-${f.status}`, title: STATUS_WORDS[f.status] || f.status }, (STATUS_WORDS[f.status] || f.status)[0]),
+        h('span', { class: 'changes-path' }, f.old_path ? `${f.old_path} → ${f.path}` : f.path),
+        h('span', { class: 'diff-stat' }, f.binary ? 'binary' : [h('span', { class: 'add' }, `+${f.additions}`), ' ', h('span', { class: 'del' }, `−${f.deletions}`)])))));
+    const again = files.find((f) => f.path === selected) || files[0];
+    if (again) show(again); else clear(diffBox);
+  }
+
+  async function show(file) {
+    selected = file.path;
+    for (const b of list.querySelectorAll('[data-testid=changes-file]')) b.setAttribute('aria-current', String(b.dataset.path === file.path));
+    const mine = generation;
+    clear(diffBox).append(h('p', { class: 'muted small' }, 'Loading the diff…'));
+    let d;
+    try {
+      d = await api.fileDiff(taskId, file.path);
+    } catch (e) {
+      if (mine === generation) clear(diffBox).append(h('p', { class: 'error' }, `Cannot read the diff: ${e.message}`));
+      return;
+    }
+    if (mine !== generation || selected !== file.path) return;
+    const rows = parseUnified(d.diff);
+    clear(diffBox).append(h('div', { class: 'diff', testid: 'changes-file-diff', dataset: { path: d.path } },
+      h('div', { class: 'diff-head' }, h('code', null, d.path),
+        d.truncated ? h('span', { class: 'badge', testid: 'changes-truncated' }, 'truncated') : null,
+        d.binary ? h('span', { class: 'badge' }, 'binary') : null),
+      d.binary ? h('p', { class: 'muted small diff-note' }, 'A binary file: no line diff.') : null,
+      d.binary ? null : unifiedView(rows),
+      d.binary ? null : splitView(rows)));
+  }
+
+  return { el, load };
+}
