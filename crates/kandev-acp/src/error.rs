@@ -23,6 +23,10 @@ pub mod codes {
     pub const RESOURCE_NOT_FOUND: i64 = -32002;
     /// ACP: the request was cancelled.
     pub const REQUEST_CANCELLED: i64 = -32800;
+    /// Kandev: the permission policy (or the person it asked) refused the
+    /// operation, e.g. an `fs/write_text_file`. Outside the ranges JSON-RPC
+    /// and ACP reserve, as ACP asks of implementation-specific codes.
+    pub const PERMISSION_DENIED: i64 = -31000;
 }
 
 /// A JSON-RPC error object, as received from or sent to the agent.

@@ -1,9 +1,15 @@
-//! Permission policies for `session/request_permission`.
+//! Permission policies for `session/request_permission` and
+//! `fs/write_text_file`.
 //!
 //! The client asks a [`PermissionPolicy`] for every permission request, each
 //! in its own task, so several requests can be open at once. On
 //! [`crate::AcpClient::cancel`] every open request is answered `cancelled`
 //! whatever the policy is doing.
+//!
+//! A write the agent did not get permission for is put to the same policy
+//! as a request the client makes up (a tool call `Write <path>` of kind
+//! `edit`, options [`WRITE_ALLOW`] and [`WRITE_REJECT`], `_meta`
+//! [`SYNTHESIZED_META`]), keyed by the write's own JSON-RPC id.
 
 use std::time::Duration;
 
@@ -14,6 +20,14 @@ use agent_client_protocol::v1::schema::{
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
+
+/// The option that allows a write the client asks about itself.
+pub const WRITE_ALLOW: &str = "allow-once";
+/// The option that refuses a write the client asks about itself.
+pub const WRITE_REJECT: &str = "reject-once";
+/// The `_meta` key that marks a request the client made up; its value is
+/// the agent's method (`fs/write_text_file`).
+pub const SYNTHESIZED_META: &str = "kandev/synthesized";
 
 /// The answer to a permission request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +59,14 @@ pub trait PermissionPolicy: Send + Sync + 'static {
         request_id: &Value,
         request: &RequestPermissionRequest,
     ) -> PermissionDecision;
+
+    /// Whether a person (or anything outside the process) answers. When
+    /// true, the client shows the questions it makes up itself (a write the
+    /// agent did not ask about) as `permission_request` and
+    /// `permission_response` events, so the person sees what to answer.
+    fn is_interactive(&self) -> bool {
+        false
+    }
 }
 
 fn first_of_kind(
@@ -168,6 +190,10 @@ impl PermissionPolicy for AskDecider {
             Ok(Some(decision)) => decision,
             Ok(None) | Err(_) => self.fallback.clone(),
         }
+    }
+
+    fn is_interactive(&self) -> bool {
+        true
     }
 }
 

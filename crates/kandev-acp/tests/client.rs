@@ -1,6 +1,9 @@
 //! Client behaviour against a scripted agent on the other end of in-memory
 //! pipes: the test plays the agent line by line.
 
+#[path = "client/fs_permission.rs"]
+mod fs_permission;
+
 use std::{path::Path, sync::Arc, time::Duration};
 
 use kandev_acp::{

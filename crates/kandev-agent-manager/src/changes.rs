@@ -297,6 +297,130 @@ fn parse_numstat(text: &str) -> Vec<(String, Option<u64>, Option<u64>)> {
     out
 }
 
+/// What [`deliver`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub branch: String,
+    /// The branch's commit after delivery.
+    pub commit: String,
+    /// Whether uncommitted work was committed.
+    pub committed: bool,
+    /// The remote pushed to (credentials removed), when pushed.
+    pub pushed_to: Option<String>,
+}
+
+/// Who commits: the user who delivers.
+#[derive(Debug, Clone)]
+pub struct Author {
+    pub name: String,
+    pub email: String,
+}
+
+/// Commits the work tree to the task's branch (when anything changed) and,
+/// with `push`, pushes the branch to the clone's origin: the URL is checked
+/// against the repository policy again (the agent could have changed it),
+/// and git is told that URL, never a configured push URL.
+pub async fn deliver(
+    repo: &Repo,
+    settings: &crate::config::Settings,
+    message: &str,
+    author: &Author,
+    push: bool,
+) -> Result<Delivery> {
+    let branch = repo
+        .text(["symbolic-ref", "--quiet", "--short", "HEAD"])
+        .await
+        .map_err(|_| AgentError::FailedPrecondition("the clone is not on a branch".into()))?;
+    let (_, base_branch) = base_of(repo).await?;
+    if branch == base_branch {
+        return Err(AgentError::FailedPrecondition(format!(
+            "the clone is on its base branch {branch}, not the task's own"
+        )));
+    }
+    repo.run(["add", "--all", "--", "."], None).await?;
+    let staged = repo
+        .run_status(["diff", "--cached", "--quiet", "--no-ext-diff"])
+        .await?;
+    let committed = !staged;
+    if committed {
+        let message = if message.trim().is_empty() {
+            "Changes made by the agent"
+        } else {
+            message
+        };
+        repo.run(
+            [
+                "-c".to_string(),
+                format!("user.name={}", author.name),
+                "-c".to_string(),
+                format!("user.email={}", author.email),
+                "-c".to_string(),
+                "commit.gpgSign=false".to_string(),
+                "commit".to_string(),
+                "--quiet".to_string(),
+                "--no-verify".to_string(),
+                "--message".to_string(),
+                message.to_string(),
+            ],
+            None,
+        )
+        .await?;
+    }
+    let commit = repo
+        .text(["rev-parse", "--verify", "HEAD^{commit}"])
+        .await?;
+    let mut pushed_to = None;
+    if push {
+        let url = repo
+            .text(["config", "--get", "remote.origin.url"])
+            .await
+            .map_err(|_| {
+                AgentError::FailedPrecondition("the clone has no origin to push to".into())
+            })?;
+        let protocols = crate::repository::check(settings, &url).await?;
+        let refspec = format!("refs/heads/{branch}:refs/heads/{branch}");
+        let mut args = crate::repository::protocol_args(&protocols);
+        args.extend([
+            "push".into(),
+            "--porcelain".into(),
+            "--".into(),
+            url.clone(),
+            refspec,
+        ]);
+        let output = repo.output(args).await?;
+        if !output.status.success() {
+            // The porcelain line of a refused ref says why ("[rejected]
+            // (non-fast-forward)", "[remote rejected] (...)").
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let reason = stdout
+                .lines()
+                .find(|l| l.starts_with('!'))
+                .and_then(|l| l.rsplit('\t').next())
+                .map(str::to_string)
+                .or_else(|| {
+                    stderr
+                        .lines()
+                        .find(|l| l.starts_with("fatal:") || l.starts_with("error:"))
+                        .map(str::to_string)
+                })
+                .unwrap_or_else(|| "git push failed".into())
+                .replace(&url, &crate::workspace::redact_url(&url));
+            return Err(AgentError::FailedPrecondition(format!(
+                "pushing {branch} to {} was refused: {reason}",
+                crate::workspace::redact_url(&url),
+            )));
+        }
+        pushed_to = Some(crate::workspace::redact_url(&url));
+    }
+    Ok(Delivery {
+        branch,
+        commit,
+        committed,
+        pushed_to,
+    })
+}
+
 /// The largest diff of one file returned whole.
 pub const MAX_DIFF_BYTES: usize = 512 * 1024;
 
@@ -446,6 +570,102 @@ mod tests {
             diff.diff.ends_with("bytes shown]\n") && diff.diff.contains("[kandev: diff truncated"),
             "{}",
             &diff.diff[diff.diff.len() - 200..]
+        );
+    }
+
+    #[tokio::test]
+    async fn delivery_commits_and_pushes_the_task_branch() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let src = root.join("src");
+        std::fs::create_dir_all(&src).unwrap();
+        git(&src, &["init", "-q", "-b", "main"]);
+        write(&src, "README.md", b"# Demo\n");
+        git(&src, &["add", "-A"]);
+        git(&src, &["commit", "-q", "-m", "base"]);
+        git(root, &["clone", "-q", "--bare", "src", "remote.git"]);
+        git(root, &["clone", "-q", "remote.git", "work"]);
+        let work = root.join("work");
+        let repo = Repo::open(&work).await.unwrap();
+        start_branch(&repo, "kandev/1a2b3c4d-deliver")
+            .await
+            .unwrap();
+        let settings = crate::config::Settings {
+            allowed_repository_roots: vec![root.display().to_string()],
+            ..Default::default()
+        };
+        let author = Author {
+            name: "Ada".into(),
+            email: "ada@example.com".into(),
+        };
+
+        write(&work, "README.md", b"# Demo\n\nBetter.\n");
+        let done = deliver(&repo, &settings, "Improve the readme", &author, true)
+            .await
+            .unwrap();
+        assert!(done.committed);
+        assert_eq!(done.branch, "kandev/1a2b3c4d-deliver");
+        assert!(done.pushed_to.is_some());
+        let remote = Repo::open(&root.join("remote.git")).await;
+        assert!(
+            remote.is_err(),
+            "a bare repository has no work tree to open"
+        );
+        let pushed = std::process::Command::new("git")
+            .args([
+                "--git-dir",
+                "remote.git",
+                "log",
+                "-1",
+                "--format=%H %an %s",
+                "kandev/1a2b3c4d-deliver",
+            ])
+            .current_dir(root)
+            .output()
+            .unwrap();
+        let pushed = String::from_utf8_lossy(&pushed.stdout);
+        assert_eq!(
+            pushed.trim(),
+            format!("{} Ada Improve the readme", done.commit)
+        );
+
+        // Nothing new: no commit, and the push is a no-op.
+        let again = deliver(&repo, &settings, "", &author, true).await.unwrap();
+        assert!(!again.committed);
+        assert_eq!(again.commit, done.commit);
+
+        // Someone else moved the branch on the remote: the push is refused
+        // and says why.
+        git(
+            root,
+            &[
+                "clone",
+                "-q",
+                "-b",
+                "kandev/1a2b3c4d-deliver",
+                "remote.git",
+                "other",
+            ],
+        );
+        write(&root.join("other"), "OTHER.md", b"theirs\n");
+        git(&root.join("other"), &["add", "-A"]);
+        git(&root.join("other"), &["commit", "-q", "-m", "theirs"]);
+        git(
+            &root.join("other"),
+            &["push", "-q", "origin", "kandev/1a2b3c4d-deliver"],
+        );
+        write(&work, "MINE.md", b"mine\n");
+        let refused = deliver(&repo, &settings, "Mine", &author, true)
+            .await
+            .unwrap_err();
+        let text = refused.to_string();
+        assert!(
+            text.contains("rejected") || text.contains("fetch first"),
+            "{text}"
+        );
+        assert!(
+            matches!(refused, AgentError::FailedPrecondition(_)),
+            "{text}"
         );
     }
 

@@ -163,6 +163,33 @@ impl Repo {
         }
     }
 
+    /// The output of `git <args>`, whatever its exit status.
+    pub async fn output<I, S>(&self, args: I) -> Result<Output>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.run_raw(args, None).await
+    }
+
+    /// Whether `git <args>` exits 0 (`true`) or 1 (`false`); anything else
+    /// is an error (for `--quiet` checks).
+    pub async fn run_status<I, S>(&self, args: I) -> Result<bool>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let output = self.run_raw(args, None).await?;
+        match output.status.code() {
+            Some(0) => Ok(true),
+            Some(1) => Ok(false),
+            _ => Err(AgentError::FailedPrecondition(format!(
+                "git: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            ))),
+        }
+    }
+
     /// The trimmed standard output of `git <args>`.
     pub async fn text<I, S>(&self, args: I) -> Result<String>
     where

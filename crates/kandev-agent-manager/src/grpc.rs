@@ -383,6 +383,35 @@ impl AgentManagerRpc for GrpcAgentAdapter {
         }))
     }
 
+    async fn deliver_changes(
+        &self,
+        request: Request<pb::DeliverChangesRequest>,
+    ) -> Result<Response<pb::Delivery>, Status> {
+        let r = request.into_inner();
+        let task_id = parse_id("task_id", &r.task_id).map_err(status)?;
+        let settings = self.manager.settings();
+        let repo = changes::task_repo(Path::new(&settings.workspaces_root), task_id)
+            .await
+            .map_err(status)?;
+        let author = changes::Author {
+            name: Some(r.author_name)
+                .filter(|n| !n.trim().is_empty())
+                .unwrap_or_else(|| "Kandev".into()),
+            email: Some(r.author_email)
+                .filter(|e| !e.trim().is_empty())
+                .unwrap_or_else(|| "kandev@localhost".into()),
+        };
+        let d = changes::deliver(&repo, settings, &r.message, &author, r.push)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::Delivery {
+            branch: d.branch,
+            commit: d.commit,
+            committed: d.committed,
+            pushed_to: d.pushed_to.unwrap_or_default(),
+        }))
+    }
+
     async fn get_file_diff(
         &self,
         request: Request<pb::GetFileDiffRequest>,

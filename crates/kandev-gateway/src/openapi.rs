@@ -55,6 +55,7 @@ impl Modify for BearerAuth {
         routes::tasks::list_events,
         routes::changes::changes,
         routes::changes::diff,
+        routes::changes::review,
         routes::agents::launch,
         routes::agents::prompt,
         routes::agents::cancel,

@@ -138,6 +138,21 @@ async fn the_ui_drives_agents_end_to_end() {
 
     // 3. Watch task A's run: the plan, the tool calls and the diff.
     click(c, &format!("{} [data-testid=card-link]", card(&task_a))).await;
+    // Its agent type asks: the agent's write of README.md waits for the
+    // user (issue 14: fs/write_text_file goes through the policy).
+    wait_js(
+        c,
+        "the question before the agent writes README.md",
+        90,
+        "const p = [...document.querySelectorAll('[data-kind=permission_request]')]
+           .find(x => x.textContent.includes('README.md'));
+         const allow = p && p.querySelector('[data-testid=permission-option][data-option-id=allow-once]');
+         if (!allow || allow.disabled) return false;
+         allow.click();
+         return true;",
+        vec![],
+    )
+    .await;
     wait_js(
         c,
         "a plan whose three steps complete",
@@ -179,19 +194,23 @@ async fn the_ui_drives_agents_end_to_end() {
         c,
         "the permission request with the agent's options",
         90,
-        "const p = document.querySelector('[data-kind=permission_request]');
+        "const all = [...document.querySelectorAll('[data-kind=permission_request]')];
+         const p = all.length >= 2 && all[all.length - 1];
          if (!p) return false;
          const ids = [...p.querySelectorAll('[data-testid=permission-option]')].filter(b => !b.disabled).map(b => b.dataset.optionId);
          return ids.join(',') === 'allow-once,allow-always,reject-once';",
         vec![],
     )
     .await;
-    click(
+    js(
         c,
-        "[data-kind=permission_request] [data-testid=permission-option][data-option-id=allow-once]",
+        "const all = [...document.querySelectorAll('[data-kind=permission_request]')];
+         all[all.length - 1].querySelector('[data-testid=permission-option][data-option-id=allow-once]').click();
+         return true;",
+        vec![],
     )
     .await;
-    wait_js(c, "the permission marked answered", 30, "const p = document.querySelector('[data-kind=permission_request]'); return p.dataset.state === 'answered' && p.querySelector('[data-testid=permission-status]').textContent.includes('Allow');", vec![]).await;
+    wait_js(c, "the permission marked answered", 30, "const all = [...document.querySelectorAll('[data-kind=permission_request]')]; const p = all[all.length - 1]; return p.dataset.state === 'answered' && p.querySelector('[data-testid=permission-status]').textContent.includes('Allow');", vec![]).await;
     wait_js(c, "the agent's message after the grant", 60, "return [...document.querySelectorAll('[data-kind=message]')].some(m => m.textContent.includes('Permission granted; I wrote permitted.txt.'));", vec![]).await;
     wait_js(c, "the end of the second turn", 60, &turn_ends(2), vec![]).await;
     wait_js(
@@ -1195,7 +1214,7 @@ async fn the_changes_tab_shows_the_agents_edits() {
     let Some(browser) = start_browser().await else {
         return;
     };
-    let stack = start_stack().await;
+    let stack = start_stack_with(true).await;
     let c = &browser.client;
     login(c, &stack.base).await;
     let repo = stack.git_repo("changes");
@@ -1216,9 +1235,9 @@ async fn the_changes_tab_shows_the_agents_edits() {
         .expect("open the task");
     wait_js(
         c,
-        "the task completed",
+        "the task in review",
         120,
-        "return document.querySelector('[data-testid=task-state]')?.dataset.state === 'COMPLETED';",
+        "return document.querySelector('[data-testid=task-state]')?.dataset.state === 'REVIEW';",
         vec![],
     )
     .await;
@@ -1272,6 +1291,77 @@ async fn the_changes_tab_shows_the_agents_edits() {
         "{shown}"
     );
     screenshot(c, "changes.png").await;
+
+    // The review loop: a comment on line 3 of README.md and a message go
+    // back to the agent; its second turn edits the file again.
+    // Whichever layout the window shows: unified, or side by side.
+    js(
+        c,
+        "const lines = [...document.querySelectorAll('[data-testid=changes-file-diff] [data-line=\"3\"]')];
+         lines.find(l => l.offsetParent !== null).click();
+         return true;",
+        vec![],
+    )
+    .await;
+    wait_js(
+        c,
+        "the comment's target",
+        10,
+        "return document.querySelector('[data-testid=review-target]').textContent === 'README.md, line 3';",
+        vec![],
+    )
+    .await;
+    type_into(c, "[data-testid=review-comment-input]", "Say more here.").await;
+    click(c, "[data-testid=review-add]").await;
+    type_into(c, "[data-testid=review-message]", "scenario: code").await;
+    click(c, "[data-testid=review-request-changes]").await;
+    wait_js(
+        c,
+        "the second turn's edit in the diff, and the task back in review",
+        120,
+        "const diff = document.querySelector('[data-testid=changes-file-diff][data-path=\"README.md\"]');
+         return !!diff && diff.textContent.includes('(turn 2).')
+           && document.querySelector('[data-testid=task-state]').dataset.state === 'REVIEW'
+           && !document.querySelector('[data-testid=review]').hidden;",
+        vec![],
+    )
+    .await;
+    let prompt = js(
+        c,
+        "return [...document.querySelectorAll('[data-testid=feed-item]')].map(f => f.textContent)
+           .some(t => t.includes('README.md, line 3: Say more here.'));",
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        prompt,
+        json!(true),
+        "the comment reached the agent's prompt"
+    );
+
+    // Approve: committed on the task's branch, pushed, completed.
+    type_into(c, "[data-testid=review-message]", "Improve the readme").await;
+    click(c, "[data-testid=review-approve]").await;
+    wait_js(
+        c,
+        "the task completed and the review form gone",
+        60,
+        "return document.querySelector('[data-testid=task-state]').dataset.state === 'COMPLETED'
+           && document.querySelector('[data-testid=review]').hidden;",
+        vec![],
+    )
+    .await;
+    let branch = shown["branch"].as_str().unwrap();
+    let pushed = std::process::Command::new("git")
+        .args(["log", "-1", "--format=%s", branch])
+        .current_dir(repo.trim_start_matches("file://"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&pushed.stdout).trim(),
+        "Improve the readme",
+        "the approved commit is on the remote's {branch}"
+    );
 
     // A wide window shows the diff side by side: the removed line faces
     // the added one.

@@ -20,6 +20,8 @@ pub trait AgentControl: Send + Sync + 'static {
     async fn respond_permission(&self, request: pb::RespondPermissionRequest)
     -> Result<(), Status>;
     async fn list_instances(&self, task_id: &str) -> Result<Vec<pb::AgentInstance>, Status>;
+    /// Commits (and pushes) the task's work on its branch.
+    async fn deliver(&self, request: pb::DeliverChangesRequest) -> Result<pb::Delivery, Status>;
 }
 
 /// [`AgentControl`] over the agent manager's gRPC API.
@@ -119,6 +121,15 @@ impl AgentControl for GrpcAgentControl {
             .await?
             .into_inner()
             .instances)
+    }
+
+    async fn deliver(&self, request: pb::DeliverChangesRequest) -> Result<pb::Delivery, Status> {
+        Ok(self
+            .client
+            .clone()
+            .deliver_changes(request)
+            .await?
+            .into_inner())
     }
 }
 

@@ -155,6 +155,12 @@ pub trait Orchestration: Send + Sync + 'static {
     /// Cancels the running prompt turn (`session/cancel`).
     async fn cancel_turn(&self, task_id: Uuid) -> Result<()>;
     async fn respond_permission(&self, task_id: Uuid, answer: PermissionAnswer) -> Result<()>;
+    /// The review loop of a task in REVIEW: request changes, or approve.
+    async fn review_task(
+        &self,
+        task_id: Uuid,
+        review: crate::engine::review::Review,
+    ) -> Result<crate::engine::review::ReviewOutcome>;
 }
 
 pub type Result<T, E = OrchestratorError> = std::result::Result<T, E>;

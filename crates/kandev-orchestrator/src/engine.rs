@@ -4,6 +4,7 @@
 //! `executions` table as the truth, so a restart picks up where it stopped.
 
 mod board;
+pub mod review;
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -1093,6 +1094,14 @@ impl Orchestration for Engine {
             .cancel(&instance.to_string(), "cancelled by the user")
             .await
             .map_err(OrchestratorError::upstream("agent manager"))
+    }
+
+    async fn review_task(
+        &self,
+        task_id: Uuid,
+        review: review::Review,
+    ) -> Result<review::ReviewOutcome> {
+        self.review(task_id, review).await
     }
 
     async fn respond_permission(&self, task_id: Uuid, answer: PermissionAnswer) -> Result<()> {

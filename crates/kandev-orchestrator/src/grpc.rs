@@ -7,6 +7,7 @@ use kandev_common::ServiceError;
 use kandev_proto::v1::{self as pb, orchestrator_server::Orchestrator};
 use tonic::{Request, Response, Status};
 
+use crate::engine::review::Review;
 use crate::{
     domain::{ExecutionView, Orchestration, OrchestratorError, PermissionAnswer},
     feed::FeedReader,
@@ -158,5 +159,27 @@ impl Orchestrator for GrpcOrchestratorAdapter {
             .await
             .map_err(|e| e.to_status())?;
         Ok(Response::new(pb::TaskPermissionResponse {}))
+    }
+
+    async fn review_task(
+        &self,
+        request: Request<pb::ReviewTaskRequest>,
+    ) -> Result<Response<pb::ReviewTaskResponse>, Status> {
+        let req = request.into_inner();
+        let task_id = parse_task_id(&req.task_id).map_err(|e| e.to_status())?;
+        let review = Review::from_proto(req).map_err(|e| e.to_status())?;
+        let outcome = self
+            .orchestration
+            .review_task(task_id, review)
+            .await
+            .map_err(|e| e.to_status())?;
+        let delivery = outcome.delivery.unwrap_or_default();
+        Ok(Response::new(pb::ReviewTaskResponse {
+            execution: Some(outcome.execution.to_proto()),
+            branch: delivery.branch,
+            commit: delivery.commit,
+            committed: delivery.committed,
+            pushed_to: delivery.pushed_to,
+        }))
     }
 }

@@ -1,7 +1,7 @@
 //! Each task works on its own branch in its own clone, and its changes
 //! (files and diffs against the base) are read through the gateway.
 
-use kandev_e2e::{Options, Stack, serde_json::json};
+use kandev_e2e::{Options, Stack, Svc, serde_json::json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tasks_on_one_repository_get_their_own_branch_and_changes() {
@@ -79,5 +79,157 @@ async fn two_tasks_on_one_repository_get_their_own_branch_and_changes() {
         .get(&format!("/api/v1/tasks/{}/changes", tasks[0]))
         .await;
     assert_eq!(hidden.status, 404, "{}", hidden.body);
+    stack.stop().await;
+}
+
+/// The review loop: comments go back to the agent, whose second turn edits
+/// the files; approval commits and pushes the task's branch to the bare
+/// remote and completes the task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_changes_then_approve_pushes_the_branch() {
+    let stack = Stack::start(
+        "review",
+        Options {
+            env: vec![(
+                Svc::Orchestrator,
+                "KANDEV_COMPLETE_TO_REVIEW".into(),
+                "true".into(),
+            )],
+            ..Options::default()
+        },
+    )
+    .await;
+    let api = stack.admin().await;
+    let board = api.board("review").await;
+    let source = stack.git_repo("review-src");
+    let source = source.trim_start_matches("file://");
+    let bare = std::path::Path::new(source).with_file_name("review.git");
+    let status = std::process::Command::new("git")
+        .args(["clone", "-q", "--bare", source])
+        .arg(&bare)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let remote = format!("file://{}", bare.display());
+    let task = api
+        .task(
+            &board,
+            json!({"title": "Review me", "description": "scenario: code",
+                   "agent_type": "mock-agent", "repository_url": remote, "max_retries": 0}),
+        )
+        .await;
+    api.wait_state(&task, &["REVIEW"], 180).await;
+
+    // Outside REVIEW or with nothing to say: refused.
+    let empty = api
+        .post(
+            &format!("/api/v1/tasks/{task}/review"),
+            json!({"action": "request_changes"}),
+        )
+        .await;
+    assert_eq!(empty.status, 400, "{}", empty.body);
+    let bad = api
+        .post(
+            &format!("/api/v1/tasks/{task}/review"),
+            json!({"action": "merge"}),
+        )
+        .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+
+    let asked = api
+        .post(
+            &format!("/api/v1/tasks/{task}/review"),
+            json!({"action": "request_changes", "message": "scenario: code",
+                   "comments": [{"path": "README.md", "line": 3, "body": "Say more here."}]}),
+        )
+        .await;
+    assert_eq!(asked.status, 200, "{}", asked.body);
+    // The comments reached the agent as a prompt in its session, and its
+    // second turn edited the file; the task is back in review.
+    kandev_e2e::eventually(120, "the review prompt in the feed", || {
+        let api = api.clone();
+        let task = task.clone();
+        async move {
+            let frames = kandev_e2e::replay(&api, &task).await;
+            frames
+                .iter()
+                .any(|f| {
+                    let raw = f["event"]["raw"].to_string();
+                    raw.contains("session/prompt")
+                        && raw.contains("README.md, line 3: Say more here.")
+                })
+                .then_some(())
+        }
+    })
+    .await;
+    kandev_e2e::eventually(120, "the second turn's edit and REVIEW again", || {
+        let api = api.clone();
+        let task = task.clone();
+        let path = stack.workspace(&task).join("README.md");
+        async move {
+            let readme = std::fs::read_to_string(&path).unwrap_or_default();
+            let state = api.get(&format!("/api/v1/tasks/{task}")).await.body["state"].clone();
+            (readme.contains("Edited by kandev-mock-agent (turn 2).") && state == "REVIEW")
+                .then_some(())
+        }
+    })
+    .await;
+
+    let approved = api
+        .post(
+            &format!("/api/v1/tasks/{task}/review"),
+            json!({"action": "approve", "message": "Improve the readme"}),
+        )
+        .await;
+    assert_eq!(approved.status, 200, "{}", approved.body);
+    let delivery = &approved.body["delivery"];
+    assert_eq!(delivery["committed"], true, "{delivery}");
+    let branch = delivery["branch"].as_str().unwrap().to_string();
+    assert!(
+        branch.starts_with("kandev/") && branch.ends_with("-review-me"),
+        "{branch}"
+    );
+    let done = api.wait_state(&task, &["COMPLETED"], 30).await;
+    assert_eq!(
+        done["metadata"]["delivered"]["branch"],
+        branch.as_str(),
+        "{done}"
+    );
+
+    // The commit is on the bare remote, with the agent's work.
+    let shown = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&bare)
+        .args(["show", "--format=%H %an %s", "--stat", &branch])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.starts_with(&format!(
+            "{} admin Improve the readme",
+            delivery["commit"].as_str().unwrap()
+        )),
+        "{shown}"
+    );
+    assert!(shown.contains("README.md"), "{shown}");
+    let readme = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&bare)
+        .args(["show", &format!("{branch}:README.md")])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&readme.stdout).contains("(turn 2)."),
+        "{}",
+        String::from_utf8_lossy(&readme.stdout)
+    );
+    // Approving again: the task is no longer in review.
+    let again = api
+        .post(
+            &format!("/api/v1/tasks/{task}/review"),
+            json!({"action": "approve"}),
+        )
+        .await;
+    assert_eq!(again.status, 409, "{}", again.body);
     stack.stop().await;
 }

@@ -60,6 +60,7 @@ pub(super) struct State {
     pub(super) turn_waiter: Option<oneshot::Sender<TurnResult>>,
     pub(super) stashed_turn: Option<TurnSignal>,
     pub(super) cancel_requested: bool,
+    pub(super) write_grants: super::fs_permission::WriteGrants,
 }
 
 pub(super) struct Emitter {

@@ -11,7 +11,7 @@ use agent_client_protocol::v1::schema::{
     CreateTerminalRequest, CreateTerminalResponse, KillTerminalRequest, ReadTextFileRequest,
     ReadTextFileResponse, ReleaseTerminalRequest, RequestPermissionRequest,
     RequestPermissionResponse, TerminalOutputRequest, WaitForTerminalExitRequest,
-    WaitForTerminalExitResponse, WriteTextFileRequest,
+    WaitForTerminalExitResponse,
 };
 use futures::FutureExt;
 use serde::de::DeserializeOwned;
@@ -21,7 +21,7 @@ use tokio::io::{AsyncRead, BufReader};
 use super::{
     Dialect, EARLY_RESPONSES,
     core::{Failure, Inner, Reply},
-    lifecycle, lock, other, preview, protocol_error, to_params,
+    fs_permission, lifecycle, lock, other, preview, protocol_error, to_params,
 };
 use crate::{
     error::{RpcError, codes},
@@ -267,7 +267,7 @@ async fn emit_from_agent(
     }
 }
 
-type Handled = Result<Value, RpcError>;
+pub(super) type Handled = Result<Value, RpcError>;
 
 fn invalid_params(e: serde_json::Error) -> RpcError {
     RpcError::new(codes::INVALID_PARAMS, format!("invalid params: {e}"))
@@ -313,12 +313,16 @@ async fn handle_agent_request(
                 let cancel = lock(&inner.turn_cancel).clone();
                 let policy = inner.options.permission.clone();
                 let request_id = id.clone();
+                let task_inner = inner.clone();
                 spawn_handler(inner, id, method, async move {
                     let decision = tokio::select! {
                         biased;
                         () = cancel.cancelled() => PermissionDecision::Cancel,
                         decision = policy.decide(&request_id, &request) => decision,
                     };
+                    // Before the answer goes out: the agent's write that
+                    // follows it is not asked again.
+                    fs_permission::record_grant(&task_inner, &request, &decision);
                     Ok(to_params(&RequestPermissionResponse::new(
                         decision.into_outcome(),
                     )))
@@ -343,7 +347,7 @@ async fn handle_agent_request(
     inner
         .emit_wire(
             Direction::FromAgent,
-            session,
+            session.clone(),
             other(Some(&method), Some(&id)),
             value,
             raw_json,
@@ -355,6 +359,10 @@ async fn handle_agent_request(
             format!("method not found: {method}"),
         );
         inner.respond(id, &method, Err(error)).await;
+        return;
+    }
+    if method == "fs/write_text_file" {
+        fs_permission::handle_write(inner, id, &params, session).await;
         return;
     }
     let workspace = inner.options.workspace.clone();
@@ -384,12 +392,6 @@ async fn handle_capability(
             let request: ReadTextFileRequest = parse_params(params)?;
             let content = ws.read_text_file(&request).await.map_err(|e| e.to_rpc())?;
             Ok(to_params(&ReadTextFileResponse::new(content)))
-        }
-        "fs/write_text_file" => {
-            let ws = workspace.ok_or_else(no_capability)?;
-            let request: WriteTextFileRequest = parse_params(params)?;
-            ws.write_text_file(&request).await.map_err(|e| e.to_rpc())?;
-            Ok(json!({}))
         }
         "terminal/create" => {
             let exec = terminal.ok_or_else(no_capability)?;
@@ -426,7 +428,7 @@ async fn handle_capability(
 
 /// Runs a handler in a tracked task and answers exactly once: with its
 /// result, with -32603 if it panics, or -32800 when the client shuts down.
-async fn spawn_handler(
+pub(super) async fn spawn_handler(
     inner: &Arc<Inner>,
     id: Value,
     method: String,

@@ -11,10 +11,13 @@
 //! - this module: the client's types and its handle, [`AcpClient`].
 //! - `core`: shared state, pending requests, the emitter and the writer.
 //! - `incoming`: the reader task and the handlers of what the agent sends.
+//! - `fs_permission`: `fs/write_text_file` put to the permission policy,
+//!   and the writes the agent already has permission for.
 //! - `session`: the protocol calls (`initialize`, sessions, prompts,
 //!   cancel, modes and config options).
 
 mod core;
+mod fs_permission;
 mod incoming;
 mod session;
 
@@ -92,7 +95,8 @@ pub struct ClientOptions {
     /// The first sequence number (default 1), to resume numbering after a
     /// restart.
     pub start_seq: u64,
-    /// Decides `session/request_permission` (default [`AutoApprove`]).
+    /// Decides `session/request_permission`, and `fs/write_text_file` the
+    /// agent has no permission for yet (default [`AutoApprove`]).
     pub permission: Arc<dyn PermissionPolicy>,
     /// Enables `fs/*` confined to this workspace (and advertises `fs`).
     pub workspace: Option<Workspace>,

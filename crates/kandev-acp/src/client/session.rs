@@ -307,7 +307,9 @@ impl AcpClient {
         if token.is_cancelled() && !self.is_closed() {
             *token = CancellationToken::new();
         }
-        lock(&self.inner.state).cancel_requested = false;
+        let mut state = lock(&self.inner.state);
+        state.cancel_requested = false;
+        state.write_grants.end_turn();
     }
 
     /// Registers the turn waiter; a turn end that already arrived (legacy

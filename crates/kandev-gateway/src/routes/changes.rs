@@ -136,3 +136,115 @@ pub async fn diff(
         binary: d.binary,
     }))
 }
+
+/// One review comment: on a line of a file, on a file, or on the whole
+/// change (no path).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewComment {
+    #[serde(default)]
+    pub path: String,
+    pub line: Option<u32>,
+    pub body: String,
+}
+
+/// The reviewer's decision on a task in REVIEW.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewRequest {
+    /// `request_changes`: the comments go to the agent as a follow-up in
+    /// its session and the task goes back to IN_PROGRESS. `approve`: the
+    /// work is committed on the task's branch, pushed, and the task is
+    /// COMPLETED.
+    pub action: String,
+    #[serde(default)]
+    pub comments: Vec<ReviewComment>,
+    /// A general comment (request_changes) or the commit message (approve).
+    #[serde(default)]
+    pub message: String,
+}
+
+/// What the review did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReviewResponse {
+    pub execution: crate::api::TaskExecution,
+    /// What approval delivered.
+    pub delivery: Option<Delivery>,
+}
+
+/// The commit an approval made and where it was pushed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Delivery {
+    pub branch: String,
+    pub commit: String,
+    /// Whether uncommitted work was committed.
+    pub committed: bool,
+    /// The remote the branch was pushed to (no credentials).
+    pub pushed_to: Option<String>,
+}
+
+const MAX_COMMENTS: usize = 200;
+
+#[utoipa::path(post, path = "/api/v1/tasks/{id}/review", tag = "tasks",
+    params(("id" = uuid::Uuid, Path, description = "task id")),
+    request_body = ReviewRequest,
+    responses((status = 200, body = ReviewResponse),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
+pub async fn review(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(id): ApiPath<String>,
+    crate::extract::ApiJson(body): crate::extract::ApiJson<ReviewRequest>,
+) -> ApiResult<Json<ReviewResponse>> {
+    // The path first: a bad id is a bad request whatever the body says.
+    super::access::parse_id("task", &id)?;
+    if !matches!(body.action.as_str(), "request_changes" | "approve") {
+        return Err(ApiError::validation(
+            "action must be request_changes or approve",
+        ));
+    }
+    if body.comments.len() > MAX_COMMENTS {
+        return Err(ApiError::validation(format!(
+            "at most {MAX_COMMENTS} comments"
+        )));
+    }
+    let task = visible_task(&state, &user, &id).await?;
+    let r = state
+        .downstream()
+        .orchestrator
+        .clone()
+        .review_task(pb::ReviewTaskRequest {
+            task_id: task.id,
+            action: body.action.clone(),
+            comments: body
+                .comments
+                .into_iter()
+                .map(|c| pb::ReviewComment {
+                    path: c.path,
+                    line: c.line.and_then(|l| i32::try_from(l).ok()).unwrap_or(0),
+                    body: c.body,
+                })
+                .collect(),
+            message: body.message,
+            actor: user.username.clone(),
+            actor_email: String::new(),
+        })
+        .await
+        .map_err(super::orchestrator::orch_err)?
+        .into_inner();
+    let execution = r
+        .execution
+        .map(crate::api::TaskExecution::from)
+        .ok_or_else(|| ApiError::internal("the orchestrator sent no execution"))?;
+    let delivery = (body.action == "approve").then(|| Delivery {
+        branch: r.branch,
+        commit: r.commit,
+        committed: r.committed,
+        pushed_to: Some(r.pushed_to).filter(|p| !p.is_empty()),
+    });
+    Ok(Json(ReviewResponse {
+        execution,
+        delivery,
+    }))
+}

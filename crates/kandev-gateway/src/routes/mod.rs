@@ -79,6 +79,7 @@ fn api(state: AppState) -> Router<AppState> {
         .route("/tasks/{id}/events", get(tasks::list_events))
         .route("/tasks/{id}/changes", get(changes::changes))
         .route("/tasks/{id}/changes/diff", get(changes::diff))
+        .route("/tasks/{id}/review", post(changes::review))
         .route("/agents/launch", post(agents::launch))
         .route("/agents/{instance_id}/prompt", post(agents::prompt))
         .route("/agents/{instance_id}/cancel", post(agents::cancel))

@@ -242,6 +242,8 @@ fn valid_body(method: &Method, path: &str) -> Option<Value> {
         json!({"state": "IN_PROGRESS"})
     } else if path.ends_with("/prompt") {
         json!({"message": "hello"})
+    } else if path.ends_with("/review") {
+        json!({"action": "approve"})
     } else {
         json!({})
     })

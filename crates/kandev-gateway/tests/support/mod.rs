@@ -101,6 +101,12 @@ fn spawn_service<F>(
 }
 
 pub async fn start_stack() -> Stack {
+    start_stack_with(false).await
+}
+
+/// The stack; with `complete_to_review`, a finished run leaves its task in
+/// REVIEW instead of COMPLETED.
+pub async fn start_stack_with(complete_to_review: bool) -> Stack {
     tokio::task::spawn_blocking(kandev_testkit::ensure_docker)
         .await
         .unwrap();
@@ -169,6 +175,7 @@ pub async fn start_stack() -> Stack {
         feed_flush_ms: 20,
         retry_backoff_ms: 200,
         retry_backoff_max_ms: 1000,
+        complete_to_review,
         ..Default::default()
     })
     .await

@@ -116,6 +116,7 @@ export const api = {
   taskEvents: async (id) => asList(await get(`/tasks/${enc(id)}/events`), 'events'),
   changes: (id) => get(`/tasks/${enc(id)}/changes`),
   fileDiff: (id, path) => get(`/tasks/${enc(id)}/changes/diff?path=${enc(path)}`),
+  review: (id, body) => post(`/tasks/${enc(id)}/review`, body),
   agentTypes: async ({ includeDisabled = false } = {}) =>
     asList(await get(`/agent-types${includeDisabled ? '?include_disabled=true' : ''}`), 'agent_types'),
   createAgentType: (t) => post('/agent-types', t),

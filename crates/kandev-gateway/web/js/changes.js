@@ -1,8 +1,10 @@
 // The task's Changes tab: where the work lives (branch, base, clone), the
 // files changed against the base (committed and not), and each file's
-// diff: unified, and side by side on wide screens.
+// diff: unified, and side by side on wide screens. In REVIEW, the review
+// loop: comments on lines or on the whole change go back to the agent
+// ("Request changes"), or "Approve" commits, pushes and completes.
 
-import { h, clear } from './dom.js';
+import { h, clear, toast } from './dom.js';
 import { api } from './api.js';
 
 const STATUS_WORDS = {
@@ -63,7 +65,7 @@ function unifiedView(rows) {
   return h('div', { class: 'diff-body diff-unified', testid: 'changes-diff-unified' },
     ...rows.map((r) => (r.op === '@' || r.op === '!')
       ? h('span', { class: `diff-skip ${cls[r.op]}` }, r.text)
-      : h('div', { class: `diff-line ${cls[r.op]}`, dataset: { op: r.op } },
+      : h('div', { class: `diff-line ${cls[r.op]}`, dataset: { op: r.op, line: String(r.newNo ?? r.oldNo ?? '') } },
         h('span', { class: 'ln' }, r.oldNo ?? ''), h('span', { class: 'ln' }, r.newNo ?? ''),
         h('span', { class: 'op' }, r.op === ' ' ? '' : r.op), h('span', { class: 'code' }, r.text))));
 }
@@ -75,20 +77,94 @@ function splitView(rows) {
   return h('div', { class: 'diff-body diff-split', testid: 'changes-diff-split' },
     ...sideBySide(rows).map((p) => p.note
       ? h('span', { class: `diff-skip ${cls[p.note.op]}` }, p.note.text)
-      : h('div', { class: 'diff-pair' }, ...side(p.left, '-'), ...side(p.right, '+'))));
+      : h('div', { class: 'diff-pair', dataset: { line: String(p.right?.newNo ?? p.left?.oldNo ?? '') } },
+        ...side(p.left, '-'), ...side(p.right, '+'))));
 }
 
-export function changesPanel(taskId) {
+export function changesPanel(taskId, { onReviewed } = {}) {
   const where = h('dl', { class: 'kv changes-where', testid: 'changes-where' });
   const summary = h('p', { class: 'muted small', testid: 'changes-summary' });
   const list = h('ul', { class: 'changes-files', testid: 'changes-files' });
   const diffBox = h('div', { class: 'changes-diff', testid: 'changes-diff' });
   const refreshBtn = h('button', { type: 'button', class: 'btn btn-small', testid: 'changes-refresh', onclick: () => load() }, 'Refresh');
+  // The review form: shown while the task is in REVIEW.
+  const comments = [];
+  const commentList = h('ul', { class: 'review-comments', testid: 'review-comments' });
+  const target = h('span', { class: 'muted small', testid: 'review-target' }, 'The whole change');
+  const commentInput = h('input', { type: 'text', class: 'review-comment-input', testid: 'review-comment-input', placeholder: 'A comment…', 'aria-label': 'Comment' });
+  const addBtn = h('button', { type: 'button', class: 'btn btn-small', testid: 'review-add', onclick: addComment }, 'Add comment');
+  const message = h('textarea', { rows: 2, class: 'review-message', testid: 'review-message', placeholder: 'A general comment, or the commit message when approving', 'aria-label': 'Review message' });
+  const requestBtn = h('button', { type: 'button', class: 'btn', testid: 'review-request-changes', onclick: () => submit('request_changes') }, 'Request changes');
+  const approveBtn = h('button', { type: 'button', class: 'btn btn-primary', testid: 'review-approve', onclick: () => submit('approve') }, 'Approve & push');
+  const reviewBox = h('section', { class: 'review', testid: 'review', hidden: true, 'aria-label': 'Review' },
+    h('h2', null, 'Review'),
+    h('p', { class: 'muted small' }, 'Click a line of the diff to comment on it.'),
+    h('div', { class: 'row review-add-row' }, target, commentInput, addBtn),
+    commentList, message, h('div', { class: 'row' }, requestBtn, approveBtn));
+  let lineTarget = null;   // {path, line} or null for the whole change
+  let busy = false;
+
+  function setTarget(t) {
+    lineTarget = t;
+    target.textContent = t ? `${t.path}, line ${t.line}` : 'The whole change';
+    if (t) commentInput.focus();
+  }
+
+  function addComment() {
+    const body = commentInput.value.trim();
+    if (!body) return;
+    comments.push({ path: lineTarget ? lineTarget.path : '', line: lineTarget ? lineTarget.line : null, body });
+    commentInput.value = '';
+    setTarget(null);
+    renderComments();
+  }
+  commentInput.addEventListener('keydown', (e) => { if (e.key === 'Enter') { e.preventDefault(); addComment(); } });
+
+  function renderComments() {
+    clear(commentList).append(...comments.map((c, i) => h('li', { testid: 'review-comment' },
+      h('span', { class: 'muted small' }, c.path ? `${c.path}${c.line ? `:${c.line}` : ''}` : 'The whole change'), ' ', c.body, ' ',
+      h('button', { type: 'button', class: 'btn btn-ghost btn-small', 'aria-label': 'Remove the comment', onclick: () => { comments.splice(i, 1); renderComments(); } }, '×'))));
+  }
+
+  async function submit(action) {
+    if (busy) return;
+    const body = { action, message: message.value.trim() };
+    if (action === 'request_changes') {
+      body.comments = comments.map((c) => ({ path: c.path, line: c.line, body: c.body }));
+      if (!body.comments.length && !body.message) { toast('Add a comment or a message first.', 'error'); return; }
+    }
+    busy = true; requestBtn.disabled = approveBtn.disabled = true;
+    try {
+      const r = await api.review(taskId, body);
+      comments.length = 0; renderComments(); message.value = '';
+      if (action === 'approve' && r.delivery) {
+        toast(`Approved: ${r.delivery.branch} @ ${r.delivery.commit.slice(0, 12)}${r.delivery.pushed_to ? ` pushed to ${r.delivery.pushed_to}` : ''}`, 'info', 10000);
+      } else toast('Changes requested: the agent is on it.', 'info');
+      if (onReviewed) onReviewed(r);
+    } catch (e) {
+      toast(`Review failed: ${e.message}`, 'error', 10000);
+    } finally {
+      busy = false; requestBtn.disabled = approveBtn.disabled = false;
+    }
+  }
+
   const el = h('div', { class: 'changes' },
     h('div', { class: 'row' }, summary, refreshBtn), where,
-    h('div', { class: 'changes-layout' }, list, diffBox));
+    h('div', { class: 'changes-layout' }, list, diffBox), reviewBox);
   let selected = null;
   let generation = 0;
+
+  // A click on a diff line picks it for the next comment.
+  diffBox.addEventListener('click', (e) => {
+    const line = e.target.closest('.diff-line[data-line], .diff-pair[data-line]');
+    const file = e.target.closest('[data-testid=changes-file-diff]');
+    if (!line || !file || reviewBox.hidden || !line.dataset.line) return;
+    setTarget({ path: file.dataset.path, line: Number(line.dataset.line) });
+  });
+
+  function setTask(task) {
+    reviewBox.hidden = !task || task.state !== 'REVIEW';
+  }
 
   async function load() {
     const mine = ++generation;
@@ -148,5 +224,5 @@ export function changesPanel(taskId) {
       d.binary ? null : splitView(rows)));
   }
 
-  return { el, load };
+  return { el, load, setTask };
 }

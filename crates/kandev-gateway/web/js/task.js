@@ -73,7 +73,7 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
   panels.logs = h('div', { class: 'panel', id: 'panel-logs', role: 'tabpanel', 'aria-labelledby': 'tab-logs', hidden: true },
     h('div', { class: 'row' }, logsInfo, h('button', { type: 'button', class: 'btn btn-small', testid: 'logs-refresh', onclick: () => loadLogs() }, 'Refresh')), logsPre);
 
-  const changes = changesPanel(taskId);
+  const changes = changesPanel(taskId, { onReviewed: () => { refreshSoon(); changes.load(); } });
   panels.changes = h('div', { class: 'panel', id: 'panel-changes', role: 'tabpanel', 'aria-labelledby': 'tab-changes', hidden: true }, changes.el);
 
   const historyBox = h('div', { class: 'history', testid: 'history' });
@@ -199,6 +199,7 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
     stateBadge.title = STATE_LABELS[st] || st;
     stateBadge.className = `badge state-${st}`;
     stateBadge.dataset.state = st;
+    changes.setTask(task);
     // One badge per fact: the execution's only when it says something the
     // state does not (queued, running, retrying, an idle live task).
     const b = execBadge(status, st);

@@ -143,6 +143,12 @@ impl AgentControl for RecordingAgents {
     async fn list_instances(&self, _task_id: &str) -> Result<Vec<pb::AgentInstance>, Status> {
         Ok(vec![])
     }
+
+    async fn deliver(&self, _request: pb::DeliverChangesRequest) -> Result<pb::Delivery, Status> {
+        Err(Status::unimplemented(
+            "this recording agent manager has no workspaces",
+        ))
+    }
 }
 
 /// A running orchestrator (and, when asked, a task service) on a private

@@ -1,0 +1,220 @@
+//! The review loop of a task in REVIEW: the reviewer's comments go back to
+//! the agent as a follow-up prompt in the same session (the task returns to
+//! IN_PROGRESS), or the approval delivers the work (commit on the task's
+//! branch, push) and completes the task.
+
+use std::fmt::Write as _;
+
+use kandev_events::TaskState;
+use kandev_proto::v1 as pb;
+use serde_json::json;
+use uuid::Uuid;
+
+use super::{Engine, task_state};
+use crate::domain::{ExecutionView, Orchestration, OrchestratorError, Result};
+
+/// One comment of a review.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReviewComment {
+    /// The file commented on; empty: the whole change.
+    pub path: String,
+    pub line: Option<u32>,
+    pub body: String,
+}
+
+/// What the reviewer decided.
+#[derive(Debug, Clone)]
+pub enum Review {
+    RequestChanges {
+        comments: Vec<ReviewComment>,
+        message: String,
+    },
+    Approve {
+        /// The commit message; empty: one from the task.
+        message: String,
+        author: String,
+        email: String,
+    },
+}
+
+impl Review {
+    /// Parses the wire form (`action` is `request_changes` or `approve`).
+    pub fn from_proto(r: pb::ReviewTaskRequest) -> Result<Review> {
+        match r.action.as_str() {
+            "request_changes" => Ok(Review::RequestChanges {
+                comments: r
+                    .comments
+                    .into_iter()
+                    .map(|c| ReviewComment {
+                        path: c.path,
+                        line: u32::try_from(c.line).ok().filter(|l| *l > 0),
+                        body: c.body,
+                    })
+                    .collect(),
+                message: r.message,
+            }),
+            "approve" => Ok(Review::Approve {
+                message: r.message,
+                author: r.actor,
+                email: r.actor_email,
+            }),
+            other => Err(OrchestratorError::Validation(format!(
+                "action must be request_changes or approve, not {other:?}"
+            ))),
+        }
+    }
+}
+
+/// The outcome of a review.
+#[derive(Debug, Clone)]
+pub struct ReviewOutcome {
+    pub execution: ExecutionView,
+    /// What approval delivered.
+    pub delivery: Option<pb::Delivery>,
+}
+
+/// The follow-up prompt that carries a review to the agent.
+pub fn review_prompt(comments: &[ReviewComment], message: &str) -> Result<String> {
+    let comments: Vec<&ReviewComment> = comments
+        .iter()
+        .filter(|c| !c.body.trim().is_empty())
+        .collect();
+    if comments.is_empty() && message.trim().is_empty() {
+        return Err(OrchestratorError::Validation(
+            "request_changes needs a message or at least one comment".into(),
+        ));
+    }
+    let mut prompt = String::from("A reviewer asked for changes to your work on this task.\n");
+    if !message.trim().is_empty() {
+        let _ = write!(prompt, "\n{}\n", message.trim());
+    }
+    if !comments.is_empty() {
+        prompt.push_str("\nComments:\n");
+        for c in comments {
+            let place = match (c.path.trim(), c.line) {
+                ("", _) => "The whole change".to_string(),
+                (path, Some(line)) => format!("{path}, line {line}"),
+                (path, None) => path.to_string(),
+            };
+            let _ = writeln!(prompt, "- {place}: {}", c.body.trim());
+        }
+    }
+    prompt.push_str("\nPlease make these changes in the workspace.");
+    Ok(prompt)
+}
+
+/// The commit message an approval uses when the reviewer gives none.
+fn commit_message(task: &pb::Task) -> String {
+    let mut message = task.title.trim().to_string();
+    if !task.description.trim().is_empty() {
+        let _ = write!(message, "\n\n{}", task.description.trim());
+    }
+    let _ = write!(message, "\n\nKandev task {}", task.id);
+    message
+}
+
+impl Engine {
+    /// Applies a review to a task in REVIEW.
+    pub async fn review(&self, task_id: Uuid, review: Review) -> Result<ReviewOutcome> {
+        let task = self.get_task(task_id).await?;
+        let state = task_state(&task)?;
+        if state != TaskState::Review {
+            return Err(OrchestratorError::FailedPrecondition(format!(
+                "the task is {}, not in review",
+                state.as_str()
+            )));
+        }
+        match review {
+            Review::RequestChanges { comments, message } => {
+                let prompt = review_prompt(&comments, &message)?;
+                tracing::info!(%task_id, comments = comments.len(), "changes requested");
+                let execution = self.start_task(task_id, Some(prompt)).await?;
+                Ok(ReviewOutcome {
+                    execution,
+                    delivery: None,
+                })
+            }
+            Review::Approve {
+                message,
+                author,
+                email,
+            } => {
+                let message = if message.trim().is_empty() {
+                    commit_message(&task)
+                } else {
+                    message
+                };
+                let delivery = self
+                    .agents
+                    .deliver(pb::DeliverChangesRequest {
+                        task_id: task_id.to_string(),
+                        message,
+                        author_name: author,
+                        author_email: email,
+                        push: true,
+                    })
+                    .await
+                    .map_err(OrchestratorError::upstream("agent manager"))?;
+                tracing::info!(%task_id, branch = %delivery.branch, commit = %delivery.commit, "approved and delivered");
+                self.change_task_state(
+                    task_id,
+                    pb::TaskState::Completed,
+                    "approved",
+                    Some(json!({
+                        "delivered": {
+                            "branch": delivery.branch,
+                            "commit": delivery.commit,
+                            "pushed_to": delivery.pushed_to,
+                        }
+                    })),
+                )
+                .await?;
+                Ok(ReviewOutcome {
+                    execution: self.get_execution(task_id).await?,
+                    delivery: Some(delivery),
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_review_becomes_a_prompt_with_file_and_line() {
+        let prompt = review_prompt(
+            &[
+                ReviewComment {
+                    path: "src/lib.rs".into(),
+                    line: Some(12),
+                    body: "Handle the empty case.".into(),
+                },
+                ReviewComment {
+                    path: String::new(),
+                    line: None,
+                    body: "Add a test.".into(),
+                },
+                ReviewComment {
+                    path: "x".into(),
+                    line: None,
+                    body: "  ".into(),
+                },
+            ],
+            "Close, but not yet.",
+        )
+        .unwrap();
+        assert!(prompt.contains("Close, but not yet."), "{prompt}");
+        assert!(
+            prompt.contains("- src/lib.rs, line 12: Handle the empty case."),
+            "{prompt}"
+        );
+        assert!(
+            prompt.contains("- The whole change: Add a test."),
+            "{prompt}"
+        );
+        assert!(!prompt.contains("- x"), "{prompt}");
+        assert!(review_prompt(&[], " ").is_err());
+    }
+}
