@@ -181,6 +181,11 @@ impl Stack {
                 ("KANDEV_LOG__FILTER".into(), "info".into()),
                 ("KANDEV_LOG__FORMAT".into(), "pretty".into()),
                 ("NO_COLOR".into(), "1".into()),
+                // The secret the services share; internal ports require it.
+                (
+                    "KANDEV_SERVICE_TOKEN".into(),
+                    kandev_testkit::SERVICE_TOKEN.into(),
+                ),
             ];
             let mut set = |k: &str, v: String| env.push((k.into(), v));
             match svc {

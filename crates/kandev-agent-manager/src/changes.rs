@@ -301,12 +301,27 @@ fn parse_numstat(text: &str) -> Vec<(String, Option<u64>, Option<u64>)> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
     pub branch: String,
+    /// The branch the task's branch started from.
+    pub base_branch: String,
     /// The branch's commit after delivery.
     pub commit: String,
     /// Whether uncommitted work was committed.
     pub committed: bool,
     /// The remote pushed to (credentials removed), when pushed.
     pub pushed_to: Option<String>,
+}
+
+/// How far [`deliver`] goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ship {
+    /// Commit on the task's branch.
+    Commit,
+    /// Commit, and push the task's branch.
+    Push,
+    /// Commit, push the task's branch, and merge it into the base branch on
+    /// the remote (for repositories without a forge): the merge is made
+    /// without touching the clone's files, and refused on a conflict.
+    Merge,
 }
 
 /// Who commits: the user who delivers.
@@ -325,8 +340,9 @@ pub async fn deliver(
     settings: &crate::config::Settings,
     message: &str,
     author: &Author,
-    push: bool,
+    how: Ship,
 ) -> Result<Delivery> {
+    let push = how != Ship::Commit;
     let branch = repo
         .text(["symbolic-ref", "--quiet", "--short", "HEAD"])
         .await
@@ -412,13 +428,161 @@ pub async fn deliver(
             )));
         }
         pushed_to = Some(crate::workspace::redact_url(&url));
+        if how == Ship::Merge {
+            merge_into_base(repo, &url, &protocols, &branch, &base_branch, author).await?;
+        }
     }
     Ok(Delivery {
         branch,
+        base_branch,
         commit,
         committed,
         pushed_to,
     })
+}
+
+/// Merges `branch` into the remote's `base` (a merge commit made with
+/// `merge-tree`, so the work tree is left alone) and pushes the base. A
+/// conflict is refused with the files that conflict; a base that moved
+/// meanwhile makes the push fail without forcing.
+async fn merge_into_base(
+    repo: &Repo,
+    url: &str,
+    protocols: &[String],
+    branch: &str,
+    base: &str,
+    author: &Author,
+) -> Result<()> {
+    if base.is_empty() {
+        return Err(AgentError::FailedPrecondition(
+            "the clone has no recorded base branch to merge into".into(),
+        ));
+    }
+    let redacted = crate::workspace::redact_url(url);
+    let mut fetch = crate::repository::protocol_args(protocols);
+    fetch.extend([
+        "fetch".into(),
+        "--quiet".into(),
+        "--".into(),
+        url.to_string(),
+        format!("refs/heads/{base}"),
+    ]);
+    repo.run(fetch, None).await.map_err(|e| {
+        AgentError::FailedPrecondition(format!("cannot fetch {base} from {redacted}: {e}"))
+    })?;
+    let base_commit = repo
+        .text(["rev-parse", "--verify", "FETCH_HEAD^{commit}"])
+        .await?;
+    let merged = repo
+        .output([
+            "merge-tree",
+            "--write-tree",
+            "--name-only",
+            "--no-messages",
+            &base_commit,
+            branch,
+        ])
+        .await?;
+    let out = String::from_utf8_lossy(&merged.stdout);
+    let mut lines = out.lines();
+    let tree = lines.next().unwrap_or_default().trim().to_string();
+    match merged.status.code() {
+        Some(0) => {}
+        Some(1) => {
+            let files: Vec<&str> = lines.filter(|l| !l.is_empty()).take(20).collect();
+            return Err(AgentError::FailedPrecondition(format!(
+                "{branch} does not merge cleanly into {base}: conflicts in {}",
+                files.join(", ")
+            )));
+        }
+        _ => {
+            return Err(AgentError::FailedPrecondition(format!(
+                "git merge-tree: {}",
+                String::from_utf8_lossy(&merged.stderr).trim()
+            )));
+        }
+    }
+    let commit = repo
+        .run(
+            [
+                "-c".to_string(),
+                format!("user.name={}", author.name),
+                "-c".to_string(),
+                format!("user.email={}", author.email),
+                "commit-tree".to_string(),
+                tree,
+                "-p".to_string(),
+                base_commit,
+                "-p".to_string(),
+                branch.to_string(),
+                "-m".to_string(),
+                format!("Merge {branch} into {base}"),
+            ],
+            None,
+        )
+        .await?;
+    let commit = String::from_utf8_lossy(&commit.stdout).trim().to_string();
+    let mut push = crate::repository::protocol_args(protocols);
+    push.extend([
+        "push".into(),
+        "--porcelain".into(),
+        "--".into(),
+        url.to_string(),
+        format!("{commit}:refs/heads/{base}"),
+    ]);
+    let pushed = repo.output(push).await?;
+    if !pushed.status.success() {
+        let stdout = String::from_utf8_lossy(&pushed.stdout);
+        let reason = stdout
+            .lines()
+            .find(|l| l.starts_with('!'))
+            .and_then(|l| l.rsplit('\t').next())
+            .unwrap_or("git push failed")
+            .to_string();
+        return Err(AgentError::FailedPrecondition(format!(
+            "pushing the merge into {base} to {redacted} was refused: {reason}"
+        )));
+    }
+    Ok(())
+}
+
+/// Bytes used by the files under `dir` (symlinks not followed).
+pub fn disk_usage(dir: &Path) -> u64 {
+    let mut total = 0u64;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                total = total.saturating_add(meta.len());
+            }
+        }
+    }
+    total
+}
+
+/// Removes the clone of `task_id` under `workspaces_root`; the bytes freed,
+/// or `None` when there was none.
+pub async fn remove_workspace(workspaces_root: &Path, task_id: Uuid) -> Result<Option<u64>> {
+    let dir = workspaces_root.join(task_id.to_string());
+    tokio::task::spawn_blocking(move || {
+        if std::fs::symlink_metadata(&dir).is_err() {
+            return Ok(None);
+        }
+        let bytes = disk_usage(&dir);
+        std::fs::remove_dir_all(&dir)
+            .map_err(|e| AgentError::Internal(format!("cannot remove {}: {e}", dir.display())))?;
+        Ok(Some(bytes))
+    })
+    .await
+    .map_err(|e| AgentError::Internal(format!("removing a workspace: {e}")))?
 }
 
 /// The largest diff of one file returned whole.
@@ -600,7 +764,7 @@ mod tests {
         };
 
         write(&work, "README.md", b"# Demo\n\nBetter.\n");
-        let done = deliver(&repo, &settings, "Improve the readme", &author, true)
+        let done = deliver(&repo, &settings, "Improve the readme", &author, Ship::Push)
             .await
             .unwrap();
         assert!(done.committed);
@@ -630,7 +794,9 @@ mod tests {
         );
 
         // Nothing new: no commit, and the push is a no-op.
-        let again = deliver(&repo, &settings, "", &author, true).await.unwrap();
+        let again = deliver(&repo, &settings, "", &author, Ship::Push)
+            .await
+            .unwrap();
         assert!(!again.committed);
         assert_eq!(again.commit, done.commit);
 
@@ -655,7 +821,7 @@ mod tests {
             &["push", "-q", "origin", "kandev/1a2b3c4d-deliver"],
         );
         write(&work, "MINE.md", b"mine\n");
-        let refused = deliver(&repo, &settings, "Mine", &author, true)
+        let refused = deliver(&repo, &settings, "Mine", &author, Ship::Push)
             .await
             .unwrap_err();
         let text = refused.to_string();
@@ -667,6 +833,90 @@ mod tests {
             matches!(refused, AgentError::FailedPrecondition(_)),
             "{text}"
         );
+    }
+
+    /// A work clone of a bare remote whose `main` has `README.md`, on the
+    /// task's branch; the settings that allow pushing there.
+    async fn remote_and_clone() -> (tempfile::TempDir, Repo, crate::config::Settings) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let src = root.join("src");
+        std::fs::create_dir_all(&src).unwrap();
+        git(&src, &["init", "-q", "-b", "main"]);
+        write(&src, "README.md", b"# Demo\n\nline three\n");
+        git(&src, &["add", "-A"]);
+        git(&src, &["commit", "-q", "-m", "base"]);
+        git(root, &["clone", "-q", "--bare", "src", "remote.git"]);
+        git(root, &["clone", "-q", "remote.git", "work"]);
+        let repo = Repo::open(&root.join("work")).await.unwrap();
+        start_branch(&repo, "kandev/1a2b3c4d-merge").await.unwrap();
+        let settings = crate::config::Settings {
+            allowed_repository_roots: vec![root.display().to_string()],
+            ..Default::default()
+        };
+        (dir, repo, settings)
+    }
+
+    fn remote_file(root: &Path, rev: &str) -> String {
+        remote_git(root, &["show", rev])
+    }
+
+    fn remote_git(root: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .args(["--git-dir", "remote.git"])
+            .args(args)
+            .current_dir(root)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    #[tokio::test]
+    async fn merging_lands_on_the_remote_base_and_conflicts_are_refused() {
+        let author = Author {
+            name: "Ada".into(),
+            email: "ada@example.com".into(),
+        };
+        let (dir, repo, settings) = remote_and_clone().await;
+        let root = dir.path();
+        write(&root.join("work"), "NEW.md", b"new\n");
+        let done = deliver(&repo, &settings, "Add NEW", &author, Ship::Merge)
+            .await
+            .unwrap();
+        assert!(done.committed);
+        assert_eq!(remote_file(root, "main:NEW.md"), "new\n");
+        let log = remote_git(root, &["log", "-1", "--format=%s%n%an", "main"]);
+        assert!(
+            log.starts_with("Merge kandev/1a2b3c4d-merge into main\nAda"),
+            "{log}"
+        );
+        // The clone itself stayed on the task's branch.
+        assert_eq!(
+            repo.text(["symbolic-ref", "--short", "HEAD"])
+                .await
+                .unwrap(),
+            "kandev/1a2b3c4d-merge"
+        );
+
+        // The base moved on with a change to the same line: refused, and
+        // the remote's base is left as it was.
+        let (dir, repo, settings) = remote_and_clone().await;
+        let root = dir.path();
+        git(root, &["clone", "-q", "remote.git", "other"]);
+        write(&root.join("other"), "README.md", b"# Demo\n\ntheirs\n");
+        git(&root.join("other"), &["commit", "-q", "-am", "theirs"]);
+        git(&root.join("other"), &["push", "-q", "origin", "main"]);
+        let before = remote_git(root, &["rev-parse", "main"]);
+        write(&root.join("work"), "README.md", b"# Demo\n\nmine\n");
+        let refused = deliver(&repo, &settings, "Mine", &author, Ship::Merge)
+            .await
+            .unwrap_err();
+        let text = refused.to_string();
+        assert!(
+            text.contains("does not merge cleanly") && text.contains("README.md"),
+            "{text}"
+        );
+        assert_eq!(remote_git(root, &["rev-parse", "main"]), before);
     }
 
     #[tokio::test]

@@ -4,6 +4,7 @@ use std::{collections::BTreeMap, path::Path};
 
 use kandev_common::{
     config::{self, ConfigError, Validate},
+    service_auth::{self, ServiceToken},
     telemetry::LogSettings,
 };
 use kandev_events::nats::{NatsLogin, NatsPassword, check_credentials};
@@ -46,6 +47,10 @@ pub struct Settings {
     /// Its password (`KANDEV_NATS_PASSWORD`); never logged.
     #[serde(skip_serializing)]
     pub nats_password: Option<NatsPassword>,
+    /// The secret the Kandev services share (`KANDEV_SERVICE_TOKEN`, at
+    /// least 32 bytes; required): every call to this port but its probes must carry it. Never logged.
+    #[serde(skip_serializing)]
+    pub service_token: Option<ServiceToken>,
     /// `KANDEV_DOCKER_HOST`: a `unix://` socket or `tcp://` address; empty
     /// uses the local defaults (`DOCKER_HOST`, then the unix socket).
     pub docker_host: String,
@@ -136,6 +141,7 @@ impl Default for Settings {
             nats_url: "nats://127.0.0.1:4222".into(),
             nats_user: None,
             nats_password: None,
+            service_token: None,
             docker_host: String::new(),
             manager_id: "kandev-agent-manager".into(),
             pull_images: true,
@@ -208,6 +214,7 @@ impl Validate for Settings {
             return Err("max_log_lines must be at least 1".into());
         }
         check_credentials(&self.nats_user, &self.nats_password)?;
+        service_auth::check(&self.service_token)?;
         Ok(())
     }
 }
@@ -263,6 +270,7 @@ mod tests {
             jail.set_env("KANDEV_AGENT_ENV__ANTHROPIC_API_KEY", "sk-test");
             jail.set_env("HOME", "/home/someone");
             jail.set_env("KANDEV_WORKSPACE_POLICY", "remove_on_stop");
+            jail.set_env("KANDEV_SERVICE_TOKEN", "service-token-service-token-12345");
             let settings = load(None).map_err(|e| e.to_string())?;
             let value = |k: &str| {
                 settings
@@ -282,9 +290,23 @@ mod tests {
             // Secrets stay out of Debug output.
             let debug = format!("{settings:?}");
             assert!(
-                !debug.contains("sk-test") && !debug.contains("from-host"),
+                !debug.contains("sk-test")
+                    && !debug.contains("from-host")
+                    && !debug.contains("service-token"),
                 "{debug}"
             );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_service_token_is_required() {
+        figment::Jail::expect_with(|jail| {
+            let err = load(None).unwrap_err().to_string();
+            assert!(err.contains("KANDEV_SERVICE_TOKEN is required"), "{err}");
+            jail.set_env("KANDEV_SERVICE_TOKEN", "too-short");
+            let err = load(None).unwrap_err().to_string();
+            assert!(err.contains("at least 32 bytes"), "{err}");
             Ok(())
         });
     }

@@ -361,6 +361,10 @@ impl AgentManagerRpc for GrpcAgentAdapter {
         let root = Path::new(&self.manager.settings().workspaces_root);
         let repo = changes::task_repo(root, task_id).await.map_err(status)?;
         let c = changes::changes(&repo).await.map_err(status)?;
+        let dir = repo.work_tree().to_path_buf();
+        let disk_bytes = tokio::task::spawn_blocking(move || changes::disk_usage(&dir))
+            .await
+            .unwrap_or(0);
         Ok(Response::new(pb::Changes {
             task_id: task_id.to_string(),
             workspace_path: repo.work_tree().display().to_string(),
@@ -380,6 +384,37 @@ impl AgentManagerRpc for GrpcAgentAdapter {
                     binary: f.binary,
                 })
                 .collect(),
+            disk_bytes: i64::try_from(disk_bytes).unwrap_or(i64::MAX),
+        }))
+    }
+
+    async fn remove_workspace(
+        &self,
+        request: Request<pb::RemoveWorkspaceRequest>,
+    ) -> Result<Response<pb::RemoveWorkspaceResponse>, Status> {
+        let task_id = parse_id("task_id", &request.into_inner().task_id).map_err(status)?;
+        let running = self
+            .manager
+            .list_instances(Some(task_id))
+            .await
+            .map_err(status)?
+            .into_iter()
+            .any(|i| !i.status.is_terminal());
+        if running {
+            return Err(status(AgentError::FailedPrecondition(
+                "an agent of the task is still running in its workspace".into(),
+            )));
+        }
+        let root = Path::new(&self.manager.settings().workspaces_root);
+        let freed = changes::remove_workspace(root, task_id)
+            .await
+            .map_err(status)?;
+        if let Some(bytes) = freed {
+            tracing::info!(%task_id, bytes, "workspace removed");
+        }
+        Ok(Response::new(pb::RemoveWorkspaceResponse {
+            removed: freed.is_some(),
+            bytes: freed.map_or(0, |b| i64::try_from(b).unwrap_or(i64::MAX)),
         }))
     }
 
@@ -401,7 +436,12 @@ impl AgentManagerRpc for GrpcAgentAdapter {
                 .filter(|e| !e.trim().is_empty())
                 .unwrap_or_else(|| "kandev@localhost".into()),
         };
-        let d = changes::deliver(&repo, settings, &r.message, &author, r.push)
+        let how = match (r.merge, r.push) {
+            (true, _) => changes::Ship::Merge,
+            (false, true) => changes::Ship::Push,
+            (false, false) => changes::Ship::Commit,
+        };
+        let d = changes::deliver(&repo, settings, &r.message, &author, how)
             .await
             .map_err(status)?;
         Ok(Response::new(pb::Delivery {
@@ -409,6 +449,7 @@ impl AgentManagerRpc for GrpcAgentAdapter {
             commit: d.commit,
             committed: d.committed,
             pushed_to: d.pushed_to.unwrap_or_default(),
+            base_branch: d.base_branch,
         }))
     }
 

@@ -6,6 +6,7 @@ use std::{net::SocketAddr, sync::Arc};
 use kandev_common::{
     CancellationToken,
     serve::{self, ReadinessCheck},
+    service_auth,
 };
 use kandev_events::{EventBus, JetStreamBus};
 use kandev_proto::v1::agent_manager_server::AgentManagerServer;
@@ -36,6 +37,8 @@ pub enum StartupError {
     Serve(std::io::Error),
     #[error("grpc setup: {0}")]
     Grpc(String),
+    #[error("configuration: {0}")]
+    Config(String),
 }
 
 /// The built service, bound to its port but not yet serving.
@@ -82,6 +85,7 @@ impl Application {
         bus: Arc<dyn EventBus>,
         bus_ready: ReadinessCheck,
     ) -> Result<Self, StartupError> {
+        service_auth::check(&settings.service_token).map_err(StartupError::Config)?;
         let pool = connect_database(&settings).await?;
         let docker = Docker::connect(&settings.docker_host)
             .map_err(|e| StartupError::Docker(e.to_string()))?;
@@ -172,6 +176,11 @@ impl Application {
             async move { manager.watch_engine(stop, reconciled).await }
         });
 
+        // Only callers with the service token, probes aside.
+        let token = service_auth::check(&self.manager.settings().service_token)
+            .map_err(StartupError::Config)?
+            .clone();
+        let router = service_auth::require(router, token);
         let router = kandev_common::metrics::instrument(
             "agent-manager",
             router,

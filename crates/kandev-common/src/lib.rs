@@ -10,6 +10,7 @@
 //! - [`trace`]: W3C trace context in and out of requests, gRPC and NATS.
 //! - [`error`]: [`ErrorCode`], mapped to `tonic::Code` and to HTTP statuses.
 //! - [`serve`]: one listener answering gRPC, `/healthz` and `/readyz`.
+//! - [`service_auth`]: the shared service token internal ports require.
 //! - [`metrics`]: the Prometheus recorder, `/metrics`, request metrics.
 //! - [`shutdown`]: a cancellation token fired by SIGTERM or ctrl-c.
 //! - [`text`]: text made storable (no NUL characters).
@@ -19,6 +20,7 @@ pub mod db;
 pub mod error;
 pub mod metrics;
 pub mod serve;
+pub mod service_auth;
 pub mod shutdown;
 pub mod telemetry;
 pub mod text;

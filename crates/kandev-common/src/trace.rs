@@ -20,6 +20,8 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing::{Instrument, Span, field};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use crate::service_auth::ServiceToken;
+
 /// The W3C header (and NATS header, and gRPC metadata key) carrying the
 /// trace context.
 pub const TRACEPARENT: &str = "traceparent";
@@ -155,9 +157,29 @@ pub fn instrument(router: axum::Router) -> axum::Router {
 }
 
 /// A gRPC client interceptor that sends the current span's trace context
-/// in the call's metadata.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Propagate;
+/// in the call's metadata and, when it has one, the service token
+/// ([`crate::service_auth`]) as `authorization: Bearer <token>`.
+#[derive(Clone, Default)]
+pub struct Propagate {
+    authorization: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+}
+
+impl Propagate {
+    /// Trace context and `token` on every call.
+    pub fn with_token(token: &ServiceToken) -> Self {
+        Propagate {
+            authorization: Some(token.bearer()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Propagate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Propagate")
+            .field("token", &self.authorization.as_ref().map(|_| "[redacted]"))
+            .finish()
+    }
+}
 
 impl tonic::service::Interceptor for Propagate {
     fn call(
@@ -167,17 +189,24 @@ impl tonic::service::Interceptor for Propagate {
         if let Some(value) = current().and_then(|tp| tp.parse().ok()) {
             request.metadata_mut().insert(TRACEPARENT, value);
         }
+        if let Some(value) = &self.authorization {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
         Ok(request)
     }
 }
 
-/// A gRPC channel whose calls carry the caller's trace context.
+/// A gRPC channel whose calls carry the caller's trace context and the
+/// service token.
 pub type TracedChannel =
     tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Propagate>;
 
-/// `channel` with [`Propagate`] on every call.
-pub fn traced(channel: tonic::transport::Channel) -> TracedChannel {
-    tonic::service::interceptor::InterceptedService::new(channel, Propagate)
+/// `channel` with [`Propagate`] on every call: the trace context and
+/// `token`, which the internal services require.
+pub fn traced(channel: tonic::transport::Channel, token: &ServiceToken) -> TracedChannel {
+    tonic::service::interceptor::InterceptedService::new(channel, Propagate::with_token(token))
 }
 
 #[cfg(test)]
@@ -238,7 +267,7 @@ mod tests {
             let span = tracing::info_span!("call", trace_id = field::Empty);
             continue_from(&span, Some(REMOTE));
             let request = span
-                .in_scope(|| Propagate.call(tonic::Request::new(())))
+                .in_scope(|| Propagate::default().call(tonic::Request::new(())))
                 .unwrap();
             let sent = request
                 .metadata()
@@ -252,7 +281,29 @@ mod tests {
             );
         });
         // No tracing set up: nothing is sent.
-        let request = Propagate.call(tonic::Request::new(())).unwrap();
+        let request = Propagate::default().call(tonic::Request::new(())).unwrap();
         assert!(request.metadata().get(TRACEPARENT).is_none());
+        assert!(request.metadata().get("authorization").is_none());
+    }
+
+    #[test]
+    fn grpc_calls_carry_the_service_token_and_the_trace() {
+        use tonic::service::Interceptor as _;
+        let token = ServiceToken::from("0123456789abcdef0123456789abcdef");
+        let mut propagate = Propagate::with_token(&token);
+        assert!(!format!("{propagate:?}").contains("0123"));
+        with_tracing(|| {
+            let span = tracing::info_span!("call", trace_id = field::Empty);
+            continue_from(&span, Some(REMOTE));
+            let request = span
+                .in_scope(|| propagate.call(tonic::Request::new(())))
+                .unwrap();
+            let sent = request.metadata().get(TRACEPARENT).unwrap();
+            assert!(sent.to_str().unwrap().contains("4bf92f3577b34da6"));
+            assert_eq!(
+                request.metadata().get("authorization").unwrap(),
+                "Bearer 0123456789abcdef0123456789abcdef"
+            );
+        });
     }
 }

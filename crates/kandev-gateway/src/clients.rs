@@ -1,9 +1,13 @@
 //! Lazily connected gRPC clients of the three services, with connect and
-//! call timeouts and the caller's trace context, and their readiness checks.
+//! call timeouts, the caller's trace context and the service token, and
+//! their readiness checks (the health service, which needs no token).
 
 use std::time::Duration;
 
-use kandev_common::trace::{TracedChannel, traced};
+use kandev_common::{
+    service_auth::ServiceToken,
+    trace::{TracedChannel, traced},
+};
 use kandev_proto::v1::{
     agent_manager_client::AgentManagerClient, orchestrator_client::OrchestratorClient,
     task_service_client::TaskServiceClient,
@@ -40,15 +44,16 @@ fn channel(url: &str, settings: &Settings) -> Result<Channel, tonic::transport::
 }
 
 impl Downstream {
-    /// Clients for the configured endpoints; nothing connects until used.
-    pub fn new(settings: &Settings) -> Result<Self, tonic::transport::Error> {
+    /// Clients for the configured endpoints, each call carrying `token`;
+    /// nothing connects until used.
+    pub fn new(settings: &Settings, token: &ServiceToken) -> Result<Self, tonic::transport::Error> {
         let tasks = channel(&settings.task_service_url, settings)?;
         let agents = channel(&settings.agent_manager_url, settings)?;
         let orchestrator = channel(&settings.orchestrator_url, settings)?;
         Ok(Downstream {
-            tasks: TaskServiceClient::new(traced(tasks.clone())),
-            agents: AgentManagerClient::new(traced(agents.clone())),
-            orchestrator: OrchestratorClient::new(traced(orchestrator.clone())),
+            tasks: TaskServiceClient::new(traced(tasks.clone(), token)),
+            agents: AgentManagerClient::new(traced(agents.clone(), token)),
+            orchestrator: OrchestratorClient::new(traced(orchestrator.clone(), token)),
             channels: [
                 (TASK_SERVICE, tasks),
                 (AGENT_MANAGER, agents),

@@ -1,6 +1,10 @@
 //! Settings of the gateway.
 
-use kandev_common::{config::Validate, telemetry::LogSettings};
+use kandev_common::{
+    config::Validate,
+    service_auth::{self, ServiceToken},
+    telemetry::LogSettings,
+};
 use kandev_events::nats::{NatsLogin, NatsPassword, check_credentials};
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -34,6 +38,10 @@ pub struct Settings {
     /// Its password (`KANDEV_NATS_PASSWORD`); never logged.
     #[serde(skip_serializing)]
     pub nats_password: Option<NatsPassword>,
+    /// The secret the Kandev services share (`KANDEV_SERVICE_TOKEN`, at
+    /// least 32 bytes; required): sent on every call to the internal services, which require it. Never logged.
+    #[serde(skip_serializing)]
+    pub service_token: Option<ServiceToken>,
     /// Feed frames a stream client may have queued before it counts as
     /// lagging and is disconnected (close code 1008).
     pub stream_client_buffer: usize,
@@ -145,6 +153,7 @@ impl Default for Settings {
             nats_url: "nats://127.0.0.1:4222".into(),
             nats_user: None,
             nats_password: None,
+            service_token: None,
             stream_client_buffer: 16_384,
             agent_manager_url: "http://127.0.0.1:8083".into(),
             downstream_connect_timeout_ms: 2000,
@@ -236,6 +245,7 @@ impl Validate for Settings {
             return Err("rate limits must be at least 1".into());
         }
         check_credentials(&self.nats_user, &self.nats_password)?;
+        service_auth::check(&self.service_token)?;
         Ok(())
     }
 }
@@ -258,6 +268,7 @@ mod tests {
     fn valid() -> Settings {
         Settings {
             jwt_secret: Some("x".repeat(32).into()),
+            service_token: Some("s".repeat(32).into()),
             ..Settings::default()
         }
     }
@@ -273,10 +284,18 @@ mod tests {
         };
         assert!(short.validate().unwrap_err().contains("32 bytes"));
         let dev = Settings {
+            jwt_secret: None,
             dev_random_jwt_secret: true,
-            ..Settings::default()
+            ..valid()
         };
         assert!(dev.validate().is_ok());
+        // The service token too: the internal services refuse calls without.
+        let no_token = Settings {
+            service_token: None,
+            ..valid()
+        };
+        let err = no_token.validate().unwrap_err();
+        assert!(err.contains("KANDEV_SERVICE_TOKEN"), "{err}");
     }
 
     #[test]
@@ -289,6 +308,7 @@ mod tests {
         };
         let shown = format!("{s:?}");
         assert!(!shown.contains("xxxxxxxx"));
+        assert!(!shown.contains("ssssssss"));
         assert!(!shown.contains("hunter2"));
         assert!(!shown.contains("hunter3"), "{shown}");
         assert!(shown.contains("gateway"), "{shown}");

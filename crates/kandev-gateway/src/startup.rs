@@ -69,6 +69,10 @@ pub struct Application {
 
 impl Application {
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
+        // The internal services answer only calls that carry it.
+        let service_token = kandev_common::service_auth::check(&settings.service_token)
+            .map_err(StartupError::Config)?
+            .clone();
         let pool = connect_database(&settings).await?;
         crate::routes::auth::bootstrap_admin(
             &pool,
@@ -90,7 +94,7 @@ impl Application {
             None => return Err(StartupError::Config("KANDEV_JWT_SECRET is required".into())),
         };
         let jwt = JwtKeys::new(&secret, Duration::from_secs(settings.jwt_ttl_secs));
-        let downstream = Downstream::new(&settings)?;
+        let downstream = Downstream::new(&settings, &service_token)?;
         let (nats, live) = connect_nats(&settings).await?;
         let limits = &settings.rate_limit;
         let state = AppState::new(

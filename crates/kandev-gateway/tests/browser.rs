@@ -1292,6 +1292,22 @@ async fn the_changes_tab_shows_the_agents_edits() {
     );
     screenshot(c, "changes.png").await;
 
+    // A wide window shows the diff side by side: the removed line faces
+    // the added one.
+    c.set_window_size(1600, 1000).await.expect("resize");
+    wait_js(
+        c,
+        "the side-by-side diff",
+        10,
+        "const split = document.querySelector('[data-testid=changes-diff-split]');
+         const unified = document.querySelector('[data-testid=changes-diff-unified]');
+         return split && split.offsetParent !== null && unified.offsetParent === null
+           && split.querySelectorAll('.diff-pair').length > 0;",
+        vec![],
+    )
+    .await;
+    screenshot(c, "changes-wide.png").await;
+
     // The review loop: a comment on line 3 of README.md and a message go
     // back to the agent; its second turn edits the file again.
     // Whichever layout the window shows: unified, or side by side.
@@ -1351,6 +1367,15 @@ async fn the_changes_tab_shows_the_agents_edits() {
         vec![],
     )
     .await;
+    // Delivered: the clone is gone, and the tab says so.
+    wait_js(
+        c,
+        "the Changes tab without a clone",
+        30,
+        "return document.querySelector('[data-testid=changes-summary]').textContent.includes('no cloned repository');",
+        vec![],
+    )
+    .await;
     let branch = shown["branch"].as_str().unwrap();
     let pushed = std::process::Command::new("git")
         .args(["log", "-1", "--format=%s", branch])
@@ -1362,22 +1387,6 @@ async fn the_changes_tab_shows_the_agents_edits() {
         "Improve the readme",
         "the approved commit is on the remote's {branch}"
     );
-
-    // A wide window shows the diff side by side: the removed line faces
-    // the added one.
-    c.set_window_size(1600, 1000).await.expect("resize");
-    wait_js(
-        c,
-        "the side-by-side diff",
-        10,
-        "const split = document.querySelector('[data-testid=changes-diff-split]');
-         const unified = document.querySelector('[data-testid=changes-diff-unified]');
-         return split && split.offsetParent !== null && unified.offsetParent === null
-           && split.querySelectorAll('.diff-pair').length > 0;",
-        vec![],
-    )
-    .await;
-    screenshot(c, "changes-wide.png").await;
 
     browser.close().await;
     stack.shutdown().await;

@@ -1,10 +1,13 @@
 //! The services the orchestrator drives: the agent manager behind the
 //! [`AgentControl`] trait (its gRPC implementation is [`GrpcAgentControl`]),
 //! and the task service's gRPC client; every call carries the caller's
-//! trace context.
+//! trace context and the service token.
 
 use async_trait::async_trait;
-use kandev_common::trace::{TracedChannel, traced};
+use kandev_common::{
+    service_auth::ServiceToken,
+    trace::{TracedChannel, traced},
+};
 use kandev_proto::v1::{
     self as pb, agent_manager_client::AgentManagerClient, task_service_client::TaskServiceClient,
 };
@@ -22,6 +25,8 @@ pub trait AgentControl: Send + Sync + 'static {
     async fn list_instances(&self, task_id: &str) -> Result<Vec<pb::AgentInstance>, Status>;
     /// Commits (and pushes) the task's work on its branch.
     async fn deliver(&self, request: pb::DeliverChangesRequest) -> Result<pb::Delivery, Status>;
+    /// Removes the task's clone; `Ok(false)` when it had none.
+    async fn remove_workspace(&self, task_id: &str) -> Result<bool, Status>;
 }
 
 /// [`AgentControl`] over the agent manager's gRPC API.
@@ -30,7 +35,7 @@ pub struct GrpcAgentControl {
     client: AgentManagerClient<TracedChannel>,
 }
 
-fn lazy_channel(url: &str) -> Result<TracedChannel, String> {
+fn lazy_channel(url: &str, token: &ServiceToken) -> Result<TracedChannel, String> {
     Ok(traced(
         Channel::from_shared(url.to_string())
             .map_err(|e| format!("{url}: {e}"))?
@@ -38,14 +43,16 @@ fn lazy_channel(url: &str) -> Result<TracedChannel, String> {
             // The engine waits for these calls; none may hang it for ever.
             .timeout(std::time::Duration::from_secs(120))
             .connect_lazy(),
+        token,
     ))
 }
 
 impl GrpcAgentControl {
-    /// Connects on first use, so the agent manager may start later.
-    pub fn lazy(url: &str) -> Result<Self, String> {
+    /// Connects on first use, so the agent manager may start later; every
+    /// call carries `token`.
+    pub fn lazy(url: &str, token: &ServiceToken) -> Result<Self, String> {
         Ok(GrpcAgentControl {
-            client: AgentManagerClient::new(lazy_channel(url)?),
+            client: AgentManagerClient::new(lazy_channel(url, token)?),
         })
     }
 }
@@ -131,9 +138,24 @@ impl AgentControl for GrpcAgentControl {
             .await?
             .into_inner())
     }
+
+    async fn remove_workspace(&self, task_id: &str) -> Result<bool, Status> {
+        Ok(self
+            .client
+            .clone()
+            .remove_workspace(pb::RemoveWorkspaceRequest {
+                task_id: task_id.into(),
+            })
+            .await?
+            .into_inner()
+            .removed)
+    }
 }
 
-/// A lazily connecting task service client.
-pub fn task_client(url: &str) -> Result<TaskServiceClient<TracedChannel>, String> {
-    Ok(TaskServiceClient::new(lazy_channel(url)?))
+/// A lazily connecting task service client; every call carries `token`.
+pub fn task_client(
+    url: &str,
+    token: &ServiceToken,
+) -> Result<TaskServiceClient<TracedChannel>, String> {
+    Ok(TaskServiceClient::new(lazy_channel(url, token)?))
 }

@@ -2,7 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use kandev_common::{config::Validate, telemetry::LogSettings};
+use kandev_common::{
+    config::Validate,
+    service_auth::{self, ServiceToken},
+    telemetry::LogSettings,
+};
 use kandev_events::nats::{NatsLogin, NatsPassword, check_credentials};
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +31,10 @@ pub struct Settings {
     /// Its password (`KANDEV_NATS_PASSWORD`); never logged.
     #[serde(skip_serializing)]
     pub nats_password: Option<NatsPassword>,
+    /// The secret the Kandev services share (`KANDEV_SERVICE_TOKEN`, at
+    /// least 32 bytes; required): every call to this port (gRPC, REST, WebSocket) but its probes must carry it, and calls to the other services carry it. Never logged.
+    #[serde(skip_serializing)]
+    pub service_token: Option<ServiceToken>,
     /// `KANDEV_TASK_SERVICE_URL`.
     pub task_service_url: String,
     /// `KANDEV_AGENT_MANAGER_URL`.
@@ -38,6 +46,18 @@ pub struct Settings {
     pub per_agent_type_limits: BTreeMap<String, u32>,
     /// A completed run moves its task to REVIEW instead of COMPLETED.
     pub complete_to_review: bool,
+    /// A finished task's clone is removed this long after its run ended
+    /// (`KANDEV_WORKSPACE_RETENTION_SECS`, default 7 days); never while the
+    /// task can still resume (TODO, IN_PROGRESS, REVIEW, ...).
+    pub workspace_retention_secs: u64,
+    /// How often finished tasks' clones are looked at, in seconds.
+    pub workspace_sweep_secs: u64,
+    /// Remove the clone once an approval has pushed its branch.
+    pub remove_workspace_after_delivery: bool,
+    /// Forges where an approval opens a pull (merge) request for the
+    /// pushed branch (`KANDEV_FORGES='[{repository_prefix = "https://github.com/",
+    /// kind = "github", api_url = "https://api.github.com", token = "..."}]'`).
+    pub forges: Vec<crate::forge::Forge>,
     /// Delay before the first retry of a failed run, in ms; doubles per retry.
     pub retry_backoff_ms: u64,
     /// The longest delay between retries, in ms.
@@ -109,11 +129,16 @@ impl Default for Settings {
             nats_url: "nats://127.0.0.1:4222".into(),
             nats_user: None,
             nats_password: None,
+            service_token: None,
             task_service_url: "http://127.0.0.1:8081".into(),
             agent_manager_url: "http://127.0.0.1:8083".into(),
             max_concurrent: 4,
             per_agent_type_limits: BTreeMap::new(),
             complete_to_review: false,
+            workspace_retention_secs: 7 * 24 * 3600,
+            workspace_sweep_secs: 300,
+            remove_workspace_after_delivery: true,
+            forges: Vec::new(),
             retry_backoff_ms: 2000,
             retry_backoff_max_ms: 60_000,
             ws_client_buffer: 16_384,
@@ -185,6 +210,7 @@ impl Validate for Settings {
             }
         }
         check_credentials(&self.nats_user, &self.nats_password)?;
+        service_auth::check(&self.service_token)?;
         Ok(())
     }
 }
@@ -206,8 +232,14 @@ mod tests {
 
     #[test]
     fn defaults_validate_and_backoff_doubles_up_to_the_cap() {
-        let s = Settings::default();
+        let s = Settings {
+            service_token: Some("t".repeat(32).into()),
+            ..Settings::default()
+        };
         s.validate().unwrap();
+        // Without the service token the start is refused, naming it.
+        let err = Settings::default().validate().unwrap_err();
+        assert!(err.contains("KANDEV_SERVICE_TOKEN"), "{err}");
         assert_eq!(s.retry_delay(1).as_millis(), 2000);
         assert_eq!(s.retry_delay(2).as_millis(), 4000);
         assert_eq!(s.retry_delay(30).as_millis(), 60_000);
@@ -225,6 +257,7 @@ mod tests {
             jail.set_env("KANDEV_AGENT_MANAGER_URL", "http://am:8083");
             jail.set_env("KANDEV_NATS_USER", "orchestrator");
             jail.set_env("KANDEV_NATS_PASSWORD", "s3cret-nats");
+            jail.set_env("KANDEV_SERVICE_TOKEN", "s3cret-service-token-of-32-bytes!");
             let s: Settings = kandev_common::config::load(None).map_err(|e| e.to_string())?;
             assert_eq!(s.nats_user.as_deref(), Some("orchestrator"));
             let login = s.nats_login();
@@ -234,6 +267,10 @@ mod tests {
                 Some("s3cret-nats")
             );
             assert!(!format!("{s:?}").contains("s3cret"));
+            assert_eq!(
+                s.service_token.as_ref().map(|t| t.expose_secret()),
+                Some("s3cret-service-token-of-32-bytes!")
+            );
             assert_eq!(s.per_agent_type_limits.get("mock-agent"), Some(&1));
             assert_eq!(s.per_agent_type_limits.get("auggie"), Some(&2));
             assert_eq!(s.max_concurrent, 3);

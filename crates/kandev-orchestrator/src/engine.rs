@@ -5,6 +5,7 @@
 
 mod board;
 pub mod review;
+mod workspaces;
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -111,6 +112,8 @@ pub struct Engine {
     tasks: TaskServiceClient<TracedChannel>,
     hub: Arc<FeedHub>,
     lock: Mutex<()>,
+    /// For forges' REST APIs.
+    http: reqwest::Client,
 }
 
 const SELECT_EXEC: &str = "SELECT task_id, state, agent_type, priority, queue_order, instance_id, \
@@ -132,7 +135,12 @@ impl Engine {
             tasks,
             hub,
             lock: Mutex::new(()),
+            http: reqwest::Client::new(),
         })
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
     }
 
     async fn execution(&self, task_id: Uuid) -> Result<Option<Execution>> {
@@ -251,7 +259,7 @@ impl Engine {
                                    ELSE nextval('queue_order') END,
                 attempts = 0, max_retries = $4, last_error = '', prompt = $5,
                 instance_id = NULL, retry_at = NULL, origin = $6, traceparent = $7,
-                updated_at = now()",
+                workspace_removed = false, updated_at = now()",
         )
         .bind(t.id)
         .bind(agent_type)
@@ -570,6 +578,8 @@ impl Engine {
                     if exec.state().is_active() {
                         self.stop_agent(&exec, "task deleted").await;
                     }
+                    // Its clone and local branch go with it (nothing pushed).
+                    self.remove_workspace(exec.task_id, "task deleted").await;
                     sqlx::query("DELETE FROM executions WHERE task_id = $1")
                         .bind(exec.task_id)
                         .execute(&self.pool)

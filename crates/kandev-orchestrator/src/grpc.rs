@@ -180,6 +180,7 @@ impl Orchestrator for GrpcOrchestratorAdapter {
             commit: delivery.commit,
             committed: delivery.committed,
             pushed_to: delivery.pushed_to,
+            pull_request_url: outcome.pull_request.unwrap_or_default(),
         }))
     }
 }

@@ -14,6 +14,7 @@
 //! - [`consumers`]: durable JetStream consumers of `task.*` and `agent.*`.
 //! - [`feed`]: the `acp.message.*` consumer, seq numbering, batched storage
 //!   and the live [`FeedHub`].
+//! - [`forge`]: pull / merge requests on GitHub and GitLab.
 //! - [`http`] and [`ws`]: REST control and the WebSocket feed.
 //! - [`grpc`]: the thin tonic adapter over an `Orchestration`.
 //! - [`startup`]: `build(settings)` then `run_until_stopped(shutdown)`.
@@ -24,6 +25,7 @@ pub mod consumers;
 pub mod domain;
 pub mod engine;
 pub mod feed;
+pub mod forge;
 pub mod grpc;
 pub mod http;
 pub mod startup;

@@ -5,6 +5,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use kandev_common::{
     CancellationToken,
     serve::{self, ReadinessCheck},
+    service_auth,
 };
 use kandev_events::JetStreamBus;
 use kandev_proto::v1::orchestrator_server::OrchestratorServer;
@@ -43,6 +44,8 @@ pub enum StartupError {
     Grpc(String),
     #[error("client setup: {0}")]
     Client(String),
+    #[error("configuration: {0}")]
+    Config(String),
 }
 
 /// The built service, bound to its port but not yet serving.
@@ -73,8 +76,9 @@ impl Application {
     /// Connects to everything from the settings; the agent manager is
     /// reached over gRPC at `agent_manager_url`.
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
-        let agents =
-            GrpcAgentControl::lazy(&settings.agent_manager_url).map_err(StartupError::Client)?;
+        let token = service_auth::check(&settings.service_token).map_err(StartupError::Config)?;
+        let agents = GrpcAgentControl::lazy(&settings.agent_manager_url, token)
+            .map_err(StartupError::Client)?;
         Self::build_with_agents(settings, Arc::new(agents)).await
     }
 
@@ -83,11 +87,14 @@ impl Application {
         settings: Settings,
         agents: Arc<dyn AgentControl>,
     ) -> Result<Self, StartupError> {
+        let token = service_auth::check(&settings.service_token)
+            .map_err(StartupError::Config)?
+            .clone();
         let settings = Arc::new(settings);
         let bus = JetStreamBus::connect_as(&settings.nats_url, &settings.nats_login()).await?;
         let pool = connect_database(&settings).await?;
-        let tasks =
-            clients::task_client(&settings.task_service_url).map_err(StartupError::Client)?;
+        let tasks = clients::task_client(&settings.task_service_url, &token)
+            .map_err(StartupError::Client)?;
         let hub = FeedHub::new(settings.ws_client_buffer);
         let engine = Engine::new(pool.clone(), settings.clone(), agents, tasks, hub.clone());
         let listener = TcpListener::bind(&settings.listen_addr)
@@ -196,6 +203,12 @@ impl Application {
         let ticker =
             AbortOnDropHandle::new(tokio::spawn(run_ticker(self.engine.clone(), stop.clone())));
 
+        // Only callers with the service token (gRPC, REST and WebSocket
+        // alike), probes aside.
+        let token = service_auth::check(&self.settings.service_token)
+            .map_err(StartupError::Config)?
+            .clone();
+        let router = service_auth::require(router, token);
         let router = kandev_common::metrics::instrument(
             "orchestrator",
             router,
@@ -246,12 +259,21 @@ async fn run_ticker(engine: Arc<Engine>, stop: CancellationToken) {
     let mut interval = tokio::time::interval(Duration::from_millis(250));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut prune = tokio::time::interval(Duration::from_secs(3600));
+    let mut sweep = tokio::time::interval(Duration::from_secs(
+        engine.settings().workspace_sweep_secs.max(1),
+    ));
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             _ = interval.tick() => {
                 if let Err(err) = engine.tick().await {
                     tracing::warn!(%err, "scheduler tick failed");
+                }
+            }
+            _ = sweep.tick() => {
+                if let Err(err) = engine.sweep_workspaces().await {
+                    tracing::warn!(%err, "sweeping finished workspaces failed");
                 }
             }
             _ = prune.tick() => {

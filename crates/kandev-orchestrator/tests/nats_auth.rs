@@ -93,6 +93,7 @@ async fn a_connection_without_credentials_is_refused() {
     let settings = kandev_orchestrator::Settings {
         listen_addr: "127.0.0.1:0".into(),
         nats_url: nats.url(),
+        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Default::default()
     };
     let start = tokio::time::timeout(

@@ -1,6 +1,10 @@
 //! Settings of the task service.
 
-use kandev_common::{config::Validate, telemetry::LogSettings};
+use kandev_common::{
+    config::Validate,
+    service_auth::{self, ServiceToken},
+    telemetry::LogSettings,
+};
 use kandev_events::nats::{NatsLogin, NatsPassword, check_credentials};
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +28,10 @@ pub struct Settings {
     /// Its password (`KANDEV_NATS_PASSWORD`); never logged.
     #[serde(skip_serializing)]
     pub nats_password: Option<NatsPassword>,
+    /// The secret the Kandev services share (`KANDEV_SERVICE_TOKEN`, at
+    /// least 32 bytes; required): every call to this port but its probes must carry it. Never logged.
+    #[serde(skip_serializing)]
+    pub service_token: Option<ServiceToken>,
     /// How often the outbox relay polls when nothing wakes it, in ms.
     pub outbox_poll_ms: u64,
     /// Serve gRPC reflection (`KANDEV_GRPC_REFLECTION`): off by default, so
@@ -53,6 +61,7 @@ impl Default for Settings {
             nats_url: "nats://127.0.0.1:4222".into(),
             nats_user: None,
             nats_password: None,
+            service_token: None,
             outbox_poll_ms: 1000,
             grpc_reflection: false,
             log: LogSettings::default(),
@@ -85,6 +94,7 @@ impl Validate for Settings {
             return Err("outbox_poll_ms must be at least 1".into());
         }
         check_credentials(&self.nats_user, &self.nats_password)?;
+        service_auth::check(&self.service_token)?;
         Ok(())
     }
 }

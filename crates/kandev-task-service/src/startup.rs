@@ -5,6 +5,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use kandev_common::{
     CancellationToken,
     serve::{self, ReadinessCheck},
+    service_auth,
 };
 use kandev_events::{EventBus, JetStreamBus};
 use kandev_proto::v1::task_service_server::TaskServiceServer;
@@ -36,6 +37,8 @@ pub enum StartupError {
     Serve(std::io::Error),
     #[error("grpc setup: {0}")]
     Grpc(String),
+    #[error("configuration: {0}")]
+    Config(String),
 }
 
 /// The built service, bound to its port but not yet serving.
@@ -78,6 +81,7 @@ impl Application {
         bus: Arc<dyn EventBus>,
         bus_ready: ReadinessCheck,
     ) -> Result<Self, StartupError> {
+        service_auth::check(&settings.service_token).map_err(StartupError::Config)?;
         let pool = connect_database(&settings).await?;
         let outbox_wake = Arc::new(Notify::new());
         let store = Arc::new(PgTaskStore::new(pool.clone(), outbox_wake.clone()));
@@ -145,6 +149,11 @@ impl Application {
         let relay_stop = CancellationToken::new();
         let relay_task = tokio::spawn(relay.run(relay_stop.clone()));
 
+        // Only callers with the service token, probes aside.
+        let token = service_auth::check(&self.settings.service_token)
+            .map_err(StartupError::Config)?
+            .clone();
+        let router = service_auth::require(router, token);
         let router = kandev_common::metrics::instrument(
             "task-service",
             router,

@@ -16,7 +16,8 @@
 //!   roots), that can be stopped, killed and started again without
 //!   disturbing the machine's engine or the tests that use it.
 //!
-//! - [`http`]: one HTTP/1.1 request, its status and JSON body.
+//! - [`http`]: one HTTP/1.1 request, its status and JSON body
+//!   ([`service_http`]: with the [`SERVICE_TOKEN`] internal ports require).
 //! - [`eventually`]: wait on a condition, never on a sleep.
 //!
 //! `KANDEV_TEST_PG_BASE` overrides the Postgres server URL
@@ -609,12 +610,41 @@ impl Drop for OwnDocker {
     }
 }
 
+/// The `KANDEV_SERVICE_TOKEN` every test stack shares (the services refuse
+/// calls without it; see `kandev_common::service_auth`).
+pub const SERVICE_TOKEN: &str = "kandev-test-service-token-0123456789abcdef";
+
+/// `Bearer <SERVICE_TOKEN>`, the `authorization` header internal ports
+/// require.
+pub fn service_bearer() -> String {
+    format!("Bearer {SERVICE_TOKEN}")
+}
+
 /// One HTTP/1.1 request to `url` (`http://host:port/path`) with an optional
 /// JSON body: the status and the body as JSON (`Null` when it is not).
 pub async fn http(
     method: &str,
     url: &str,
     body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    http_with(method, url, body, &[]).await
+}
+
+/// [`http`] with the service token, as an internal port requires.
+pub async fn service_http(
+    method: &str,
+    url: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    http_with(method, url, body, &[("authorization", &service_bearer())]).await
+}
+
+/// [`http`] with extra request headers.
+pub async fn http_with(
+    method: &str,
+    url: &str,
+    body: Option<serde_json::Value>,
+    headers: &[(&str, &str)],
 ) -> (u16, serde_json::Value) {
     use http_body_util::{BodyExt, Full};
     let uri: hyper::Uri = url.parse().expect("a valid URL");
@@ -628,11 +658,15 @@ pub async fn http(
             .expect("HTTP handshake");
     tokio::spawn(conn);
     let bytes = body.map(|b| b.to_string()).unwrap_or_default();
-    let request = hyper::Request::builder()
+    let mut request = hyper::Request::builder()
         .method(method)
         .uri(uri.path_and_query().map_or("/", |p| p.as_str()))
         .header("host", host)
-        .header("content-type", "application/json")
+        .header("content-type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request
         .body(Full::new(bytes::Bytes::from(bytes)))
         .expect("a valid request");
     let response = sender.send_request(request).await.expect("a response");

@@ -1,7 +1,50 @@
 //! Each task works on its own branch in its own clone, and its changes
 //! (files and diffs against the base) are read through the gateway.
 
-use kandev_e2e::{Options, Stack, Svc, serde_json::json};
+use std::sync::{Arc, Mutex};
+
+use kandev_e2e::{
+    Options, Stack, Svc,
+    serde_json::{Value, json},
+};
+
+/// A local server answering GitHub's "create a pull request" endpoint.
+struct FakeGithub {
+    url: String,
+    /// (authorization header, request body) of each pull request asked for.
+    seen: Arc<Mutex<Vec<(String, Value)>>>,
+}
+
+impl FakeGithub {
+    async fn start() -> FakeGithub {
+        use axum::{Json, Router, extract::State, http::HeaderMap, routing::post};
+        type Seen = Arc<Mutex<Vec<(String, Value)>>>;
+        async fn create(
+            State(seen): State<Seen>,
+            headers: HeaderMap,
+            Json(body): Json<Value>,
+        ) -> (axum::http::StatusCode, Json<Value>) {
+            let auth = headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            seen.lock().unwrap().push((auth, body));
+            (
+                axum::http::StatusCode::CREATED,
+                Json(json!({"html_url": "https://github.example/pull/1", "number": 1})),
+            )
+        }
+        let seen = Seen::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let app = Router::new()
+            .route("/repos/{*project}", post(create))
+            .with_state(seen.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        FakeGithub { url, seen }
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tasks_on_one_repository_get_their_own_branch_and_changes() {
@@ -87,14 +130,24 @@ async fn two_tasks_on_one_repository_get_their_own_branch_and_changes() {
 /// remote and completes the task.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_changes_then_approve_pushes_the_branch() {
+    // A forge for every file:// repository: approval opens a pull request
+    // there (no real forge is reachable here).
+    let forge = FakeGithub::start().await;
+    let forges = format!(
+        "[{{repository_prefix = \"file:///\", kind = \"github\", api_url = \"{}\", token = \"t0ken\"}}]",
+        forge.url
+    );
     let stack = Stack::start(
         "review",
         Options {
-            env: vec![(
-                Svc::Orchestrator,
-                "KANDEV_COMPLETE_TO_REVIEW".into(),
-                "true".into(),
-            )],
+            env: vec![
+                (
+                    Svc::Orchestrator,
+                    "KANDEV_COMPLETE_TO_REVIEW".into(),
+                    "true".into(),
+                ),
+                (Svc::Orchestrator, "KANDEV_FORGES".into(), forges),
+            ],
             ..Options::default()
         },
     )
@@ -195,6 +248,21 @@ async fn request_changes_then_approve_pushes_the_branch() {
         branch.as_str(),
         "{done}"
     );
+    // The pull request of the pushed branch, linked on the task.
+    assert_eq!(
+        delivery["pull_request_url"], "https://github.example/pull/1",
+        "{delivery}"
+    );
+    assert_eq!(
+        done["metadata"]["delivered"]["pull_request"], "https://github.example/pull/1",
+        "{done}"
+    );
+    let asked = forge.seen.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0].0, "Bearer t0ken");
+    assert_eq!(asked[0].1["head"], branch.as_str());
+    assert_eq!(asked[0].1["base"], "main");
+    assert_eq!(asked[0].1["title"], "Review me");
 
     // The commit is on the bare remote, with the agent's work.
     let shown = std::process::Command::new("git")
@@ -231,5 +299,92 @@ async fn request_changes_then_approve_pushes_the_branch() {
         )
         .await;
     assert_eq!(again.status, 409, "{}", again.body);
+    stack.stop().await;
+}
+
+/// Clones go when their task is deleted and when a finished task's run
+/// ended longer ago than the retention; a task that can still resume (in
+/// REVIEW) keeps its clone however old.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clones_are_removed_when_their_task_is_done_or_deleted() {
+    let env = [
+        ("KANDEV_COMPLETE_TO_REVIEW", "true"),
+        ("KANDEV_WORKSPACE_RETENTION_SECS", "1"),
+        ("KANDEV_WORKSPACE_SWEEP_SECS", "1"),
+        ("KANDEV_REMOVE_WORKSPACE_AFTER_DELIVERY", "false"),
+    ]
+    .map(|(k, v)| (Svc::Orchestrator, k.to_string(), v.to_string()))
+    .to_vec();
+    let stack = Stack::start(
+        "retention",
+        Options {
+            env,
+            ..Options::default()
+        },
+    )
+    .await;
+    let api = stack.admin().await;
+    let board = api.board("retention").await;
+    let repo = stack.git_repo("retention");
+    let task = |title: &'static str| {
+        let api = api.clone();
+        let board = board.clone();
+        let repo = repo.clone();
+        async move {
+            let id = api
+                .task(
+                    &board,
+                    json!({"title": title, "description": "scenario: code",
+                           "agent_type": "mock-agent", "repository_url": repo, "max_retries": 0}),
+                )
+                .await;
+            api.wait_state(&id, &["REVIEW"], 180).await;
+            id
+        }
+    };
+    // The one that stays in review finishes its run first: every sweep
+    // that finds the other one due has found it due too.
+    let kept = task("Stay in review").await;
+    let done = task("Approve me").await;
+    let approved = api
+        .post(
+            &format!("/api/v1/tasks/{done}/review"),
+            json!({"action": "approve"}),
+        )
+        .await;
+    assert_eq!(approved.status, 200, "{}", approved.body);
+    let done_dir = stack.workspace(&done);
+    kandev_e2e::eventually(60, "the approved task's clone removed", || {
+        let gone = !done_dir.exists();
+        async move { gone.then_some(()) }
+    })
+    .await;
+    assert!(
+        stack.workspace(&kept).join(".git").is_dir(),
+        "a task in review keeps its clone"
+    );
+    let changes = api.get(&format!("/api/v1/tasks/{kept}/changes")).await;
+    assert_eq!(changes.status, 200, "{}", changes.body);
+    assert!(
+        changes.body["disk_bytes"].as_i64().unwrap() > 0,
+        "{}",
+        changes.body
+    );
+
+    // Deleting the task removes its clone (and so its local branch).
+    let deleted = api
+        .send("DELETE", &format!("/api/v1/tasks/{kept}"), None)
+        .await;
+    assert!(
+        deleted.status == 204 || deleted.status == 200,
+        "{}",
+        deleted.body
+    );
+    let kept_dir = stack.workspace(&kept);
+    kandev_e2e::eventually(60, "the deleted task's clone removed", || {
+        let gone = !kept_dir.exists();
+        async move { gone.then_some(()) }
+    })
+    .await;
     stack.stop().await;
 }

@@ -4,8 +4,8 @@ use std::{
     time::Duration,
 };
 
+use kandev_common::trace::TracedChannel;
 use kandev_proto::v1::{self as pb, agent_manager_client::AgentManagerClient};
-use tonic::transport::Channel;
 use uuid::Uuid;
 
 use crate::helpers::{
@@ -26,11 +26,12 @@ fn help_describes_the_service() {
 }
 
 /// Starts the binary on `port`; returns it with a connected client.
-async fn start(db: &TestDb, dir: &Path, port: u16) -> (Child, AgentManagerClient<Channel>) {
+async fn start(db: &TestDb, dir: &Path, port: u16) -> (Child, AgentManagerClient<TracedChannel>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kandev-agent-manager"))
         .env("KANDEV_LISTEN_ADDR", format!("127.0.0.1:{port}"))
         .env("KANDEV_DATABASE_URL", &db.url)
         .env("KANDEV_NATS_URL", &*NATS_URL)
+        .env("KANDEV_SERVICE_TOKEN", kandev_testkit::SERVICE_TOKEN)
         .env("KANDEV_MANAGER_ID", &db.name)
         .env("KANDEV_PULL_IMAGES", "false")
         .env(
@@ -51,7 +52,7 @@ async fn start(db: &TestDb, dir: &Path, port: u16) -> (Child, AgentManagerClient
         .spawn()
         .unwrap();
     for _ in 0..200 {
-        if let Ok(client) = AgentManagerClient::connect(format!("http://127.0.0.1:{port}")).await {
+        if let Ok(client) = crate::helpers::client(format!("127.0.0.1:{port}")).await {
             return (child, client);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -94,7 +95,7 @@ async fn sigkill_mid_turn_then_restart_continues_the_stream() {
         .await
         .unwrap()
         .into_inner();
-    let status = |client: &mut AgentManagerClient<Channel>| {
+    let status = |client: &mut AgentManagerClient<TracedChannel>| {
         let mut client = client.clone();
         let id = instance.id.clone();
         async move {

@@ -7,7 +7,10 @@ use std::{
 
 use futures::StreamExt;
 use kandev_agent_manager::{Application, Settings};
-use kandev_common::CancellationToken;
+use kandev_common::{
+    CancellationToken,
+    trace::{TracedChannel, traced},
+};
 use kandev_proto::v1::{self as pb, agent_manager_client::AgentManagerClient};
 use tempfile::TempDir;
 use tokio::task::JoinHandle;
@@ -27,7 +30,7 @@ static TRACING: LazyLock<()> = LazyLock::new(|| {
 });
 
 pub struct TestApp {
-    pub client: AgentManagerClient<Channel>,
+    pub client: AgentManagerClient<TracedChannel>,
     /// Where the service listens (gRPC and HTTP).
     pub addr: std::net::SocketAddr,
     pub db: TestDb,
@@ -52,8 +55,23 @@ pub fn settings(db: &TestDb, dir: &Path) -> Settings {
         initialize_timeout_secs: 10,
         permission_timeout_secs: 20,
         seq_flush_ms: 100,
+        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Settings::default()
     }
+}
+
+/// A client of the agent manager at `addr` that sends the service token.
+pub async fn client(
+    addr: impl std::fmt::Display,
+) -> Result<AgentManagerClient<TracedChannel>, tonic::transport::Error> {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("a valid URL")
+        .connect()
+        .await?;
+    Ok(AgentManagerClient::new(traced(
+        channel,
+        &kandev_testkit::SERVICE_TOKEN.into(),
+    )))
 }
 
 pub async fn spawn_app() -> TestApp {
@@ -77,9 +95,7 @@ pub async fn spawn_app_with(customize: impl FnOnce(&mut Settings)) -> TestApp {
     let handle = tokio::spawn(async move {
         app.run_until_stopped(stop).await.expect("server runs");
     });
-    let client = AgentManagerClient::connect(format!("http://{addr}"))
-        .await
-        .expect("client connects");
+    let client = client(addr).await.expect("client connects");
     TestApp {
         client,
         addr,

@@ -3,6 +3,7 @@
 //! containers of the mock-agent image (network none), and events observed
 //! on a real NATS JetStream.
 
+mod auth;
 mod binary;
 mod engine;
 mod faults;

@@ -42,6 +42,8 @@ pub struct TaskChanges {
     pub base_commit: String,
     pub head_commit: String,
     pub files: Vec<FileChange>,
+    /// Disk used by the clone, in bytes.
+    pub disk_bytes: i64,
 }
 
 /// The unified diff of one file.
@@ -100,6 +102,7 @@ pub async fn changes(
                 binary: f.binary,
             })
             .collect(),
+        disk_bytes: c.disk_bytes,
     }))
 }
 
@@ -162,6 +165,10 @@ pub struct ReviewRequest {
     /// A general comment (request_changes) or the commit message (approve).
     #[serde(default)]
     pub message: String,
+    /// approve: merge the branch into its base on the remote instead of
+    /// opening a pull request (for repositories without a forge).
+    #[serde(default)]
+    pub merge: bool,
 }
 
 /// What the review did.
@@ -181,6 +188,8 @@ pub struct Delivery {
     pub committed: bool,
     /// The remote the branch was pushed to (no credentials).
     pub pushed_to: Option<String>,
+    /// The pull (merge) request opened on the repository's forge.
+    pub pull_request_url: Option<String>,
 }
 
 const MAX_COMMENTS: usize = 200;
@@ -229,6 +238,7 @@ pub async fn review(
             message: body.message,
             actor: user.username.clone(),
             actor_email: String::new(),
+            merge: body.merge,
         })
         .await
         .map_err(super::orchestrator::orch_err)?
@@ -242,6 +252,7 @@ pub async fn review(
         commit: r.commit,
         committed: r.committed,
         pushed_to: Some(r.pushed_to).filter(|p| !p.is_empty()),
+        pull_request_url: Some(r.pull_request_url).filter(|p| !p.is_empty()),
     });
     Ok(Json(ReviewResponse {
         execution,

@@ -71,6 +71,33 @@ fn refuses_to_start_without_a_good_signing_key() {
     assert!(!err.contains("too-short"), "the key is never shown: {err}");
 }
 
+#[test]
+fn refuses_to_start_without_the_service_token() {
+    let out = gateway()
+        .env("KANDEV_DEV_RANDOM_JWT_SECRET", "true")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("KANDEV_SERVICE_TOKEN is required"), "{err}");
+
+    let out = gateway()
+        .env("KANDEV_DEV_RANDOM_JWT_SECRET", "true")
+        .env("KANDEV_SERVICE_TOKEN", "too-short")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("KANDEV_SERVICE_TOKEN must be at least 32 bytes"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("too-short"),
+        "the token is never shown: {err}"
+    );
+}
+
 #[tokio::test]
 async fn starts_with_a_random_dev_key_and_serves() {
     let db = TestDb::create().await;
@@ -84,6 +111,7 @@ async fn starts_with_a_random_dev_key_and_serves() {
         .env("KANDEV_LISTEN_ADDR", format!("127.0.0.1:{port}"))
         .env("KANDEV_DATABASE_URL", &db.url)
         .env("KANDEV_DEV_RANDOM_JWT_SECRET", "true")
+        .env("KANDEV_SERVICE_TOKEN", kandev_testkit::SERVICE_TOKEN)
         .env("KANDEV_ADMIN_USERNAME", "root")
         .env("KANDEV_ADMIN_PASSWORD", password)
         .env("KANDEV_TASK_SERVICE_URL", dead_url("http"))

@@ -105,6 +105,7 @@ pub fn gateway_settings(db: &TestDb, task_service: SocketAddr) -> Settings {
             api_per_minute: 60_000,
             api_burst: 10_000,
         },
+        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Settings::default()
     }
 }
@@ -122,6 +123,7 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
         database_max_connections: 4,
         nats_url: NATS_URL.clone(),
         outbox_poll_ms: 200,
+        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Default::default()
     };
     let tasks = kandev_task_service::Application::build(task_settings)

@@ -59,6 +59,7 @@ impl Stack {
             database_url: db.url.clone(),
             nats_url: nats.url(),
             outbox_poll_ms: 100,
+            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
             ..Default::default()
         })
         .await
@@ -86,6 +87,7 @@ impl Stack {
             credentials_home: am_dir.join("home").display().to_string(),
             initialize_timeout_secs: 20,
             seq_flush_ms: 100,
+            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
             ..Default::default()
         })
         .await
@@ -105,6 +107,7 @@ impl Stack {
             task_service_url: format!("http://{tasks_addr}"),
             agent_manager_url: format!("http://{agents_addr}"),
             feed_flush_ms: 20,
+            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
             ..Default::default()
         })
         .await

@@ -125,6 +125,7 @@ pub async fn start_stack_with(complete_to_review: bool) -> Stack {
         database_max_connections: 4,
         nats_url: nats.url(),
         outbox_poll_ms: 100,
+        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Default::default()
     })
     .await
@@ -153,6 +154,7 @@ pub async fn start_stack_with(complete_to_review: bool) -> Stack {
         initialize_timeout_secs: 30,
         permission_timeout_secs: 120,
         seq_flush_ms: 100,
+        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Default::default()
     })
     .await
@@ -176,6 +178,7 @@ pub async fn start_stack_with(complete_to_review: bool) -> Stack {
         retry_backoff_ms: 200,
         retry_backoff_max_ms: 1000,
         complete_to_review,
+        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Default::default()
     })
     .await
@@ -199,6 +202,7 @@ pub async fn start_stack_with(complete_to_review: bool) -> Stack {
         jwt_secret: Some("browser-test-jwt-secret-browser-test-jwt-secret".into()),
         admin_username: ADMIN.into(),
         admin_password: Some(ADMIN_PASSWORD.into()),
+        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Default::default()
     };
     gw.rate_limit.login_per_minute = 6000;

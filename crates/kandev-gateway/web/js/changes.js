@@ -59,6 +59,13 @@ export function sideBySide(rows) {
   return pairs;
 }
 
+function humanBytes(n) {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let v = Number(n) || 0, u = 0;
+  while (v >= 1024 && u < units.length - 1) { v /= 1024; u++; }
+  return `${u ? v.toFixed(1) : v} ${units[u]}`;
+}
+
 const cls = { '+': 'diff-add', '-': 'diff-del', ' ': '', '@': 'diff-hunk', '!': 'diff-note' };
 
 function unifiedView(rows) {
@@ -96,11 +103,13 @@ export function changesPanel(taskId, { onReviewed } = {}) {
   const message = h('textarea', { rows: 2, class: 'review-message', testid: 'review-message', placeholder: 'A general comment, or the commit message when approving', 'aria-label': 'Review message' });
   const requestBtn = h('button', { type: 'button', class: 'btn', testid: 'review-request-changes', onclick: () => submit('request_changes') }, 'Request changes');
   const approveBtn = h('button', { type: 'button', class: 'btn btn-primary', testid: 'review-approve', onclick: () => submit('approve') }, 'Approve & push');
+  const mergeBox = h('input', { type: 'checkbox', id: `review-merge-${taskId}`, testid: 'review-merge' });
+  const mergeLabel = h('label', { for: `review-merge-${taskId}`, class: 'small' }, mergeBox, ' Approve merges into the base branch (no pull request)');
   const reviewBox = h('section', { class: 'review', testid: 'review', hidden: true, 'aria-label': 'Review' },
     h('h2', null, 'Review'),
     h('p', { class: 'muted small' }, 'Click a line of the diff to comment on it.'),
     h('div', { class: 'row review-add-row' }, target, commentInput, addBtn),
-    commentList, message, h('div', { class: 'row' }, requestBtn, approveBtn));
+    commentList, message, h('div', { class: 'row' }, requestBtn, approveBtn, mergeLabel));
   let lineTarget = null;   // {path, line} or null for the whole change
   let busy = false;
 
@@ -129,6 +138,7 @@ export function changesPanel(taskId, { onReviewed } = {}) {
   async function submit(action) {
     if (busy) return;
     const body = { action, message: message.value.trim() };
+    if (action === 'approve' && mergeBox.checked) body.merge = true;
     if (action === 'request_changes') {
       body.comments = comments.map((c) => ({ path: c.path, line: c.line, body: c.body }));
       if (!body.comments.length && !body.message) { toast('Add a comment or a message first.', 'error'); return; }
@@ -138,7 +148,8 @@ export function changesPanel(taskId, { onReviewed } = {}) {
       const r = await api.review(taskId, body);
       comments.length = 0; renderComments(); message.value = '';
       if (action === 'approve' && r.delivery) {
-        toast(`Approved: ${r.delivery.branch} @ ${r.delivery.commit.slice(0, 12)}${r.delivery.pushed_to ? ` pushed to ${r.delivery.pushed_to}` : ''}`, 'info', 10000);
+        const d = r.delivery;
+        toast(`Approved: ${d.branch} @ ${d.commit.slice(0, 12)}${d.pushed_to ? ` pushed to ${d.pushed_to}` : ''}${d.pull_request_url ? `; pull request ${d.pull_request_url}` : ''}`, 'info', 15000);
       } else toast('Changes requested: the agent is on it.', 'info');
       if (onReviewed) onReviewed(r);
     } catch (e) {
@@ -184,7 +195,8 @@ export function changesPanel(taskId, { onReviewed } = {}) {
     clear(where).append(
       h('dt', null, 'Branch'), h('dd', { testid: 'changes-branch' }, changes.branch || '(detached)'),
       h('dt', null, 'Base'), h('dd', { testid: 'changes-base' }, `${changes.base_branch || '(default)'} @ ${changes.base_commit.slice(0, 12)}`),
-      h('dt', null, 'Clone'), h('dd', { testid: 'changes-path' }, h('code', null, changes.workspace_path)));
+      h('dt', null, 'Clone'), h('dd', { testid: 'changes-path' }, h('code', null, changes.workspace_path)),
+      h('dt', null, 'Disk'), h('dd', { testid: 'changes-disk' }, humanBytes(changes.disk_bytes)));
     const files = changes.files;
     const adds = files.reduce((n, f) => n + f.additions, 0);
     const dels = files.reduce((n, f) => n + f.deletions, 0);

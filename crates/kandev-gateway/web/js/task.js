@@ -217,7 +217,8 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
         feed.setPolicy(t ? t.permission_policy || null : null);
       });
     }
-    const key = JSON.stringify([task.description, task.agent_type, task.repository_url, task.branch, task.priority, task.version]);
+    const delivered = task.metadata && typeof task.metadata.delivered === 'object' ? task.metadata.delivered : null;
+    const key = JSON.stringify([task.description, task.agent_type, task.repository_url, task.branch, task.priority, task.version, delivered]);
     if (details.dataset.key !== key) {
       details.dataset.key = key;
       const desc = h('div', { class: 'md desc' });
@@ -225,7 +226,9 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
       clear(details).append(desc, h('dl', { class: 'kv' },
         kv('Agent', task.agent_type || '—'), kv('Priority', String(task.priority ?? 0)),
         kv('Repository', task.repository_url || '—'), kv('Branch', task.branch || '—'),
-        kv('Created', fmtTime(task.created_at)), kv('By', task.created_by || '—')));
+        kv('Created', fmtTime(task.created_at)), kv('By', task.created_by || '—'),
+        delivered ? kv('Delivered', `${delivered.branch} @ ${String(delivered.commit || '').slice(0, 12)}`) : null,
+        /^https?:\/\//.test(delivered?.pull_request || '') ? kv('Pull request', h('a', { href: delivered.pull_request, rel: 'noopener noreferrer', target: '_blank', testid: 'pull-request-link' }, delivered.pull_request)) : null));
     }
     clear(execInfo).append(...[
       kv('State', EXEC_WORDS[execState(status)] || execState(status)), kv('Attempts', String(status?.attempts ?? 0)),

@@ -34,6 +34,8 @@ pub enum Review {
         message: String,
         author: String,
         email: String,
+        /// Merge into the base on the remote instead of a pull request.
+        merge: bool,
     },
 }
 
@@ -57,6 +59,7 @@ impl Review {
                 message: r.message,
                 author: r.actor,
                 email: r.actor_email,
+                merge: r.merge,
             }),
             other => Err(OrchestratorError::Validation(format!(
                 "action must be request_changes or approve, not {other:?}"
@@ -71,6 +74,8 @@ pub struct ReviewOutcome {
     pub execution: ExecutionView,
     /// What approval delivered.
     pub delivery: Option<pb::Delivery>,
+    /// The pull request approval opened.
+    pub pull_request: Option<String>,
 }
 
 /// The follow-up prompt that carries a review to the agent.
@@ -132,13 +137,16 @@ impl Engine {
                 Ok(ReviewOutcome {
                     execution,
                     delivery: None,
+                    pull_request: None,
                 })
             }
             Review::Approve {
                 message,
                 author,
                 email,
+                merge,
             } => {
+                let reviewer = author.clone();
                 let message = if message.trim().is_empty() {
                     commit_message(&task)
                 } else {
@@ -152,10 +160,45 @@ impl Engine {
                         author_name: author,
                         author_email: email,
                         push: true,
+                        merge,
                     })
                     .await
                     .map_err(OrchestratorError::upstream("agent manager"))?;
                 tracing::info!(%task_id, branch = %delivery.branch, commit = %delivery.commit, "approved and delivered");
+                // On a forge: a pull request of the pushed branch. A failure
+                // leaves the task in review, with the forge's reason.
+                let pull_request = match crate::forge::forge_for(
+                    &self.settings.forges,
+                    &task.repository_url,
+                ) {
+                    Some(forge) if !delivery.pushed_to.is_empty() => {
+                        let base = if delivery.base_branch.is_empty() {
+                            task.branch.as_str()
+                        } else {
+                            delivery.base_branch.as_str()
+                        };
+                        let body = format!(
+                            "{}\n\nOpened by Kandev for task {task_id}, approved by {reviewer}.",
+                            task.description.trim()
+                        );
+                        let opened = crate::forge::open_pull_request(
+                            &self.http,
+                            forge,
+                            &crate::forge::PullRequestSpec {
+                                repository_url: &task.repository_url,
+                                branch: &delivery.branch,
+                                base,
+                                title: &task.title,
+                                body: body.trim(),
+                            },
+                        )
+                        .await
+                        .map_err(|e| OrchestratorError::FailedPrecondition(e.to_string()))?;
+                        tracing::info!(%task_id, url = %opened.url, "pull request opened");
+                        Some(opened.url)
+                    }
+                    _ => None,
+                };
                 self.change_task_state(
                     task_id,
                     pb::TaskState::Completed,
@@ -165,13 +208,19 @@ impl Engine {
                             "branch": delivery.branch,
                             "commit": delivery.commit,
                             "pushed_to": delivery.pushed_to,
+                            "pull_request": pull_request,
                         }
                     })),
                 )
                 .await?;
+                // Delivered: the clone has done its job.
+                if self.settings.remove_workspace_after_delivery && !delivery.pushed_to.is_empty() {
+                    self.remove_workspace(task_id, "delivered").await;
+                }
                 Ok(ReviewOutcome {
                     execution: self.get_execution(task_id).await?,
                     delivery: Some(delivery),
+                    pull_request,
                 })
             }
         }

@@ -35,6 +35,7 @@ async fn start(port: u16, db: &TestDb, nats: &OwnNats) -> Proc {
         .env("KANDEV_LISTEN_ADDR", format!("127.0.0.1:{port}"))
         .env("KANDEV_DATABASE_URL", &db.url)
         .env("KANDEV_NATS_URL", nats.url())
+        .env("KANDEV_SERVICE_TOKEN", kandev_testkit::SERVICE_TOKEN)
         .env(
             "KANDEV_TASK_SERVICE_URL",
             format!("http://127.0.0.1:{}", free_port()),

@@ -248,9 +248,7 @@ async fn e2e_cancelling_a_running_task_stops_its_agent() {
         .await
         .unwrap();
     let am_addr = app.agent_manager.as_ref().unwrap().addr;
-    let mut am = AgentManagerClient::connect(format!("http://{am_addr}"))
-        .await
-        .unwrap();
+    let mut am = AgentManagerClient::new(service_channel(am_addr));
     eventually(30, "instance stopped", || {
         let mut am = am.clone();
         let instance = instance.clone();

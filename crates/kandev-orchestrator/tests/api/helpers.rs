@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use kandev_common::CancellationToken;
+use kandev_common::trace::{TracedChannel, traced};
 use kandev_events::{
     Envelope, EventBus, JetStreamBus,
     agent::{AcpBatch, AgentEventKind, AgentLifecycle},
@@ -17,7 +18,9 @@ use kandev_events::{
 use kandev_orchestrator::{AgentControl, Application, Settings, config::ConsumerSettings};
 use kandev_proto::v1::{self as pb, task_service_client::TaskServiceClient};
 use kandev_testkit::{OwnNats, TestDb};
-pub use kandev_testkit::{eventually, http};
+/// Calls to the orchestrator's REST API carry the service token, as its
+/// callers must; `kandev_testkit::http` is the call without.
+pub use kandev_testkit::{eventually, service_http as http};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, tungstenite::Message};
@@ -45,8 +48,18 @@ pub fn settings(db: &TestDb, nats_url: &str) -> Settings {
         retry_backoff_ms: 100,
         retry_backoff_max_ms: 400,
         consumers: ConsumerSettings::default(),
+        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Settings::default()
     }
+}
+
+/// A lazily connecting channel to a service at `addr` whose calls carry the
+/// service token.
+pub fn service_channel(addr: SocketAddr) -> TracedChannel {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("a valid URL")
+        .connect_lazy();
+    traced(channel, &kandev_testkit::SERVICE_TOKEN.into())
 }
 
 /// What the recording agent manager was asked.
@@ -149,6 +162,10 @@ impl AgentControl for RecordingAgents {
             "this recording agent manager has no workspaces",
         ))
     }
+
+    async fn remove_workspace(&self, _task_id: &str) -> Result<bool, Status> {
+        Ok(false)
+    }
 }
 
 /// A running orchestrator (and, when asked, a task service) on a private
@@ -161,7 +178,7 @@ pub struct TestApp {
     pub agents: Arc<RecordingAgents>,
     /// What the orchestrator drives: `agents`, or the real agent manager.
     control: Arc<dyn AgentControl>,
-    pub tasks: Option<TaskServiceClient<Channel>>,
+    pub tasks: Option<TaskServiceClient<TracedChannel>>,
     pub settings: Settings,
     shutdown: CancellationToken,
     handle: JoinHandle<()>,
@@ -212,6 +229,7 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
             database_url: db.url.clone(),
             nats_url: nats.url(),
             outbox_poll_ms: 100,
+            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
             ..kandev_task_service::Settings::default()
         };
         let app = kandev_task_service::Application::build(ts_settings)
@@ -224,11 +242,7 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
             app.run_until_stopped(s).await.expect("task service runs");
         });
         settings.task_service_url = format!("http://{addr}");
-        tasks = Some(
-            TaskServiceClient::connect(format!("http://{addr}"))
-                .await
-                .expect("task service client"),
-        );
+        tasks = Some(TaskServiceClient::new(service_channel(addr)));
         task_service = Some((stop, handle));
     }
     let agents = Arc::new(RecordingAgents::default());
@@ -238,7 +252,11 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
         let am = spawn_agent_manager(&db, &nats).await;
         settings.agent_manager_url = format!("http://{}", am.addr);
         control = Arc::new(
-            kandev_orchestrator::GrpcAgentControl::lazy(&settings.agent_manager_url).unwrap(),
+            kandev_orchestrator::GrpcAgentControl::lazy(
+                &settings.agent_manager_url,
+                &kandev_testkit::SERVICE_TOKEN.into(),
+            )
+            .unwrap(),
         );
         agent_manager = Some(am);
     }
@@ -311,7 +329,7 @@ impl TestApp {
         });
     }
 
-    pub fn tasks(&self) -> TaskServiceClient<Channel> {
+    pub fn tasks(&self) -> TaskServiceClient<TracedChannel> {
         self.tasks.clone().expect("started with a task service")
     }
 
@@ -443,8 +461,15 @@ pub fn lifecycle(kind: AgentEventKind, task_id: &str, instance_id: Uuid) -> Agen
 
 pub type Ws = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
 
+/// Opens the feed's WebSocket with the service token, as its callers must.
 pub async fn ws_connect(url: &str) -> Ws {
-    let (ws, _) = tokio_tungstenite::connect_async(url)
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = url.into_client_request().expect("a WebSocket URL");
+    request.headers_mut().insert(
+        "authorization",
+        kandev_testkit::service_bearer().parse().unwrap(),
+    );
+    let (ws, _) = tokio_tungstenite::connect_async(request)
         .await
         .expect("websocket connects");
     ws
@@ -544,6 +569,7 @@ async fn spawn_agent_manager(db: &TestDb, nats: &OwnNats) -> AgentManagerProc {
         credentials_home: dir.join("home").display().to_string(),
         initialize_timeout_secs: 20,
         seq_flush_ms: 100,
+        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..kandev_agent_manager::Settings::default()
     };
     let app = kandev_agent_manager::Application::build(settings)

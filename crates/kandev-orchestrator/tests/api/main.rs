@@ -3,8 +3,10 @@
 //! private `nats-server -js` per test; the ACP feed driven through its real
 //! input (AcpBatch envelopes on NATS), the task service in-process.
 
+mod auth;
 mod binary;
 mod e2e;
 mod feed;
+mod forge;
 mod helpers;
 mod queue;

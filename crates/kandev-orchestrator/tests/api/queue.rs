@@ -538,12 +538,8 @@ async fn grpc_twins_answer_like_rest() {
     let first = task(&app, &board, "first", 0, "mock-agent").await;
     wait_launches(&app, 1).await;
     let second = task(&app, &board, "second", 0, "mock-agent").await;
-    let mut client = kandev_proto::v1::orchestrator_client::OrchestratorClient::connect(format!(
-        "http://{}",
-        app.addr
-    ))
-    .await
-    .unwrap();
+    let mut client =
+        kandev_proto::v1::orchestrator_client::OrchestratorClient::new(service_channel(app.addr));
     let exec = eventually(10, "queued", || {
         let mut client = client.clone();
         let second = second.clone();

@@ -29,6 +29,7 @@ async fn binary_serves_health_and_exits_zero_on_sigterm() {
         .env("KANDEV_LISTEN_ADDR", format!("127.0.0.1:{port}"))
         .env("KANDEV_DATABASE_URL", &db.url)
         .env("KANDEV_NATS_URL", &*NATS_URL)
+        .env("KANDEV_SERVICE_TOKEN", kandev_testkit::SERVICE_TOKEN)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -86,6 +87,33 @@ async fn binary_serves_health_and_exits_zero_on_sigterm() {
     );
     assert!(!out.1.contains(&db.url), "the database URL is not logged");
     db.drop_db().await;
+}
+
+#[test]
+fn binary_without_the_service_token_refuses_to_start() {
+    for (token, says) in [
+        (None, "KANDEV_SERVICE_TOKEN is required"),
+        (
+            Some("too-short"),
+            "KANDEV_SERVICE_TOKEN must be at least 32 bytes",
+        ),
+    ] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_kandev-task-service"));
+        command
+            .env_remove("KANDEV_SERVICE_TOKEN")
+            .env("KANDEV_LISTEN_ADDR", format!("127.0.0.1:{}", free_port()));
+        if let Some(token) = token {
+            command.env("KANDEV_SERVICE_TOKEN", token);
+        }
+        let out = command.output().unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{err}");
+        assert!(
+            !err.contains("too-short"),
+            "the value is not printed: {err}"
+        );
+    }
 }
 
 /// A minimal HTTP/1.1 GET, enough for a health probe.

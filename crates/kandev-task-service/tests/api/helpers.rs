@@ -2,6 +2,7 @@ use std::{sync::LazyLock, time::Duration};
 
 use futures::StreamExt;
 use kandev_common::CancellationToken;
+use kandev_common::trace::{TracedChannel, traced};
 use kandev_proto::v1::{self as pb, task_service_client::TaskServiceClient};
 use kandev_task_service::{Application, Settings};
 pub use kandev_testkit::{OwnNats, TestDb, free_port};
@@ -19,7 +20,8 @@ static TRACING: LazyLock<()> = LazyLock::new(|| {
 });
 
 pub struct TestApp {
-    pub client: TaskServiceClient<Channel>,
+    pub client: TaskServiceClient<TracedChannel>,
+    pub addr: std::net::SocketAddr,
     pub db: TestDb,
     shutdown: CancellationToken,
     handle: JoinHandle<()>,
@@ -31,6 +33,7 @@ pub fn settings(db: &TestDb, nats_url: &str) -> Settings {
         database_url: db.url.clone(),
         nats_url: nats_url.into(),
         outbox_poll_ms: 200,
+        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Settings::default()
     }
 }
@@ -51,15 +54,26 @@ pub async fn spawn_app_with_nats(nats_url: &str) -> TestApp {
     let handle = tokio::spawn(async move {
         app.run_until_stopped(stop).await.expect("server runs");
     });
-    let client = TaskServiceClient::connect(format!("http://{addr}"))
-        .await
-        .expect("client connects");
+    let client = TaskServiceClient::new(traced(
+        channel(addr).await,
+        &kandev_testkit::SERVICE_TOKEN.into(),
+    ));
     TestApp {
         client,
+        addr,
         db,
         shutdown,
         handle,
     }
+}
+
+/// A connected channel to `addr`, carrying nothing of its own.
+pub async fn channel(addr: std::net::SocketAddr) -> Channel {
+    Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .expect("client connects")
 }
 
 impl TestApp {

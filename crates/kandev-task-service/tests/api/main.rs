@@ -2,6 +2,7 @@
 //! service bound to port 0, on a fresh Postgres database each, with events
 //! observed on a real NATS JetStream.
 
+mod auth;
 mod binary;
 mod boards;
 mod events;

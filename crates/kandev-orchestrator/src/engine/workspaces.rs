@@ -1,0 +1,71 @@
+//! The lifecycle of task clones: removed when their task is deleted, after
+//! an approval has pushed their branch, and when a finished task's run
+//! ended longer ago than the retention; never while the task can resume.
+
+use kandev_events::TaskState;
+use uuid::Uuid;
+
+use super::{Engine, task_state};
+use crate::domain::{OrchestratorError, Result};
+
+/// Finished runs looked at per sweep.
+const SWEEP_BATCH: i64 = 100;
+
+impl Engine {
+    /// Removes the task's clone, logging (not failing) when the agent
+    /// manager cannot.
+    pub(super) async fn remove_workspace(&self, task_id: Uuid, why: &str) -> bool {
+        match self.agents.remove_workspace(&task_id.to_string()).await {
+            Ok(removed) => {
+                if removed {
+                    tracing::info!(%task_id, why, "task workspace removed");
+                }
+                sqlx::query("UPDATE executions SET workspace_removed = true WHERE task_id = $1")
+                    .bind(task_id)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|err| tracing::warn!(%task_id, %err, "cannot record the removal"))
+                    .is_ok()
+            }
+            Err(status) => {
+                tracing::warn!(%task_id, why, msg = status.message(), "cannot remove the task's workspace");
+                false
+            }
+        }
+    }
+
+    /// Removes the clones of finished tasks whose run ended more than the
+    /// retention ago. A task that can still resume keeps its clone.
+    pub async fn sweep_workspaces(&self) -> Result<usize> {
+        let retention = i64::try_from(self.settings.workspace_retention_secs).unwrap_or(i64::MAX);
+        let due: Vec<(Uuid,)> = sqlx::query_as(
+            "SELECT task_id FROM executions
+              WHERE state IN ('completed', 'failed', 'stopped') AND NOT workspace_removed
+                AND updated_at < now() - make_interval(secs => $1::double precision)
+              ORDER BY updated_at LIMIT $2",
+        )
+        .bind(retention as f64)
+        .bind(SWEEP_BATCH)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut removed = 0;
+        for (task_id,) in due {
+            let finished = match self.get_task(task_id).await {
+                Ok(task) => matches!(
+                    task_state(&task)?,
+                    TaskState::Completed | TaskState::Cancelled | TaskState::Failed
+                ),
+                Err(OrchestratorError::Upstream { status, .. })
+                    if status.code() == tonic::Code::NotFound =>
+                {
+                    true
+                }
+                Err(err) => return Err(err),
+            };
+            if finished && self.remove_workspace(task_id, "retention").await {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
