@@ -341,6 +341,7 @@ pub async fn deliver(
     message: &str,
     author: &Author,
     how: Ship,
+    push_auth: Option<&str>,
 ) -> Result<Delivery> {
     let push = how != Ship::Commit;
     let branch = repo
@@ -394,6 +395,8 @@ pub async fn deliver(
                 AgentError::FailedPrecondition("the clone has no origin to push to".into())
             })?;
         let protocols = crate::repository::check(settings, &url).await?;
+        let pusher = repo.with_env(push_env(settings, &url, push_auth));
+        let repo = &pusher;
         let refspec = format!("refs/heads/{branch}:refs/heads/{branch}");
         let mut args = crate::repository::protocol_args(&protocols);
         args.extend([
@@ -439,6 +442,51 @@ pub async fn deliver(
         committed,
         pushed_to,
     })
+}
+
+/// The credentials a push uses: over http(s), a token from configuration
+/// (`user:token`, sent as basic auth) or else the operator's stored
+/// credentials (`.git-credentials`); over ssh, the keys and known hosts of
+/// `credentials_home` (the same files agents get read-only).
+fn push_env(
+    settings: &crate::config::Settings,
+    url: &str,
+    push_auth: Option<&str>,
+) -> Vec<(String, String)> {
+    use base64::Engine as _;
+    let mut env = Vec::new();
+    let home = Path::new(&settings.credentials_home);
+    if !settings.credentials_home.is_empty() {
+        env.push(("HOME".to_string(), settings.credentials_home.clone()));
+    }
+    let http = url.starts_with("https://") || url.starts_with("http://");
+    let mut config: Vec<(String, String)> = Vec::new();
+    match push_auth.filter(|a| !a.is_empty()) {
+        Some(auth) if http => {
+            let basic = base64::engine::general_purpose::STANDARD.encode(auth);
+            config.push((
+                "http.extraHeader".into(),
+                format!("Authorization: Basic {basic}"),
+            ));
+        }
+        _ if http && home.join(".git-credentials").is_file() => {
+            config.push((
+                "credential.helper".into(),
+                format!("store --file={}", home.join(".git-credentials").display()),
+            ));
+        }
+        _ => {}
+    }
+    // Through the environment, not the command line: other users can read
+    // a process's arguments.
+    if !config.is_empty() {
+        env.push(("GIT_CONFIG_COUNT".into(), config.len().to_string()));
+        for (i, (key, value)) in config.into_iter().enumerate() {
+            env.push((format!("GIT_CONFIG_KEY_{i}"), key));
+            env.push((format!("GIT_CONFIG_VALUE_{i}"), value));
+        }
+    }
+    env
 }
 
 /// Merges `branch` into the remote's `base` (a merge commit made with
@@ -764,9 +812,16 @@ mod tests {
         };
 
         write(&work, "README.md", b"# Demo\n\nBetter.\n");
-        let done = deliver(&repo, &settings, "Improve the readme", &author, Ship::Push)
-            .await
-            .unwrap();
+        let done = deliver(
+            &repo,
+            &settings,
+            "Improve the readme",
+            &author,
+            Ship::Push,
+            None,
+        )
+        .await
+        .unwrap();
         assert!(done.committed);
         assert_eq!(done.branch, "kandev/1a2b3c4d-deliver");
         assert!(done.pushed_to.is_some());
@@ -794,7 +849,7 @@ mod tests {
         );
 
         // Nothing new: no commit, and the push is a no-op.
-        let again = deliver(&repo, &settings, "", &author, Ship::Push)
+        let again = deliver(&repo, &settings, "", &author, Ship::Push, None)
             .await
             .unwrap();
         assert!(!again.committed);
@@ -821,7 +876,7 @@ mod tests {
             &["push", "-q", "origin", "kandev/1a2b3c4d-deliver"],
         );
         write(&work, "MINE.md", b"mine\n");
-        let refused = deliver(&repo, &settings, "Mine", &author, Ship::Push)
+        let refused = deliver(&repo, &settings, "Mine", &author, Ship::Push, None)
             .await
             .unwrap_err();
         let text = refused.to_string();
@@ -880,7 +935,7 @@ mod tests {
         let (dir, repo, settings) = remote_and_clone().await;
         let root = dir.path();
         write(&root.join("work"), "NEW.md", b"new\n");
-        let done = deliver(&repo, &settings, "Add NEW", &author, Ship::Merge)
+        let done = deliver(&repo, &settings, "Add NEW", &author, Ship::Merge, None)
             .await
             .unwrap();
         assert!(done.committed);
@@ -908,7 +963,7 @@ mod tests {
         git(&root.join("other"), &["push", "-q", "origin", "main"]);
         let before = remote_git(root, &["rev-parse", "main"]);
         write(&root.join("work"), "README.md", b"# Demo\n\nmine\n");
-        let refused = deliver(&repo, &settings, "Mine", &author, Ship::Merge)
+        let refused = deliver(&repo, &settings, "Mine", &author, Ship::Merge, None)
             .await
             .unwrap_err();
         let text = refused.to_string();
@@ -917,6 +972,49 @@ mod tests {
             "{text}"
         );
         assert_eq!(remote_git(root, &["rev-parse", "main"]), before);
+    }
+
+    #[test]
+    fn a_push_uses_the_configured_token_or_the_stored_credentials() {
+        let home = tempfile::tempdir().unwrap();
+        let settings = crate::config::Settings {
+            credentials_home: home.path().display().to_string(),
+            ..Default::default()
+        };
+        let get = |env: &[(String, String)], key: &str| {
+            env.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+        };
+        let env = push_env(
+            &settings,
+            "https://github.com/a/b.git",
+            Some("x-access-token:t0k"),
+        );
+        assert_eq!(
+            get(&env, "GIT_CONFIG_KEY_0").as_deref(),
+            Some("http.extraHeader")
+        );
+        // base64("x-access-token:t0k")
+        assert_eq!(
+            get(&env, "GIT_CONFIG_VALUE_0").as_deref(),
+            Some("Authorization: Basic eC1hY2Nlc3MtdG9rZW46dDBr")
+        );
+        assert_eq!(get(&env, "HOME"), Some(settings.credentials_home.clone()));
+        // No token: nothing, until the operator has stored credentials.
+        let env = push_env(&settings, "https://github.com/a/b.git", None);
+        assert_eq!(get(&env, "GIT_CONFIG_COUNT"), None);
+        std::fs::write(
+            home.path().join(".git-credentials"),
+            "https://u:p@github.com\n",
+        )
+        .unwrap();
+        let env = push_env(&settings, "https://github.com/a/b.git", None);
+        assert!(
+            get(&env, "GIT_CONFIG_VALUE_0").is_some_and(|v| v.starts_with("store --file=")),
+            "{env:?}"
+        );
+        // ssh: the keys under HOME, no http configuration.
+        let env = push_env(&settings, "git@github.com:a/b.git", Some("x:t"));
+        assert_eq!(get(&env, "GIT_CONFIG_COUNT"), None);
     }
 
     #[tokio::test]

@@ -25,10 +25,22 @@ use crate::domain::{AgentError, Result};
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A workspace repository checked by [`Repo::open`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Repo {
     work_tree: PathBuf,
     git_dir: PathBuf,
+    /// More environment for every command (credentials for a push).
+    env: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for Repo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The environment may hold credentials: names only.
+        f.debug_struct("Repo")
+            .field("work_tree", &self.work_tree)
+            .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 /// Configuration keys git may read from an agent's repository: none of
@@ -109,6 +121,7 @@ impl Repo {
         let repo = Repo {
             work_tree: work_tree.to_path_buf(),
             git_dir,
+            env: Vec::new(),
         };
         // Read as a plain file: `--file` follows no include.
         let listed = repo
@@ -133,6 +146,14 @@ impl Repo {
             return Err(refused(format!("its configuration sets {unsafe_key}")));
         }
         Ok(repo)
+    }
+
+    /// This repository with `env` set for its commands (never logged).
+    pub fn with_env(&self, env: Vec<(String, String)>) -> Repo {
+        Repo {
+            env,
+            ..self.clone()
+        }
     }
 
     /// The work tree.
@@ -242,6 +263,7 @@ impl Repo {
         if let Some(index) = index {
             cmd.env("GIT_INDEX_FILE", index);
         }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         match tokio::time::timeout(TIMEOUT, cmd.output()).await {
             Ok(Ok(output)) => Ok(output),
             Ok(Err(e)) => Err(AgentError::Internal(format!("cannot run git: {e}"))),

@@ -441,7 +441,8 @@ impl AgentManagerRpc for GrpcAgentAdapter {
             (false, true) => changes::Ship::Push,
             (false, false) => changes::Ship::Commit,
         };
-        let d = changes::deliver(&repo, settings, &r.message, &author, how)
+        let push_auth = Some(r.push_auth.as_str()).filter(|a| !a.is_empty());
+        let d = changes::deliver(&repo, settings, &r.message, &author, how, push_auth)
             .await
             .map_err(status)?;
         Ok(Response::new(pb::Delivery {

@@ -86,6 +86,19 @@ pub fn forge_for<'a>(forges: &'a [Forge], repository_url: &str) -> Option<&'a Fo
     })
 }
 
+/// `user:token` for pushing over https to `forge` (GitHub takes any user
+/// with a token; GitLab's is `oauth2`).
+pub fn push_auth(forge: &Forge) -> String {
+    if forge.token.is_empty() {
+        return String::new();
+    }
+    let user = match forge.kind {
+        ForgeKind::Github => "x-access-token",
+        ForgeKind::Gitlab => "oauth2",
+    };
+    format!("{user}:{}", forge.token)
+}
+
 /// `owner/repo` (or a GitLab group path) of `repository_url` on `forge`.
 pub fn project_path(forge: &Forge, repository_url: &str) -> Option<String> {
     let rest = repository_url.strip_prefix(&forge.repository_prefix)?;

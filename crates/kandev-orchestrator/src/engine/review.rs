@@ -161,6 +161,13 @@ impl Engine {
                         author_email: email,
                         push: true,
                         merge,
+                        // A forge's token pushes over https too.
+                        push_auth: crate::forge::forge_for(
+                            &self.settings.forges,
+                            &task.repository_url,
+                        )
+                        .map(crate::forge::push_auth)
+                        .unwrap_or_default(),
                     })
                     .await
                     .map_err(OrchestratorError::upstream("agent manager"))?;
