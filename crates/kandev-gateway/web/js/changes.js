@@ -175,6 +175,7 @@ export function changesPanel(taskId, { onReviewed } = {}) {
 
   function setTask(task) {
     reviewBox.hidden = !task || task.state !== 'REVIEW';
+    if (task) message.placeholder = `A general comment; or, approving, the commit message (default: “${task.title}” with the agent's summary)`;
   }
 
   async function load() {

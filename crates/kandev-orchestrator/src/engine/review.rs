@@ -108,11 +108,28 @@ pub fn review_prompt(comments: &[ReviewComment], message: &str) -> Result<String
     Ok(prompt)
 }
 
-/// The commit message an approval uses when the reviewer gives none.
-fn commit_message(task: &pb::Task) -> String {
+/// The longest agent summary a suggested commit message quotes.
+const MAX_SUMMARY: usize = 4000;
+
+/// The commit message an approval uses when the reviewer gives none: the
+/// task's title, the agent's summary of its last run (else the task's
+/// description), and the task's id.
+pub fn commit_message(task: &pb::Task) -> String {
     let mut message = task.title.trim().to_string();
-    if !task.description.trim().is_empty() {
-        let _ = write!(message, "\n\n{}", task.description.trim());
+    let metadata: serde_json::Value =
+        serde_json::from_str(&task.metadata_json).unwrap_or(serde_json::Value::Null);
+    let summary = metadata["summary"].as_str().unwrap_or_default().trim();
+    let body = if summary.is_empty() {
+        task.description.trim()
+    } else {
+        summary
+    };
+    if !body.is_empty() {
+        let cut = body
+            .char_indices()
+            .nth(MAX_SUMMARY)
+            .map_or(body.len(), |(i, _)| i);
+        let _ = write!(message, "\n\n{}", &body[..cut]);
     }
     let _ = write!(message, "\n\nKandev task {}", task.id);
     message
@@ -237,6 +254,26 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_suggested_commit_message_quotes_the_agents_summary() {
+        let mut task = pb::Task {
+            id: "t1".into(),
+            title: "Fix the login page".into(),
+            description: "The button does nothing.".into(),
+            metadata_json: r#"{"summary": "Wired the button to the login call."}"#.into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            commit_message(&task),
+            "Fix the login page\n\nWired the button to the login call.\n\nKandev task t1"
+        );
+        task.metadata_json = "{}".into();
+        assert_eq!(
+            commit_message(&task),
+            "Fix the login page\n\nThe button does nothing.\n\nKandev task t1"
+        );
+    }
 
     #[test]
     fn a_review_becomes_a_prompt_with_file_and_line() {
