@@ -105,6 +105,45 @@ async fn two_tasks_on_one_repository_get_their_own_branch_and_changes() {
     assert_ne!(seen[0].0, seen[1].0);
     assert_ne!(seen[0].1, seen[1].1);
 
+    // A task that finished straight to COMPLETED is delivered as well: its
+    // branch is committed and pushed, and it stays COMPLETED.
+    let approved = api
+        .post(
+            &format!("/api/v1/tasks/{}/review", tasks[0]),
+            json!({"action": "approve", "message": "Fix the readme"}),
+        )
+        .await;
+    assert_eq!(approved.status, 200, "{}", approved.body);
+    let commit = approved.body["delivery"]["commit"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let source = repo.trim_start_matches("file://");
+    let pushed = std::process::Command::new("git")
+        .args(["-C", source, "rev-parse", &seen[0].0])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&pushed.stdout).trim(), commit);
+    let task = api.get(&format!("/api/v1/tasks/{}", tasks[0])).await;
+    assert_eq!(task.body["state"], "COMPLETED", "{}", task.body);
+    assert_eq!(
+        task.body["metadata"]["delivered"]["commit"],
+        commit.as_str(),
+        "{}",
+        task.body
+    );
+    let rejected = api
+        .post(
+            &format!("/api/v1/tasks/{}/review", tasks[1]),
+            json!({"action": "request_changes", "message": "more"}),
+        )
+        .await;
+    assert_eq!(
+        rejected.status, 409,
+        "only a task in review takes comments: {}",
+        rejected.body
+    );
+
     // A task without a clone has no changes to show; another user sees
     // nothing of this task.
     let plain = api.task(&board, json!({"title": "No repository"})).await;
@@ -291,14 +330,23 @@ async fn request_changes_then_approve_pushes_the_branch() {
         "{}",
         String::from_utf8_lossy(&readme.stdout)
     );
-    // Approving again: the task is no longer in review.
+    // Delivered: the clone was removed, so there is nothing to deliver
+    // again, and a completed task takes no more comments.
     let again = api
         .post(
             &format!("/api/v1/tasks/{task}/review"),
             json!({"action": "approve"}),
         )
         .await;
-    assert_eq!(again.status, 409, "{}", again.body);
+    assert_eq!(again.status, 404, "{}", again.body);
+    assert!(!stack.workspace(&task).exists());
+    let comments = api
+        .post(
+            &format!("/api/v1/tasks/{task}/review"),
+            json!({"action": "request_changes", "message": "more"}),
+        )
+        .await;
+    assert_eq!(comments.status, 409, "{}", comments.body);
     stack.stop().await;
 }
 

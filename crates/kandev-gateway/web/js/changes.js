@@ -173,8 +173,18 @@ export function changesPanel(taskId, { onReviewed } = {}) {
     setTarget({ path: file.dataset.path, line: Number(line.dataset.line) });
   });
 
+  let current = null;
+  let hasClone = false;
+  // In review: comments or approval; completed: delivery only; never
+  // without a clone to deliver from.
+  function showReview() {
+    reviewBox.hidden = !current || !hasClone || !['REVIEW', 'COMPLETED'].includes(current.state);
+    requestBtn.hidden = !current || current.state !== 'REVIEW';
+  }
+
   function setTask(task) {
-    reviewBox.hidden = !task || task.state !== 'REVIEW';
+    current = task;
+    showReview();
     if (task) message.placeholder = `A general comment; or, approving, the commit message (default: “${task.title}” with the agent's summary)`;
   }
 
@@ -186,6 +196,7 @@ export function changesPanel(taskId, { onReviewed } = {}) {
       changes = await api.changes(taskId);
     } catch (e) {
       if (mine !== generation) return;
+      if (e.status === 404) { hasClone = false; showReview(); }
       clear(list); clear(diffBox); clear(where);
       summary.textContent = e.status === 404
         ? 'No changes to show: this task has no cloned repository (yet).'
@@ -193,6 +204,7 @@ export function changesPanel(taskId, { onReviewed } = {}) {
       return;
     }
     if (mine !== generation) return;
+    hasClone = true; showReview();
     clear(where).append(
       h('dt', null, 'Branch'), h('dd', { testid: 'changes-branch' }, changes.branch || '(detached)'),
       h('dt', null, 'Base'), h('dd', { testid: 'changes-base' }, `${changes.base_branch || '(default)'} @ ${changes.base_commit.slice(0, 12)}`),

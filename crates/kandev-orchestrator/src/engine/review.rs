@@ -1,7 +1,9 @@
 //! The review loop of a task in REVIEW: the reviewer's comments go back to
 //! the agent as a follow-up prompt in the same session (the task returns to
 //! IN_PROGRESS), or the approval delivers the work (commit on the task's
-//! branch, push) and completes the task.
+//! branch, push, pull request or merge) and completes the task. A task that
+//! finished straight to COMPLETED is delivered the same way, staying
+//! COMPLETED.
 
 use std::fmt::Write as _;
 
@@ -140,7 +142,12 @@ impl Engine {
     pub async fn review(&self, task_id: Uuid, review: Review) -> Result<ReviewOutcome> {
         let task = self.get_task(task_id).await?;
         let state = task_state(&task)?;
-        if state != TaskState::Review {
+        // A task in review, or (delivery only) one already completed.
+        let allowed = match &review {
+            Review::RequestChanges { .. } => state == TaskState::Review,
+            Review::Approve { .. } => matches!(state, TaskState::Review | TaskState::Completed),
+        };
+        if !allowed {
             return Err(OrchestratorError::FailedPrecondition(format!(
                 "the task is {}, not in review",
                 state.as_str()
@@ -223,20 +230,25 @@ impl Engine {
                     }
                     _ => None,
                 };
-                self.change_task_state(
-                    task_id,
-                    pb::TaskState::Completed,
-                    "approved",
-                    Some(json!({
+                let patch = json!({
                         "delivered": {
                             "branch": delivery.branch,
                             "commit": delivery.commit,
                             "pushed_to": delivery.pushed_to,
                             "pull_request": pull_request,
                         }
-                    })),
-                )
-                .await?;
+                });
+                if state == TaskState::Review {
+                    self.change_task_state(
+                        task_id,
+                        pb::TaskState::Completed,
+                        "approved",
+                        Some(patch),
+                    )
+                    .await?;
+                } else {
+                    self.record_metadata(task_id, &patch).await;
+                }
                 // Delivered: the clone has done its job.
                 if self.settings.remove_workspace_after_delivery && !delivery.pushed_to.is_empty() {
                     self.remove_workspace(task_id, "delivered").await;
