@@ -89,6 +89,64 @@ pub struct FileDiff {
 const BASE_COMMIT: &str = "kandev.baseCommit";
 const BASE_BRANCH: &str = "kandev.baseBranch";
 
+/// The branch checked out, or `None` when detached.
+async fn current_branch(repo: &Repo) -> Option<String> {
+    repo.text(["symbolic-ref", "--quiet", "--short", "HEAD"])
+        .await
+        .ok()
+}
+
+/// The commit `rev` names.
+async fn commit_of(repo: &Repo, rev: &str) -> Result<String> {
+    repo.text(["rev-parse", "--verify", &format!("{rev}^{{commit}}")])
+        .await
+}
+
+/// `-c` options making `author` the committer and author of a commit.
+fn author_config(author: &Author) -> [String; 4] {
+    [
+        "-c".into(),
+        format!("user.name={}", author.name),
+        "-c".into(),
+        format!("user.email={}", author.email),
+    ]
+}
+
+/// Pushes `refspec` to `url`; on refusal, why, in git's words with the
+/// URL's credentials removed: the porcelain line of the refused ref
+/// ("[rejected] (non-fast-forward)", "[remote rejected] (...)"), else git's
+/// first fatal or error line.
+async fn push_ref(
+    repo: &Repo,
+    url: &str,
+    protocols: &[String],
+    refspec: String,
+) -> Result<std::result::Result<(), String>> {
+    let mut args = crate::repository::protocol_args(protocols);
+    args.extend([
+        "push".into(),
+        "--porcelain".into(),
+        "--".into(),
+        url.to_string(),
+        refspec,
+    ]);
+    let output = repo.output(args).await?;
+    if output.status.success() {
+        return Ok(Ok(()));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let reason = stdout
+        .lines()
+        .find(|l| l.starts_with('!'))
+        .and_then(|l| l.rsplit('\t').next())
+        .map(str::to_string)
+        .or_else(|| crate::git::failure_line(&stderr).map(str::to_string))
+        .unwrap_or_else(|| "git push failed".into())
+        .replace(url, &crate::workspace::redact_url(url));
+    Ok(Err(reason))
+}
+
 /// Puts a fresh clone on its own branch `work_branch`, started from what
 /// was checked out, and records that commit and branch as the base.
 pub async fn start_branch(repo: &Repo, work_branch: &str) -> Result<()> {
@@ -97,13 +155,8 @@ pub async fn start_branch(repo: &Repo, work_branch: &str) -> Result<()> {
         .map_err(|_| {
             AgentError::InvalidArgument(format!("{work_branch:?} is not a branch name"))
         })?;
-    let base_branch = repo
-        .text(["symbolic-ref", "--quiet", "--short", "HEAD"])
-        .await
-        .unwrap_or_default();
-    let base_commit = repo
-        .text(["rev-parse", "--verify", "HEAD^{commit}"])
-        .await?;
+    let base_branch = current_branch(repo).await.unwrap_or_default();
+    let base_commit = commit_of(repo, "HEAD").await?;
     repo.run(["checkout", "--quiet", "-b", work_branch], None)
         .await?;
     repo.run(["config", BASE_COMMIT, &base_commit], None)
@@ -167,9 +220,27 @@ const DIFF: &[&str] = &[
 pub async fn changes(repo: &Repo) -> Result<Changes> {
     let (base_commit, base_branch) = base_of(repo).await?;
     let index = stage_all(repo).await?;
+    let files = staged_changes(repo, &base_commit, &index).await?;
+    let branch = current_branch(repo).await.unwrap_or_default();
+    let head_commit = commit_of(repo, "HEAD").await?;
+    Ok(Changes {
+        branch,
+        base_branch,
+        base_commit,
+        head_commit,
+        files,
+    })
+}
+
+/// The files of `index` (the staged work tree) that differ from the base.
+async fn staged_changes(
+    repo: &Repo,
+    base_commit: &str,
+    index: &ScratchIndex,
+) -> Result<Vec<FileChange>> {
     let diff = |extra: &'static str| {
         let mut args: Vec<&str> = DIFF.to_vec();
-        args.extend([extra, "-z", base_commit.as_str(), "--"]);
+        args.extend([extra, "-z", base_commit, "--"]);
         repo.run(args, Some(&index.0))
     };
     let names = diff("--name-status").await?.stdout;
@@ -183,32 +254,18 @@ pub async fn changes(repo: &Repo) -> Result<Changes> {
             }
         }
     }
-    let branch = repo
-        .text(["symbolic-ref", "--quiet", "--short", "HEAD"])
-        .await
-        .unwrap_or_default();
-    let head_commit = repo
-        .text(["rev-parse", "--verify", "HEAD^{commit}"])
-        .await?;
-    Ok(Changes {
-        branch,
-        base_branch,
-        base_commit,
-        head_commit,
-        files,
-    })
+    Ok(files)
 }
 
 /// The unified diff of the changed file `path`, cut at `max_bytes`.
 pub async fn file_diff(repo: &Repo, path: &str, max_bytes: usize) -> Result<FileDiff> {
-    let all = changes(repo).await?;
-    let file = all
-        .files
+    let (base_commit, _) = base_of(repo).await?;
+    let index = stage_all(repo).await?;
+    let files = staged_changes(repo, &base_commit, &index).await?;
+    let file = files
         .iter()
         .find(|f| f.path == path)
         .ok_or_else(|| AgentError::NotFound(format!("a change to {path}")))?;
-    let (base_commit, _) = base_of(repo).await?;
-    let index = stage_all(repo).await?;
     let mut args: Vec<&str> = DIFF.to_vec();
     args.extend([base_commit.as_str(), "--"]);
     if let Some(old) = &file.old_path {
@@ -344,10 +401,9 @@ pub async fn deliver(
     push_auth: Option<&str>,
 ) -> Result<Delivery> {
     let push = how != Ship::Commit;
-    let branch = repo
-        .text(["symbolic-ref", "--quiet", "--short", "HEAD"])
+    let branch = current_branch(repo)
         .await
-        .map_err(|_| AgentError::FailedPrecondition("the clone is not on a branch".into()))?;
+        .ok_or_else(|| AgentError::FailedPrecondition("the clone is not on a branch".into()))?;
     let (_, base_branch) = base_of(repo).await?;
     if branch == base_branch {
         return Err(AgentError::FailedPrecondition(format!(
@@ -365,27 +421,19 @@ pub async fn deliver(
         } else {
             message
         };
-        repo.run(
-            [
-                "-c".to_string(),
-                format!("user.name={}", author.name),
-                "-c".to_string(),
-                format!("user.email={}", author.email),
-                "-c".to_string(),
-                "commit.gpgSign=false".to_string(),
-                "commit".to_string(),
-                "--quiet".to_string(),
-                "--no-verify".to_string(),
-                "--message".to_string(),
-                message.to_string(),
-            ],
-            None,
-        )
-        .await?;
+        let mut args = author_config(author).to_vec();
+        args.extend([
+            "-c".to_string(),
+            "commit.gpgSign=false".to_string(),
+            "commit".to_string(),
+            "--quiet".to_string(),
+            "--no-verify".to_string(),
+            "--message".to_string(),
+            message.to_string(),
+        ]);
+        repo.run(args, None).await?;
     }
-    let commit = repo
-        .text(["rev-parse", "--verify", "HEAD^{commit}"])
-        .await?;
+    let commit = commit_of(repo, "HEAD").await?;
     let mut pushed_to = None;
     if push {
         let url = repo
@@ -398,33 +446,7 @@ pub async fn deliver(
         let pusher = repo.with_env(push_env(settings, &url, push_auth));
         let repo = &pusher;
         let refspec = format!("refs/heads/{branch}:refs/heads/{branch}");
-        let mut args = crate::repository::protocol_args(&protocols);
-        args.extend([
-            "push".into(),
-            "--porcelain".into(),
-            "--".into(),
-            url.clone(),
-            refspec,
-        ]);
-        let output = repo.output(args).await?;
-        if !output.status.success() {
-            // The porcelain line of a refused ref says why ("[rejected]
-            // (non-fast-forward)", "[remote rejected] (...)").
-            let stdout = String::from_utf8_lossy(&output.stdout);
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            let reason = stdout
-                .lines()
-                .find(|l| l.starts_with('!'))
-                .and_then(|l| l.rsplit('\t').next())
-                .map(str::to_string)
-                .or_else(|| {
-                    stderr
-                        .lines()
-                        .find(|l| l.starts_with("fatal:") || l.starts_with("error:"))
-                        .map(str::to_string)
-                })
-                .unwrap_or_else(|| "git push failed".into())
-                .replace(&url, &crate::workspace::redact_url(&url));
+        if let Err(reason) = push_ref(repo, &url, &protocols, refspec).await? {
             return Err(AgentError::FailedPrecondition(format!(
                 "pushing {branch} to {} was refused: {reason}",
                 crate::workspace::redact_url(&url),
@@ -518,9 +540,7 @@ async fn merge_into_base(
     repo.run(fetch, None).await.map_err(|e| {
         AgentError::FailedPrecondition(format!("cannot fetch {base} from {redacted}: {e}"))
     })?;
-    let base_commit = repo
-        .text(["rev-parse", "--verify", "FETCH_HEAD^{commit}"])
-        .await?;
+    let base_commit = commit_of(repo, "FETCH_HEAD").await?;
     let merged = repo
         .output([
             "merge-tree",
@@ -550,43 +570,22 @@ async fn merge_into_base(
             )));
         }
     }
-    let commit = repo
-        .run(
-            [
-                "-c".to_string(),
-                format!("user.name={}", author.name),
-                "-c".to_string(),
-                format!("user.email={}", author.email),
-                "commit-tree".to_string(),
-                tree,
-                "-p".to_string(),
-                base_commit,
-                "-p".to_string(),
-                branch.to_string(),
-                "-m".to_string(),
-                format!("Merge {branch} into {base}"),
-            ],
-            None,
-        )
-        .await?;
-    let commit = String::from_utf8_lossy(&commit.stdout).trim().to_string();
-    let mut push = crate::repository::protocol_args(protocols);
-    push.extend([
-        "push".into(),
-        "--porcelain".into(),
-        "--".into(),
-        url.to_string(),
-        format!("{commit}:refs/heads/{base}"),
+    let mut args = author_config(author).to_vec();
+    args.extend([
+        "commit-tree".to_string(),
+        tree,
+        "-p".to_string(),
+        base_commit,
+        "-p".to_string(),
+        branch.to_string(),
+        "-m".to_string(),
+        format!("Merge {branch} into {base}"),
     ]);
-    let pushed = repo.output(push).await?;
-    if !pushed.status.success() {
-        let stdout = String::from_utf8_lossy(&pushed.stdout);
-        let reason = stdout
-            .lines()
-            .find(|l| l.starts_with('!'))
-            .and_then(|l| l.rsplit('\t').next())
-            .unwrap_or("git push failed")
-            .to_string();
+    let commit = repo.run(args, None).await?;
+    let commit = String::from_utf8_lossy(&commit.stdout).trim().to_string();
+    if let Err(reason) =
+        push_ref(repo, url, protocols, format!("{commit}:refs/heads/{base}")).await?
+    {
         return Err(AgentError::FailedPrecondition(format!(
             "pushing the merge into {base} to {redacted} was refused: {reason}"
         )));

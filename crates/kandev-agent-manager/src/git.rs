@@ -173,9 +173,7 @@ impl Repo {
             Ok(output)
         } else {
             let stderr = String::from_utf8_lossy(&output.stderr);
-            let message = stderr
-                .lines()
-                .find(|l| l.starts_with("fatal:") || l.starts_with("error:"))
+            let message = failure_line(&stderr)
                 .or_else(|| stderr.lines().next())
                 .unwrap_or("failed")
                 .trim()
@@ -273,6 +271,14 @@ impl Repo {
             ))),
         }
     }
+}
+
+/// git's own reason in its standard error: the first `fatal:` or `error:`
+/// line.
+pub fn failure_line(stderr: &str) -> Option<&str> {
+    stderr
+        .lines()
+        .find(|l| l.starts_with("fatal:") || l.starts_with("error:"))
 }
 
 #[cfg(test)]

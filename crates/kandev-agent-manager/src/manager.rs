@@ -515,9 +515,16 @@ impl AgentManager {
             resume_session,
             reattach: None,
         };
-        let shared = self.inner.shared.clone();
+        self.spawn_turn(&instance, spec, handle);
+        Ok(instance)
+    }
+
+    /// Runs a turn in the background, in a span continuing the trace of the
+    /// launch or prompt that started it; the instance's run handle goes
+    /// when the turn ends.
+    fn spawn_turn(&self, instance: &AgentInstance, spec: TurnSpec, handle: Arc<RunHandle>) {
         let inner = self.inner.clone();
-        // The turn continues the trace of the launch or prompt that started it.
+        let instance_id = instance.id;
         let span = tracing::info_span!(
             "turn",
             instance = %instance_id,
@@ -526,12 +533,11 @@ impl AgentManager {
         );
         kandev_common::trace::continue_from(&span, None);
         self.inner.tasks.spawn(
-            runner::run_turn(shared, spec, handle, move || {
+            runner::run_turn(self.inner.shared.clone(), spec, handle, move || {
                 lock(&inner.runs).remove(&instance_id);
             })
             .instrument(span),
         );
-        Ok(instance)
     }
 
     /// A follow-up prompt in the instance's ACP session. While a turn runs
@@ -889,21 +895,7 @@ impl AgentManager {
             resume_session: None,
             reattach: Some(container_id.to_string()),
         };
-        let inner = self.inner.clone();
-        let instance_id = instance.id;
-        let span = tracing::info_span!(
-            "turn",
-            instance = %instance_id,
-            task_id = %instance.task_id,
-            trace_id = tracing::field::Empty,
-        );
-        kandev_common::trace::continue_from(&span, None);
-        self.inner.tasks.spawn(
-            runner::run_turn(self.inner.shared.clone(), spec, handle, move || {
-                lock(&inner.runs).remove(&instance_id);
-            })
-            .instrument(span),
-        );
+        self.spawn_turn(&instance, spec, handle);
         Reattach::Started
     }
 }

@@ -105,7 +105,7 @@ pub fn routes(service: &'static str, token: Option<String>) -> Router {
             let token = token.clone();
             async move {
                 if let Some(token) = token
-                    && !bearer_matches(&headers, &token)
+                    && !crate::service_auth::bearer_matches(&headers, &token)
                 {
                     return StatusCode::UNAUTHORIZED.into_response();
                 }
@@ -121,19 +121,6 @@ pub fn routes(service: &'static str, token: Option<String>) -> Router {
             }
         }),
     )
-}
-
-/// Compares in time independent of where the first difference is.
-fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
-    let Some(sent) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-    else {
-        return false;
-    };
-    let (a, b) = (sent.as_bytes(), token.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Who may scrape `/metrics`.

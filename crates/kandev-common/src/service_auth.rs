@@ -57,23 +57,28 @@ impl ServiceToken {
         value
     }
 
-    /// Whether `headers` carry `Authorization: Bearer <this token>`. The
-    /// comparison takes the same time wherever the first difference is,
-    /// whatever the length sent.
+    /// Whether `headers` carry `Authorization: Bearer <this token>`.
     pub fn admits(&self, headers: &HeaderMap) -> bool {
-        let Some(sent) = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-        else {
-            return false;
-        };
-        let (a, b) = (Sha256::digest(sent.as_bytes()), Sha256::digest(&self.0));
-        a.iter()
-            .zip(b.iter())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
+        bearer_matches(headers, &self.0)
     }
+}
+
+/// Whether `headers` carry `Authorization: Bearer <token>`. The comparison
+/// takes the same time wherever the first difference is, whatever the
+/// length sent.
+pub fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
+    let Some(sent) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    let (a, b) = (Sha256::digest(sent.as_bytes()), Sha256::digest(token));
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
 }
 
 impl From<String> for ServiceToken {

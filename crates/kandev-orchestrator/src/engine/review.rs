@@ -176,6 +176,7 @@ impl Engine {
                 } else {
                     message
                 };
+                let forge = crate::forge::forge_for(&self.settings.forges, &task.repository_url);
                 let delivery = self
                     .agents
                     .deliver(pb::DeliverChangesRequest {
@@ -186,22 +187,14 @@ impl Engine {
                         push: true,
                         merge,
                         // A forge's token pushes over https too.
-                        push_auth: crate::forge::forge_for(
-                            &self.settings.forges,
-                            &task.repository_url,
-                        )
-                        .map(crate::forge::push_auth)
-                        .unwrap_or_default(),
+                        push_auth: forge.map(crate::forge::push_auth).unwrap_or_default(),
                     })
                     .await
                     .map_err(OrchestratorError::upstream("agent manager"))?;
                 tracing::info!(%task_id, branch = %delivery.branch, commit = %delivery.commit, "approved and delivered");
                 // On a forge: a pull request of the pushed branch. A failure
                 // leaves the task in review, with the forge's reason.
-                let pull_request = match crate::forge::forge_for(
-                    &self.settings.forges,
-                    &task.repository_url,
-                ) {
+                let pull_request = match forge {
                     Some(forge) if !delivery.pushed_to.is_empty() => {
                         let base = if delivery.base_branch.is_empty() {
                             task.branch.as_str()
