@@ -8,11 +8,12 @@ use kandev_common::{
     telemetry::LogSettings,
 };
 use kandev_events::nats::{NatsLogin, NatsPassword, check_credentials};
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 
-/// Host variables passed to agents whose type lists them (required or
-/// optional env), read once by [`load`].
+/// Host variables read once by [`load`], given to agents whose type lists
+/// them (required or optional env) and is opted in to the operator's
+/// credentials (`host_credentials`).
 pub const HOST_PASSTHROUGH_ENV: &[&str] = &["GITHUB_TOKEN", "GITLAB_TOKEN", "GEMINI_API_KEY"];
 
 /// What happens to a cloned workspace when its instance is stopped.
@@ -101,11 +102,22 @@ pub struct Settings {
     /// Seconds a turn waits for a Docker engine that stopped answering
     /// (restarting, say) before it fails (`KANDEV_ENGINE_GRACE_SECS`).
     pub engine_grace_secs: u64,
-    /// Values for agent env variables (`KANDEV_AGENT_ENV__ANTHROPIC_API_KEY`),
-    /// plus [`HOST_PASSTHROUGH_ENV`] from the host. Secrets: never logged,
-    /// never serialized, never returned by the API.
+    /// Values for agent env variables (`KANDEV_AGENT_ENV__ANTHROPIC_API_KEY`)
+    /// that the operator shares with every user's agents whose type lists
+    /// them. Secrets: never logged, never serialized, never returned by the
+    /// API.
     #[serde(skip_serializing)]
     pub agent_env: BTreeMap<String, SecretString>,
+    /// [`HOST_PASSTHROUGH_ENV`] as found in the host's environment by
+    /// [`load`]: the operator's own tokens, given only to types opted in
+    /// with `host_credentials`.
+    #[serde(skip)]
+    pub host_env: BTreeMap<String, SecretString>,
+    /// The key users' stored secrets are encrypted with
+    /// (`KANDEV_SECRETS_KEY`, 32 bytes or more). Without it, storing a
+    /// secret is refused with a clear error and launches use none.
+    #[serde(skip_serializing)]
+    pub secrets_key: Option<SecretString>,
     /// Serve gRPC reflection (`KANDEV_GRPC_REFLECTION`): off by default, so
     /// the port does not describe itself to whoever reaches it.
     pub grpc_reflection: bool,
@@ -162,6 +174,8 @@ impl Default for Settings {
             publish_queue: 8192,
             engine_grace_secs: 60,
             agent_env: BTreeMap::new(),
+            host_env: BTreeMap::new(),
+            secrets_key: None,
             grpc_reflection: false,
             log: LogSettings::default(),
         }
@@ -171,11 +185,19 @@ impl Default for Settings {
 impl Settings {
     /// The value configured for an agent env variable, if any.
     pub fn agent_env_value(&self, name: &str) -> Option<&SecretString> {
-        self.agent_env
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v)
+        find_env(&self.agent_env, name)
     }
+
+    /// The host's own value of a [`HOST_PASSTHROUGH_ENV`] variable, if any.
+    pub fn host_env_value(&self, name: &str) -> Option<&SecretString> {
+        find_env(&self.host_env, name)
+    }
+}
+
+fn find_env<'a>(env: &'a BTreeMap<String, SecretString>, name: &str) -> Option<&'a SecretString> {
+    env.iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v)
 }
 
 impl Validate for Settings {
@@ -215,6 +237,11 @@ impl Validate for Settings {
         }
         check_credentials(&self.nats_user, &self.nats_password)?;
         service_auth::check(&self.service_token)?;
+        if let Some(key) = &self.secrets_key
+            && key.expose_secret().len() < 32
+        {
+            return Err("secrets_key (KANDEV_SECRETS_KEY) must be 32 bytes or more".into());
+        }
         Ok(())
     }
 }
@@ -231,8 +258,9 @@ impl Settings {
 }
 
 /// Loads the settings ([`kandev_common::config::load`]) and reads the host
-/// environment once: [`HOST_PASSTHROUGH_ENV`] into `agent_env` (unless
-/// configured), and `HOME` as `credentials_home` (unless configured).
+/// environment once: [`HOST_PASSTHROUGH_ENV`] into `host_env` (unless
+/// configured in `agent_env`), and `HOME` as `credentials_home` (unless
+/// configured).
 pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
     let mut settings: Settings = config::load(file)?;
     for name in HOST_PASSTHROUGH_ENV {
@@ -241,7 +269,7 @@ pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
             && !value.is_empty()
         {
             settings
-                .agent_env
+                .host_env
                 .insert((*name).to_string(), SecretString::from(value));
         }
     }
@@ -277,7 +305,15 @@ mod tests {
                     .agent_env_value(k)
                     .map(|v| v.expose_secret().to_string())
             };
-            assert_eq!(value("GITHUB_TOKEN").as_deref(), Some("from-host"));
+            let host = |k: &str| {
+                settings
+                    .host_env_value(k)
+                    .map(|v| v.expose_secret().to_string())
+            };
+            // The host's tokens are kept apart: only opted-in types get them.
+            assert_eq!(value("GITHUB_TOKEN"), None);
+            assert_eq!(host("GITHUB_TOKEN").as_deref(), Some("from-host"));
+            assert_eq!(host("GEMINI_API_KEY"), None);
             // Configuration wins over the host environment.
             assert_eq!(
                 value("GEMINI_API_KEY").as_deref(),

@@ -114,6 +114,10 @@ pub struct AgentType {
     pub home_volume: String,
     /// For tests and demos: hidden from pickers by default.
     pub internal: bool,
+    /// Whether the operator's credentials (the mounts above, the host's
+    /// [`crate::config::HOST_PASSTHROUGH_ENV`]) reach this type's agents:
+    /// an admin's explicit opt-in, off by default.
+    pub host_credentials: bool,
 }
 
 fn env_name_ok(name: &str) -> bool {

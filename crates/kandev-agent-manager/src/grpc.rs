@@ -14,6 +14,7 @@ use tonic::{Request, Response, Status};
 use crate::{
     changes,
     config::Settings,
+    credentials::SecretEntry,
     domain::{
         AgentError, AgentInstance, AgentType, CredentialMounts, InstanceStatus,
         PermissionPolicyKind, invalid, parse_id,
@@ -69,17 +70,21 @@ fn instance_to_proto(i: AgentInstance) -> pb::AgentInstance {
 }
 
 /// The type as served; `missing_env` says which of its required variables
-/// the manager has no value for.
+/// the manager has no value for (each user may still set them as secrets).
 fn type_to_proto(t: AgentType, settings: &Settings) -> pb::AgentType {
     let missing_env = t
         .required_env
         .iter()
-        .filter(|name| settings.agent_env_value(name).is_none())
+        .filter(|name| {
+            settings.agent_env_value(name).is_none()
+                && !(t.host_credentials && settings.host_env_value(name).is_some())
+        })
         .cloned()
         .collect();
     pb::AgentType {
         missing_env,
         internal: t.internal,
+        host_credentials: t.host_credentials,
         id: t.id,
         name: t.name,
         description: t.description,
@@ -142,6 +147,7 @@ fn type_from_proto(t: pb::AgentType) -> Result<AgentType, AgentError> {
         enabled: t.enabled,
         home_volume: t.home_volume.trim().to_string(),
         internal: t.internal,
+        host_credentials: t.host_credentials,
     })
 }
 
@@ -471,5 +477,55 @@ impl AgentManagerRpc for GrpcAgentAdapter {
             truncated: d.truncated,
             binary: d.binary,
         }))
+    }
+
+    async fn list_user_secrets(
+        &self,
+        request: Request<pb::ListUserSecretsRequest>,
+    ) -> Result<Response<pb::UserSecretList>, Status> {
+        let r = request.into_inner();
+        let secrets = self
+            .manager
+            .secrets()
+            .list(&r.scope)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::UserSecretList {
+            secrets: secrets.into_iter().map(secret_to_proto).collect(),
+        }))
+    }
+
+    async fn set_user_secret(
+        &self,
+        request: Request<pb::SetUserSecretRequest>,
+    ) -> Result<Response<pb::UserSecret>, Status> {
+        let r = request.into_inner();
+        let saved = self
+            .manager
+            .secrets()
+            .set(&r.scope, &r.name, &r.value)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(secret_to_proto(saved)))
+    }
+
+    async fn delete_user_secret(
+        &self,
+        request: Request<pb::DeleteUserSecretRequest>,
+    ) -> Result<Response<pb::DeleteUserSecretResponse>, Status> {
+        let r = request.into_inner();
+        self.manager
+            .secrets()
+            .delete(&r.scope, &r.name)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::DeleteUserSecretResponse {}))
+    }
+}
+
+fn secret_to_proto(s: SecretEntry) -> pb::UserSecret {
+    pb::UserSecret {
+        name: s.name,
+        updated_at: Some(from_chrono(s.updated_at)),
     }
 }

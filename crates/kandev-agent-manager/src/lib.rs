@@ -25,6 +25,7 @@
 
 pub mod changes;
 pub mod config;
+pub mod credentials;
 pub mod docker;
 pub mod domain;
 pub mod exec;

@@ -12,13 +12,13 @@ use futures::StreamExt;
 use kandev_acp::PermissionDecision;
 use kandev_common::CancellationToken;
 use kandev_events::{EventBus, agent::AgentEventKind};
-use secrecy::ExposeSecret;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::{
     config::{Settings, WorkspacePolicy},
+    credentials::{self, UserSecrets},
     docker::{
         ContainerSpec, Docker, HomeVolume, LABEL_HOME, LABEL_INSTANCE, LABEL_MANAGER, LABEL_TASK,
         LABEL_TURN, LABEL_TYPE,
@@ -86,6 +86,7 @@ struct Inner {
     /// Request env of each instance, kept in memory for follow-up turns.
     envs: Mutex<HashMap<Uuid, BTreeMap<String, String>>>,
     tasks: TaskTracker,
+    secrets: UserSecrets,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -100,8 +101,10 @@ fn env_name_ok(name: &str) -> bool {
 
 impl AgentManager {
     pub fn new(docker: Docker, store: Store, bus: Arc<dyn EventBus>, settings: Settings) -> Self {
+        let secrets = UserSecrets::new(store.clone(), settings.secrets_key.as_ref());
         AgentManager {
             inner: Arc::new(Inner {
+                secrets,
                 shared: Shared {
                     docker,
                     store,
@@ -122,6 +125,11 @@ impl AgentManager {
 
     pub fn settings(&self) -> &Settings {
         &self.inner.shared.settings
+    }
+
+    /// Users' own secrets for their agents.
+    pub fn secrets(&self) -> &UserSecrets {
+        &self.inner.secrets
     }
 
     pub async fn ping_store(&self) -> Result<()> {
@@ -333,7 +341,8 @@ impl AgentManager {
                 agent_type.id
             )));
         }
-        self.container_env(&agent_type, &request.env)?;
+        self.container_env(&agent_type, &request.env, &request.home_scope)
+            .await?;
         self.inner
             .shared
             .docker
@@ -370,46 +379,16 @@ impl AgentManager {
         .await;
     }
 
-    /// `KEY=VALUE` for the container: required env (request, then the
-    /// manager's configuration), optional env when available, and the
-    /// request's own variables.
-    fn container_env(
+    /// `KEY=VALUE` for a container of the type, for the user the run is
+    /// for ([`credentials::container_env`]).
+    async fn container_env(
         &self,
         agent_type: &AgentType,
         request_env: &BTreeMap<String, String>,
+        scope: &str,
     ) -> Result<Vec<String>> {
-        let settings = self.settings();
-        let lookup = |name: &str| -> Option<String> {
-            request_env
-                .get(name)
-                .filter(|v| !v.is_empty())
-                .cloned()
-                .or_else(|| {
-                    settings
-                        .agent_env_value(name)
-                        .map(|s| s.expose_secret().to_string())
-                        .filter(|v| !v.is_empty())
-                })
-        };
-        let mut env = BTreeMap::new();
-        for name in &agent_type.required_env {
-            let value = lookup(name).ok_or_else(|| {
-                AgentError::FailedPrecondition(format!(
-                    "agent type {:?} requires the environment variable {name}, which is not set",
-                    agent_type.id
-                ))
-            })?;
-            env.insert(name.clone(), value);
-        }
-        for name in &agent_type.optional_env {
-            if let Some(value) = lookup(name) {
-                env.insert(name.clone(), value);
-            }
-        }
-        for (k, v) in request_env {
-            env.entry(k.clone()).or_insert_with(|| v.clone());
-        }
-        Ok(env.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
+        let user_env = self.inner.secrets.env_for(scope).await?;
+        credentials::container_env(self.settings(), agent_type, request_env, &user_env)
     }
 
     fn container_spec(
@@ -421,24 +400,7 @@ impl AgentManager {
     ) -> ContainerSpec {
         let settings = self.settings();
         let mut binds = vec![format!("{}:{CONTAINER_WORKSPACE}:rw", host_path.display())];
-        let home = Path::new(&settings.credentials_home);
-        let mounts = agent_type.credential_mounts;
-        if !settings.credentials_home.is_empty() {
-            for (wanted, name) in [
-                (mounts.ssh, ".ssh"),
-                (mounts.gitconfig, ".gitconfig"),
-                (mounts.git_credentials, ".git-credentials"),
-            ] {
-                let source = home.join(name);
-                if wanted && source.exists() {
-                    binds.push(format!(
-                        "{}:{}/{name}:ro",
-                        source.display(),
-                        settings.container_home.trim_end_matches('/')
-                    ));
-                }
-            }
-        }
+        binds.extend(credentials::credential_binds(settings, agent_type));
         let home = (!agent_type.home_volume.is_empty()).then(|| HomeVolume {
             name: home_volume_name(&agent_type.id, &instance.home_scope),
             target: agent_type.home_volume.trim_end_matches('/').to_string(),
@@ -497,7 +459,10 @@ impl AgentManager {
             .get(&instance_id)
             .cloned()
             .unwrap_or_default();
-        let env = match self.container_env(&agent_type, &request_env) {
+        let env = match self
+            .container_env(&agent_type, &request_env, &instance.home_scope)
+            .await
+        {
             Ok(env) => env,
             Err(e) => {
                 lock(&self.inner.runs).remove(&instance_id);

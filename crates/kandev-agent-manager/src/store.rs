@@ -6,6 +6,7 @@ use kandev_events::agent::OutputCursor;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::credentials::SecretEntry;
 use crate::domain::{
     AgentError, AgentInstance, AgentType, CredentialMounts, InstanceStatus, LogLine,
     PermissionPolicyKind, Result,
@@ -40,6 +41,7 @@ struct TypeRow {
     enabled: bool,
     home_volume: String,
     internal: bool,
+    host_credentials: bool,
 }
 
 impl TryFrom<TypeRow> for AgentType {
@@ -71,13 +73,15 @@ impl TryFrom<TypeRow> for AgentType {
             enabled: r.enabled,
             home_volume: r.home_volume,
             internal: r.internal,
+            host_credentials: r.host_credentials,
         })
     }
 }
 
 const TYPE_COLUMNS: &str = "id, name, description, image, command, working_dir, memory_mb, \
     cpu_cores, pids_limit, timeout_seconds, capabilities, required_env, optional_env, mount_ssh, \
-    mount_gitconfig, mount_git_credentials, network_mode, permission_policy, enabled, home_volume, internal";
+    mount_gitconfig, mount_git_credentials, network_mode, permission_policy, enabled, home_volume, internal, \
+    host_credentials";
 
 #[derive(sqlx::FromRow)]
 struct InstanceRow {
@@ -202,7 +206,7 @@ impl Store {
     pub async fn upsert_type(&self, t: &AgentType) -> Result<AgentType> {
         let row: TypeRow = sqlx::query_as(&format!(
             "INSERT INTO agent_types ({TYPE_COLUMNS}) VALUES \
-             ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21) \
+             ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22) \
              ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, \
              description = EXCLUDED.description, image = EXCLUDED.image, \
              command = EXCLUDED.command, working_dir = EXCLUDED.working_dir, \
@@ -215,7 +219,7 @@ impl Store {
              network_mode = EXCLUDED.network_mode, \
              permission_policy = EXCLUDED.permission_policy, enabled = EXCLUDED.enabled, \
              home_volume = EXCLUDED.home_volume, internal = EXCLUDED.internal, \
-             updated_at = now() RETURNING {TYPE_COLUMNS}"
+             host_credentials = EXCLUDED.host_credentials, updated_at = now() RETURNING {TYPE_COLUMNS}"
         ))
         .bind(&t.id)
         .bind(&t.name)
@@ -238,6 +242,7 @@ impl Store {
         .bind(t.enabled)
         .bind(&t.home_volume)
         .bind(t.internal)
+        .bind(t.host_credentials)
         .fetch_one(&self.pool)
         .await?;
         row.try_into()
@@ -472,6 +477,72 @@ impl Store {
             .into_iter()
             .map(|(at, stream, line)| LogLine { at, stream, line })
             .collect())
+    }
+
+    // ---- users' secrets (sealed by `credentials`) ----
+
+    pub async fn list_secrets(&self, scope: &str) -> Result<Vec<SecretEntry>> {
+        let rows: Vec<(String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT name, updated_at FROM user_secrets WHERE scope = $1 ORDER BY name",
+        )
+        .bind(scope)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(name, updated_at)| SecretEntry { name, updated_at })
+            .collect())
+    }
+
+    /// Stores (or replaces) one sealed secret; refused when the user already
+    /// keeps `max` others.
+    pub async fn put_secret(
+        &self,
+        scope: &str,
+        name: &str,
+        nonce: &[u8],
+        sealed: &[u8],
+        max: i64,
+    ) -> Result<SecretEntry> {
+        let row: Option<(String, DateTime<Utc>)> = sqlx::query_as(
+            "INSERT INTO user_secrets (scope, name, nonce, ciphertext) \
+             SELECT $1, $2, $3, $4 WHERE (SELECT count(*) FROM user_secrets \
+               WHERE scope = $1 AND name <> $2) < $5 \
+             ON CONFLICT (scope, name) DO UPDATE SET nonce = EXCLUDED.nonce, \
+               ciphertext = EXCLUDED.ciphertext, updated_at = now() \
+             RETURNING name, updated_at",
+        )
+        .bind(scope)
+        .bind(name)
+        .bind(nonce)
+        .bind(sealed)
+        .bind(max)
+        .fetch_optional(&self.pool)
+        .await?;
+        let (name, updated_at) = row.ok_or_else(|| {
+            AgentError::FailedPrecondition(format!("a user keeps at most {max} secrets"))
+        })?;
+        Ok(SecretEntry { name, updated_at })
+    }
+
+    /// Whether a secret was there to delete.
+    pub async fn delete_secret(&self, scope: &str, name: &str) -> Result<bool> {
+        let done = sqlx::query("DELETE FROM user_secrets WHERE scope = $1 AND name = $2")
+            .bind(scope)
+            .bind(name)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// `(name, nonce, ciphertext)` of each of a user's secrets.
+    pub async fn sealed_secrets(&self, scope: &str) -> Result<Vec<(String, Vec<u8>, Vec<u8>)>> {
+        Ok(sqlx::query_as(
+            "SELECT name, nonce, ciphertext FROM user_secrets WHERE scope = $1 ORDER BY name",
+        )
+        .bind(scope)
+        .fetch_all(&self.pool)
+        .await?)
     }
 }
 

@@ -582,8 +582,16 @@ pub struct AgentType {
     /// For tests and demos: hidden from the agent picker by default.
     #[serde(default)]
     pub internal: bool,
+    /// Whether the operator's own credentials reach this type's agents: the
+    /// `credential_mounts` (from the agent manager's credentials home) and
+    /// the host's `GITHUB_TOKEN`, `GITLAB_TOKEN` and `GEMINI_API_KEY`. Off by
+    /// default: then each user's agents get only that user's secrets and
+    /// what the operator configured for everyone (`KANDEV_AGENT_ENV__*`).
+    #[serde(default)]
+    pub host_credentials: bool,
     /// Read only: the `required_env` names the server has no value for
-    /// (they must then come with each launch's `env`). Ignored on writes.
+    /// (each user must then set them as secrets, or pass them in a launch's
+    /// `env`). Ignored on writes.
     #[serde(default)]
     pub missing_env: Vec<String>,
 }
@@ -619,6 +627,7 @@ impl From<pb::AgentType> for AgentType {
             enabled: t.enabled,
             home_volume: t.home_volume,
             internal: t.internal,
+            host_credentials: t.host_credentials,
             missing_env: t.missing_env,
         }
     }
@@ -650,6 +659,7 @@ impl From<AgentType> for pb::AgentType {
             enabled: t.enabled,
             home_volume: t.home_volume,
             internal: t.internal,
+            host_credentials: t.host_credentials,
             missing_env: vec![],
         }
     }
@@ -677,6 +687,7 @@ pub struct AgentTypePatch {
     pub enabled: Option<bool>,
     pub home_volume: Option<String>,
     pub internal: Option<bool>,
+    pub host_credentials: Option<bool>,
 }
 
 impl AgentTypePatch {
@@ -702,7 +713,8 @@ impl AgentTypePatch {
             permission_policy,
             enabled,
             home_volume,
-            internal
+            internal,
+            host_credentials
         );
     }
 }
@@ -789,4 +801,42 @@ impl From<pb::TaskExecution> for TaskExecution {
 pub struct StreamParams {
     /// Replay stored messages after this sequence number, then follow live.
     pub after: Option<i64>,
+}
+
+// ---------------------------------------------------------------- secrets
+
+/// One of the caller's stored secrets: its name only, never its value.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UserSecret {
+    /// The environment variable it fills in the caller's agents, e.g.
+    /// `ANTHROPIC_API_KEY` or `GITHUB_TOKEN`.
+    pub name: String,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+impl From<pb::UserSecret> for UserSecret {
+    fn from(s: pb::UserSecret) -> Self {
+        UserSecret {
+            name: s.name,
+            updated_at: time(s.updated_at),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UserSecretList {
+    pub secrets: Vec<UserSecret>,
+}
+
+/// The value of a secret (at most 16 KiB, no NUL).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetSecretRequest {
+    pub value: String,
+}
+
+impl std::fmt::Debug for SetSecretRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SetSecretRequest(..)")
+    }
 }

@@ -1391,3 +1391,55 @@ async fn the_changes_tab_shows_the_agents_edits() {
     browser.close().await;
     stack.shutdown().await;
 }
+
+/// Issue 14: each user keeps their own secrets for their agents; the page
+/// writes values and never shows one back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_user_keeps_secrets_for_their_agents() {
+    let Some(browser) = start_browser().await else {
+        return;
+    };
+    let stack = start_stack().await;
+    let c = &browser.client;
+    login(c, &stack.base).await;
+    click(c, "[data-testid=nav-secrets]").await;
+    wait_js(
+        c,
+        "the empty list",
+        20,
+        "return !!document.querySelector('[data-testid=secrets-empty]');",
+        vec![],
+    )
+    .await;
+
+    click(c, "[data-testid=secret-new]").await;
+    type_into(c, "[data-testid=secret-name]", "bad-name").await;
+    type_into(c, "[data-testid=secret-value]", "sk-browser-value").await;
+    click(c, "[data-testid=secret-dialog-submit]").await;
+    wait_js(c, "the name refused", 20, "const e = document.querySelector('[data-testid=secret-dialog-error]'); return e && !e.hidden && e.textContent.includes('environment variable name');", vec![]).await;
+    type_into(c, "[data-testid=secret-name]", "ANTHROPIC_API_KEY").await;
+    click(c, "[data-testid=secret-dialog-submit]").await;
+    wait_js(c, "the secret listed", 20, "const r = document.querySelector('[data-testid=secret-row]'); return r && r.dataset.name === 'ANTHROPIC_API_KEY' && !!r.querySelector('time');", vec![]).await;
+    let page = js(c, "return document.body.innerText;", vec![]).await;
+    assert!(
+        !page.as_str().unwrap().contains("sk-browser-value"),
+        "{page}"
+    );
+    // The API lists it by name only, as the page does.
+    let listed = api(c, "GET", "/users/me/secrets", json!(null)).await;
+    assert_eq!(listed["body"]["secrets"][0]["name"], "ANTHROPIC_API_KEY");
+    assert!(!listed.to_string().contains("sk-browser-value"));
+
+    click(c, "[data-testid=secret-delete]").await;
+    click(c, "[data-testid=confirm-submit]").await;
+    wait_js(
+        c,
+        "the list empty again",
+        20,
+        "return !!document.querySelector('[data-testid=secrets-empty]');",
+        vec![],
+    )
+    .await;
+    browser.close().await;
+    stack.shutdown().await;
+}

@@ -278,6 +278,8 @@ async fn limits_and_read_only_credentials_are_applied_then_stop_removes() {
             git_credentials: true,
         });
         t.optional_env = vec!["GITHUB_TOKEN".into()];
+        // The operator's files are mounted only on an admin's opt-in.
+        t.host_credentials = true;
     })
     .await;
     let repo = git_repo(app.dir.path());

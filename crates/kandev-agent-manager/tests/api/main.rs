@@ -11,3 +11,4 @@ mod helpers;
 mod launch;
 mod registry;
 mod restart;
+mod secrets;

@@ -32,6 +32,7 @@ pub mod auth;
 pub mod boards;
 pub mod changes;
 pub mod orchestrator;
+pub mod secrets;
 pub mod tasks;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -54,6 +55,11 @@ fn api(state: AppState) -> Router<AppState> {
     let protected = Router::new()
         .route("/auth/me", get(auth::me))
         .route("/users", post(auth::create_user))
+        .route("/users/me/secrets", get(secrets::list))
+        .route(
+            "/users/me/secrets/{name}",
+            axum::routing::put(secrets::set).delete(secrets::delete),
+        )
         .route(
             "/boards",
             post(boards::create_board).get(boards::list_boards),

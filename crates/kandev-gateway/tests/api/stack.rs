@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::{self as tg, client::IntoClientRequest};
 use uuid::Uuid;
 
-use crate::helpers::{TestApp, TestDb, gateway_settings, spawn_gateway};
+use crate::helpers::{Resp, TestApp, TestDb, gateway_settings, spawn_gateway};
 
 struct Service {
     stop: CancellationToken,
@@ -88,6 +88,7 @@ impl Stack {
             initialize_timeout_secs: 20,
             seq_flush_ms: 100,
             service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
+            secrets_key: Some("a-secrets-key-for-the-gateway-stack-test".into()),
             ..Default::default()
         })
         .await
@@ -346,5 +347,107 @@ async fn stack_a_rest_task_reaches_the_orchestrator_and_streams_through_the_gate
         }
     };
     assert_eq!(close.map(|f| u16::from(f.code)), Some(1001));
+    stack.stop().await;
+}
+
+async fn put_secret(app: &TestApp, token: &str, name: &str, value: Value) -> Resp {
+    let path = format!("/api/v1/users/me/secrets/{name}");
+    app.call(
+        axum::http::Method::PUT,
+        &path,
+        Some(token),
+        Some(json!({ "value": value })),
+    )
+    .await
+}
+
+async fn delete_secret(app: &TestApp, token: &str) -> Resp {
+    app.call(
+        axum::http::Method::DELETE,
+        "/api/v1/users/me/secrets/ANTHROPIC_API_KEY",
+        Some(token),
+        None,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn stack_each_user_keeps_their_own_secrets_and_never_reads_a_value_back() {
+    let stack = Stack::start().await;
+    let app = &stack.gateway;
+    let alice = app.token("alice", false);
+    let bob = app.token("bob", false);
+    let admin = app.token("admin", true);
+    let set = eventually(10, "the agent manager answers", || async {
+        let r = put_secret(app, &alice, "ANTHROPIC_API_KEY", json!("sk-alice-value")).await;
+        (r.status != StatusCode::SERVICE_UNAVAILABLE).then_some(r)
+    })
+    .await;
+    assert_eq!(set.status, StatusCode::OK, "{}", set.body);
+    assert_eq!(set.body["name"], "ANTHROPIC_API_KEY");
+    assert!(!set.body.to_string().contains("sk-alice-value"));
+
+    let mine = app.get("/api/v1/users/me/secrets", &alice).await;
+    assert_eq!(mine.status, StatusCode::OK);
+    assert_eq!(mine.body["secrets"][0]["name"], "ANTHROPIC_API_KEY");
+    assert!(mine.body["secrets"][0]["updated_at"].is_string());
+    assert!(!mine.body.to_string().contains("sk-alice-value"));
+    // Not even an admin sees another user's secrets: each list is the
+    // caller's own.
+    for other in [&bob, &admin] {
+        let theirs = app.get("/api/v1/users/me/secrets", other).await;
+        assert_eq!(theirs.body["secrets"], json!([]), "{}", theirs.body);
+    }
+
+    for (name, value, why) in [
+        ("lower-case-dash", json!("v"), "name"),
+        ("TASK_DESCRIPTION", json!("v"), "reserved"),
+        ("EMPTY", json!(""), "empty"),
+        ("NUL", json!("a\u{0}b"), "NUL"),
+        ("BIG", json!("v".repeat(16 * 1024 + 1)), "size"),
+        ("NUMBER", json!(5), "type"),
+    ] {
+        let r = put_secret(app, &alice, name, value).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{why}: {}", r.body);
+    }
+    let anonymous = app
+        .call(
+            axum::http::Method::GET,
+            "/api/v1/users/me/secrets",
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
+
+    assert_eq!(delete_secret(app, &bob).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        delete_secret(app, &alice).await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        delete_secret(app, &alice).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let empty = app.get("/api/v1/users/me/secrets", &alice).await;
+    assert_eq!(empty.body["secrets"], json!([]));
+
+    // The operator's credentials are an admin's opt-in per agent type.
+    let mock = app.get("/api/v1/agent-types", &alice).await;
+    let seeded = mock.body["agent_types"].as_array().unwrap();
+    assert!(
+        seeded.iter().all(|t| t["host_credentials"] == false),
+        "{seeded:?}"
+    );
+    let opted = app
+        .call(
+            axum::http::Method::PATCH,
+            "/api/v1/agent-types/mock-agent",
+            Some(&admin),
+            Some(json!({"host_credentials": true})),
+        )
+        .await;
+    assert_eq!(opted.status, StatusCode::OK, "{}", opted.body);
+    assert_eq!(opted.body["host_credentials"], true);
     stack.stop().await;
 }

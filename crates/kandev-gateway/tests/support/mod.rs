@@ -155,6 +155,7 @@ pub async fn start_stack_with(complete_to_review: bool) -> Stack {
         permission_timeout_secs: 120,
         seq_flush_ms: 100,
         service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
+        secrets_key: Some("a-secrets-key-for-the-browser-test-stack".into()),
         ..Default::default()
     })
     .await

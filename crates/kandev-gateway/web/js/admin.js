@@ -20,6 +20,7 @@ const NEW_TYPE = {
   capabilities: ['acp', 'fs'], required_env: [], optional_env: [],
   credential_mounts: { ssh: false, gitconfig: false, git_credentials: false },
   network_mode: 'bridge', permission_policy: 'ask', enabled: true, home_volume: '', internal: false,
+  host_credentials: false,
 };
 
 const envNameOk = (n) => /^[A-Za-z_][A-Za-z0-9_]*$/.test(n);
@@ -80,6 +81,7 @@ function fromForm(v) {
     enabled: v.enabled === 'on',
     home_volume: (v.home_volume || '').trim(),
     internal: v.internal === 'on',
+    host_credentials: v.host_credentials === 'on',
   };
 }
 
@@ -122,7 +124,8 @@ function typeDialog(current) {
       check('internal', t.internal, 'Internal (hidden from the picker)'),
       check('mount_ssh', mounts.ssh, 'Mount ~/.ssh'),
       check('mount_gitconfig', mounts.gitconfig, 'Mount ~/.gitconfig'),
-      check('mount_git_credentials', mounts.git_credentials, 'Mount git credentials')));
+      check('mount_git_credentials', mounts.git_credentials, 'Mount git credentials'),
+      check('host_credentials', t.host_credentials, 'Give every user’s agents the operator’s credentials (the mounts above, the host’s GITHUB_TOKEN, GITLAB_TOKEN, GEMINI_API_KEY)')));
   let saved = null;
   return dialog({
     title: current ? `Edit ${current.name || current.id}` : 'New agent type',

@@ -6,6 +6,7 @@ import { api, auth, setUnauthorizedHandler } from './api.js';
 import { boardView } from './board.js';
 import { taskView } from './task.js';
 import { agentTypesView } from './admin.js';
+import { secretsView } from './secrets.js';
 import { enhanceColumns } from './columns.js';
 import { installNotifier, viewing, forgetTasks } from './notify.js';
 
@@ -14,6 +15,7 @@ const crumbs = document.getElementById('crumbs');
 const logoutBtn = document.getElementById('logout');
 const userName = document.getElementById('user-name');
 const adminLink = document.getElementById('admin-link');
+const secretsLink = document.getElementById('secrets-link');
 
 // Who is logged in (GET /auth/me), asked once per token.
 let meFor = null;
@@ -49,6 +51,7 @@ function route() {
   logoutBtn.hidden = !loggedIn;
   userName.textContent = loggedIn ? auth.user : '';
   adminLink.hidden = true;
+  secretsLink.hidden = !loggedIn;
   viewing(null);
   if (!loggedIn) { setCrumbs([]); loginView(); return; }
   isAdmin().then((admin) => { adminLink.hidden = !admin || !auth.token; });
@@ -60,6 +63,7 @@ function route() {
     viewing(decodeURIComponent(m[1]));
     cleanup = taskView(main, decodeURIComponent(m[1]), { setCrumbs, debug });
   } else if (/^#\/admin\/agent-types\/?$/.test(hash)) cleanup = agentTypesView(main, { setCrumbs, isAdmin });
+  else if (/^#\/settings\/secrets\/?$/.test(hash)) cleanup = secretsView(main, { setCrumbs });
   else boardsView();
   main.focus({ preventScroll: true });
 }

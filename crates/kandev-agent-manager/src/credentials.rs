@@ -1,0 +1,467 @@
+//! What a run's container is given: its environment and credential mounts,
+//! and each user's own secrets for it.
+//!
+//! A variable a type lists (required or optional env) takes its value from,
+//! in order: the launch request, the user's stored secrets, the operator's
+//! `KANDEV_AGENT_ENV__*` configuration, and, only for types an admin opted in
+//! with `host_credentials`, the host's own tokens. The operator's files
+//! (`~/.ssh`, `~/.gitconfig`, `~/.git-credentials`) are mounted only for
+//! opted-in types too: nobody's agent gets the operator's identity by
+//! default.
+//!
+//! Users' secrets are stored encrypted with AES-256-GCM under a key derived
+//! (HKDF-SHA256) from `KANDEV_SECRETS_KEY`; the user and the name are bound
+//! as associated data, so a row copied to another user or name does not
+//! open. Values are decrypted only to build a container's environment and
+//! never leave the service otherwise.
+
+use std::{collections::BTreeMap, path::Path};
+
+use chrono::{DateTime, Utc};
+use ring::{aead, hkdf, rand::SecureRandom as _};
+use secrecy::{ExposeSecret as _, SecretString};
+
+use crate::{
+    config::Settings,
+    domain::{AgentError, AgentType, Result, invalid},
+    store::Store,
+};
+
+/// The longest secret value accepted (a PEM key fits; a file does not).
+pub const MAX_SECRET_BYTES: usize = 16 * 1024;
+/// The most secrets one user keeps.
+pub const MAX_SECRETS_PER_USER: i64 = 100;
+
+/// Variables Kandev sets itself: a stored secret may not shadow them.
+const RESERVED: &[&str] = &[
+    crate::manager::TASK_DESCRIPTION,
+    crate::manager::AUGGIE_SESSION_ID,
+    "HOME",
+    "PATH",
+];
+
+/// One stored secret as listed: its name and when it was last set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretEntry {
+    pub name: String,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The cipher of users' secrets.
+pub struct SecretBox {
+    key: aead::LessSafeKey,
+    rng: ring::rand::SystemRandom,
+}
+
+impl std::fmt::Debug for SecretBox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretBox(..)")
+    }
+}
+
+fn aad(scope: &str, name: &str) -> Vec<u8> {
+    format!("kandev-user-secret\0{scope}\0{name}").into_bytes()
+}
+
+impl SecretBox {
+    pub fn new(secret: &SecretString) -> Self {
+        let salt = hkdf::Salt::new(hkdf::HKDF_SHA256, b"kandev user secrets");
+        let prk = salt.extract(secret.expose_secret().as_bytes());
+        let okm = prk
+            .expand(&[b"aes-256-gcm v1"], &aead::AES_256_GCM)
+            .expect("32 bytes is a valid HKDF-SHA256 output length");
+        SecretBox {
+            key: aead::LessSafeKey::new(aead::UnboundKey::from(okm)),
+            rng: ring::rand::SystemRandom::new(),
+        }
+    }
+
+    /// `(nonce, ciphertext with tag)` of a value for a user and a name.
+    pub fn seal(&self, scope: &str, name: &str, value: &str) -> Result<(Vec<u8>, Vec<u8>)> {
+        let mut nonce = [0u8; aead::NONCE_LEN];
+        self.rng
+            .fill(&mut nonce)
+            .map_err(|_| AgentError::Internal("no randomness for a nonce".into()))?;
+        let mut sealed = value.as_bytes().to_vec();
+        self.key
+            .seal_in_place_append_tag(
+                aead::Nonce::assume_unique_for_key(nonce),
+                aead::Aad::from(aad(scope, name)),
+                &mut sealed,
+            )
+            .map_err(|_| AgentError::Internal("could not encrypt a secret".into()))?;
+        Ok((nonce.to_vec(), sealed))
+    }
+
+    /// The value, or `None` when it does not open under this key (another
+    /// key, another user or name, or tampered).
+    pub fn open(
+        &self,
+        scope: &str,
+        name: &str,
+        nonce: &[u8],
+        sealed: &[u8],
+    ) -> Option<SecretString> {
+        let nonce = aead::Nonce::try_assume_unique_for_key(nonce).ok()?;
+        let mut buf = sealed.to_vec();
+        let plain = self
+            .key
+            .open_in_place(nonce, aead::Aad::from(aad(scope, name)), &mut buf)
+            .ok()?;
+        String::from_utf8(plain.to_vec())
+            .ok()
+            .map(SecretString::from)
+    }
+}
+
+/// Checks a secret's name: an environment variable name Kandev does not set
+/// itself.
+pub fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !ok {
+        return Err(invalid(
+            "a secret's name is an environment variable name: 1-128 letters, digits and _, \
+             not starting with a digit",
+        ));
+    }
+    if RESERVED.iter().any(|r| r.eq_ignore_ascii_case(name)) {
+        return Err(invalid(format!("{name} is set by Kandev itself")));
+    }
+    Ok(())
+}
+
+fn check_value(value: &str) -> Result<()> {
+    if value.is_empty() {
+        return Err(invalid("a secret's value must not be empty"));
+    }
+    if value.len() > MAX_SECRET_BYTES {
+        return Err(invalid(format!(
+            "a secret's value is at most {MAX_SECRET_BYTES} bytes"
+        )));
+    }
+    if value.contains('\0') {
+        return Err(invalid("a secret's value must not contain NUL bytes"));
+    }
+    Ok(())
+}
+
+fn check_scope(scope: &str) -> Result<()> {
+    if scope.trim().is_empty() {
+        return Err(invalid("scope (the user) is required"));
+    }
+    Ok(())
+}
+
+/// Users' secrets: stored sealed, opened only for a run of their own.
+#[derive(Debug, Clone)]
+pub struct UserSecrets {
+    store: Store,
+    cipher: Option<std::sync::Arc<SecretBox>>,
+}
+
+impl UserSecrets {
+    pub fn new(store: Store, key: Option<&SecretString>) -> Self {
+        UserSecrets {
+            store,
+            cipher: key.map(|k| std::sync::Arc::new(SecretBox::new(k))),
+        }
+    }
+
+    fn cipher(&self) -> Result<&SecretBox> {
+        self.cipher.as_deref().ok_or_else(|| {
+            AgentError::FailedPrecondition(
+                "this installation stores no secrets: the operator has not set \
+                 KANDEV_SECRETS_KEY"
+                    .into(),
+            )
+        })
+    }
+
+    pub async fn list(&self, scope: &str) -> Result<Vec<SecretEntry>> {
+        check_scope(scope)?;
+        self.store.list_secrets(scope).await
+    }
+
+    pub async fn set(&self, scope: &str, name: &str, value: &str) -> Result<SecretEntry> {
+        check_scope(scope)?;
+        check_name(name)?;
+        check_value(value)?;
+        let (nonce, sealed) = self.cipher()?.seal(scope, name, value)?;
+        self.store
+            .put_secret(scope, name, &nonce, &sealed, MAX_SECRETS_PER_USER)
+            .await
+    }
+
+    pub async fn delete(&self, scope: &str, name: &str) -> Result<()> {
+        check_scope(scope)?;
+        if self.store.delete_secret(scope, name).await? {
+            Ok(())
+        } else {
+            Err(AgentError::NotFound(format!("secret {name:?}")))
+        }
+    }
+
+    /// A user's secrets, opened, for a run's environment. Rows that do not
+    /// open (the key changed) are left out with a warning; the run then
+    /// lacks them as if they were never set.
+    pub async fn env_for(&self, scope: &str) -> Result<BTreeMap<String, SecretString>> {
+        let (Some(cipher), false) = (self.cipher.as_deref(), scope.is_empty()) else {
+            return Ok(BTreeMap::new());
+        };
+        let mut env = BTreeMap::new();
+        for (name, nonce, sealed) in self.store.sealed_secrets(scope).await? {
+            match cipher.open(scope, &name, &nonce, &sealed) {
+                Some(value) => {
+                    env.insert(name, value);
+                }
+                None => tracing::warn!(
+                    secret = %name,
+                    "a stored secret does not open with the current KANDEV_SECRETS_KEY; \
+                     the user must set it again"
+                ),
+            }
+        }
+        Ok(env)
+    }
+}
+
+/// `KEY=VALUE` for a container: each variable the type lists, from the
+/// first source that has it (see the module's documentation), then the
+/// request's own variables. A required variable with no value is an error
+/// that names it.
+pub fn container_env(
+    settings: &Settings,
+    agent_type: &AgentType,
+    request_env: &BTreeMap<String, String>,
+    user_env: &BTreeMap<String, SecretString>,
+) -> Result<Vec<String>> {
+    let lookup = |name: &str| -> Option<String> {
+        let configured = || {
+            settings
+                .agent_env_value(name)
+                .or_else(|| {
+                    agent_type
+                        .host_credentials
+                        .then(|| settings.host_env_value(name))
+                        .flatten()
+                })
+                .map(|s| s.expose_secret().to_string())
+        };
+        let nonempty = |v: &String| !v.is_empty();
+        request_env
+            .get(name)
+            .cloned()
+            .filter(nonempty)
+            .or_else(|| {
+                user_env
+                    .get(name)
+                    .map(|s| s.expose_secret().to_string())
+                    .filter(nonempty)
+            })
+            .or_else(|| configured().filter(nonempty))
+    };
+    let mut env = BTreeMap::new();
+    for name in &agent_type.required_env {
+        let value = lookup(name).ok_or_else(|| {
+            AgentError::FailedPrecondition(format!(
+                "agent type {:?} requires the environment variable {name}: set it as one of \
+                 your secrets, or ask the operator to configure it",
+                agent_type.id
+            ))
+        })?;
+        env.insert(name.clone(), value);
+    }
+    for name in &agent_type.optional_env {
+        if let Some(value) = lookup(name) {
+            env.insert(name.clone(), value);
+        }
+    }
+    for (k, v) in request_env {
+        env.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+    Ok(env.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
+}
+
+/// Read-only binds of the operator's credential files, for types an admin
+/// opted in to them; files that do not exist are skipped.
+pub fn credential_binds(settings: &Settings, agent_type: &AgentType) -> Vec<String> {
+    if !agent_type.host_credentials || settings.credentials_home.is_empty() {
+        return vec![];
+    }
+    let home = Path::new(&settings.credentials_home);
+    let mounts = agent_type.credential_mounts;
+    [
+        (mounts.ssh, ".ssh"),
+        (mounts.gitconfig, ".gitconfig"),
+        (mounts.git_credentials, ".git-credentials"),
+    ]
+    .into_iter()
+    .filter(|(wanted, _)| *wanted)
+    .map(|(_, name)| (home.join(name), name))
+    .filter(|(source, _)| source.exists())
+    .map(|(source, name)| {
+        format!(
+            "{}:{}/{name}:ro",
+            source.display(),
+            settings.container_home.trim_end_matches('/')
+        )
+    })
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(s: &str) -> SecretString {
+        SecretString::from(s.to_string())
+    }
+
+    #[test]
+    fn a_sealed_secret_opens_only_for_its_user_name_and_key() {
+        let cipher = SecretBox::new(&key("k".repeat(32).as_str()));
+        let (nonce, sealed) = cipher.seal("alice", "GITHUB_TOKEN", "ghp-alice").unwrap();
+        assert!(!sealed.windows(9).any(|w| w == b"ghp-alice"));
+        let opened = cipher
+            .open("alice", "GITHUB_TOKEN", &nonce, &sealed)
+            .unwrap();
+        assert_eq!(opened.expose_secret(), "ghp-alice");
+        assert!(
+            cipher
+                .open("bob", "GITHUB_TOKEN", &nonce, &sealed)
+                .is_none()
+        );
+        assert!(
+            cipher
+                .open("alice", "GITLAB_TOKEN", &nonce, &sealed)
+                .is_none()
+        );
+        let other = SecretBox::new(&key("x".repeat(32).as_str()));
+        assert!(
+            other
+                .open("alice", "GITHUB_TOKEN", &nonce, &sealed)
+                .is_none()
+        );
+        let mut tampered = sealed.clone();
+        tampered[0] ^= 1;
+        assert!(
+            cipher
+                .open("alice", "GITHUB_TOKEN", &nonce, &tampered)
+                .is_none()
+        );
+        // A fresh nonce each time: the same value never seals the same way.
+        let (nonce2, sealed2) = cipher.seal("alice", "GITHUB_TOKEN", "ghp-alice").unwrap();
+        assert_ne!((nonce, sealed), (nonce2, sealed2));
+    }
+
+    #[test]
+    fn names_and_values_are_checked() {
+        for bad in [
+            "",
+            "1X",
+            "A-B",
+            "A B",
+            "TASK_DESCRIPTION",
+            "path",
+            &"A".repeat(129),
+        ] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+        check_name("ANTHROPIC_API_KEY").unwrap();
+        assert!(check_value("").is_err());
+        assert!(check_value("a\0b").is_err());
+        assert!(check_value(&"v".repeat(MAX_SECRET_BYTES + 1)).is_err());
+        check_value(&"v".repeat(MAX_SECRET_BYTES)).unwrap();
+    }
+
+    fn agent_type(host_credentials: bool) -> AgentType {
+        AgentType {
+            id: "t".into(),
+            name: "t".into(),
+            description: String::new(),
+            image: "i".into(),
+            command: vec![],
+            working_dir: "/workspace".into(),
+            memory_mb: 64,
+            cpu_cores: 1.0,
+            pids_limit: 10,
+            timeout_seconds: 10,
+            capabilities: vec![],
+            required_env: vec!["API_KEY".into()],
+            optional_env: vec!["GITHUB_TOKEN".into(), "EXTRA".into()],
+            credential_mounts: crate::domain::CredentialMounts {
+                ssh: true,
+                gitconfig: true,
+                git_credentials: true,
+            },
+            network_mode: "none".into(),
+            permission_policy: crate::domain::PermissionPolicyKind::AutoApprove,
+            enabled: true,
+            home_volume: String::new(),
+            internal: false,
+            host_credentials,
+        }
+    }
+
+    #[test]
+    fn the_environment_takes_the_request_then_the_user_then_the_operator() {
+        let mut settings = Settings::default();
+        settings
+            .agent_env
+            .insert("API_KEY".into(), key("operator-api-key"));
+        settings
+            .host_env
+            .insert("GITHUB_TOKEN".into(), key("operator-github"));
+        let none = BTreeMap::new();
+        let nobody = BTreeMap::new();
+        let shared = container_env(&settings, &agent_type(false), &none, &nobody).unwrap();
+        // The operator's configured key is shared; the host's token is not.
+        assert_eq!(shared, vec!["API_KEY=operator-api-key"]);
+        let opted_in = container_env(&settings, &agent_type(true), &none, &nobody).unwrap();
+        assert_eq!(
+            opted_in,
+            vec!["API_KEY=operator-api-key", "GITHUB_TOKEN=operator-github"]
+        );
+        let user = BTreeMap::from([
+            ("API_KEY".to_string(), key("user-api-key")),
+            ("GITHUB_TOKEN".to_string(), key("user-github")),
+            ("UNLISTED".to_string(), key("never-given")),
+        ]);
+        let own = container_env(&settings, &agent_type(true), &none, &user).unwrap();
+        assert_eq!(
+            own,
+            vec!["API_KEY=user-api-key", "GITHUB_TOKEN=user-github"]
+        );
+        let request = BTreeMap::from([("API_KEY".to_string(), "from-request".to_string())]);
+        let asked = container_env(&settings, &agent_type(false), &request, &user).unwrap();
+        assert_eq!(
+            asked,
+            vec!["API_KEY=from-request", "GITHUB_TOKEN=user-github"]
+        );
+        settings.agent_env.clear();
+        let err = container_env(&settings, &agent_type(false), &none, &nobody).unwrap_err();
+        assert!(err.to_string().contains("API_KEY"), "{err}");
+    }
+
+    #[test]
+    fn the_operators_files_are_mounted_only_for_opted_in_types() {
+        let home = tempfile::tempdir().unwrap();
+        std::fs::create_dir(home.path().join(".ssh")).unwrap();
+        std::fs::write(home.path().join(".gitconfig"), "").unwrap();
+        let settings = Settings {
+            credentials_home: home.path().display().to_string(),
+            ..Settings::default()
+        };
+        assert!(credential_binds(&settings, &agent_type(false)).is_empty());
+        let binds = credential_binds(&settings, &agent_type(true));
+        assert_eq!(binds.len(), 2, "{binds:?}");
+        assert!(binds[0].ends_with(":/home/agent/.ssh:ro"), "{binds:?}");
+        assert!(
+            binds[1].ends_with(":/home/agent/.gitconfig:ro"),
+            "{binds:?}"
+        );
+    }
+}
