@@ -282,9 +282,11 @@ pub struct TaskEvent {
     /// created | updated | state_changed | deleted
     pub kind: String,
     pub actor: String,
-    #[schema(value_type = Object)]
+    /// The task before the change; null for `created`.
+    #[schema(value_type = Option<Object>)]
     pub old_value: Value,
-    #[schema(value_type = Object)]
+    /// The task after the change; null for `deleted`.
+    #[schema(value_type = Option<Object>)]
     pub new_value: Value,
     pub created_at: Option<DateTime<Utc>>,
 }

@@ -12,6 +12,12 @@ use serde::{Deserialize, Deserializer, Serialize};
 /// The shortest JWT signing key accepted, in bytes.
 pub const MIN_JWT_SECRET_BYTES: usize = 32;
 
+/// A secret that was given: set and not empty (compose passes an unset
+/// variable as an empty one).
+pub fn given(secret: &Option<SecretString>) -> Option<&SecretString> {
+    secret.as_ref().filter(|s| !s.expose_secret().is_empty())
+}
+
 /// Loaded from defaults, the config file and `KANDEV_*` variables.
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(default)]
@@ -59,6 +65,12 @@ pub struct Settings {
     /// Development only: generate a random key at start when none is set
     /// (`KANDEV_DEV_RANDOM_JWT_SECRET=true`); tokens die with the process.
     pub dev_random_jwt_secret: bool,
+    /// Where the gateway keeps what it generates on first start
+    /// (`KANDEV_DATA_DIR`): the signing key when `KANDEV_JWT_SECRET` is not
+    /// set, the first admin's password when `KANDEV_ADMIN_PASSWORD` is not
+    /// set (see [`crate::first_start`]). Empty: nothing is generated, and
+    /// `KANDEV_JWT_SECRET` is required.
+    pub data_dir: String,
     /// Lifetime of an issued token, in seconds.
     pub jwt_ttl_secs: u64,
     /// The admin created on first start (`KANDEV_ADMIN_USERNAME`).
@@ -161,6 +173,7 @@ impl Default for Settings {
             header_read_timeout_secs: 30,
             jwt_secret: None,
             dev_random_jwt_secret: false,
+            data_dir: String::new(),
             jwt_ttl_secs: 12 * 3600,
             admin_username: "admin".into(),
             admin_password: None,
@@ -210,15 +223,19 @@ impl Validate for Settings {
         if self.stream_client_buffer == 0 {
             return Err("stream_client_buffer must be at least 1".into());
         }
-        match &self.jwt_secret {
+        if !self.data_dir.is_empty() && !std::path::Path::new(&self.data_dir).is_absolute() {
+            return Err("data_dir (KANDEV_DATA_DIR) must be an absolute path".into());
+        }
+        match given(&self.jwt_secret) {
             Some(secret) if secret.expose_secret().len() < MIN_JWT_SECRET_BYTES => {
                 return Err(format!(
                     "jwt_secret must be at least {MIN_JWT_SECRET_BYTES} bytes"
                 ));
             }
-            None if !self.dev_random_jwt_secret => {
+            None if !self.dev_random_jwt_secret && self.data_dir.is_empty() => {
                 return Err(format!(
-                    "KANDEV_JWT_SECRET is required (at least {MIN_JWT_SECRET_BYTES} bytes); \
+                    "KANDEV_JWT_SECRET is required (at least {MIN_JWT_SECRET_BYTES} bytes), \
+                     or KANDEV_DATA_DIR for the gateway to generate one and keep it there; \
                      set KANDEV_DEV_RANDOM_JWT_SECRET=true only for development"
                 ));
             }
@@ -289,6 +306,19 @@ mod tests {
             ..valid()
         };
         assert!(dev.validate().is_ok());
+        // A data directory lets the gateway generate and keep one; an empty
+        // value counts as not set.
+        let kept = Settings {
+            jwt_secret: Some("".into()),
+            data_dir: "/var/lib/kandev/gateway".into(),
+            ..valid()
+        };
+        assert!(kept.validate().is_ok());
+        let relative = Settings {
+            data_dir: "data".into(),
+            ..kept
+        };
+        assert!(relative.validate().unwrap_err().contains("absolute"));
         // The service token too: the internal services refuse calls without.
         let no_token = Settings {
             service_token: None,

@@ -24,7 +24,8 @@ pub struct ErrorBody {
     pub error: String,
     /// A human-readable message.
     pub message: String,
-    /// Additional context, when there is any.
+    /// Additional context, when there is any: for a request that could not
+    /// be parsed, `{"reason": "..."}`.
     #[schema(value_type = Option<Object>)]
     pub details: Option<Value>,
     pub http_status: u16,
@@ -55,8 +56,10 @@ impl ApiError {
         }
     }
 
-    pub fn with_details(mut self, details: impl Into<Value>) -> Self {
-        self.details = Some(details.into());
+    /// Adds `details: {"reason": ...}`: why the request was refused, in the
+    /// parser's words (always an object, as the OpenAPI schema says).
+    pub fn with_reason(mut self, reason: impl Into<String>) -> Self {
+        self.details = Some(serde_json::json!({ "reason": reason.into() }));
         self
     }
 
@@ -150,10 +153,10 @@ impl From<JsonRejection> for ApiError {
         match rejection {
             JsonRejection::JsonDataError(_) => {
                 ApiError::validation("the request body has invalid or missing fields")
-                    .with_details(text)
+                    .with_reason(text)
             }
             JsonRejection::JsonSyntaxError(_) => {
-                ApiError::bad_request("the request body is not valid JSON").with_details(text)
+                ApiError::bad_request("the request body is not valid JSON").with_reason(text)
             }
             JsonRejection::MissingJsonContentType(_) => {
                 ApiError::bad_request("expected a request with Content-Type: application/json")
@@ -163,20 +166,20 @@ impl From<JsonRejection> for ApiError {
                 err.status = Some(StatusCode::PAYLOAD_TOO_LARGE);
                 err
             }
-            _ => ApiError::bad_request("the request body could not be read").with_details(text),
+            _ => ApiError::bad_request("the request body could not be read").with_reason(text),
         }
     }
 }
 
 impl From<QueryRejection> for ApiError {
     fn from(rejection: QueryRejection) -> Self {
-        ApiError::bad_request("invalid query parameters").with_details(rejection.body_text())
+        ApiError::bad_request("invalid query parameters").with_reason(rejection.body_text())
     }
 }
 
 impl From<PathRejection> for ApiError {
     fn from(rejection: PathRejection) -> Self {
-        ApiError::bad_request("invalid path parameters").with_details(rejection.body_text())
+        ApiError::bad_request("invalid path parameters").with_reason(rejection.body_text())
     }
 }
 

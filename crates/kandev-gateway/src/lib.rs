@@ -28,6 +28,7 @@ pub mod clients;
 pub mod config;
 pub mod error;
 pub mod extract;
+pub mod first_start;
 pub mod openapi;
 pub mod rate_limit;
 pub mod routes;

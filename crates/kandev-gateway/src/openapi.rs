@@ -28,6 +28,58 @@ impl Modify for BearerAuth {
     }
 }
 
+/// Answers every operation may give besides its own: 400 (a request that
+/// does not parse, NUL bytes), 429 (the rate limit) and, behind the bearer
+/// token, 401. Documented once here so no handler can forget them.
+struct CommonErrors;
+
+impl Modify for CommonErrors {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        let error = |description: &str| {
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    "application/json",
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("ErrorBody")))
+                        .build(),
+                )
+                .build()
+        };
+        for item in openapi.paths.paths.values_mut() {
+            let operations = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ];
+            for op in operations.into_iter().flatten() {
+                // `security(())` marks the public operations (login).
+                let public = op
+                    .security
+                    .as_ref()
+                    .is_some_and(|s| s.iter().all(|r| r == &Default::default()));
+                let mut add = |code: &str, description: &str| {
+                    op.responses
+                        .responses
+                        .entry(code.to_string())
+                        .or_insert_with(|| error(description).into());
+                };
+                add("400", "the request could not be parsed");
+                add(
+                    "429",
+                    "too many requests: retry after `Retry-After` seconds",
+                );
+                if !public {
+                    add("401", "no valid bearer token");
+                }
+            }
+        }
+    }
+}
+
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -77,7 +129,7 @@ impl Modify for BearerAuth {
         routes::orchestrator::stream,
     ),
     components(schemas(ErrorBody, api::TaskState)),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &CommonErrors),
     security(("bearer" = [])),
     tags(
         (name = "auth", description = "Login and users"),

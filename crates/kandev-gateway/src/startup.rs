@@ -5,14 +5,15 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use axum::Router;
 use kandev_common::{CancellationToken, serve::ReadinessCheck};
-use secrecy::ExposeSecret;
+use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 
 use crate::{
     auth::JwtKeys,
     clients::{self, Downstream},
-    config::Settings,
+    config::{Settings, given},
+    first_start,
     rate_limit::RateLimiter,
     routes,
     state::{AppState, Limits},
@@ -42,6 +43,84 @@ pub enum StartupError {
     },
     #[error("server: {0}")]
     Serve(std::io::Error),
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+fn kept(
+    settings: &Settings,
+    name: &str,
+    make: impl FnOnce() -> String,
+) -> Result<(SecretString, bool), StartupError> {
+    let dir = std::path::Path::new(&settings.data_dir);
+    first_start::kept(dir, name, make).map_err(|source| StartupError::DataDir {
+        path: dir.join(name).display().to_string(),
+        source,
+    })
+}
+
+/// The password of the admin to create on first start: the configured one,
+/// else (with a data directory, while no admin exists) one generated and
+/// kept there; its path is logged, never the password.
+async fn first_admin_password(
+    pool: &PgPool,
+    settings: &Settings,
+) -> Result<Option<SecretString>, StartupError> {
+    if let Some(password) = given(&settings.admin_password) {
+        return Ok(Some(password.clone()));
+    }
+    if settings.data_dir.is_empty()
+        || users::any_admin(pool)
+            .await
+            .map_err(StartupError::Database)?
+    {
+        return Ok(None);
+    }
+    let (password, _) = kept(
+        settings,
+        first_start::ADMIN_PASSWORD_FILE,
+        first_start::random_password,
+    )?;
+    tracing::info!(
+        username = %settings.admin_username,
+        password_file = %std::path::Path::new(&settings.data_dir)
+            .join(first_start::ADMIN_PASSWORD_FILE)
+            .display(),
+        "no KANDEV_ADMIN_PASSWORD: the first admin's password is in password_file"
+    );
+    Ok(Some(password))
+}
+
+/// The JWT signing key: the configured one, else the one kept in the data
+/// directory (generated on first start), else a random one for this process
+/// in development mode.
+fn signing_key(settings: &Settings) -> Result<SecretString, StartupError> {
+    if let Some(secret) = given(&settings.jwt_secret) {
+        return Ok(secret.clone());
+    }
+    if !settings.data_dir.is_empty() {
+        let (secret, made) = kept(settings, first_start::JWT_SECRET_FILE, || {
+            JwtKeys::random_secret().expose_secret().to_string()
+        })?;
+        if made {
+            tracing::info!(
+                data_dir = %settings.data_dir,
+                "no KANDEV_JWT_SECRET: generated a signing key, kept in the data directory"
+            );
+        }
+        return Ok(secret);
+    }
+    if settings.dev_random_jwt_secret {
+        tracing::warn!(
+            "no KANDEV_JWT_SECRET: using a random signing key for this process only \
+             (development mode; tokens stop working on restart)"
+        );
+        return Ok(JwtKeys::random_secret());
+    }
+    Err(StartupError::Config("KANDEV_JWT_SECRET is required".into()))
 }
 
 /// Connects with `search_path` set to the gateway's schema, creating the
@@ -74,25 +153,15 @@ impl Application {
             .map_err(StartupError::Config)?
             .clone();
         let pool = connect_database(&settings).await?;
+        let admin_password = first_admin_password(&pool, &settings).await?;
         crate::routes::auth::bootstrap_admin(
             &pool,
             &settings.admin_username,
-            settings.admin_password.as_ref().map(|p| p.expose_secret()),
+            admin_password.as_ref().map(|p| p.expose_secret()),
         )
         .await
         .map_err(StartupError::Bootstrap)?;
-
-        let secret = match &settings.jwt_secret {
-            Some(secret) => secret.clone(),
-            None if settings.dev_random_jwt_secret => {
-                tracing::warn!(
-                    "no KANDEV_JWT_SECRET: using a random signing key for this process only \
-                     (development mode; tokens stop working on restart)"
-                );
-                JwtKeys::random_secret()
-            }
-            None => return Err(StartupError::Config("KANDEV_JWT_SECRET is required".into())),
-        };
+        let secret = signing_key(&settings)?;
         let jwt = JwtKeys::new(&secret, Duration::from_secs(settings.jwt_ttl_secs));
         let downstream = Downstream::new(&settings, &service_token)?;
         let (nats, live) = connect_nats(&settings).await?;

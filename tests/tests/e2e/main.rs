@@ -8,6 +8,7 @@ mod concurrency;
 mod crash;
 mod faults;
 mod followup;
+mod fuzz;
 mod happy;
 mod metrics;
 mod permission;

@@ -300,3 +300,75 @@ async fn users_see_only_their_boards_and_admins_see_all() {
     );
     app.stop().await;
 }
+
+/// Issue 20: with neither `KANDEV_JWT_SECRET` nor `KANDEV_ADMIN_PASSWORD`,
+/// a gateway with a data directory generates both on its first start,
+/// keeps them there, and a restarted gateway reuses them: tokens stay
+/// valid and the admin logs in with the password from the file.
+#[tokio::test]
+async fn without_a_key_or_password_the_gateway_generates_and_keeps_both() {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("gateway");
+    let generated = |s: &mut kandev_gateway::Settings| {
+        s.jwt_secret = None;
+        s.admin_password = Some("".into());
+        s.data_dir = dir.display().to_string();
+    };
+    let mut first = crate::helpers::spawn_app_with(generated).await;
+    let key = std::fs::read_to_string(dir.join("jwt-secret")).unwrap();
+    let password = std::fs::read_to_string(dir.join("admin-password")).unwrap();
+    let password = password.trim();
+    assert!(key.trim().len() >= 32);
+    assert_eq!(password.len(), 24);
+    for file in ["jwt-secret", "admin-password"] {
+        let mode = std::fs::metadata(dir.join(file))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{file}");
+    }
+    let login = first.login(ADMIN, password).await;
+    assert_eq!(login.status, StatusCode::OK, "{}", login.body);
+    let token = login.body["token"].as_str().unwrap().to_string();
+    // The test suite's own key is not the one in use.
+    assert_eq!(
+        first.login(ADMIN, ADMIN_PASSWORD).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+
+    // A restart on the same database and directory keeps both.
+    let db = first.take_db();
+    first.stop().await;
+    let mut settings = crate::helpers::gateway_settings(&db, "127.0.0.1:9".parse().unwrap());
+    generated(&mut settings);
+    let second = crate::helpers::spawn_gateway(db, settings).await;
+    let me = second
+        .call(Method::GET, "/api/v1/auth/me", Some(&token), None)
+        .await;
+    assert_eq!(me.status, StatusCode::OK, "{}", me.body);
+    assert_eq!(me.body["username"], ADMIN);
+    assert_eq!(second.login(ADMIN, password).await.status, StatusCode::OK);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("jwt-secret")).unwrap(),
+        key,
+        "the key was replaced"
+    );
+
+    // Explicit values still win over what is kept.
+    let db = {
+        let mut second = second;
+        let db = second.take_db();
+        second.stop().await;
+        db
+    };
+    let mut settings = crate::helpers::gateway_settings(&db, "127.0.0.1:9".parse().unwrap());
+    settings.data_dir = dir.display().to_string();
+    let explicit = crate::helpers::spawn_gateway(db, settings).await;
+    let refused = explicit
+        .call(Method::GET, "/api/v1/auth/me", Some(&token), None)
+        .await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    explicit.stop().await;
+}
