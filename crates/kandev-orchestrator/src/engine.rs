@@ -2,22 +2,23 @@
 //! launching through the agent manager, and the reactions to `task.*` and
 //! `agent.*` events. Every decision runs under one lock, with the
 //! `executions` table as the truth, so a restart picks up where it stopped.
+//!
+//! Here: the queue and launching. Beside it: `events` (the reactions),
+//! `orchestration` (the calls of the adapters), `store` (every statement),
+//! `board`, `review` and `workspaces`.
 
 mod board;
+mod events;
+mod orchestration;
 pub mod review;
+pub mod store;
 mod workspaces;
 
 use std::{collections::HashMap, sync::Arc};
 
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use kandev_common::trace::TracedChannel;
-use kandev_events::{
-    Envelope, TaskState,
-    agent::{AgentEventKind, AgentLifecycle},
-    subjects,
-    task::{TaskCreated, TaskDeleted, TaskSnapshot, TaskStateChanged, TaskUpdated},
-};
+use kandev_events::{TaskState, task::TaskSnapshot};
 use kandev_proto::v1::{self as pb, task_service_client::TaskServiceClient};
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -28,46 +29,18 @@ use uuid::Uuid;
 use crate::{
     clients::AgentControl,
     config::Settings,
-    domain::{
-        ExecState, ExecutionView, Orchestration, OrchestratorError, PermissionAnswer, Result,
-    },
-    feed::{self, FeedHub},
+    domain::{ExecState, ExecutionView, OrchestratorError, Result},
+    feed::FeedHub,
 };
+
+pub use self::store::Execution;
+use self::store::{Enqueue, ExecStore};
 
 /// The actor name of every change the orchestrator makes.
 pub const ACTOR: &str = "orchestrator";
 
 const ORIGIN_ELIGIBLE: &str = "eligible";
 const ORIGIN_MANUAL: &str = "manual";
-
-/// One row of `executions`.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct Execution {
-    pub task_id: Uuid,
-    #[sqlx(try_from = "String")]
-    pub state: ExecState,
-    pub agent_type: String,
-    pub priority: i32,
-    pub queue_order: Option<i64>,
-    pub instance_id: Option<Uuid>,
-    pub attempts: i32,
-    pub max_retries: i32,
-    pub last_error: String,
-    pub acp_session_id: String,
-    pub prompt: String,
-    pub retry_at: Option<DateTime<Utc>>,
-    pub updated_at: DateTime<Utc>,
-    /// `eligible` or `manual`.
-    pub origin: String,
-    /// The trace of what queued the run (W3C `traceparent`), or empty.
-    pub traceparent: String,
-}
-
-impl Execution {
-    pub fn state(&self) -> ExecState {
-        self.state
-    }
-}
 
 /// The fields of a task the engine needs, from an event or from GetTask.
 #[derive(Debug, Clone)]
@@ -106,7 +79,7 @@ fn task_state(task: &pb::Task) -> Result<TaskState> {
 
 /// The engine; cheap to share behind an `Arc`.
 pub struct Engine {
-    pool: PgPool,
+    store: ExecStore,
     settings: Arc<Settings>,
     agents: Arc<dyn AgentControl>,
     tasks: TaskServiceClient<TracedChannel>,
@@ -115,10 +88,6 @@ pub struct Engine {
     /// For forges' REST APIs.
     http: reqwest::Client,
 }
-
-const SELECT_EXEC: &str = "SELECT task_id, state, agent_type, priority, queue_order, instance_id, \
-     attempts, max_retries, last_error, acp_session_id, prompt, retry_at, updated_at, origin, \
-     traceparent FROM executions";
 
 impl Engine {
     pub fn new(
@@ -129,7 +98,7 @@ impl Engine {
         hub: Arc<FeedHub>,
     ) -> Arc<Self> {
         Arc::new(Engine {
-            pool,
+            store: ExecStore::new(pool),
             settings,
             agents,
             tasks,
@@ -144,21 +113,11 @@ impl Engine {
     }
 
     async fn execution(&self, task_id: Uuid) -> Result<Option<Execution>> {
-        Ok(
-            sqlx::query_as::<_, Execution>(&format!("{SELECT_EXEC} WHERE task_id = $1"))
-                .bind(task_id)
-                .fetch_optional(&self.pool)
-                .await?,
-        )
+        Ok(self.store.get(task_id).await?)
     }
 
     async fn set_state(&self, task_id: Uuid, state: ExecState) -> Result<()> {
-        sqlx::query("UPDATE executions SET state = $2, updated_at = now() WHERE task_id = $1")
-            .bind(task_id)
-            .bind(state.as_str())
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        Ok(self.store.set_state(task_id, state).await?)
     }
 
     async fn get_task(&self, task_id: Uuid) -> Result<pb::Task> {
@@ -248,28 +207,18 @@ impl Engine {
         let Some(agent_type) = &t.agent_type else {
             return Ok(());
         };
-        sqlx::query(
-            "INSERT INTO executions (task_id, state, agent_type, priority, queue_order, attempts,
-                                     max_retries, last_error, prompt, instance_id, retry_at, origin,
-                                     traceparent)
-             VALUES ($1, 'queued', $2, $3, nextval('queue_order'), 0, $4, '', $5, NULL, NULL, $6, $7)
-             ON CONFLICT (task_id) DO UPDATE SET
-                state = 'queued', agent_type = $2, priority = $3,
-                queue_order = CASE WHEN executions.state = 'queued' THEN executions.queue_order
-                                   ELSE nextval('queue_order') END,
-                attempts = 0, max_retries = $4, last_error = '', prompt = $5,
-                instance_id = NULL, retry_at = NULL, origin = $6, traceparent = $7,
-                workspace_removed = false, updated_at = now()",
-        )
-        .bind(t.id)
-        .bind(agent_type)
-        .bind(t.priority)
-        .bind(t.max_retries.max(0))
-        .bind(prompt)
-        .bind(origin)
-        .bind(kandev_common::trace::current().unwrap_or_default())
-        .execute(&self.pool)
-        .await?;
+        let traceparent = kandev_common::trace::current().unwrap_or_default();
+        self.store
+            .enqueue(&Enqueue {
+                task_id: t.id,
+                agent_type,
+                priority: t.priority,
+                max_retries: t.max_retries,
+                prompt,
+                origin,
+                traceparent: &traceparent,
+            })
+            .await?;
         tracing::info!(task_id = %t.id, priority = t.priority, %agent_type, "task queued");
         Ok(())
     }
@@ -278,22 +227,13 @@ impl Engine {
     /// served, while the global and per-type limits allow.
     async fn dispatch(&self) -> Result<()> {
         let mut running: HashMap<String, u32> = HashMap::new();
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT agent_type, count(*) FILTER (WHERE state IN ('launching', 'running'))
-               FROM executions GROUP BY agent_type",
-        )
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = self.store.active_by_type().await?;
         let mut total: u32 = 0;
         for (agent_type, n) in rows {
             total += n as u32;
             running.insert(agent_type, n as u32);
         }
-        let queue = sqlx::query_as::<_, Execution>(&format!(
-            "{SELECT_EXEC} WHERE state = 'queued' ORDER BY priority DESC, queue_order"
-        ))
-        .fetch_all(&self.pool)
-        .await?;
+        let queue = self.store.queued().await?;
         let queued = queue.len();
         let mut launched = 0usize;
         for exec in queue {
@@ -338,14 +278,7 @@ impl Engine {
     async fn launch_queued(&self, exec: Execution) -> Result<bool> {
         let task_id = exec.task_id;
         let attempts = exec.attempts + 1;
-        sqlx::query(
-            "UPDATE executions SET state = 'launching', attempts = $2, queue_order = NULL,
-                                   updated_at = now() WHERE task_id = $1",
-        )
-        .bind(task_id)
-        .bind(attempts)
-        .execute(&self.pool)
-        .await?;
+        self.store.begin_launch(task_id, attempts).await?;
         let task = match self.get_task(task_id).await {
             Ok(task) => task,
             Err(err) if matches!(&err, OrchestratorError::Upstream { status, .. } if status.code() == tonic::Code::NotFound) =>
@@ -367,14 +300,7 @@ impl Engine {
             // Queued by an event that is history now (replayed after
             // downtime, say): the task has moved on.
             tracing::info!(%task_id, "queued task is no longer eligible");
-            sqlx::query(
-                "UPDATE executions SET state = 'stopped', attempts = $2, updated_at = now()
-                 WHERE task_id = $1",
-            )
-            .bind(task_id)
-            .bind(exec.attempts)
-            .execute(&self.pool)
-            .await?;
+            self.store.drop_launch(task_id, exec.attempts).await?;
             return Ok(false);
         }
         let metadata: Value = serde_json::from_str(&task.metadata_json).unwrap_or(json!({}));
@@ -422,14 +348,7 @@ impl Engine {
         match self.agents.launch(request).await {
             Ok(instance) => {
                 let instance_id = Uuid::parse_str(&instance.id).ok();
-                sqlx::query(
-                    "UPDATE executions SET state = 'running', instance_id = $2, prompt = '',
-                                           updated_at = now() WHERE task_id = $1",
-                )
-                .bind(task_id)
-                .bind(instance_id)
-                .execute(&self.pool)
-                .await?;
+                self.store.launched(task_id, instance_id).await?;
                 tracing::info!(%task_id, instance = %instance.id, attempts, "agent launched");
                 self.move_to_in_progress(task_id, task_state(&task)?).await;
                 Ok(true)
@@ -478,25 +397,10 @@ impl Engine {
         if retryable && exec.attempts <= exec.max_retries {
             let delay = self.settings.retry_delay(exec.attempts);
             let retry_at = Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
-            sqlx::query(
-                "UPDATE executions SET state = 'retry_wait', retry_at = $2, last_error = $3,
-                                       updated_at = now() WHERE task_id = $1",
-            )
-            .bind(task_id)
-            .bind(retry_at)
-            .bind(error)
-            .execute(&self.pool)
-            .await?;
+            self.store.retry_later(task_id, retry_at, error).await?;
             tracing::info!(%task_id, attempts = exec.attempts, ?delay, error, "run failed, will retry");
         } else {
-            sqlx::query(
-                "UPDATE executions SET state = 'failed', last_error = $2, updated_at = now()
-                 WHERE task_id = $1",
-            )
-            .bind(task_id)
-            .bind(error)
-            .execute(&self.pool)
-            .await?;
+            self.store.failed(task_id, error).await?;
             tracing::info!(%task_id, attempts = exec.attempts, error, "run failed, no retries left");
             let patch = json!({
                 "last_error": error,
@@ -517,314 +421,24 @@ impl Engine {
         }
     }
 
-    /// Handles one `task.*` event; returns once it is fully applied.
-    pub async fn handle_task_event(&self, subject: &str, payload: &[u8]) -> Result<()> {
-        let _guard = self.lock.lock().await;
-        let id: Uuid = match serde_json::from_slice::<Envelope<Value>>(payload) {
-            Ok(env) => env.id,
-            Err(err) => {
-                tracing::warn!(%err, subject, "skipping a malformed task event");
-                return Ok(());
-            }
-        };
-        if self.seen(id).await? {
-            return Ok(());
-        }
-        match subject {
-            subjects::TASK_CREATED => {
-                if let Ok(env) = serde_json::from_slice::<Envelope<TaskCreated>>(payload) {
-                    let t = TaskFacts::from(&env.data.task);
-                    if eligible(&t) {
-                        self.enqueue(&t, "", ORIGIN_ELIGIBLE).await?;
-                    }
-                }
-            }
-            subjects::TASK_STATE_CHANGED => {
-                if let Ok(env) = serde_json::from_slice::<Envelope<TaskStateChanged>>(payload)
-                    && env.data.actor != ACTOR
-                {
-                    self.on_state_changed(&env.data).await?;
-                }
-            }
-            subjects::TASK_UPDATED => {
-                if let Ok(env) = serde_json::from_slice::<Envelope<TaskUpdated>>(payload)
-                    && env.data.actor != ACTOR
-                {
-                    let t = TaskFacts::from(&env.data.task);
-                    let exec = self.execution(t.id).await?;
-                    let state = exec.as_ref().map(Execution::state);
-                    match state {
-                        Some(ExecState::Queued) => {
-                            sqlx::query(
-                                "UPDATE executions SET priority = $2, max_retries = $3
-                                 WHERE task_id = $1",
-                            )
-                            .bind(t.id)
-                            .bind(t.priority)
-                            .bind(t.max_retries.max(0))
-                            .execute(&self.pool)
-                            .await?;
-                        }
-                        Some(s) if s.is_active() || s == ExecState::RetryWait => {}
-                        _ if eligible(&t) => self.enqueue(&t, "", ORIGIN_ELIGIBLE).await?,
-                        _ => {}
-                    }
-                }
-            }
-            subjects::TASK_DELETED => {
-                if let Ok(env) = serde_json::from_slice::<Envelope<TaskDeleted>>(payload)
-                    && let Some(exec) = self.execution(env.data.task.id).await?
-                {
-                    if exec.state().is_active() {
-                        self.stop_agent(&exec, "task deleted").await;
-                    }
-                    // Its clone and local branch go with it (nothing pushed).
-                    self.remove_workspace(exec.task_id, "task deleted").await;
-                    sqlx::query("DELETE FROM executions WHERE task_id = $1")
-                        .bind(exec.task_id)
-                        .execute(&self.pool)
-                        .await?;
-                }
-            }
-            _ => {}
-        }
-        self.mark_seen(id).await?;
-        self.dispatch().await
-    }
-
-    async fn on_state_changed(&self, change: &TaskStateChanged) -> Result<()> {
-        let t = TaskFacts::from(&change.task);
-        let exec = self.execution(t.id).await?;
-        let state = exec.as_ref().map(Execution::state);
-        match change.to {
-            TaskState::Todo | TaskState::Cancelled => {
-                if let Some(exec) = &exec {
-                    if matches!(
-                        exec.state(),
-                        ExecState::Launching
-                            | ExecState::Running
-                            | ExecState::Queued
-                            | ExecState::RetryWait
-                    ) {
-                        self.set_state(t.id, ExecState::Stopped).await?;
-                    }
-                    if exec.state().is_active() {
-                        let reason = format!("task moved to {}", change.to);
-                        self.stop_agent(exec, &reason).await;
-                    }
-                }
-                if eligible(&t) {
-                    self.enqueue(&t, "", ORIGIN_ELIGIBLE).await?;
-                }
-            }
-            _ => {
-                // Moved elsewhere by a person while queued: it is no longer
-                // eligible.
-                if state == Some(ExecState::Queued) {
-                    self.set_state(t.id, ExecState::Stopped).await?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Handles one `agent.*` event.
-    pub async fn handle_agent_event(&self, payload: &[u8]) -> Result<()> {
-        let _guard = self.lock.lock().await;
-        let env: Envelope<AgentLifecycle> = match serde_json::from_slice(payload) {
-            Ok(env) => env,
-            Err(err) => {
-                tracing::warn!(%err, "skipping a malformed agent event");
-                return Ok(());
-            }
-        };
-        if self.seen(env.id).await? {
-            return Ok(());
-        }
-        let ev = env.data;
-        let exec = self.execution(ev.task_id).await?;
-        let current = exec
-            .as_ref()
-            .filter(|e| e.instance_id == Some(ev.instance_id));
-        if let Some(exec) = current {
-            self.on_agent_event(exec, &ev).await?;
-        } else {
-            tracing::debug!(task_id = %ev.task_id, instance = %ev.instance_id, kind = ?ev.kind,
-                "agent event of an instance that is not the task's current one");
-        }
-        self.mark_seen(env.id).await?;
-        self.dispatch().await
-    }
-
-    async fn on_agent_event(&self, exec: &Execution, ev: &AgentLifecycle) -> Result<()> {
-        let task_id = exec.task_id;
-        if let Some(session) = ev.acp_session_id.as_deref().filter(|s| !s.is_empty()) {
-            sqlx::query("UPDATE executions SET acp_session_id = $2 WHERE task_id = $1")
-                .bind(task_id)
-                .bind(session)
-                .execute(&self.pool)
-                .await?;
-        }
-        let session = ev
-            .acp_session_id
-            .clone()
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| exec.acp_session_id.clone());
-        match ev.kind {
-            AgentEventKind::Started | AgentEventKind::Running => {
-                if exec.state() == ExecState::Launching {
-                    self.set_state(task_id, ExecState::Running).await?;
-                }
-            }
-            AgentEventKind::Completed => {
-                if !exec.state().is_active() {
-                    return Ok(());
-                }
-                self.set_state(task_id, ExecState::Completed).await?;
-                let mut patch = json!({
-                    "completed_at": ev.at,
-                    "summary": ev.summary.clone().unwrap_or_default(),
-                    "stop_reason": ev.stop_reason.clone().unwrap_or_default(),
-                    "last_instance_id": ev.instance_id,
-                    "attempts": exec.attempts,
-                });
-                if !session.is_empty() {
-                    patch["acp_session_id"] = json!(session);
-                    if is_auggie(&exec.agent_type) {
-                        patch["auggie_session_id"] = json!(session);
-                    }
-                }
-                if ev.stop_reason.as_deref() == Some("cancelled") {
-                    // A person cancelled the turn: the task is not done; it
-                    // stays in progress, idle, for a follow-up.
-                    tracing::info!(%task_id, "turn cancelled; the task waits for a follow-up");
-                    kandev_common::text::strip_nul_json(&mut patch);
-                    self.record_metadata(task_id, &patch).await;
-                    self.move_task(
-                        task_id,
-                        TaskState::WaitingForInput,
-                        TaskState::InProgress,
-                        "turn cancelled",
-                    )
-                    .await;
-                    return Ok(());
-                }
-                let target = if self.settings.complete_to_review {
-                    pb::TaskState::Review
-                } else {
-                    pb::TaskState::Completed
-                };
-                tracing::info!(%task_id, ?target, "run completed");
-                self.finish_task(task_id, target, "agent completed", patch)
-                    .await;
-            }
-            AgentEventKind::Failed => {
-                if !exec.state().is_active() {
-                    return Ok(());
-                }
-                if !session.is_empty() {
-                    // Keep the session so a rerun can resume it.
-                    let mut patch = json!({ "acp_session_id": session });
-                    if is_auggie(&exec.agent_type) {
-                        patch["auggie_session_id"] = json!(session);
-                    }
-                    self.record_metadata(task_id, &patch).await;
-                }
-                let error = ev
-                    .error
-                    .clone()
-                    .unwrap_or_else(|| "agent failed".to_string());
-                // The agent's own error answer would repeat: no retry.
-                self.run_failed(exec, &error, ev.retryable != Some(false))
-                    .await?;
-            }
-            AgentEventKind::Stopped => {
-                if exec.state().is_active() {
-                    self.set_state(task_id, ExecState::Stopped).await?;
-                }
-            }
-            AgentEventKind::WaitingForInput => {
-                if exec.state().is_active() {
-                    let question = ev.summary.as_deref().unwrap_or("a permission");
-                    let reason = format!("the agent asks: {question}");
-                    self.move_task(
-                        task_id,
-                        TaskState::InProgress,
-                        TaskState::WaitingForInput,
-                        &reason,
-                    )
-                    .await;
-                }
-            }
-            AgentEventKind::InputReceived => {
-                if exec.state().is_active() {
-                    self.move_task(
-                        task_id,
-                        TaskState::WaitingForInput,
-                        TaskState::InProgress,
-                        "answered",
-                    )
-                    .await;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Moves the task from `from` to `to`; a task a person moved elsewhere
-    /// meanwhile stays where it is.
-    async fn move_task(&self, task_id: Uuid, from: TaskState, to: TaskState, reason: &str) {
-        match self.get_task(task_id).await.map(|t| task_state(&t)) {
-            Ok(Ok(state)) if state == from => {
-                if let Err(err) = self
-                    .change_task_state(task_id, to.to_proto(), reason, None)
-                    .await
-                {
-                    tracing::warn!(%task_id, %err, %to, "cannot move the task");
-                }
-            }
-            Ok(Ok(_)) => {}
-            Ok(Err(err)) | Err(err) => tracing::warn!(%task_id, %err, "cannot read the task"),
-        }
-    }
-
     async fn seen(&self, id: Uuid) -> Result<bool> {
-        let row: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM processed_events WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(row.is_some())
+        Ok(self.store.seen(id).await?)
     }
 
     async fn mark_seen(&self, id: Uuid) -> Result<()> {
-        sqlx::query("INSERT INTO processed_events (id) VALUES ($1) ON CONFLICT DO NOTHING")
-            .bind(id)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        Ok(self.store.mark_seen(id).await?)
     }
 
     /// Forgets handled envelope ids older than a day: JetStream redelivers
     /// only unacknowledged messages, and its duplicate window is minutes.
     pub async fn prune(&self) -> Result<u64> {
-        let done = sqlx::query(
-            "DELETE FROM processed_events WHERE processed_at < now() - interval '1 day'",
-        )
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected())
+        Ok(self.store.prune_seen().await?)
     }
 
     /// Re-queues runs whose retry time has come, then dispatches.
     pub async fn tick(&self) -> Result<()> {
         let _guard = self.lock.lock().await;
-        sqlx::query(
-            "UPDATE executions SET state = 'queued', queue_order = nextval('queue_order'),
-                                   retry_at = NULL, updated_at = now()
-             WHERE state = 'retry_wait' AND retry_at <= now()",
-        )
-        .execute(&self.pool)
-        .await?;
+        self.store.requeue_due_retries().await?;
         self.dispatch().await
     }
 
@@ -832,10 +446,7 @@ impl Engine {
     /// agent manager started for it, or goes back to the queue.
     pub async fn recover(&self) -> Result<()> {
         let _guard = self.lock.lock().await;
-        let launching =
-            sqlx::query_as::<_, Execution>(&format!("{SELECT_EXEC} WHERE state = 'launching'"))
-                .fetch_all(&self.pool)
-                .await?;
+        let launching = self.store.launching().await?;
         for exec in launching {
             let live = self
                 .agents
@@ -853,44 +464,24 @@ impl Engine {
                 })
                 .max_by_key(|i| i.started_at.map(|t| (t.seconds, t.nanos)));
             match live.and_then(|i| Uuid::parse_str(&i.id).ok()) {
-                Some(instance) => {
-                    sqlx::query(
-                        "UPDATE executions SET state = 'running', instance_id = $2 WHERE task_id = $1",
-                    )
-                    .bind(exec.task_id)
-                    .bind(instance)
-                    .execute(&self.pool)
-                    .await?;
-                }
-                None => {
-                    sqlx::query(
-                        "UPDATE executions SET state = 'queued', attempts = greatest(attempts - 1, 0),
-                                               queue_order = nextval('queue_order') WHERE task_id = $1",
-                    )
-                    .bind(exec.task_id)
-                    .execute(&self.pool)
-                    .await?;
-                }
+                Some(instance) => self.store.adopt(exec.task_id, instance).await?,
+                None => self.store.requeue_interrupted(exec.task_id).await?,
             }
         }
         self.dispatch().await
     }
 
     async fn view(&self, task_id: Uuid, exec: Option<Execution>) -> Result<ExecutionView> {
-        let stored = feed::store::last_seq(&self.pool, task_id).await?;
+        let stored = self.store.last_seq(task_id).await?;
         let last_seq = stored.max(self.hub.pending_last_seq(task_id).unwrap_or(0));
         let Some(exec) = exec else {
             return Ok(ExecutionView::idle(task_id, last_seq));
         };
         let queue_position = if exec.state() == ExecState::Queued {
-            let (ahead,): (i64,) = sqlx::query_as(
-                "SELECT count(*) FROM executions
-                 WHERE state = 'queued' AND (priority > $1 OR (priority = $1 AND queue_order < $2))",
-            )
-            .bind(exec.priority)
-            .bind(exec.queue_order.unwrap_or(i64::MAX))
-            .fetch_one(&self.pool)
-            .await?;
+            let ahead = self
+                .store
+                .queued_ahead(exec.priority, exec.queue_order)
+                .await?;
             ahead as i32 + 1
         } else {
             0
@@ -946,187 +537,4 @@ fn is_auggie(agent_type: &str) -> bool {
 fn exec_with_attempts(mut exec: Execution, attempts: i32) -> Execution {
     exec.attempts = attempts;
     exec
-}
-
-#[async_trait]
-impl Orchestration for Engine {
-    async fn start_task(&self, task_id: Uuid, prompt: Option<String>) -> Result<ExecutionView> {
-        let prompt = prompt.filter(|p| !p.trim().is_empty());
-        let guard = self.lock.lock().await;
-        let exec = self.execution(task_id).await?;
-        match exec.as_ref().map(Execution::state) {
-            Some(s) if s.is_active() => {
-                let Some(text) = prompt else {
-                    return Err(OrchestratorError::FailedPrecondition(
-                        "the task is already running".into(),
-                    ));
-                };
-                let Some(instance) = Self::running_instance(&exec) else {
-                    return Err(OrchestratorError::FailedPrecondition(
-                        "the task's agent is still launching".into(),
-                    ));
-                };
-                drop(guard);
-                self.agents
-                    .send_prompt(&instance.to_string(), &text)
-                    .await
-                    .map_err(OrchestratorError::upstream("agent manager"))?;
-            }
-            Some(ExecState::Queued | ExecState::RetryWait) => {
-                if let Some(text) = prompt {
-                    sqlx::query("UPDATE executions SET prompt = $2 WHERE task_id = $1")
-                        .bind(task_id)
-                        .bind(text)
-                        .execute(&self.pool)
-                        .await?;
-                }
-                drop(guard);
-            }
-            Some(ExecState::Completed)
-                if prompt.is_some() && exec.as_ref().is_some_and(|e| e.instance_id.is_some()) =>
-            {
-                // A follow-up turn on the same instance (the agent manager
-                // resumes its session); a new run when it refuses.
-                let instance = exec
-                    .as_ref()
-                    .and_then(|e| e.instance_id)
-                    .unwrap_or_default();
-                let text = prompt.clone().unwrap_or_default();
-                match self.agents.send_prompt(&instance.to_string(), &text).await {
-                    Ok(()) => {
-                        self.set_state(task_id, ExecState::Running).await?;
-                        let task = self.get_task(task_id).await?;
-                        self.move_to_in_progress(task_id, task_state(&task)?).await;
-                    }
-                    Err(status)
-                        if matches!(
-                            status.code(),
-                            tonic::Code::FailedPrecondition | tonic::Code::NotFound
-                        ) =>
-                    {
-                        tracing::info!(%task_id, %instance, msg = status.message(), "follow-up needs a new run");
-                        self.new_run(task_id, prompt).await?;
-                    }
-                    Err(status) => {
-                        return Err(OrchestratorError::upstream("agent manager")(status));
-                    }
-                }
-                drop(guard);
-            }
-            _ => {
-                self.new_run(task_id, prompt).await?;
-                drop(guard);
-            }
-        }
-        self.get_execution(task_id).await
-    }
-
-    async fn stop_task(&self, task_id: Uuid, reason: &str) -> Result<ExecutionView> {
-        let reason = if reason.is_empty() {
-            "stopped on request"
-        } else {
-            reason
-        };
-        {
-            let _guard = self.lock.lock().await;
-            let exec = self
-                .execution(task_id)
-                .await?
-                .ok_or_else(|| OrchestratorError::NotFound("the task has no execution".into()))?;
-            match exec.state() {
-                s if s.is_active() => {
-                    if let Some(instance) = exec.instance_id {
-                        match self.agents.stop(&instance.to_string(), reason).await {
-                            Ok(()) => {}
-                            Err(status) if status.code() == tonic::Code::NotFound => {}
-                            Err(status) => {
-                                return Err(OrchestratorError::upstream("agent manager")(status));
-                            }
-                        }
-                    }
-                    self.set_state(task_id, ExecState::Stopped).await?;
-                    // The card leaves IN_PROGRESS: a stopped run is a cancelled one.
-                    if self.get_task(task_id).await?.state == pb::TaskState::InProgress as i32 {
-                        let patch = json!({ "stopped_at": Utc::now(), "stop_reason": reason });
-                        self.finish_task(task_id, pb::TaskState::Cancelled, reason, patch)
-                            .await;
-                    }
-                }
-                ExecState::Queued | ExecState::RetryWait => {
-                    self.set_state(task_id, ExecState::Stopped).await?;
-                }
-                _ => {
-                    return Err(OrchestratorError::FailedPrecondition(
-                        "the task is neither running nor queued".into(),
-                    ));
-                }
-            }
-            self.dispatch().await?;
-        }
-        self.get_execution(task_id).await
-    }
-
-    async fn get_execution(&self, task_id: Uuid) -> Result<ExecutionView> {
-        let exec = self.execution(task_id).await?;
-        let view = self.view(task_id, exec.clone()).await?;
-        if exec.is_none() && view.last_seq == 0 {
-            // Unknown here: say whether the task exists at all.
-            self.get_task(task_id).await?;
-        }
-        Ok(view)
-    }
-
-    async fn list_executions(&self, task_ids: &[Uuid]) -> Result<Vec<ExecutionView>> {
-        if task_ids.len() > board::MAX_TASKS {
-            return Err(OrchestratorError::Validation(format!(
-                "at most {} task ids per call",
-                board::MAX_TASKS
-            )));
-        }
-        self.executions_of(task_ids).await
-    }
-
-    async fn prompt(&self, task_id: Uuid, text: String) -> Result<ExecutionView> {
-        if text.trim().is_empty() {
-            return Err(OrchestratorError::Validation(
-                "the prompt must not be empty".into(),
-            ));
-        }
-        self.start_task(task_id, Some(text)).await
-    }
-
-    async fn cancel_turn(&self, task_id: Uuid) -> Result<()> {
-        let exec = self.execution(task_id).await?;
-        let instance = Self::running_instance(&exec).ok_or_else(|| {
-            OrchestratorError::FailedPrecondition("the task has no running agent".into())
-        })?;
-        self.agents
-            .cancel(&instance.to_string(), "cancelled by the user")
-            .await
-            .map_err(OrchestratorError::upstream("agent manager"))
-    }
-
-    async fn review_task(
-        &self,
-        task_id: Uuid,
-        review: review::Review,
-    ) -> Result<review::ReviewOutcome> {
-        self.review(task_id, review).await
-    }
-
-    async fn respond_permission(&self, task_id: Uuid, answer: PermissionAnswer) -> Result<()> {
-        let exec = self.execution(task_id).await?;
-        let instance = Self::running_instance(&exec).ok_or_else(|| {
-            OrchestratorError::FailedPrecondition("the task has no running agent".into())
-        })?;
-        self.agents
-            .respond_permission(pb::RespondPermissionRequest {
-                instance_id: instance.to_string(),
-                request_id: answer.request_id,
-                option_id: answer.option_id,
-                cancelled: answer.cancelled,
-            })
-            .await
-            .map_err(OrchestratorError::upstream("agent manager"))
-    }
 }

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use uuid::Uuid;
 
-use super::{Engine, Execution, SELECT_EXEC};
+use super::{Engine, Execution};
 use crate::domain::{ExecState, ExecutionView, Result};
 
 /// At most this many tasks per call.
@@ -16,26 +16,9 @@ impl Engine {
     /// and the stored feed positions. Read without the engine's lock, as
     /// `get_execution` is.
     pub(crate) async fn executions_of(&self, task_ids: &[Uuid]) -> Result<Vec<ExecutionView>> {
-        let rows: Vec<Execution> =
-            sqlx::query_as(&format!("{SELECT_EXEC} WHERE task_id = ANY($1)"))
-                .bind(task_ids)
-                .fetch_all(&self.pool)
-                .await?;
-        let queued: Vec<(Uuid, i64)> = sqlx::query_as(
-            "SELECT task_id, row_number() OVER (ORDER BY priority DESC, queue_order)
-               FROM executions WHERE state = 'queued'",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        let positions: HashMap<Uuid, i64> = queued.into_iter().collect();
-        let seqs: Vec<(Uuid, i64)> = sqlx::query_as(
-            "SELECT task_id, max(last_seq) FROM feed_chunks WHERE task_id = ANY($1)
-              GROUP BY task_id",
-        )
-        .bind(task_ids)
-        .fetch_all(&self.pool)
-        .await?;
-        let seqs: HashMap<Uuid, i64> = seqs.into_iter().collect();
+        let rows = self.store.get_many(task_ids).await?;
+        let positions = self.store.queue_positions().await?;
+        let seqs = self.store.last_seqs(task_ids).await?;
         let mut rows: HashMap<Uuid, Execution> = rows.into_iter().map(|e| (e.task_id, e)).collect();
         Ok(task_ids
             .iter()

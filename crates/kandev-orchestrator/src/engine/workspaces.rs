@@ -20,9 +20,8 @@ impl Engine {
                 if removed {
                     tracing::info!(%task_id, why, "task workspace removed");
                 }
-                sqlx::query("UPDATE executions SET workspace_removed = true WHERE task_id = $1")
-                    .bind(task_id)
-                    .execute(&self.pool)
+                self.store
+                    .workspace_removed(task_id)
                     .await
                     .map_err(|err| tracing::warn!(%task_id, %err, "cannot record the removal"))
                     .is_ok()
@@ -38,18 +37,9 @@ impl Engine {
     /// retention ago. A task that can still resume keeps its clone.
     pub async fn sweep_workspaces(&self) -> Result<usize> {
         let retention = i64::try_from(self.settings.workspace_retention_secs).unwrap_or(i64::MAX);
-        let due: Vec<(Uuid,)> = sqlx::query_as(
-            "SELECT task_id FROM executions
-              WHERE state IN ('completed', 'failed', 'stopped') AND NOT workspace_removed
-                AND updated_at < now() - make_interval(secs => $1::double precision)
-              ORDER BY updated_at LIMIT $2",
-        )
-        .bind(retention as f64)
-        .bind(SWEEP_BATCH)
-        .fetch_all(&self.pool)
-        .await?;
+        let due = self.store.clones_due(retention as f64, SWEEP_BATCH).await?;
         let mut removed = 0;
-        for (task_id,) in due {
+        for task_id in due {
             let finished = match self.get_task(task_id).await {
                 Ok(task) => matches!(
                     task_state(&task)?,

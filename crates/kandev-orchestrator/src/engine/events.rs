@@ -1,0 +1,277 @@
+//! The reactions to `task.*` and `agent.*` events: each applied once (by
+//! envelope id) under the engine's lock, then the queue is dispatched.
+
+use kandev_events::{
+    Envelope, TaskState,
+    agent::{AgentEventKind, AgentLifecycle},
+    subjects,
+    task::{TaskCreated, TaskDeleted, TaskStateChanged, TaskUpdated},
+};
+use kandev_proto::v1 as pb;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::{
+    ACTOR, Engine, Execution, ORIGIN_ELIGIBLE, TaskFacts, eligible, is_auggie, task_state,
+};
+use crate::domain::{ExecState, Result};
+
+impl Engine {
+    /// Handles one `task.*` event; returns once it is fully applied.
+    pub async fn handle_task_event(&self, subject: &str, payload: &[u8]) -> Result<()> {
+        let _guard = self.lock.lock().await;
+        let id: Uuid = match serde_json::from_slice::<Envelope<Value>>(payload) {
+            Ok(env) => env.id,
+            Err(err) => {
+                tracing::warn!(%err, subject, "skipping a malformed task event");
+                return Ok(());
+            }
+        };
+        if self.seen(id).await? {
+            return Ok(());
+        }
+        match subject {
+            subjects::TASK_CREATED => {
+                if let Ok(env) = serde_json::from_slice::<Envelope<TaskCreated>>(payload) {
+                    let t = TaskFacts::from(&env.data.task);
+                    if eligible(&t) {
+                        self.enqueue(&t, "", ORIGIN_ELIGIBLE).await?;
+                    }
+                }
+            }
+            subjects::TASK_STATE_CHANGED => {
+                if let Ok(env) = serde_json::from_slice::<Envelope<TaskStateChanged>>(payload)
+                    && env.data.actor != ACTOR
+                {
+                    self.on_state_changed(&env.data).await?;
+                }
+            }
+            subjects::TASK_UPDATED => {
+                if let Ok(env) = serde_json::from_slice::<Envelope<TaskUpdated>>(payload)
+                    && env.data.actor != ACTOR
+                {
+                    let t = TaskFacts::from(&env.data.task);
+                    let exec = self.execution(t.id).await?;
+                    let state = exec.as_ref().map(Execution::state);
+                    match state {
+                        Some(ExecState::Queued) => {
+                            self.store
+                                .update_queued(t.id, t.priority, t.max_retries)
+                                .await?;
+                        }
+                        Some(s) if s.is_active() || s == ExecState::RetryWait => {}
+                        _ if eligible(&t) => self.enqueue(&t, "", ORIGIN_ELIGIBLE).await?,
+                        _ => {}
+                    }
+                }
+            }
+            subjects::TASK_DELETED => {
+                if let Ok(env) = serde_json::from_slice::<Envelope<TaskDeleted>>(payload)
+                    && let Some(exec) = self.execution(env.data.task.id).await?
+                {
+                    if exec.state().is_active() {
+                        self.stop_agent(&exec, "task deleted").await;
+                    }
+                    // Its clone and local branch go with it (nothing pushed).
+                    self.remove_workspace(exec.task_id, "task deleted").await;
+                    self.store.delete(exec.task_id).await?;
+                }
+            }
+            _ => {}
+        }
+        self.mark_seen(id).await?;
+        self.dispatch().await
+    }
+
+    async fn on_state_changed(&self, change: &TaskStateChanged) -> Result<()> {
+        let t = TaskFacts::from(&change.task);
+        let exec = self.execution(t.id).await?;
+        let state = exec.as_ref().map(Execution::state);
+        match change.to {
+            TaskState::Todo | TaskState::Cancelled => {
+                if let Some(exec) = &exec {
+                    if matches!(
+                        exec.state(),
+                        ExecState::Launching
+                            | ExecState::Running
+                            | ExecState::Queued
+                            | ExecState::RetryWait
+                    ) {
+                        self.set_state(t.id, ExecState::Stopped).await?;
+                    }
+                    if exec.state().is_active() {
+                        let reason = format!("task moved to {}", change.to);
+                        self.stop_agent(exec, &reason).await;
+                    }
+                }
+                if eligible(&t) {
+                    self.enqueue(&t, "", ORIGIN_ELIGIBLE).await?;
+                }
+            }
+            _ => {
+                // Moved elsewhere by a person while queued: it is no longer
+                // eligible.
+                if state == Some(ExecState::Queued) {
+                    self.set_state(t.id, ExecState::Stopped).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Handles one `agent.*` event.
+    pub async fn handle_agent_event(&self, payload: &[u8]) -> Result<()> {
+        let _guard = self.lock.lock().await;
+        let env: Envelope<AgentLifecycle> = match serde_json::from_slice(payload) {
+            Ok(env) => env,
+            Err(err) => {
+                tracing::warn!(%err, "skipping a malformed agent event");
+                return Ok(());
+            }
+        };
+        if self.seen(env.id).await? {
+            return Ok(());
+        }
+        let ev = env.data;
+        let exec = self.execution(ev.task_id).await?;
+        let current = exec
+            .as_ref()
+            .filter(|e| e.instance_id == Some(ev.instance_id));
+        if let Some(exec) = current {
+            self.on_agent_event(exec, &ev).await?;
+        } else {
+            tracing::debug!(task_id = %ev.task_id, instance = %ev.instance_id, kind = ?ev.kind,
+                "agent event of an instance that is not the task's current one");
+        }
+        self.mark_seen(env.id).await?;
+        self.dispatch().await
+    }
+
+    async fn on_agent_event(&self, exec: &Execution, ev: &AgentLifecycle) -> Result<()> {
+        let task_id = exec.task_id;
+        if let Some(session) = ev.acp_session_id.as_deref().filter(|s| !s.is_empty()) {
+            self.store.set_session(task_id, session).await?;
+        }
+        let session = ev
+            .acp_session_id
+            .clone()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| exec.acp_session_id.clone());
+        match ev.kind {
+            AgentEventKind::Started | AgentEventKind::Running => {
+                if exec.state() == ExecState::Launching {
+                    self.set_state(task_id, ExecState::Running).await?;
+                }
+            }
+            AgentEventKind::Completed => {
+                if !exec.state().is_active() {
+                    return Ok(());
+                }
+                self.set_state(task_id, ExecState::Completed).await?;
+                let mut patch = json!({
+                    "completed_at": ev.at,
+                    "summary": ev.summary.clone().unwrap_or_default(),
+                    "stop_reason": ev.stop_reason.clone().unwrap_or_default(),
+                    "last_instance_id": ev.instance_id,
+                    "attempts": exec.attempts,
+                });
+                if !session.is_empty() {
+                    patch["acp_session_id"] = json!(session);
+                    if is_auggie(&exec.agent_type) {
+                        patch["auggie_session_id"] = json!(session);
+                    }
+                }
+                if ev.stop_reason.as_deref() == Some("cancelled") {
+                    // A person cancelled the turn: the task is not done; it
+                    // stays in progress, idle, for a follow-up.
+                    tracing::info!(%task_id, "turn cancelled; the task waits for a follow-up");
+                    kandev_common::text::strip_nul_json(&mut patch);
+                    self.record_metadata(task_id, &patch).await;
+                    self.move_task(
+                        task_id,
+                        TaskState::WaitingForInput,
+                        TaskState::InProgress,
+                        "turn cancelled",
+                    )
+                    .await;
+                    return Ok(());
+                }
+                let target = if self.settings.complete_to_review {
+                    pb::TaskState::Review
+                } else {
+                    pb::TaskState::Completed
+                };
+                tracing::info!(%task_id, ?target, "run completed");
+                self.finish_task(task_id, target, "agent completed", patch)
+                    .await;
+            }
+            AgentEventKind::Failed => {
+                if !exec.state().is_active() {
+                    return Ok(());
+                }
+                if !session.is_empty() {
+                    // Keep the session so a rerun can resume it.
+                    let mut patch = json!({ "acp_session_id": session });
+                    if is_auggie(&exec.agent_type) {
+                        patch["auggie_session_id"] = json!(session);
+                    }
+                    self.record_metadata(task_id, &patch).await;
+                }
+                let error = ev
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| "agent failed".to_string());
+                // The agent's own error answer would repeat: no retry.
+                self.run_failed(exec, &error, ev.retryable != Some(false))
+                    .await?;
+            }
+            AgentEventKind::Stopped => {
+                if exec.state().is_active() {
+                    self.set_state(task_id, ExecState::Stopped).await?;
+                }
+            }
+            AgentEventKind::WaitingForInput => {
+                if exec.state().is_active() {
+                    let question = ev.summary.as_deref().unwrap_or("a permission");
+                    let reason = format!("the agent asks: {question}");
+                    self.move_task(
+                        task_id,
+                        TaskState::InProgress,
+                        TaskState::WaitingForInput,
+                        &reason,
+                    )
+                    .await;
+                }
+            }
+            AgentEventKind::InputReceived => {
+                if exec.state().is_active() {
+                    self.move_task(
+                        task_id,
+                        TaskState::WaitingForInput,
+                        TaskState::InProgress,
+                        "answered",
+                    )
+                    .await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the task from `from` to `to`; a task a person moved elsewhere
+    /// meanwhile stays where it is.
+    async fn move_task(&self, task_id: Uuid, from: TaskState, to: TaskState, reason: &str) {
+        match self.get_task(task_id).await.map(|t| task_state(&t)) {
+            Ok(Ok(state)) if state == from => {
+                if let Err(err) = self
+                    .change_task_state(task_id, to.to_proto(), reason, None)
+                    .await
+                {
+                    tracing::warn!(%task_id, %err, %to, "cannot move the task");
+                }
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) | Err(err) => tracing::warn!(%task_id, %err, "cannot read the task"),
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! The engine as the gRPC and REST adapters call it: start, stop, follow
+//! up, cancel, answer permissions, review, and read executions.
+
+use async_trait::async_trait;
+use chrono::Utc;
+use kandev_proto::v1 as pb;
+use serde_json::json;
+use uuid::Uuid;
+
+use super::{Engine, Execution, board, review, task_state};
+use crate::domain::{
+    ExecState, ExecutionView, Orchestration, OrchestratorError, PermissionAnswer, Result,
+};
+
+#[async_trait]
+impl Orchestration for Engine {
+    async fn start_task(&self, task_id: Uuid, prompt: Option<String>) -> Result<ExecutionView> {
+        let prompt = prompt.filter(|p| !p.trim().is_empty());
+        let guard = self.lock.lock().await;
+        let exec = self.execution(task_id).await?;
+        match exec.as_ref().map(Execution::state) {
+            Some(s) if s.is_active() => {
+                let Some(text) = prompt else {
+                    return Err(OrchestratorError::FailedPrecondition(
+                        "the task is already running".into(),
+                    ));
+                };
+                let Some(instance) = Self::running_instance(&exec) else {
+                    return Err(OrchestratorError::FailedPrecondition(
+                        "the task's agent is still launching".into(),
+                    ));
+                };
+                drop(guard);
+                self.agents
+                    .send_prompt(&instance.to_string(), &text)
+                    .await
+                    .map_err(OrchestratorError::upstream("agent manager"))?;
+            }
+            Some(ExecState::Queued | ExecState::RetryWait) => {
+                if let Some(text) = prompt {
+                    self.store.set_prompt(task_id, &text).await?;
+                }
+                drop(guard);
+            }
+            Some(ExecState::Completed)
+                if prompt.is_some() && exec.as_ref().is_some_and(|e| e.instance_id.is_some()) =>
+            {
+                // A follow-up turn on the same instance (the agent manager
+                // resumes its session); a new run when it refuses.
+                let instance = exec
+                    .as_ref()
+                    .and_then(|e| e.instance_id)
+                    .unwrap_or_default();
+                let text = prompt.clone().unwrap_or_default();
+                match self.agents.send_prompt(&instance.to_string(), &text).await {
+                    Ok(()) => {
+                        self.set_state(task_id, ExecState::Running).await?;
+                        let task = self.get_task(task_id).await?;
+                        self.move_to_in_progress(task_id, task_state(&task)?).await;
+                    }
+                    Err(status)
+                        if matches!(
+                            status.code(),
+                            tonic::Code::FailedPrecondition | tonic::Code::NotFound
+                        ) =>
+                    {
+                        tracing::info!(%task_id, %instance, msg = status.message(), "follow-up needs a new run");
+                        self.new_run(task_id, prompt).await?;
+                    }
+                    Err(status) => {
+                        return Err(OrchestratorError::upstream("agent manager")(status));
+                    }
+                }
+                drop(guard);
+            }
+            _ => {
+                self.new_run(task_id, prompt).await?;
+                drop(guard);
+            }
+        }
+        self.get_execution(task_id).await
+    }
+
+    async fn stop_task(&self, task_id: Uuid, reason: &str) -> Result<ExecutionView> {
+        let reason = if reason.is_empty() {
+            "stopped on request"
+        } else {
+            reason
+        };
+        {
+            let _guard = self.lock.lock().await;
+            let exec = self
+                .execution(task_id)
+                .await?
+                .ok_or_else(|| OrchestratorError::NotFound("the task has no execution".into()))?;
+            match exec.state() {
+                s if s.is_active() => {
+                    if let Some(instance) = exec.instance_id {
+                        match self.agents.stop(&instance.to_string(), reason).await {
+                            Ok(()) => {}
+                            Err(status) if status.code() == tonic::Code::NotFound => {}
+                            Err(status) => {
+                                return Err(OrchestratorError::upstream("agent manager")(status));
+                            }
+                        }
+                    }
+                    self.set_state(task_id, ExecState::Stopped).await?;
+                    // The card leaves IN_PROGRESS: a stopped run is a cancelled one.
+                    if self.get_task(task_id).await?.state == pb::TaskState::InProgress as i32 {
+                        let patch = json!({ "stopped_at": Utc::now(), "stop_reason": reason });
+                        self.finish_task(task_id, pb::TaskState::Cancelled, reason, patch)
+                            .await;
+                    }
+                }
+                ExecState::Queued | ExecState::RetryWait => {
+                    self.set_state(task_id, ExecState::Stopped).await?;
+                }
+                _ => {
+                    return Err(OrchestratorError::FailedPrecondition(
+                        "the task is neither running nor queued".into(),
+                    ));
+                }
+            }
+            self.dispatch().await?;
+        }
+        self.get_execution(task_id).await
+    }
+
+    async fn get_execution(&self, task_id: Uuid) -> Result<ExecutionView> {
+        let exec = self.execution(task_id).await?;
+        let view = self.view(task_id, exec.clone()).await?;
+        if exec.is_none() && view.last_seq == 0 {
+            // Unknown here: say whether the task exists at all.
+            self.get_task(task_id).await?;
+        }
+        Ok(view)
+    }
+
+    async fn list_executions(&self, task_ids: &[Uuid]) -> Result<Vec<ExecutionView>> {
+        if task_ids.len() > board::MAX_TASKS {
+            return Err(OrchestratorError::Validation(format!(
+                "at most {} task ids per call",
+                board::MAX_TASKS
+            )));
+        }
+        self.executions_of(task_ids).await
+    }
+
+    async fn prompt(&self, task_id: Uuid, text: String) -> Result<ExecutionView> {
+        if text.trim().is_empty() {
+            return Err(OrchestratorError::Validation(
+                "the prompt must not be empty".into(),
+            ));
+        }
+        self.start_task(task_id, Some(text)).await
+    }
+
+    async fn cancel_turn(&self, task_id: Uuid) -> Result<()> {
+        let exec = self.execution(task_id).await?;
+        let instance = Self::running_instance(&exec).ok_or_else(|| {
+            OrchestratorError::FailedPrecondition("the task has no running agent".into())
+        })?;
+        self.agents
+            .cancel(&instance.to_string(), "cancelled by the user")
+            .await
+            .map_err(OrchestratorError::upstream("agent manager"))
+    }
+
+    async fn review_task(
+        &self,
+        task_id: Uuid,
+        review: review::Review,
+    ) -> Result<review::ReviewOutcome> {
+        self.review(task_id, review).await
+    }
+
+    async fn respond_permission(&self, task_id: Uuid, answer: PermissionAnswer) -> Result<()> {
+        let exec = self.execution(task_id).await?;
+        let instance = Self::running_instance(&exec).ok_or_else(|| {
+            OrchestratorError::FailedPrecondition("the task has no running agent".into())
+        })?;
+        self.agents
+            .respond_permission(pb::RespondPermissionRequest {
+                instance_id: instance.to_string(),
+                request_id: answer.request_id,
+                option_id: answer.option_id,
+                cancelled: answer.cancelled,
+            })
+            .await
+            .map_err(OrchestratorError::upstream("agent manager"))
+    }
+}
