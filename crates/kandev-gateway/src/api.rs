@@ -591,9 +591,9 @@ pub struct AgentType {
     /// what the operator configured for everyone (`KANDEV_AGENT_ENV__*`).
     #[serde(default)]
     pub host_credentials: bool,
-    /// Read only: the `required_env` names the server has no value for
-    /// (each user must then set them as secrets, or pass them in a launch's
-    /// `env`). Ignored on writes.
+    /// Read only: the `required_env` names neither the server nor the
+    /// caller's own secrets have a value for (set them as secrets, or pass
+    /// them in a launch's `env`). Ignored on writes.
     #[serde(default)]
     pub missing_env: Vec<String>,
 }

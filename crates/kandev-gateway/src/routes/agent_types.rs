@@ -54,11 +54,38 @@ async fn fetch(state: &AppState, id: String) -> ApiResult<AgentType> {
         .into())
 }
 
+/// The names of the caller's stored secrets; none when the agent manager
+/// cannot say (the list then shows what the server alone lacks).
+async fn own_secret_names(state: &AppState, user: &CurrentUser) -> Vec<String> {
+    let listed = state
+        .downstream()
+        .agents
+        .clone()
+        .list_user_secrets(pb::ListUserSecretsRequest {
+            scope: user.username.clone(),
+        })
+        .await;
+    match listed {
+        Ok(list) => list
+            .into_inner()
+            .secrets
+            .into_iter()
+            .map(|s| s.name)
+            .collect(),
+        Err(status) => {
+            tracing::debug!(msg = status.message(), "cannot list the caller's secrets");
+            vec![]
+        }
+    }
+}
+
+/// `missing_env` is what neither the server nor the caller's own secrets
+/// provide.
 #[utoipa::path(operation_id = "list_agent_types", get, path = "/api/v1/agent-types", tag = "agent-types", params(AgentTypeParams),
     responses((status = 200, body = AgentTypeList), (status = 503, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
-    _user: CurrentUser,
+    user: CurrentUser,
     ApiQuery(params): ApiQuery<AgentTypeParams>,
 ) -> ApiResult<Json<AgentTypeList>> {
     let resp = state
@@ -71,9 +98,15 @@ pub async fn list(
         .await
         .map_err(agent_err)?
         .into_inner();
-    Ok(Json(AgentTypeList {
-        agent_types: resp.agent_types.into_iter().map(AgentType::from).collect(),
-    }))
+    let mut agent_types: Vec<AgentType> =
+        resp.agent_types.into_iter().map(AgentType::from).collect();
+    if agent_types.iter().any(|t| !t.missing_env.is_empty()) {
+        let own = own_secret_names(&state, &user).await;
+        for t in &mut agent_types {
+            t.missing_env.retain(|name| !own.contains(name));
+        }
+    }
+    Ok(Json(AgentTypeList { agent_types }))
 }
 
 #[utoipa::path(operation_id = "create_agent_type", post, path = "/api/v1/agent-types", tag = "agent-types",

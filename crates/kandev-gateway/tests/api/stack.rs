@@ -449,5 +449,34 @@ async fn stack_each_user_keeps_their_own_secrets_and_never_reads_a_value_back() 
         .await;
     assert_eq!(opted.status, StatusCode::OK, "{}", opted.body);
     assert_eq!(opted.body["host_credentials"], true);
+
+    // What a type still needs is counted per caller: a user's own secret
+    // fills it for that user only.
+    let needy = app
+        .post(
+            "/api/v1/agent-types",
+            &admin,
+            json!({"id": "needs-key", "name": "Needs a key", "image": "kandev/mock-agent:latest",
+                   "required_env": ["SOME_API_KEY"]}),
+        )
+        .await;
+    assert_eq!(needy.status, StatusCode::CREATED, "{}", needy.body);
+    let missing = |resp: &Resp| {
+        resp.body["agent_types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == "needs-key")
+            .map(|t| t["missing_env"].clone())
+            .unwrap()
+    };
+    let before = app.get("/api/v1/agent-types", &alice).await;
+    assert_eq!(missing(&before), json!(["SOME_API_KEY"]));
+    let set = put_secret(app, &alice, "SOME_API_KEY", json!("sk-some")).await;
+    assert_eq!(set.status, StatusCode::OK, "{}", set.body);
+    let after = app.get("/api/v1/agent-types", &alice).await;
+    assert_eq!(missing(&after), json!([]));
+    let others = app.get("/api/v1/agent-types", &bob).await;
+    assert_eq!(missing(&others), json!(["SOME_API_KEY"]));
     stack.stop().await;
 }

@@ -96,7 +96,7 @@ export function pickableTypes(types) { return types.filter((t) => t.enabled && !
 function missingEnv(t) { return t.missing_env; }
 function agentOption(t) {
   const missing = missingEnv(t);
-  const label = missing.length ? `${agentTypeLabel(t)} — needs ${missing.join(', ')}` : agentTypeLabel(t);
+  const label = missing.length ? `${agentTypeLabel(t)} — needs ${missing.join(', ')} (set it under Secrets)` : agentTypeLabel(t);
   return h('option', { value: agentTypeId(t), title: t.description || undefined, dataset: missing.length ? { missingEnv: missing.join(',') } : undefined }, label);
 }
 /** The agent type a new task starts with: the last one used, else the first pickable. */
