@@ -23,7 +23,7 @@ use secrecy::{ExposeSecret as _, SecretString};
 
 use crate::{
     config::Settings,
-    domain::{AgentError, AgentType, Result, invalid},
+    domain::{AgentError, AgentType, Result, env_name_ok, invalid},
     store::Store,
 };
 
@@ -117,11 +117,7 @@ impl SecretBox {
 /// Checks a secret's name: an environment variable name Kandev does not set
 /// itself.
 pub fn check_name(name: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 128
-        && !name.starts_with(|c: char| c.is_ascii_digit())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !ok {
+    if !env_name_ok(name) || name.len() > 128 {
         return Err(invalid(
             "a secret's name is an environment variable name: 1-128 letters, digits and _, \
              not starting with a digit",

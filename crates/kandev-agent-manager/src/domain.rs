@@ -120,7 +120,9 @@ pub struct AgentType {
     pub host_credentials: bool,
 }
 
-fn env_name_ok(name: &str) -> bool {
+/// An environment variable name: letters, digits and `_`, not starting
+/// with a digit.
+pub(crate) fn env_name_ok(name: &str) -> bool {
     !name.is_empty()
         && !name.starts_with(|c: char| c.is_ascii_digit())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')

@@ -9,7 +9,6 @@ use std::{
 };
 
 use kandev_acp::PermissionDecision;
-
 use kandev_events::{EventBus, agent::AgentEventKind};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
@@ -25,8 +24,8 @@ use crate::{
         LABEL_TURN, LABEL_TYPE,
     },
     domain::{
-        AgentError, AgentInstance, AgentType, InstanceStatus, LogLine, Result, home_volume_name,
-        invalid,
+        AgentError, AgentInstance, AgentType, InstanceStatus, LogLine, Result, env_name_ok,
+        home_volume_name, invalid,
     },
     runner::{self, CONTAINER_WORKSPACE, RunHandle, Shared, TurnSpec},
     store::{LaunchFields, Outcome, Store},
@@ -92,12 +91,6 @@ struct Inner {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn env_name_ok(name: &str) -> bool {
-    !name.is_empty()
-        && !name.starts_with(|c: char| c.is_ascii_digit())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 impl AgentManager {
