@@ -217,6 +217,12 @@ impl Stack {
                     );
                     set("KANDEV_INITIALIZE_TIMEOUT_SECS", "30".into());
                     set("KANDEV_SEQ_FLUSH_MS", "100".into());
+                    // As `scripts/dev-up` and compose run it: users can
+                    // store secrets.
+                    set(
+                        "KANDEV_SECRETS_KEY",
+                        "an-e2e-secrets-key-of-32-bytes-or-more".into(),
+                    );
                 }
                 Svc::Orchestrator => {
                     set("KANDEV_NATS_URL", nats.url());

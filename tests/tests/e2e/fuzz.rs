@@ -5,22 +5,11 @@
 
 use std::path::Path;
 
-use kandev_e2e::{ADMIN, ADMIN_PASSWORD, Options, Stack, Svc};
+use kandev_e2e::{ADMIN, ADMIN_PASSWORD, Options, Stack};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schemathesis_as_a_non_admin_finds_no_5xx_and_no_schema_violation() {
-    let stack = Stack::start(
-        "api_fuzz",
-        Options {
-            env: vec![(
-                Svc::AgentManager,
-                "KANDEV_SECRETS_KEY".into(),
-                "an-e2e-secrets-key-of-32-bytes-or-more".into(),
-            )],
-            ..Options::default()
-        },
-    )
-    .await;
+    let stack = Stack::start("api_fuzz", Options::default()).await;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/api-fuzz");
     let out = tokio::process::Command::new("bash")
         .arg(script)

@@ -2,7 +2,7 @@
 //! whole path (gateway → agent manager's sealed store; task → orchestrator
 //! → launch for its creator), and no other user's.
 
-use kandev_e2e::{Feed, Options, Stack, Svc, kind, serde_json::json};
+use kandev_e2e::{Feed, Options, Stack, kind, serde_json::json};
 
 async fn env_of(stack: &Stack, task: &str) -> String {
     let ids = stack.containers(Some(task), true).await;
@@ -17,18 +17,7 @@ async fn env_of(stack: &Stack, task: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_users_secret_reaches_only_that_users_agents() {
-    let stack = Stack::start(
-        "secrets",
-        Options {
-            env: vec![(
-                Svc::AgentManager,
-                "KANDEV_SECRETS_KEY".into(),
-                "an-e2e-secrets-key-of-32-bytes-or-more".into(),
-            )],
-            ..Options::default()
-        },
-    )
-    .await;
+    let stack = Stack::start("secrets", Options::default()).await;
     let admin = stack.admin().await;
     for user in ["alice", "bob"] {
         let made = admin
