@@ -88,6 +88,8 @@ pub struct Options {
     pub max_concurrent: u32,
     /// More variables per service, set after (so over) the defaults.
     pub env: Vec<(Svc, String, String)>,
+    /// NATS servers: 1, or a cluster (3) with streams replicated on each.
+    pub nats_nodes: usize,
 }
 
 impl Default for Options {
@@ -95,12 +97,15 @@ impl Default for Options {
         Options {
             max_concurrent: 4,
             env: Vec::new(),
+            nats_nodes: 1,
         }
     }
 }
 
 struct Proc {
     svc: Svc,
+    /// 0 for the first instance of `svc`, then 1, 2, ... (replicas).
+    replica: usize,
     port: u16,
     env: Vec<(String, String)>,
     child: Option<Child>,
@@ -134,7 +139,10 @@ pub struct Stack {
     pub test: String,
     log_dir: PathBuf,
     db: Option<TestDb>,
+    /// The NATS server (the first node of a cluster).
     pub nats: OwnNats,
+    /// The other nodes of a cluster ([`Options::nats_nodes`]).
+    pub nats_peers: Vec<OwnNats>,
     dir: tempfile::TempDir,
     manager_id: String,
     procs: Vec<Proc>,
@@ -157,7 +165,17 @@ impl Stack {
         std::fs::create_dir_all(&log_dir).expect("log dir");
         let db = TestDb::create().await;
         // NATS as deployed: deploy/nats/nats.conf, a user per service.
-        let nats = OwnNats::start_with_auth().await;
+        let (nats, nats_peers, nats_url) = if options.nats_nodes > 1 {
+            let mut nodes = OwnNats::start_cluster(options.nats_nodes, true).await;
+            let url = OwnNats::cluster_url(&nodes);
+            let first = nodes.remove(0);
+            (first, nodes, url)
+        } else {
+            let nats = OwnNats::start_with_auth().await;
+            let url = nats.url();
+            (nats, Vec::new(), url)
+        };
+        let replicas = options.nats_nodes.min(3).to_string();
         let dir = tempfile::Builder::new()
             .prefix("kandev-e2e-")
             .tempdir()
@@ -188,13 +206,15 @@ impl Stack {
                 ),
             ];
             let mut set = |k: &str, v: String| env.push((k.into(), v));
+            set("KANDEV_NATS_URL", nats_url.clone());
+            if svc != Svc::Gateway {
+                set("KANDEV_NATS_STREAM_REPLICAS", replicas.clone());
+            }
             match svc {
                 Svc::TaskService => {
-                    set("KANDEV_NATS_URL", nats.url());
                     set("KANDEV_OUTBOX_POLL_MS", "100".into());
                 }
                 Svc::AgentManager => {
-                    set("KANDEV_NATS_URL", nats.url());
                     set("KANDEV_MANAGER_ID", manager_id.clone());
                     set("KANDEV_PULL_IMAGES", "false".into());
                     set(
@@ -225,7 +245,6 @@ impl Stack {
                     );
                 }
                 Svc::Orchestrator => {
-                    set("KANDEV_NATS_URL", nats.url());
                     set("KANDEV_TASK_SERVICE_URL", url(Svc::TaskService));
                     set("KANDEV_AGENT_MANAGER_URL", url(Svc::AgentManager));
                     set("KANDEV_MAX_CONCURRENT", options.max_concurrent.to_string());
@@ -234,7 +253,6 @@ impl Stack {
                     set("KANDEV_FEED_FLUSH_MS", "20".into());
                 }
                 Svc::Gateway => {
-                    set("KANDEV_NATS_URL", nats.url());
                     set("KANDEV_TASK_SERVICE_URL", url(Svc::TaskService));
                     set("KANDEV_AGENT_MANAGER_URL", url(Svc::AgentManager));
                     set("KANDEV_ORCHESTRATOR_URL", url(Svc::Orchestrator));
@@ -254,6 +272,7 @@ impl Stack {
             }
             procs.push(Proc {
                 svc,
+                replica: 0,
                 port: ports[&svc],
                 env,
                 child: None,
@@ -265,6 +284,7 @@ impl Stack {
             log_dir,
             db: Some(db),
             nats,
+            nats_peers,
             dir,
             manager_id,
             procs,
@@ -277,26 +297,62 @@ impl Stack {
     }
 
     fn proc(&mut self, svc: Svc) -> &mut Proc {
+        self.replica_proc(svc, 0)
+    }
+
+    fn replica_proc(&mut self, svc: Svc, replica: usize) -> &mut Proc {
         self.procs
             .iter_mut()
-            .find(|p| p.svc == svc)
-            .expect("every service has a process")
+            .find(|p| p.svc == svc && p.replica == replica)
+            .expect("no such replica")
     }
 
     pub fn port(&self, svc: Svc) -> u16 {
+        self.replica_port(svc, 0)
+    }
+
+    /// The port of replica `replica` of `svc` (0 is the first instance).
+    pub fn replica_port(&self, svc: Svc, replica: usize) -> u16 {
         self.procs
             .iter()
-            .find(|p| p.svc == svc)
+            .find(|p| p.svc == svc && p.replica == replica)
             .map(|p| p.port)
-            .expect("every service has a process")
+            .expect("no such replica")
     }
 
     /// The process id of `svc`, while it runs.
     pub fn pid(&self, svc: Svc) -> Option<u32> {
         self.procs
             .iter()
-            .find(|p| p.svc == svc)
+            .find(|p| p.svc == svc && p.replica == 0)
             .and_then(|p| p.child.as_ref().map(Child::id))
+    }
+
+    /// Starts one more instance of `svc`, configured as the first one but
+    /// on a port of its own and with `env` over it; waits for its
+    /// `/readyz` and returns its replica number.
+    pub async fn add_replica(&mut self, svc: Svc, env: &[(&str, String)]) -> usize {
+        let replica = self.procs.iter().filter(|p| p.svc == svc).count();
+        let port = free_port();
+        let mut vars = self.proc(svc).env.clone();
+        vars.push(("KANDEV_LISTEN_ADDR".into(), format!("127.0.0.1:{port}")));
+        vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.clone())));
+        self.procs.push(Proc {
+            svc,
+            replica,
+            port,
+            env: vars,
+            child: None,
+            starts: 0,
+        });
+        self.spawn_replica(svc, replica).await;
+        replica
+    }
+
+    /// The base URL (`http://127.0.0.1:<port>`) of a replica, for another
+    /// service's `KANDEV_*_URL`.
+    pub fn replica_url(&self, svc: Svc, replica: usize) -> String {
+        format!("http://127.0.0.1:{}", self.replica_port(svc, replica))
     }
 
     /// The gateway's address.
@@ -317,14 +373,19 @@ impl Stack {
     /// Starts `svc` (again) with its configuration and waits for its
     /// `/readyz`.
     pub async fn spawn(&mut self, svc: Svc) {
+        self.spawn_replica(svc, 0).await;
+    }
+
+    /// [`Self::spawn`] for replica `replica` of `svc`.
+    pub async fn spawn_replica(&mut self, svc: Svc, replica: usize) {
         let bin = profile_dir().join(svc.bin());
         assert!(
             bin.exists(),
             "{} is missing: run `cargo build --workspace --bins` first",
             bin.display()
         );
-        let log_path = self.log_dir.join(format!("{}.log", svc.bin()));
-        let proc = self.proc(svc);
+        let log_path = self.log_path(svc, replica);
+        let proc = self.replica_proc(svc, replica);
         assert!(proc.child.is_none(), "{svc:?} already runs");
         proc.starts += 1;
         let mut log = OpenOptions::new()
@@ -360,7 +421,7 @@ impl Stack {
             {
                 return;
             }
-            let proc = self.proc(svc);
+            let proc = self.replica_proc(svc, replica);
             if let Some(status) = proc
                 .child
                 .as_mut()
@@ -379,9 +440,21 @@ impl Stack {
 
     /// SIGKILLs `svc` and waits for it to be gone.
     pub fn kill(&mut self, svc: Svc) {
-        if let Some(mut child) = self.proc(svc).child.take() {
+        self.kill_replica(svc, 0);
+    }
+
+    /// SIGKILLs replica `replica` of `svc` and waits for it to be gone.
+    pub fn kill_replica(&mut self, svc: Svc, replica: usize) {
+        if let Some(mut child) = self.replica_proc(svc, replica).child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+    }
+
+    fn log_path(&self, svc: Svc, replica: usize) -> PathBuf {
+        match replica {
+            0 => self.log_dir.join(format!("{}.log", svc.bin())),
+            n => self.log_dir.join(format!("{}-{n}.log", svc.bin())),
         }
     }
 
@@ -390,6 +463,14 @@ impl Stack {
     pub async fn restart(&mut self, svc: Svc) {
         self.kill(svc);
         self.spawn(svc).await;
+    }
+
+    /// SIGKILLs node `node` of the NATS cluster (0 is [`Stack::nats`]).
+    pub fn kill_nats_node(&mut self, node: usize) {
+        match node {
+            0 => self.nats.stop(),
+            n => self.nats_peers[n - 1].stop(),
+        }
     }
 
     /// Kills the NATS server and starts it again on the same port and store.
@@ -409,12 +490,28 @@ impl Stack {
 
     /// What `svc` has logged so far (all its starts).
     pub fn log(&self, svc: Svc) -> String {
-        std::fs::read_to_string(self.log_dir.join(format!("{}.log", svc.bin()))).unwrap_or_default()
+        self.replica_log(svc, 0)
+    }
+
+    /// What replica `replica` of `svc` has logged so far.
+    pub fn replica_log(&self, svc: Svc, replica: usize) -> String {
+        std::fs::read_to_string(self.log_path(svc, replica)).unwrap_or_default()
     }
 
     /// Logs in through `POST /auth/login`.
     pub async fn login(&self, username: &str, password: &str) -> Api {
-        let anon = self.anonymous();
+        self.login_at(self.gateway(), username, password).await
+    }
+
+    /// The bootstrap administrator, logged in through gateway replica
+    /// `replica`.
+    pub async fn admin_at(&self, replica: usize) -> Api {
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.replica_port(Svc::Gateway, replica)));
+        self.login_at(addr, ADMIN, ADMIN_PASSWORD).await
+    }
+
+    async fn login_at(&self, addr: SocketAddr, username: &str, password: &str) -> Api {
+        let anon = Api { addr, token: None };
         let r = anon
             .post(
                 "/api/v1/auth/login",
@@ -424,7 +521,7 @@ impl Stack {
         assert_eq!(r.status, 200, "login: {}", r.body);
         let token = r.body["token"].as_str().expect("a token").to_string();
         Api {
-            addr: self.gateway(),
+            addr,
             token: Some(token),
         }
     }
@@ -507,9 +604,14 @@ impl Stack {
     }
 
     fn kill_all(&mut self) {
-        // The gateway first, then its dependencies.
-        for svc in Svc::ALL.iter().rev() {
-            self.kill(*svc);
+        // The gateways first, then their dependencies.
+        self.procs
+            .sort_by_key(|p| std::cmp::Reverse((p.svc, p.replica)));
+        for proc in &mut self.procs {
+            if let Some(mut child) = proc.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
         }
         remove_containers(&self.manager_id);
     }

@@ -48,6 +48,10 @@ pub struct Settings {
     /// Its password (`KANDEV_NATS_PASSWORD`); never logged.
     #[serde(skip_serializing)]
     pub nats_password: Option<NatsPassword>,
+    /// Copies of each JetStream stream this service creates
+    /// (`KANDEV_NATS_STREAM_REPLICAS`): 1 on a single server, 3 on a
+    /// 3-node cluster. Every service must use the same value.
+    pub nats_stream_replicas: usize,
     /// The secret the Kandev services share (`KANDEV_SERVICE_TOKEN`, at
     /// least 32 bytes; required): every call to this port but its probes must carry it. Never logged.
     #[serde(skip_serializing)]
@@ -153,6 +157,7 @@ impl Default for Settings {
             nats_url: "nats://127.0.0.1:4222".into(),
             nats_user: None,
             nats_password: None,
+            nats_stream_replicas: 1,
             service_token: None,
             docker_host: String::new(),
             manager_id: "kandev-agent-manager".into(),
@@ -236,6 +241,9 @@ impl Validate for Settings {
             return Err("max_log_lines must be at least 1".into());
         }
         check_credentials(&self.nats_user, &self.nats_password)?;
+        if !(1..=5).contains(&self.nats_stream_replicas) {
+            return Err("nats_stream_replicas must be 1 to 5 (NATS's limit)".into());
+        }
         service_auth::check(&self.service_token)?;
         if let Some(key) = &self.secrets_key
             && key.expose_secret().len() < 32

@@ -194,6 +194,7 @@ impl Bench {
                     "50".into(),
                 ),
             ],
+            ..Options::default()
         };
         let stack = Stack::start("bench", options).await;
         let api = stack.admin().await;

@@ -69,6 +69,8 @@ pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
 pub struct JetStreamBus {
     client: async_nats::Client,
     js: jetstream::Context,
+    /// Copies of each stream in a NATS cluster (1 on a single server).
+    stream_replicas: usize,
 }
 
 impl std::fmt::Debug for JetStreamBus {
@@ -89,10 +91,26 @@ impl JetStreamBus {
     /// waited for in the background) and makes sure the streams exist when
     /// NATS answers.
     pub async fn connect_as(url: &str, login: &NatsLogin) -> Result<Self, BusError> {
+        Self::connect_replicated(url, login, 1).await
+    }
+
+    /// [`Self::connect_as`], with streams kept in `stream_replicas` copies
+    /// (`KANDEV_NATS_STREAM_REPLICAS`: 3 on a 3-node cluster, so losing a
+    /// node loses nothing). `url` may list several servers, comma-separated.
+    /// Existing streams with another count are updated to it.
+    pub async fn connect_replicated(
+        url: &str,
+        login: &NatsLogin,
+        stream_replicas: usize,
+    ) -> Result<Self, BusError> {
         let client = crate::nats::connect(url, login, |_| {}).await?;
         let mut js = jetstream::new(client.clone());
         js.set_timeout(Duration::from_secs(5));
-        let bus = JetStreamBus { client, js };
+        let bus = JetStreamBus {
+            client,
+            js,
+            stream_replicas: stream_replicas.max(1),
+        };
         if let Err(err) = bus.ensure_streams().await {
             // Not fatal: publishing retries, and streams are set up again.
             tracing::warn!(%err, "streams not ready yet");
@@ -103,7 +121,12 @@ impl JetStreamBus {
     /// Creates the Kandev streams when missing (idempotent).
     pub async fn ensure_streams(&self) -> Result<(), BusError> {
         for spec in STREAMS {
-            self.js
+            let failed = |e: &dyn std::fmt::Display| BusError::Stream {
+                stream: spec.name.to_string(),
+                reason: e.to_string(),
+            };
+            let stream = self
+                .js
                 .get_or_create_stream(jetstream::stream::Config {
                     name: spec.name.to_string(),
                     subjects: spec.subjects.iter().map(|s| s.to_string()).collect(),
@@ -111,13 +134,26 @@ impl JetStreamBus {
                     // Consumers that were down catch up within this window;
                     // older events are dropped so a stream never grows without bound.
                     max_age: STREAM_MAX_AGE,
+                    num_replicas: self.stream_replicas,
                     ..Default::default()
                 })
                 .await
-                .map_err(|e| BusError::Stream {
-                    stream: spec.name.to_string(),
-                    reason: e.to_string(),
-                })?;
+                .map_err(|e| failed(&e))?;
+            let config = &stream.cached_info().config;
+            if config.num_replicas != self.stream_replicas {
+                tracing::info!(
+                    stream = spec.name,
+                    from = config.num_replicas,
+                    to = self.stream_replicas,
+                    "changing the stream's replica count"
+                );
+                let mut config = config.clone();
+                config.num_replicas = self.stream_replicas;
+                self.js
+                    .update_stream(config)
+                    .await
+                    .map_err(|e| failed(&e))?;
+            }
         }
         Ok(())
     }

@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use async_nats::{ConnectErrorKind, ConnectOptions, Event};
+use async_nats::{ConnectErrorKind, ConnectOptions, Event, ServerAddr};
 use serde::Deserialize;
 
 use crate::BusError;
@@ -148,10 +148,14 @@ where
             }
         }
     };
+    let servers = servers(url).map_err(|reason| BusError::Connect {
+        url: url.to_string(),
+        reason,
+    })?;
     let first = login
         .options()
         .event_callback(events(on_event.clone(), login.clone()))
-        .connect(url)
+        .connect(servers.clone())
         .await;
     let err = match first {
         Ok(client) => return Ok(client),
@@ -172,7 +176,7 @@ where
                 .options()
                 .retry_on_initial_connect()
                 .event_callback(events(on_event, login.clone()))
-                .connect(url)
+                .connect(servers)
                 .await
                 .map_err(|e| BusError::Connect {
                     url: url.to_string(),
@@ -184,6 +188,26 @@ where
             reason: err.to_string(),
         }),
     }
+}
+
+/// The servers of `url`: one URL, or several comma-separated (the nodes of
+/// a cluster; the client also learns the others from the one it reaches).
+pub fn servers(url: &str) -> Result<Vec<ServerAddr>, String> {
+    url.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(|u| {
+            u.parse::<ServerAddr>()
+                .map_err(|e| format!("{u:?} is not a NATS URL: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|list| {
+            if list.is_empty() {
+                Err("no NATS URL".into())
+            } else {
+                Ok(list)
+            }
+        })
 }
 
 fn log_event(login: &NatsLogin, event: &Event) {
@@ -206,6 +230,20 @@ fn log_event(login: &NatsLogin, event: &Event) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_url_may_list_the_nodes_of_a_cluster() {
+        assert_eq!(servers("nats://127.0.0.1:4222").unwrap().len(), 1);
+        let nodes = servers("nats://a:4222, nats://b:4223,nats://c:4224").unwrap();
+        assert_eq!(nodes.len(), 3);
+        assert_eq!(nodes[1].port(), 4223);
+        assert!(servers("").unwrap_err().contains("no NATS URL"));
+        assert!(
+            servers("nats://a:4222,nats://b:x")
+                .unwrap_err()
+                .contains("nats://b:x")
+        );
+    }
 
     #[test]
     fn passwords_stay_out_of_debug_output() {

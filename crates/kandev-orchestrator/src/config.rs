@@ -31,6 +31,10 @@ pub struct Settings {
     /// Its password (`KANDEV_NATS_PASSWORD`); never logged.
     #[serde(skip_serializing)]
     pub nats_password: Option<NatsPassword>,
+    /// Copies of each JetStream stream this service creates
+    /// (`KANDEV_NATS_STREAM_REPLICAS`): 1 on a single server, 3 on a
+    /// 3-node cluster. Every service must use the same value.
+    pub nats_stream_replicas: usize,
     /// The secret the Kandev services share (`KANDEV_SERVICE_TOKEN`, at
     /// least 32 bytes; required): every call to this port (gRPC, REST, WebSocket) but its probes must carry it, and calls to the other services carry it. Never logged.
     #[serde(skip_serializing)]
@@ -70,6 +74,10 @@ pub struct Settings {
     pub feed_flush_ms: u64,
     /// ...or this many messages, whichever comes first.
     pub feed_flush_max: usize,
+    /// Replicas: how often a standing-by orchestrator tries to take the
+    /// lead, and how often the leader checks it still holds it, in ms
+    /// (`KANDEV_LEADER_POLL_MS`). See [`crate::leader`].
+    pub leader_poll_ms: u64,
     /// Durable consumer names and subject filters; tests on a shared NATS
     /// give each instance its own.
     pub consumers: ConsumerSettings,
@@ -129,6 +137,7 @@ impl Default for Settings {
             nats_url: "nats://127.0.0.1:4222".into(),
             nats_user: None,
             nats_password: None,
+            nats_stream_replicas: 1,
             service_token: None,
             task_service_url: "http://127.0.0.1:8081".into(),
             agent_manager_url: "http://127.0.0.1:8083".into(),
@@ -145,6 +154,7 @@ impl Default for Settings {
             ws_close_grace_ms: 5000,
             feed_flush_ms: 50,
             feed_flush_max: 500,
+            leader_poll_ms: 500,
             consumers: ConsumerSettings::default(),
             grpc_reflection: false,
             log: LogSettings::default(),
@@ -198,9 +208,13 @@ impl Validate for Settings {
         if self.max_concurrent == 0 {
             return Err("max_concurrent must be at least 1".into());
         }
-        if self.ws_client_buffer == 0 || self.feed_flush_max == 0 || self.feed_flush_ms == 0 {
+        if self.ws_client_buffer == 0
+            || self.feed_flush_max == 0
+            || self.feed_flush_ms == 0
+            || self.leader_poll_ms == 0
+        {
             return Err(
-                "ws_client_buffer, feed_flush_max and feed_flush_ms must be positive".into(),
+                "ws_client_buffer, feed_flush_max, feed_flush_ms and leader_poll_ms must be positive".into(),
             );
         }
         let c = &self.consumers;
@@ -210,6 +224,9 @@ impl Validate for Settings {
             }
         }
         check_credentials(&self.nats_user, &self.nats_password)?;
+        if !(1..=5).contains(&self.nats_stream_replicas) {
+            return Err("nats_stream_replicas must be 1 to 5 (NATS's limit)".into());
+        }
         service_auth::check(&self.service_token)?;
         Ok(())
     }

@@ -22,7 +22,6 @@ use kandev_events::{TaskState, task::TaskSnapshot};
 use kandev_proto::v1::{self as pb, task_service_client::TaskServiceClient};
 use serde_json::{Value, json};
 use sqlx::PgPool;
-use tokio::sync::Mutex;
 use tracing::Instrument as _;
 use uuid::Uuid;
 
@@ -31,6 +30,7 @@ use crate::{
     config::Settings,
     domain::{ExecState, ExecutionView, OrchestratorError, Result},
     feed::FeedHub,
+    leader::DecisionLock,
 };
 
 pub use self::store::Execution;
@@ -84,7 +84,8 @@ pub struct Engine {
     agents: Arc<dyn AgentControl>,
     tasks: TaskServiceClient<TracedChannel>,
     hub: Arc<FeedHub>,
-    lock: Mutex<()>,
+    /// Decisions of every replica, one at a time.
+    lock: DecisionLock,
     /// For forges' REST APIs.
     http: reqwest::Client,
 }
@@ -98,12 +99,12 @@ impl Engine {
         hub: Arc<FeedHub>,
     ) -> Arc<Self> {
         Arc::new(Engine {
+            lock: DecisionLock::new(pool.clone(), &settings.database_schema),
             store: ExecStore::new(pool),
             settings,
             agents,
             tasks,
             hub,
-            lock: Mutex::new(()),
             http: reqwest::Client::new(),
         })
     }
@@ -437,7 +438,7 @@ impl Engine {
 
     /// Re-queues runs whose retry time has come, then dispatches.
     pub async fn tick(&self) -> Result<()> {
-        let _guard = self.lock.lock().await;
+        let _guard = self.lock.lock().await?;
         self.store.requeue_due_retries().await?;
         self.dispatch().await
     }
@@ -445,7 +446,7 @@ impl Engine {
     /// After a restart: a launch that was cut short adopts the instance the
     /// agent manager started for it, or goes back to the queue.
     pub async fn recover(&self) -> Result<()> {
-        let _guard = self.lock.lock().await;
+        let _guard = self.lock.lock().await?;
         let launching = self.store.launching().await?;
         for exec in launching {
             let live = self

@@ -17,6 +17,8 @@
 //! - [`forge`]: pull / merge requests on GitHub and GitLab.
 //! - [`http`] and [`ws`]: REST control and the WebSocket feed.
 //! - [`grpc`]: the thin tonic adapter over an `Orchestration`.
+//! - [`leader`]: replicas: one leader runs the consumers and the
+//!   scheduler; decisions of all replicas are serialized in Postgres.
 //! - [`startup`]: `build(settings)` then `run_until_stopped(shutdown)`.
 
 pub mod clients;
@@ -28,6 +30,7 @@ pub mod feed;
 pub mod forge;
 pub mod grpc;
 pub mod http;
+pub mod leader;
 pub mod startup;
 pub mod ws;
 

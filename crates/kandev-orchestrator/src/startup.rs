@@ -22,6 +22,7 @@ use crate::{
     feed::{FeedConsumer, FeedHub, FeedReader},
     grpc::GrpcOrchestratorAdapter,
     http::{self, AppState},
+    leader,
 };
 
 /// Why the service could not start or stopped with an error.
@@ -91,7 +92,12 @@ impl Application {
             .map_err(StartupError::Config)?
             .clone();
         let settings = Arc::new(settings);
-        let bus = JetStreamBus::connect_as(&settings.nats_url, &settings.nats_login()).await?;
+        let bus = JetStreamBus::connect_replicated(
+            &settings.nats_url,
+            &settings.nats_login(),
+            settings.nats_stream_replicas,
+        )
+        .await?;
         let pool = connect_database(&settings).await?;
         let tasks = clients::task_client(&settings.task_service_url, &token)
             .map_err(StartupError::Client)?;
@@ -174,34 +180,33 @@ impl Application {
                 ("nats", bus_ready),
             ]));
 
-        // Background work; aborted with this future if it is dropped.
+        // The leader's work; aborted with this future if it is dropped.
         let stop = CancellationToken::new();
-        let c = &self.settings.consumers;
-        let feed_task = AbortOnDropHandle::new(tokio::spawn(run_feed(
-            self.bus.clone(),
+        let leading = AbortOnDropHandle::new(tokio::spawn(leader::lead(
             self.pool.clone(),
-            self.hub.clone(),
-            self.settings.clone(),
+            leader::lock_key(&self.settings.database_schema, "leader"),
+            Duration::from_millis(self.settings.leader_poll_ms),
             stop.clone(),
+            {
+                let (bus, pool, hub, engine, settings) = (
+                    self.bus.clone(),
+                    self.pool.clone(),
+                    self.hub.clone(),
+                    self.engine.clone(),
+                    self.settings.clone(),
+                );
+                move |token| {
+                    lead_work(
+                        bus.clone(),
+                        pool.clone(),
+                        hub.clone(),
+                        engine.clone(),
+                        settings.clone(),
+                        token,
+                    )
+                }
+            },
         )));
-        let task_consumer = AbortOnDropHandle::new(tokio::spawn(consumers::run(
-            self.bus.clone(),
-            Source::Tasks,
-            c.task_durable.clone(),
-            c.task_filter.clone(),
-            self.engine.clone(),
-            stop.clone(),
-        )));
-        let agent_consumer = AbortOnDropHandle::new(tokio::spawn(consumers::run(
-            self.bus.clone(),
-            Source::Agents,
-            c.agent_durable.clone(),
-            c.agent_filter.clone(),
-            self.engine.clone(),
-            stop.clone(),
-        )));
-        let ticker =
-            AbortOnDropHandle::new(tokio::spawn(run_ticker(self.engine.clone(), stop.clone())));
 
         // Only callers with the service token (gRPC, REST and WebSocket
         // alike), probes aside.
@@ -221,13 +226,58 @@ impl Application {
         tracing::info!(addr = %self.local_addr, "orchestrator listening (gRPC, REST, WebSocket, /healthz, /readyz, /metrics)");
         let served = serve::serve(self.listener, router, shutdown).await;
         stop.cancel();
-        let _ = task_consumer.await;
-        let _ = agent_consumer.await;
-        let _ = ticker.await;
-        let _ = feed_task.await;
+        let _ = leading.await;
         self.pool.close().await;
         tracing::info!("orchestrator stopped");
         served.map_err(StartupError::Serve)
+    }
+}
+
+/// What only the leading replica runs: the feed consumer, the `task.*` and
+/// `agent.*` consumers and the scheduler, until `stop` fires.
+async fn lead_work(
+    bus: JetStreamBus,
+    pool: PgPool,
+    hub: Arc<FeedHub>,
+    engine: Arc<Engine>,
+    settings: Arc<Settings>,
+    stop: CancellationToken,
+) {
+    let c = &settings.consumers;
+    let feed = AbortOnDropHandle::new(tokio::spawn(run_feed(
+        bus.clone(),
+        pool,
+        hub,
+        settings.clone(),
+        stop.clone(),
+    )));
+    let tasks = AbortOnDropHandle::new(tokio::spawn(consumers::run(
+        bus.clone(),
+        Source::Tasks,
+        c.task_durable.clone(),
+        c.task_filter.clone(),
+        engine.clone(),
+        stop.clone(),
+    )));
+    let agents = AbortOnDropHandle::new(tokio::spawn(consumers::run(
+        bus,
+        Source::Agents,
+        c.agent_durable.clone(),
+        c.agent_filter.clone(),
+        engine.clone(),
+        stop.clone(),
+    )));
+    // Aborted with this future: a replica that loses the lead stops all.
+    let ticker = AbortOnDropHandle::new(tokio::spawn(run_ticker(engine, stop)));
+    for (what, handle) in [
+        ("the feed consumer", feed),
+        ("the task event consumer", tasks),
+        ("the agent event consumer", agents),
+        ("the scheduler", ticker),
+    ] {
+        if let Err(err) = handle.await {
+            tracing::error!(%err, "{what} panicked");
+        }
     }
 }
 

@@ -69,7 +69,12 @@ pub async fn connect_database(settings: &Settings) -> Result<PgPool, StartupErro
 impl Application {
     /// Connects to NATS JetStream from the settings.
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
-        let bus = JetStreamBus::connect_as(&settings.nats_url, &settings.nats_login()).await?;
+        let bus = JetStreamBus::connect_replicated(
+            &settings.nats_url,
+            &settings.nats_login(),
+            settings.nats_stream_replicas,
+        )
+        .await?;
         let ready_bus = bus.clone();
         let bus_ready = serve::sync_check(move || ready_bus.check_connected());
         Self::build_with_bus(settings, Arc::new(bus), bus_ready).await

@@ -127,6 +127,19 @@ pub struct OwnNats {
     child: Option<Child>,
     /// With [`OwnNats::start_with_auth`]: each user's password.
     passwords: Vec<(String, String)>,
+    /// A node of [`OwnNats::start_cluster`].
+    cluster: Option<ClusterNode>,
+}
+
+/// How a node of a test's NATS cluster joins the others.
+#[derive(Debug, Clone)]
+struct ClusterNode {
+    server_name: String,
+    cluster_port: u16,
+    /// The other nodes' cluster ports.
+    routes: Vec<u16>,
+    /// Its monitoring port (`/healthz`).
+    monitor_port: u16,
 }
 
 /// The user a test inspects NATS with: allowed everything, added to the
@@ -145,26 +158,92 @@ impl OwnNats {
     /// [`OwnNats::admin_credentials`] are those of [`NATS_TEST_USER`], a user
     /// the tests' copy of the file adds, to look into streams.
     pub async fn start_with_auth() -> OwnNats {
-        let passwords = NATS_USERS
+        Self::start_as(Self::start_with_auth_passwords()).await
+    }
+
+    fn start_with_auth_passwords() -> Vec<(String, String)> {
+        NATS_USERS
             .iter()
             .chain([&NATS_TEST_USER])
             // A letter first: nats-server parses a variable's value, and a
             // value that looks like a number is not a string.
             .map(|user| (user.to_string(), format!("k{}", Uuid::new_v4().simple())))
-            .collect();
-        Self::start_as(passwords).await
+            .collect()
     }
 
     async fn start_as(passwords: Vec<(String, String)>) -> OwnNats {
+        let mut nats = Self::node(passwords, None);
+        nats.restart().await;
+        nats
+    }
+
+    fn node(passwords: Vec<(String, String)>, cluster: Option<ClusterNode>) -> OwnNats {
         let store = std::env::temp_dir().join(format!("kandev-nats-{}", Uuid::new_v4().simple()));
-        let mut nats = OwnNats {
+        OwnNats {
             port: free_port(),
             store,
             child: None,
             passwords,
+            cluster,
+        }
+    }
+
+    /// A JetStream cluster of `nodes` servers on 127.0.0.1 (under
+    /// `deploy/nats/nats.conf` when `with_auth`, one password per user for
+    /// all nodes), each with a store of its own; returns once every node
+    /// reports JetStream healthy (a meta leader elected).
+    pub async fn start_cluster(nodes: usize, with_auth: bool) -> Vec<OwnNats> {
+        let passwords = if with_auth {
+            Self::start_with_auth_passwords()
+        } else {
+            Vec::new()
         };
-        nats.restart().await;
-        nats
+        let cluster_ports: Vec<u16> = (0..nodes).map(|_| free_port()).collect();
+        let mut cluster: Vec<OwnNats> = (0..nodes)
+            .map(|i| {
+                Self::node(
+                    passwords.clone(),
+                    Some(ClusterNode {
+                        server_name: format!("n{i}"),
+                        cluster_port: cluster_ports[i],
+                        routes: cluster_ports
+                            .iter()
+                            .enumerate()
+                            .filter(|(j, _)| *j != i)
+                            .map(|(_, p)| *p)
+                            .collect(),
+                        monitor_port: free_port(),
+                    }),
+                )
+            })
+            .collect();
+        for node in &mut cluster {
+            node.restart().await;
+        }
+        for node in &cluster {
+            node.wait_healthy().await;
+        }
+        cluster
+    }
+
+    /// The client URLs of a cluster's nodes, comma-separated, as
+    /// `KANDEV_NATS_URL` takes them.
+    pub fn cluster_url(nodes: &[OwnNats]) -> String {
+        nodes.iter().map(OwnNats::url).collect::<Vec<_>>().join(",")
+    }
+
+    /// Waits for a cluster node's `/healthz` (JetStream current with its
+    /// meta leader).
+    pub async fn wait_healthy(&self) {
+        let Some(node) = &self.cluster else { return };
+        let url = format!("http://127.0.0.1:{}/healthz", node.monitor_port);
+        eventually(60, "the NATS cluster node is healthy", || async {
+            let up = tokio::net::TcpStream::connect(("127.0.0.1", node.monitor_port))
+                .await
+                .is_ok();
+            (up && http("GET", &url, None).await.0 == 200).then_some(())
+        })
+        .await;
     }
 
     /// The user and password of [`NATS_TEST_USER`], allowed everything, to
@@ -225,6 +304,21 @@ impl OwnNats {
             for (user, password) in &self.passwords {
                 cmd.env(nats_password_var(user), password);
             }
+        }
+        if let Some(node) = &self.cluster {
+            let routes: Vec<String> = node
+                .routes
+                .iter()
+                .map(|p| format!("nats://127.0.0.1:{p}"))
+                .collect();
+            cmd.args(["--server_name", &node.server_name])
+                .args(["--cluster_name", "kandev-test"])
+                .args([
+                    "--cluster",
+                    &format!("nats://127.0.0.1:{}", node.cluster_port),
+                ])
+                .args(["--routes", &routes.join(",")])
+                .args(["-m", &node.monitor_port.to_string()]);
         }
         let child = cmd
             .args([

@@ -1,5 +1,6 @@
 //! Faults mid-run: each service SIGKILLed and restarted, then NATS
-//! restarted, while a slow task runs. The task still completes and the
+//! restarted, then one node of a 3-node NATS cluster SIGKILLed for good,
+//! while a slow task runs. The task still completes and the
 //! WebSocket client (reconnecting with ?after=<last seq>) sees every
 //! sequence number exactly once.
 
@@ -21,10 +22,20 @@ fn ends_turn(frame: &Value) -> bool {
 enum Fault {
     Kill(Svc),
     Nats,
+    /// One node of a 3-node cluster SIGKILLed (streams in 3 copies).
+    NatsNode,
 }
 
 async fn survives(test: &str, fault: Fault) {
-    let mut stack = Stack::start(test, Options::default()).await;
+    let options = Options {
+        nats_nodes: if matches!(fault, Fault::NatsNode) {
+            3
+        } else {
+            1
+        },
+        ..Options::default()
+    };
+    let mut stack = Stack::start(test, options).await;
     let api = stack.admin().await;
     let board = api.board(test).await;
     let task = api
@@ -49,6 +60,11 @@ async fn survives(test: &str, fault: Fault) {
             stack.spawn(svc).await;
         }
         Fault::Nats => stack.restart_nats().await,
+        // The node every service lists first, and it stays down.
+        Fault::NatsNode => {
+            assert_streams_replicated(&stack, 3).await;
+            stack.kill_nats_node(0);
+        }
     }
 
     // The end of the turn: the agent's answer to `session/prompt`. After an
@@ -98,6 +114,30 @@ async fn survives(test: &str, fault: Fault) {
     stack.stop().await;
 }
 
+/// Every Kandev stream is kept in `copies` copies, as the services were
+/// told (`KANDEV_NATS_STREAM_REPLICAS`), with every copy current.
+async fn assert_streams_replicated(stack: &Stack, copies: usize) {
+    let (user, password) = stack.nats.admin_credentials();
+    let nats = async_nats::ConnectOptions::with_user_and_password(user, password)
+        .connect(stack.nats.url())
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(nats);
+    for name in ["KANDEV_TASKS", "KANDEV_AGENTS", "KANDEV_ACP"] {
+        let info = js
+            .get_stream(name)
+            .await
+            .unwrap()
+            .info()
+            .await
+            .unwrap()
+            .clone();
+        assert_eq!(info.config.num_replicas, copies, "{name}");
+        let cluster = info.cluster.expect("a clustered stream");
+        assert_eq!(cluster.replicas.len(), copies - 1, "{name}: {cluster:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_task_service_killed_mid_run() {
     survives("fault_task_service", Fault::Kill(Svc::TaskService)).await;
@@ -121,4 +161,9 @@ async fn fault_gateway_killed_mid_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_nats_restarted_mid_run() {
     survives("fault_nats", Fault::Nats).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_one_nats_cluster_node_killed_mid_run() {
+    survives("fault_nats_node", Fault::NatsNode).await;
 }

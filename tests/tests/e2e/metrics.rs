@@ -41,6 +41,7 @@ async fn every_service_exports_metrics_that_move_when_tasks_run() {
             "KANDEV_METRICS_TOKEN".into(),
             SCRAPE_TOKEN.into(),
         )],
+        ..Options::default()
     };
     let stack = Stack::start("metrics", options).await;
     let api = stack.admin().await;

@@ -67,6 +67,7 @@ async fn a_few_hundred_tasks_leave_fds_and_memory_flat() {
     let options = Options {
         max_concurrent: 4,
         env: vec![(Svc::Gateway, "KANDEV_METRICS_TOKEN".into(), TOKEN.into())],
+        ..Options::default()
     };
     let stack = Stack::start("soak", options).await;
     let api = stack.admin().await;

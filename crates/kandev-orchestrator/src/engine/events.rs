@@ -19,7 +19,7 @@ use crate::domain::{ExecState, Result};
 impl Engine {
     /// Handles one `task.*` event; returns once it is fully applied.
     pub async fn handle_task_event(&self, subject: &str, payload: &[u8]) -> Result<()> {
-        let _guard = self.lock.lock().await;
+        let _guard = self.lock.lock().await?;
         let id: Uuid = match serde_json::from_slice::<Envelope<Value>>(payload) {
             Ok(env) => env.id,
             Err(err) => {
@@ -121,7 +121,7 @@ impl Engine {
 
     /// Handles one `agent.*` event.
     pub async fn handle_agent_event(&self, payload: &[u8]) -> Result<()> {
-        let _guard = self.lock.lock().await;
+        let _guard = self.lock.lock().await?;
         let env: Envelope<AgentLifecycle> = match serde_json::from_slice(payload) {
             Ok(env) => env,
             Err(err) => {

@@ -16,7 +16,7 @@ use crate::domain::{
 impl Orchestration for Engine {
     async fn start_task(&self, task_id: Uuid, prompt: Option<String>) -> Result<ExecutionView> {
         let prompt = prompt.filter(|p| !p.trim().is_empty());
-        let guard = self.lock.lock().await;
+        let guard = self.lock.lock().await?;
         let exec = self.execution(task_id).await?;
         match exec.as_ref().map(Execution::state) {
             Some(s) if s.is_active() => {
@@ -88,7 +88,7 @@ impl Orchestration for Engine {
             reason
         };
         {
-            let _guard = self.lock.lock().await;
+            let _guard = self.lock.lock().await?;
             let exec = self
                 .execution(task_id)
                 .await?

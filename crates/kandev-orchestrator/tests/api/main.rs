@@ -9,4 +9,5 @@ mod e2e;
 mod feed;
 mod forge;
 mod helpers;
+mod leader;
 mod queue;

@@ -1,0 +1,174 @@
+//! Two orchestrators and two gateways on one Postgres and one NATS: one
+//! orchestrator leads (consumes events, numbers the feed, schedules), the
+//! other serves and stands by. A browser on the gateway that talks to the
+//! standby sees the live feed the leader numbers; when the leader is
+//! SIGKILLed mid-run the standby takes over: no task is launched twice,
+//! queued tasks still start, and clients on both gateways keep an exact
+//! feed.
+
+use std::time::Duration;
+
+use kandev_e2e::{
+    Feed, Options, Stack, Svc, eventually, kind, replay,
+    serde_json::{Value, json},
+};
+
+const CHUNKS: usize = 30;
+
+fn chunk_texts(frames: &[Value]) -> String {
+    frames
+        .iter()
+        .filter(|f| kind(f) == "message_chunk")
+        .filter_map(|f| f["event"]["data"]["text"].as_str())
+        .collect()
+}
+
+/// Every chunk of a `slow CHUNKS` run exactly once, in order.
+fn assert_every_chunk_once(frames: &[Value]) {
+    let text = chunk_texts(frames);
+    let mut at = 0;
+    for i in 1..=CHUNKS {
+        let chunk = format!("chunk {i}/{CHUNKS}\n");
+        assert_eq!(text.matches(&chunk).count(), 1, "{chunk:?} in {text:?}");
+        let pos = text.find(&chunk).unwrap();
+        assert!(pos >= at, "{chunk:?} out of order");
+        at = pos;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_orchestrator_takes_over_without_launching_twice() {
+    let mut stack = Stack::start(
+        "replicas",
+        Options {
+            max_concurrent: 2,
+            env: vec![(
+                Svc::Orchestrator,
+                "KANDEV_LEADER_POLL_MS".into(),
+                "200".into(),
+            )],
+            ..Options::default()
+        },
+    )
+    .await;
+    eventually(30, "the first orchestrator leads", || async {
+        stack
+            .log(Svc::Orchestrator)
+            .contains("leading:")
+            .then_some(())
+    })
+    .await;
+    let standby = stack.add_replica(Svc::Orchestrator, &[]).await;
+    eventually(30, "the second orchestrator stands by", || async {
+        stack
+            .replica_log(Svc::Orchestrator, standby)
+            .contains("standing by")
+            .then_some(())
+    })
+    .await;
+    // Gateway B talks to the standby only.
+    let orchestrator_b = stack.replica_url(Svc::Orchestrator, standby);
+    let gateway_b = stack
+        .add_replica(Svc::Gateway, &[("KANDEV_ORCHESTRATOR_URL", orchestrator_b)])
+        .await;
+    let api_a = stack.admin().await;
+    let api_b = stack.admin_at(gateway_b).await;
+
+    // A task created and watched through gateway B, whose events the
+    // leader (behind gateway A) handles: its frames arrive live.
+    let board = api_b.board("replicas").await;
+    let first = api_b
+        .task(
+            &board,
+            json!({"title": "Through B", "description": "scenario: slow 5 50",
+                   "agent_type": "mock-agent", "max_retries": 0}),
+        )
+        .await;
+    let mut feed = Feed::open(&api_b, &first).await;
+    feed.wait_for(120, "chunk 5 through gateway B", |f| {
+        f["event"]["data"]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("chunk 5/5"))
+    })
+    .await;
+    api_b.wait_state(&first, &["COMPLETED"], 120).await;
+    feed.close().await;
+    assert!(
+        !stack
+            .replica_log(Svc::Orchestrator, standby)
+            .contains("leading:"),
+        "the standby did not lead meanwhile"
+    );
+
+    // Four slow tasks, two at a time; each watched on both gateways.
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        tasks.push(
+            api_a
+                .task(
+                    &board,
+                    json!({"title": format!("slow {i}"),
+                           "description": format!("scenario: slow {CHUNKS} 150"),
+                           "agent_type": "mock-agent", "max_retries": 0}),
+                )
+                .await,
+        );
+    }
+    let mut feeds = Vec::new();
+    for task in &tasks {
+        feeds.push(Feed::open(&api_a, task).await);
+        feeds.push(Feed::open(&api_b, task).await);
+    }
+    // Two run, two wait; mid-run the leader dies.
+    feeds[0]
+        .wait_for(120, "chunk 5 of the first slow task", |f| {
+            f["event"]["data"]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains(&format!("chunk 5/{CHUNKS}")))
+        })
+        .await;
+    stack.kill(Svc::Orchestrator);
+    eventually(30, "the standby takes over", || async {
+        stack
+            .replica_log(Svc::Orchestrator, standby)
+            .contains("leading:")
+            .then_some(())
+    })
+    .await;
+    // Back as the standby, so gateway A reads the stored feed again.
+    stack.spawn(Svc::Orchestrator).await;
+
+    for task in &tasks {
+        let done = api_b.wait_state(task, &["COMPLETED"], 300).await;
+        assert_eq!(done["state"], "COMPLETED", "{done}");
+        let exec = api_a.execution(task).await;
+        assert_eq!(exec.body["attempts"], 1, "launched once: {}", exec.body);
+    }
+    for mut feed in feeds {
+        feed.drain(Duration::from_millis(1000)).await;
+        assert_every_chunk_once(&feed.frames);
+        let seen = feed.frames.len();
+        let task = feed.frames[0]["task_id"].as_str().unwrap().to_string();
+        let instances: std::collections::BTreeSet<&str> = feed
+            .frames
+            .iter()
+            .filter_map(|f| f["instance_id"].as_str())
+            .collect();
+        assert_eq!(instances.len(), 1, "one agent instance ran {task}");
+        feed.close().await;
+        for api in [&api_a, &api_b] {
+            assert_eq!(
+                replay(api, &task).await.len(),
+                seen,
+                "live and stored differ"
+            );
+        }
+    }
+    assert!(
+        stack.log(Svc::Orchestrator).matches("===== start").count() == 2
+            && stack.log(Svc::Orchestrator).contains("standing by"),
+        "the restarted orchestrator stands by"
+    );
+    assert!(stack.containers(None, false).await.is_empty());
+    stack.stop().await;
+}
