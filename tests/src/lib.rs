@@ -595,6 +595,31 @@ impl Stack {
             .collect()
     }
 
+    /// Agent containers of the manager `manager_id` on the machine's
+    /// engine, or on the engine at `docker_host`.
+    pub async fn containers_of(
+        &self,
+        manager_id: &str,
+        docker_host: Option<&str>,
+        running_only: bool,
+    ) -> Vec<String> {
+        let mut cmd = tokio::process::Command::new("docker");
+        if let Some(host) = docker_host {
+            cmd.args(["-H", host]);
+        }
+        cmd.args(["ps", "-q", "--filter"])
+            .arg(format!("label=kandev.manager={manager_id}"));
+        if !running_only {
+            cmd.arg("-a");
+        }
+        let out = cmd.output().await.expect("docker ps");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .filter(|l| !l.is_empty())
+            .collect()
+    }
+
     /// Stops everything and drops the database.
     pub async fn stop(mut self) {
         self.kill_all();
@@ -611,6 +636,18 @@ impl Stack {
             if let Some(mut child) = proc.child.take() {
                 let _ = child.kill();
                 let _ = child.wait();
+            }
+        }
+        // Agent managers added with ids of their own.
+        for proc in &self.procs {
+            if let Some((_, id)) = proc
+                .env
+                .iter()
+                .rev()
+                .find(|(k, _)| k == "KANDEV_MANAGER_ID")
+                .filter(|(_, id)| *id != self.manager_id)
+            {
+                remove_containers(id);
             }
         }
         remove_containers(&self.manager_id);

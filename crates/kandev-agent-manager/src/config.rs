@@ -63,6 +63,16 @@ pub struct Settings {
     /// reconciliation only touches containers with its own name
     /// (`KANDEV_MANAGER_ID`). Managers sharing a Docker host need distinct ids.
     pub manager_id: String,
+    /// Where the orchestrators reach this manager's gRPC API, as it
+    /// announces itself to the pool (`KANDEV_ADVERTISE_URL`); empty:
+    /// `http://<listen address>` (127.0.0.1 for an unspecified one).
+    pub advertise_url: String,
+    /// At most this many active instances at once on this manager
+    /// (`KANDEV_MAX_INSTANCES`); 0 is no limit. Launches beyond it are
+    /// refused (UNAVAILABLE) and the orchestrators place elsewhere.
+    pub max_instances: u32,
+    /// How often it announces itself on NATS, in ms (`KANDEV_ANNOUNCE_MS`).
+    pub announce_ms: u64,
     /// Pull a missing image (`KANDEV_PULL_IMAGES`); tests turn it off.
     pub pull_images: bool,
     /// Cloned repositories go to `<workspaces_root>/<task_id>`.
@@ -161,6 +171,9 @@ impl Default for Settings {
             service_token: None,
             docker_host: String::new(),
             manager_id: "kandev-agent-manager".into(),
+            advertise_url: String::new(),
+            max_instances: 0,
+            announce_ms: 2000,
             pull_images: true,
             workspaces_root: "/tmp/kandev/workspaces".into(),
             allowed_workspace_roots: vec![],
@@ -226,8 +239,18 @@ impl Validate for Settings {
         if self.database_max_connections == 0 {
             return Err("database_max_connections must be at least 1".into());
         }
-        if self.manager_id.trim().is_empty() {
-            return Err("manager_id must not be empty".into());
+        if !kandev_events::managers::manager_id_ok(&self.manager_id) {
+            return Err(format!(
+                "manager_id {:?} must be 1 to 64 letters, digits, '-' or '_'",
+                self.manager_id
+            ));
+        }
+        if self.announce_ms == 0 {
+            return Err("announce_ms must be positive".into());
+        }
+        let url = &self.advertise_url;
+        if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
+            return Err("advertise_url must be an http:// or https:// URL".into());
         }
         if !Path::new(&self.workspaces_root).is_absolute() {
             return Err("workspaces_root must be an absolute path".into());

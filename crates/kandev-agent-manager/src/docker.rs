@@ -256,6 +256,14 @@ impl Docker {
         }
     }
 
+    /// Whether the engine has `image` (false when it does not answer).
+    pub async fn has_image(&self, image: &str) -> bool {
+        match self.api() {
+            Ok(api) => api.inspect_image(image).await.is_ok(),
+            Err(_) => false,
+        }
+    }
+
     /// Makes sure `image` is present, pulling it when allowed; the error
     /// names the image.
     pub async fn ensure_image(&self, image: &str, pull: bool) -> Result<(), DockerError> {

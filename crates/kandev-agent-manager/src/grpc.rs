@@ -29,6 +29,10 @@ pub struct GrpcAgentAdapter {
 }
 
 impl GrpcAgentAdapter {
+    fn manager_id(&self) -> &str {
+        &self.manager.settings().manager_id
+    }
+
     pub fn new(manager: AgentManager) -> Self {
         GrpcAgentAdapter { manager }
     }
@@ -49,8 +53,9 @@ fn status_to_proto(s: InstanceStatus) -> pb::AgentStatus {
     }
 }
 
-fn instance_to_proto(i: AgentInstance) -> pb::AgentInstance {
+fn instance_to_proto(i: AgentInstance, manager_id: &str) -> pb::AgentInstance {
     pb::AgentInstance {
+        manager_id: manager_id.to_string(),
         id: i.id.to_string(),
         task_id: i.task_id.to_string(),
         agent_type: i.agent_type,
@@ -199,7 +204,10 @@ impl AgentManagerRpc for GrpcAgentAdapter {
     ) -> Result<Response<pb::AgentInstance>, Status> {
         let launch = launch_request(request.into_inner()).map_err(status)?;
         let instance = self.manager.launch(launch).await.map_err(status)?;
-        Ok(Response::new(instance_to_proto(instance)))
+        Ok(Response::new(instance_to_proto(
+            instance,
+            self.manager_id(),
+        )))
     }
 
     async fn send_prompt(
@@ -232,7 +240,7 @@ impl AgentManagerRpc for GrpcAgentAdapter {
         let id = parse_id("instance_id", &r.instance_id).map_err(status)?;
         let instance = self.manager.stop(id, &r.reason).await.map_err(status)?;
         Ok(Response::new(pb::StopAgentResponse {
-            instance: Some(instance_to_proto(instance)),
+            instance: Some(instance_to_proto(instance, self.manager_id())),
         }))
     }
 
@@ -242,7 +250,10 @@ impl AgentManagerRpc for GrpcAgentAdapter {
     ) -> Result<Response<pb::AgentInstance>, Status> {
         let id = parse_id("instance_id", &request.into_inner().instance_id).map_err(status)?;
         let instance = self.manager.get_instance(id).await.map_err(status)?;
-        Ok(Response::new(instance_to_proto(instance)))
+        Ok(Response::new(instance_to_proto(
+            instance,
+            self.manager_id(),
+        )))
     }
 
     async fn get_logs(
@@ -292,9 +303,18 @@ impl AgentManagerRpc for GrpcAgentAdapter {
         } else {
             Some(parse_id("task_id", &r.task_id).map_err(status)?)
         };
-        let instances = self.manager.list_instances(task_id).await.map_err(status)?;
+        let instances = if r.active_only {
+            let mut active = self.manager.active_instances().await.map_err(status)?;
+            active.retain(|i| task_id.is_none_or(|t| i.task_id == t));
+            active
+        } else {
+            self.manager.list_instances(task_id).await.map_err(status)?
+        };
         Ok(Response::new(pb::ListInstancesResponse {
-            instances: instances.into_iter().map(instance_to_proto).collect(),
+            instances: instances
+                .into_iter()
+                .map(|i| instance_to_proto(i, self.manager_id()))
+                .collect(),
         }))
     }
 

@@ -20,9 +20,12 @@
 //! - [`runner`]: one prompt turn in one container, and the event pipeline.
 //! - [`manager`]: the domain API ([`AgentManager`]) and reconciliation.
 //! - [`grpc`]: the thin tonic adapter.
+//! - [`announce`]: announcing this manager (load, capacity, images) to the
+//!   orchestrators' pool on NATS.
 //! - [`startup`]: `build(settings)` then `run_until_stopped(shutdown)`.
 //! - [`config`]: the service's typed settings.
 
+pub mod announce;
 pub mod changes;
 pub mod config;
 pub mod credentials;

@@ -9,7 +9,7 @@ use std::{
 };
 
 use kandev_acp::PermissionDecision;
-use kandev_events::{EventBus, agent::AgentEventKind};
+use kandev_events::{EventBus, agent::AgentEventKind, managers::ManagerAnnouncement};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 use uuid::Uuid;
@@ -113,6 +113,28 @@ impl AgentManager {
         }
     }
 
+    /// What this manager announces to the pool: its load and the enabled
+    /// agent types whose image its engine has.
+    pub async fn announcement(&self, url: &str) -> Result<ManagerAnnouncement> {
+        let settings = self.settings();
+        let active = self.store().count_active().await?;
+        let mut agent_types = Vec::new();
+        for t in self.list_types(false).await? {
+            if self.inner.shared.docker.has_image(&t.image).await {
+                agent_types.push(t.id);
+            }
+        }
+        Ok(ManagerAnnouncement {
+            id: settings.manager_id.clone(),
+            url: url.to_string(),
+            capacity: settings.max_instances,
+            active: u32::try_from(active).unwrap_or(u32::MAX),
+            agent_types,
+            every_ms: settings.announce_ms,
+            leaving: false,
+        })
+    }
+
     fn store(&self) -> &Store {
         &self.inner.shared.store
     }
@@ -164,6 +186,11 @@ impl AgentManager {
         self.store().list_instances(task_id).await
     }
 
+    /// This manager's pending, starting and running instances.
+    pub async fn active_instances(&self) -> Result<Vec<AgentInstance>> {
+        self.store().active_instances().await
+    }
+
     pub async fn logs(&self, id: Uuid, tail: i64) -> Result<Vec<LogLine>> {
         self.store().get_instance(id).await?;
         let tail = if tail <= 0 { 200 } else { tail.min(10_000) };
@@ -204,6 +231,13 @@ impl AgentManager {
         if let Some(bad) = request.env.keys().find(|k| !env_name_ok(k)) {
             return Err(invalid(format!(
                 "{bad:?} is not an environment variable name"
+            )));
+        }
+        let capacity = self.settings().max_instances;
+        if capacity > 0 && self.store().count_active().await? >= i64::from(capacity) {
+            return Err(AgentError::Unavailable(format!(
+                "agent manager {} is at its capacity of {capacity} instances",
+                self.settings().manager_id
             )));
         }
         let instance = self

@@ -12,6 +12,7 @@ use kandev_events::{EventBus, JetStreamBus};
 use kandev_proto::v1::agent_manager_server::AgentManagerServer;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::{
     config::Settings, docker::Docker, grpc::GrpcAgentAdapter, manager::AgentManager, store::Store,
@@ -51,6 +52,8 @@ pub struct Application {
     /// Whether the start reconciled; if the engine did not answer, the
     /// engine watcher does once it does.
     reconciled: bool,
+    /// Announces this manager to the pool on NATS (not on an in-process bus).
+    announce_on: Option<async_nats::Client>,
 }
 
 /// Connects to Postgres with `search_path` set to the service's schema,
@@ -77,7 +80,10 @@ impl Application {
         .await?;
         let ready_bus = bus.clone();
         let bus_ready = serve::sync_check(move || ready_bus.check_connected());
-        Self::build_with_bus(settings, Arc::new(bus), bus_ready).await
+        let nats = bus.client().clone();
+        let mut app = Self::build_with_bus(settings, Arc::new(bus), bus_ready).await?;
+        app.announce_on = Some(nats);
+        Ok(app)
     }
 
     /// Builds on a given bus (an in-process one, in a one-binary mode).
@@ -102,7 +108,12 @@ impl Application {
                 source,
             })?;
         let local_addr = listener.local_addr().map_err(StartupError::Serve)?;
-        let manager = AgentManager::new(docker, Store::new(pool.clone()), bus, settings);
+        let manager = AgentManager::new(
+            docker,
+            Store::new(pool.clone(), &settings.manager_id),
+            bus,
+            settings,
+        );
         let reconciled = match engine {
             Ok(()) => {
                 manager.reconcile().await;
@@ -120,6 +131,7 @@ impl Application {
             bus_ready,
             manager,
             reconciled,
+            announce_on: None,
         })
     }
 
@@ -174,6 +186,20 @@ impl Application {
             ]));
 
         let stop_watching = shutdown.child_token();
+        // To the pool: this manager's address, capacity and load.
+        let announcer = self.announce_on.clone().map(|client| {
+            let url = crate::announce::advertised_url(
+                &self.manager.settings().advertise_url,
+                self.local_addr,
+            );
+            tracing::info!(%url, "announcing this manager to the pool");
+            AbortOnDropHandle::new(tokio::spawn(crate::announce::run(
+                self.manager.clone(),
+                client,
+                url,
+                stop_watching.clone(),
+            )))
+        });
         let watcher = tokio::spawn({
             let manager = self.manager.clone();
             let stop = stop_watching.clone();
@@ -199,6 +225,9 @@ impl Application {
         let served = serve::serve(self.listener, router, shutdown).await;
         stop_watching.cancel();
         let _ = watcher.await;
+        if let Some(announcer) = announcer {
+            let _ = announcer.await;
+        }
         self.pool.close().await;
         tracing::info!("agent manager stopped");
         served.map_err(StartupError::Serve)

@@ -16,6 +16,8 @@ use crate::domain::{
 #[derive(Debug, Clone)]
 pub struct Store {
     pool: PgPool,
+    /// Instances are this manager's (see migration 0010).
+    manager_id: String,
 }
 
 #[derive(sqlx::FromRow)]
@@ -173,8 +175,13 @@ pub struct Outcome {
 }
 
 impl Store {
-    pub fn new(pool: PgPool) -> Self {
-        Store { pool }
+    /// The store of the manager `manager_id`: the registry and secrets are
+    /// shared by every manager on the schema, instances are its own.
+    pub fn new(pool: PgPool, manager_id: &str) -> Self {
+        Store {
+            pool,
+            manager_id: manager_id.to_string(),
+        }
     }
 
     pub async fn ping(&self) -> Result<()> {
@@ -257,8 +264,8 @@ impl Store {
     ) -> Result<AgentInstance> {
         let row: InstanceRow = sqlx::query_as(&format!(
             "INSERT INTO agent_instances \
-             (id, task_id, agent_type, status, priority, metadata, home_scope) \
-             VALUES ($1, $2, $3, 'pending', $4, $5, $6) RETURNING {INSTANCE_COLUMNS}"
+             (id, task_id, agent_type, status, priority, metadata, home_scope, manager_id) \
+             VALUES ($1, $2, $3, 'pending', $4, $5, $6, $7) RETURNING {INSTANCE_COLUMNS}"
         ))
         .bind(id)
         .bind(task_id)
@@ -266,6 +273,7 @@ impl Store {
         .bind(launch.priority)
         .bind(sqlx::types::Json(launch.metadata))
         .bind(launch.home_scope)
+        .bind(&self.manager_id)
         .fetch_one(&self.pool)
         .await?;
         row.try_into()
@@ -273,9 +281,11 @@ impl Store {
 
     pub async fn get_instance(&self, id: Uuid) -> Result<AgentInstance> {
         let row: Option<InstanceRow> = sqlx::query_as(&format!(
-            "SELECT {INSTANCE_COLUMNS} FROM agent_instances WHERE id = $1"
+            "SELECT {INSTANCE_COLUMNS} FROM agent_instances \
+             WHERE id = $1 AND manager_id IN ($2, '')"
         ))
         .bind(id)
+        .bind(&self.manager_id)
         .fetch_optional(&self.pool)
         .await?;
         row.ok_or_else(|| AgentError::NotFound(format!("agent instance {id}")))?
@@ -286,9 +296,11 @@ impl Store {
     pub async fn list_instances(&self, task_id: Option<Uuid>) -> Result<Vec<AgentInstance>> {
         let rows: Vec<InstanceRow> = sqlx::query_as(&format!(
             "SELECT {INSTANCE_COLUMNS} FROM agent_instances \
-             WHERE $1::uuid IS NULL OR task_id = $1 ORDER BY created_at, id LIMIT 1000"
+             WHERE ($1::uuid IS NULL OR task_id = $1) AND manager_id IN ($2, '') \
+             ORDER BY created_at, id LIMIT 1000"
         ))
         .bind(task_id)
+        .bind(&self.manager_id)
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter().map(AgentInstance::try_from).collect()
@@ -298,11 +310,23 @@ impl Store {
     pub async fn active_instances(&self) -> Result<Vec<AgentInstance>> {
         let rows: Vec<InstanceRow> = sqlx::query_as(&format!(
             "SELECT {INSTANCE_COLUMNS} FROM agent_instances \
-             WHERE status IN ('pending', 'starting', 'running')"
+             WHERE status IN ('pending', 'starting', 'running') AND manager_id IN ($1, '')"
         ))
+        .bind(&self.manager_id)
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter().map(AgentInstance::try_from).collect()
+    }
+
+    /// How many of this manager's instances are active.
+    pub async fn count_active(&self) -> Result<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT count(*) FROM agent_instances \
+             WHERE status IN ('pending', 'starting', 'running') AND manager_id IN ($1, '')",
+        )
+        .bind(&self.manager_id)
+        .fetch_one(&self.pool)
+        .await?)
     }
 
     pub async fn set_workspace(&self, id: Uuid, path: &str, owned: bool) -> Result<()> {

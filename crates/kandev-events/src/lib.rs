@@ -13,9 +13,11 @@
 //! - [`bus`]: the [`EventBus`] trait, its JetStream implementation and an
 //!   in-process one.
 //! - [`nats`]: connecting to NATS as one service, with its own user.
+//! - [`managers`]: how agent managers announce themselves to the pool.
 
 pub mod agent;
 pub mod bus;
+pub mod managers;
 pub mod nats;
 pub mod state;
 pub mod subjects;

@@ -27,6 +27,29 @@ pub trait AgentControl: Send + Sync + 'static {
     async fn deliver(&self, request: pb::DeliverChangesRequest) -> Result<pb::Delivery, Status>;
     /// Removes the task's clone; `Ok(false)` when it had none.
     async fn remove_workspace(&self, task_id: &str) -> Result<bool, Status>;
+
+    /// Whether a run of `agent_type` can be placed now (a pool of managers
+    /// may all be full); a queued run waits while it cannot.
+    fn has_room(&self, _agent_type: &str) -> bool {
+        true
+    }
+
+    /// Whether the manager `manager_id` has not been heard from for the
+    /// grace: its runs move elsewhere. Never for a single manager.
+    fn manager_gone(&self, _manager_id: &str) -> bool {
+        false
+    }
+
+    /// Managers heard for the first time, or again after being gone, to
+    /// reconcile; each once.
+    fn take_to_reconcile(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The active instances of the manager `manager_id`.
+    async fn active_on(&self, _manager_id: &str) -> Result<Vec<pb::AgentInstance>, Status> {
+        Ok(Vec::new())
+    }
 }
 
 /// [`AgentControl`] over the agent manager's gRPC API.
@@ -124,6 +147,7 @@ impl AgentControl for GrpcAgentControl {
             .clone()
             .list_instances(pb::ListInstancesRequest {
                 task_id: task_id.into(),
+                active_only: false,
             })
             .await?
             .into_inner()
@@ -149,6 +173,19 @@ impl AgentControl for GrpcAgentControl {
             .await?
             .into_inner()
             .removed)
+    }
+
+    async fn active_on(&self, _manager_id: &str) -> Result<Vec<pb::AgentInstance>, Status> {
+        Ok(self
+            .client
+            .clone()
+            .list_instances(pb::ListInstancesRequest {
+                task_id: String::new(),
+                active_only: true,
+            })
+            .await?
+            .into_inner()
+            .instances)
     }
 }
 

@@ -78,6 +78,10 @@ pub struct Settings {
     /// lead, and how often the leader checks it still holds it, in ms
     /// (`KANDEV_LEADER_POLL_MS`). See [`crate::leader`].
     pub leader_poll_ms: u64,
+    /// A pool of agent managers: one not heard from for this long, in ms,
+    /// is gone and its runs move to another (`KANDEV_MANAGER_GRACE_MS`).
+    /// See [`crate::pool`].
+    pub manager_grace_ms: u64,
     /// Durable consumer names and subject filters; tests on a shared NATS
     /// give each instance its own.
     pub consumers: ConsumerSettings,
@@ -155,6 +159,7 @@ impl Default for Settings {
             feed_flush_ms: 50,
             feed_flush_max: 500,
             leader_poll_ms: 500,
+            manager_grace_ms: 15_000,
             consumers: ConsumerSettings::default(),
             grpc_reflection: false,
             log: LogSettings::default(),
@@ -212,9 +217,10 @@ impl Validate for Settings {
             || self.feed_flush_max == 0
             || self.feed_flush_ms == 0
             || self.leader_poll_ms == 0
+            || self.manager_grace_ms == 0
         {
             return Err(
-                "ws_client_buffer, feed_flush_max, feed_flush_ms and leader_poll_ms must be positive".into(),
+                "ws_client_buffer, feed_flush_max, feed_flush_ms, leader_poll_ms and manager_grace_ms must be positive".into(),
             );
         }
         let c = &self.consumers;

@@ -9,6 +9,7 @@
 
 mod board;
 mod events;
+mod failover;
 mod orchestration;
 pub mod review;
 pub mod store;
@@ -29,7 +30,7 @@ use crate::{
     clients::AgentControl,
     config::Settings,
     domain::{ExecState, ExecutionView, OrchestratorError, Result},
-    feed::FeedHub,
+    feed::{FeedHub, Fence},
     leader::DecisionLock,
 };
 
@@ -84,6 +85,8 @@ pub struct Engine {
     agents: Arc<dyn AgentControl>,
     tasks: TaskServiceClient<TracedChannel>,
     hub: Arc<FeedHub>,
+    /// Instances whose run moved to another manager.
+    fence: Arc<Fence>,
     /// Decisions of every replica, one at a time.
     lock: DecisionLock,
     /// For forges' REST APIs.
@@ -97,6 +100,7 @@ impl Engine {
         agents: Arc<dyn AgentControl>,
         tasks: TaskServiceClient<TracedChannel>,
         hub: Arc<FeedHub>,
+        fence: Arc<Fence>,
     ) -> Arc<Self> {
         Arc::new(Engine {
             lock: DecisionLock::new(pool.clone(), &settings.database_schema),
@@ -105,6 +109,7 @@ impl Engine {
             agents,
             tasks,
             hub,
+            fence,
             http: reqwest::Client::new(),
         })
     }
@@ -242,6 +247,11 @@ impl Engine {
                 break;
             }
             let of_type = running.get(&exec.agent_type).copied().unwrap_or(0);
+            // Every manager of the pool is full (or lacks the image): the
+            // run waits in the queue.
+            if !self.agents.has_room(&exec.agent_type) {
+                continue;
+            }
             if let Some(limit) = self.settings.per_agent_type_limits.get(&exec.agent_type)
                 && of_type >= *limit
             {
@@ -349,7 +359,9 @@ impl Engine {
         match self.agents.launch(request).await {
             Ok(instance) => {
                 let instance_id = Uuid::parse_str(&instance.id).ok();
-                self.store.launched(task_id, instance_id).await?;
+                self.store
+                    .launched(task_id, instance_id, &instance.manager_id)
+                    .await?;
                 tracing::info!(%task_id, instance = %instance.id, attempts, "agent launched");
                 self.move_to_in_progress(task_id, task_state(&task)?).await;
                 Ok(true)
@@ -440,6 +452,7 @@ impl Engine {
     pub async fn tick(&self) -> Result<()> {
         let _guard = self.lock.lock().await?;
         self.store.requeue_due_retries().await?;
+        self.failover().await?;
         self.dispatch().await
     }
 

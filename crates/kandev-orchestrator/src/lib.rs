@@ -31,6 +31,7 @@ pub mod forge;
 pub mod grpc;
 pub mod http;
 pub mod leader;
+pub mod pool;
 pub mod startup;
 pub mod ws;
 

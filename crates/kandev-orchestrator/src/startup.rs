@@ -14,15 +14,16 @@ use tokio::net::TcpListener;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::{
-    clients::{self, AgentControl, GrpcAgentControl},
+    clients::{self, AgentControl},
     config::Settings,
     consumers::{self, Source},
     domain::Orchestration,
     engine::Engine,
-    feed::{FeedConsumer, FeedHub, FeedReader},
+    feed::{FeedConsumer, FeedHub, FeedReader, Fence},
     grpc::GrpcOrchestratorAdapter,
     http::{self, AppState},
     leader,
+    pool::ManagerPool,
 };
 
 /// Why the service could not start or stopped with an error.
@@ -58,6 +59,9 @@ pub struct Application {
     hub: Arc<FeedHub>,
     engine: Arc<Engine>,
     settings: Arc<Settings>,
+    fence: Arc<Fence>,
+    /// The pool of announced agent managers, when built from settings.
+    pool_of_managers: Option<Arc<ManagerPool>>,
 }
 
 /// Connects to Postgres with `search_path` set to the service's schema,
@@ -78,9 +82,17 @@ impl Application {
     /// reached over gRPC at `agent_manager_url`.
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
         let token = service_auth::check(&settings.service_token).map_err(StartupError::Config)?;
-        let agents = GrpcAgentControl::lazy(&settings.agent_manager_url, token)
-            .map_err(StartupError::Client)?;
-        Self::build_with_agents(settings, Arc::new(agents)).await
+        let pool = Arc::new(
+            ManagerPool::new(
+                &settings.agent_manager_url,
+                token,
+                Duration::from_millis(settings.manager_grace_ms),
+            )
+            .map_err(StartupError::Client)?,
+        );
+        let mut app = Self::build_with_agents(settings, pool.clone()).await?;
+        app.pool_of_managers = Some(pool);
+        Ok(app)
     }
 
     /// Builds with a given agent manager client.
@@ -102,7 +114,15 @@ impl Application {
         let tasks = clients::task_client(&settings.task_service_url, &token)
             .map_err(StartupError::Client)?;
         let hub = FeedHub::new(settings.ws_client_buffer);
-        let engine = Engine::new(pool.clone(), settings.clone(), agents, tasks, hub.clone());
+        let fence = Arc::new(Fence::default());
+        let engine = Engine::new(
+            pool.clone(),
+            settings.clone(),
+            agents,
+            tasks,
+            hub.clone(),
+            fence.clone(),
+        );
         let listener = TcpListener::bind(&settings.listen_addr)
             .await
             .map_err(|source| StartupError::Listen {
@@ -118,6 +138,8 @@ impl Application {
             hub,
             engine,
             settings,
+            fence,
+            pool_of_managers: None,
         })
     }
 
@@ -182,26 +204,36 @@ impl Application {
 
         // The leader's work; aborted with this future if it is dropped.
         let stop = CancellationToken::new();
+        // Every replica follows the pool: each routes calls to managers.
+        let _pool_listener = self.pool_of_managers.clone().map(|pool| {
+            AbortOnDropHandle::new(tokio::spawn(
+                pool.listen(self.bus.client().clone(), stop.clone()),
+            ))
+        });
         let leading = AbortOnDropHandle::new(tokio::spawn(leader::lead(
             self.pool.clone(),
             leader::lock_key(&self.settings.database_schema, "leader"),
             Duration::from_millis(self.settings.leader_poll_ms),
             stop.clone(),
             {
-                let (bus, pool, hub, engine, settings) = (
+                let (bus, pool, hub, engine, settings, fence) = (
                     self.bus.clone(),
                     self.pool.clone(),
                     self.hub.clone(),
                     self.engine.clone(),
                     self.settings.clone(),
+                    self.fence.clone(),
                 );
                 move |token| {
                     lead_work(
-                        bus.clone(),
-                        pool.clone(),
-                        hub.clone(),
-                        engine.clone(),
-                        settings.clone(),
+                        LeaderParts {
+                            bus: bus.clone(),
+                            pool: pool.clone(),
+                            hub: hub.clone(),
+                            engine: engine.clone(),
+                            settings: settings.clone(),
+                            fence: fence.clone(),
+                        },
                         token,
                     )
                 }
@@ -233,24 +265,41 @@ impl Application {
     }
 }
 
-/// What only the leading replica runs: the feed consumer, the `task.*` and
-/// `agent.*` consumers and the scheduler, until `stop` fires.
-async fn lead_work(
+/// What the leader's work is made of.
+struct LeaderParts {
     bus: JetStreamBus,
     pool: PgPool,
     hub: Arc<FeedHub>,
     engine: Arc<Engine>,
     settings: Arc<Settings>,
-    stop: CancellationToken,
-) {
-    let c = &settings.consumers;
-    let feed = AbortOnDropHandle::new(tokio::spawn(run_feed(
-        bus.clone(),
+    fence: Arc<Fence>,
+}
+
+/// What only the leading replica runs: the feed consumer, the `task.*` and
+/// `agent.*` consumers and the scheduler, until `stop` fires.
+async fn lead_work(parts: LeaderParts, stop: CancellationToken) {
+    let LeaderParts {
+        bus,
         pool,
         hub,
-        settings.clone(),
-        stop.clone(),
-    )));
+        engine,
+        settings,
+        fence,
+    } = parts;
+    let c = &settings.consumers;
+    let feed = AbortOnDropHandle::new(tokio::spawn(
+        FeedConsumer {
+            pool,
+            hub,
+            bus: bus.clone(),
+            durable: c.acp_durable.clone(),
+            filter: c.acp_filter.clone(),
+            flush_every: Duration::from_millis(settings.feed_flush_ms),
+            flush_max: settings.feed_flush_max,
+            fence,
+        }
+        .run(stop.clone()),
+    ));
     let tasks = AbortOnDropHandle::new(tokio::spawn(consumers::run(
         bus.clone(),
         Source::Tasks,
@@ -279,27 +328,6 @@ async fn lead_work(
             tracing::error!(%err, "{what} panicked");
         }
     }
-}
-
-async fn run_feed(
-    bus: JetStreamBus,
-    pool: PgPool,
-    hub: Arc<FeedHub>,
-    settings: Arc<Settings>,
-    stop: CancellationToken,
-) {
-    let c = &settings.consumers;
-    FeedConsumer {
-        pool,
-        hub,
-        bus,
-        durable: c.acp_durable.clone(),
-        filter: c.acp_filter.clone(),
-        flush_every: Duration::from_millis(settings.feed_flush_ms),
-        flush_max: settings.feed_flush_max,
-    }
-    .run(stop)
-    .await;
 }
 
 async fn run_ticker(engine: Arc<Engine>, stop: CancellationToken) {

@@ -12,6 +12,7 @@ mod fuzz;
 mod happy;
 mod metrics;
 mod permission;
+mod pool;
 mod replicas;
 mod secrets;
 mod seed;

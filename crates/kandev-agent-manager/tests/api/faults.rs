@@ -9,6 +9,7 @@ async fn only_instance(app: &mut crate::helpers::TestApp, task: Uuid) -> pb::Age
         .client
         .list_instances(pb::ListInstancesRequest {
             task_id: task.to_string(),
+            active_only: false,
         })
         .await
         .unwrap()

@@ -360,6 +360,7 @@ async fn limits_and_read_only_credentials_are_applied_then_stop_removes() {
         app.client
             .list_instances(pb::ListInstancesRequest {
                 task_id: task.to_string(),
+                active_only: false,
             })
             .await
             .unwrap()

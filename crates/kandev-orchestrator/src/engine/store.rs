@@ -13,7 +13,7 @@ use crate::{domain::ExecState, feed};
 
 const SELECT_EXEC: &str = "SELECT task_id, state, agent_type, priority, queue_order, instance_id, \
      attempts, max_retries, last_error, acp_session_id, prompt, retry_at, updated_at, origin, \
-     traceparent FROM executions";
+     traceparent, manager_id FROM executions";
 
 type Result<T> = std::result::Result<T, sqlx::Error>;
 
@@ -38,6 +38,8 @@ pub struct Execution {
     pub origin: String,
     /// The trace of what queued the run (W3C `traceparent`), or empty.
     pub traceparent: String,
+    /// The agent manager the run was placed on ('' before the pool).
+    pub manager_id: String,
 }
 
 impl Execution {
@@ -276,14 +278,21 @@ impl ExecStore {
         Ok(())
     }
 
-    /// The agent manager took the launch: the run is `instance`'s.
-    pub async fn launched(&self, task_id: Uuid, instance: Option<Uuid>) -> Result<()> {
+    /// The agent manager `manager_id` took the launch: the run is
+    /// `instance`'s.
+    pub async fn launched(
+        &self,
+        task_id: Uuid,
+        instance: Option<Uuid>,
+        manager_id: &str,
+    ) -> Result<()> {
         sqlx::query(
             "UPDATE executions SET state = 'running', instance_id = $2, prompt = '',
-                                   updated_at = now() WHERE task_id = $1",
+                                   manager_id = $3, updated_at = now() WHERE task_id = $1",
         )
         .bind(task_id)
         .bind(instance)
+        .bind(manager_id)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -298,6 +307,51 @@ impl ExecStore {
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    /// Runs placed on a manager of the pool (launching or running).
+    pub async fn placed_runs(&self) -> Result<Vec<Execution>> {
+        sqlx::query_as(&format!(
+            "{SELECT_EXEC} WHERE state IN ('launching', 'running') AND manager_id <> ''"
+        ))
+        .fetch_all(&self.pool)
+        .await
+    }
+
+    /// The run's manager is gone: its instance is fenced off and the run
+    /// goes back to the queue, its attempt not counted, as a run that was
+    /// started (`manual`: launched whatever the task's state now).
+    pub async fn move_run(&self, exec: &Execution) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        if let Some(instance) = exec.instance_id {
+            sqlx::query(
+                "INSERT INTO moved_instances (instance_id, task_id, manager_id)
+                 VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+            )
+            .bind(instance)
+            .bind(exec.task_id)
+            .bind(&exec.manager_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query(
+            "UPDATE executions SET state = 'queued', attempts = greatest(attempts - 1, 0),
+                    instance_id = NULL, manager_id = '', origin = 'manual',
+                    queue_order = nextval('queue_order'),
+                    updated_at = now() WHERE task_id = $1",
+        )
+        .bind(exec.task_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await
+    }
+
+    /// Whether `instance`'s run moved to another manager.
+    pub async fn is_moved(&self, instance: Uuid) -> Result<bool> {
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM moved_instances WHERE instance_id = $1)")
+            .bind(instance)
+            .fetch_one(&self.pool)
+            .await
     }
 
     /// After a restart, a launch that never reached the agent manager goes

@@ -90,6 +90,8 @@ pub struct FeedConsumer {
     pub filter: String,
     pub flush_every: Duration,
     pub flush_max: usize,
+    /// Instances whose run moved elsewhere: their messages are dropped.
+    pub fence: Arc<super::Fence>,
 }
 
 #[derive(Default)]
@@ -123,6 +125,14 @@ impl Counters {
 impl FeedConsumer {
     /// Runs until `stop` fires; the last batch is flushed before returning.
     pub async fn run(self, stop: CancellationToken) {
+        // Before the first message: which instances' messages to drop.
+        while let Err(err) = self.fence.load(&self.pool).await {
+            tracing::warn!(%err, "acp consumer: cannot read moved instances, retrying");
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_millis(500)) => {}
+            }
+        }
         // A few batches in flight: when Postgres lags, pulling waits.
         let (batch_tx, batch_rx) = mpsc::channel::<Batch>(8);
         let writer = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(write_batches(
@@ -265,6 +275,12 @@ impl FeedConsumer {
             }
         };
         let b = envelope.data;
+        if self.fence.contains(&b.instance_id) {
+            tracing::info!(task_id = %b.task_id, instance = %b.instance_id,
+                "dropping messages of an instance whose run moved to another manager");
+            metrics::counter!("kandev_feed_fenced_batches_total").increment(1);
+            return Vec::new();
+        }
         // The database is the truth; retry until it answers.
         let (mut last, mut seq) = loop {
             let result = async {

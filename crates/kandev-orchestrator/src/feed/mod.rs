@@ -79,6 +79,40 @@ impl Frame {
     }
 }
 
+/// Instances whose run moved to another agent manager (theirs was gone):
+/// whatever they still send (a manager back from a partition, before it is
+/// told to stop them) is not part of the task's feed.
+#[derive(Default)]
+pub struct Fence {
+    moved: std::sync::RwLock<std::collections::HashSet<Uuid>>,
+}
+
+impl Fence {
+    pub fn contains(&self, instance: &Uuid) -> bool {
+        self.moved
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(instance)
+    }
+
+    pub fn insert(&self, instance: Uuid) {
+        self.moved
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(instance);
+    }
+
+    /// Adds every moved instance stored.
+    pub async fn load(&self, pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+        let moved = store::moved_instances(pool).await?;
+        self.moved
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(moved);
+        Ok(())
+    }
+}
+
 struct Subscriber {
     id: u64,
     tx: mpsc::Sender<Arc<Frame>>,

@@ -73,6 +73,14 @@ pub async fn history(
 }
 
 /// The highest stored seq of a task (0 when none).
+/// Instances whose run moved to another agent manager (see
+/// [`super::Fence`]).
+pub async fn moved_instances(pool: &PgPool) -> Result<Vec<Uuid>, sqlx::Error> {
+    sqlx::query_scalar("SELECT instance_id FROM moved_instances")
+        .fetch_all(pool)
+        .await
+}
+
 pub async fn last_seq(pool: &PgPool, task_id: Uuid) -> Result<i64, sqlx::Error> {
     let last: Option<(i64,)> = sqlx::query_as(
         "SELECT last_seq FROM feed_chunks WHERE task_id = $1 ORDER BY first_seq DESC LIMIT 1",

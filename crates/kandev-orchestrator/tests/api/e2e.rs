@@ -275,6 +275,7 @@ async fn e2e_cancelling_a_running_task_stops_its_agent() {
     let _ = am
         .list_instances(pb::ListInstancesRequest {
             task_id: id.clone(),
+            active_only: false,
         })
         .await
         .unwrap();

@@ -1,0 +1,290 @@
+//! Three agent managers in a pool, two of them on Docker engines of their
+//! own: runs are placed within each manager's capacity and spread across
+//! them; a manager SIGKILLed together with its engine mid-run loses its
+//! runs to the others within the grace, and their feeds stay exact; back,
+//! it leaves no orphan container.
+
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
+
+use kandev_e2e::{
+    Feed, Options, Stack, Svc, eventually, kind, replay,
+    serde_json::{Value, json},
+};
+use kandev_testkit::OwnDocker;
+use tokio::time::Instant;
+
+const MOCK_IMAGE: &str = "kandev/mock-agent:latest";
+const CAPACITY: usize = 2;
+
+/// A Docker engine of its own with the mock agent's image, shared with the
+/// blocking calls that drive it.
+async fn own_engine() -> Arc<std::sync::Mutex<OwnDocker>> {
+    tokio::task::spawn_blocking(|| {
+        let engine = OwnDocker::start(false);
+        engine.load_image(MOCK_IMAGE);
+        Arc::new(std::sync::Mutex::new(engine))
+    })
+    .await
+    .expect("an engine of its own")
+}
+
+fn instances(frames: &[Value]) -> BTreeSet<String> {
+    frames
+        .iter()
+        .filter_map(|f| f["instance_id"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_spread_over_a_pool_and_move_off_a_manager_that_dies() {
+    let mut stack = Stack::start(
+        "pool",
+        Options {
+            max_concurrent: 6,
+            env: vec![
+                (
+                    Svc::Orchestrator,
+                    "KANDEV_MANAGER_GRACE_MS".into(),
+                    "3000".into(),
+                ),
+                (
+                    Svc::AgentManager,
+                    "KANDEV_MAX_INSTANCES".into(),
+                    CAPACITY.to_string(),
+                ),
+                (Svc::AgentManager, "KANDEV_ANNOUNCE_MS".into(), "300".into()),
+            ],
+            ..Options::default()
+        },
+    )
+    .await;
+    let (b_engine, c_engine) = (own_engine().await, own_engine().await);
+    let b_host = b_engine.lock().unwrap().host();
+    let c_host = c_engine.lock().unwrap().host();
+    let a_id = stack.manager_id().to_string();
+    let (b_id, c_id) = (format!("{a_id}-b"), format!("{a_id}-c"));
+    let root = |name: &str| {
+        let dir = stack.workspace("x").parent().unwrap().with_file_name(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.display().to_string()
+    };
+    let (b_root, c_root) = (root("workspaces-b"), root("workspaces-c"));
+    let b = stack
+        .add_replica(
+            Svc::AgentManager,
+            &[
+                ("KANDEV_MANAGER_ID", b_id.clone()),
+                ("KANDEV_DOCKER_HOST", b_host.clone()),
+                ("KANDEV_WORKSPACES_ROOT", b_root),
+            ],
+        )
+        .await;
+    let c = stack
+        .add_replica(
+            Svc::AgentManager,
+            &[
+                ("KANDEV_MANAGER_ID", c_id.clone()),
+                ("KANDEV_DOCKER_HOST", c_host.clone()),
+                ("KANDEV_WORKSPACES_ROOT", c_root),
+            ],
+        )
+        .await;
+    eventually(30, "the orchestrator hears the three managers", || async {
+        (stack
+            .log(Svc::Orchestrator)
+            .matches("agent manager joined the pool")
+            .count()
+            == 3)
+            .then_some(())
+    })
+    .await;
+    let hosts = [
+        (a_id.clone(), None),
+        (b_id.clone(), Some(b_host.clone())),
+        (c_id.clone(), Some(c_host.clone())),
+    ];
+
+    // Nine runs, six at a time, at most two per manager.
+    let api = stack.admin().await;
+    let board = api.board("pool").await;
+    let mut tasks = Vec::new();
+    for i in 0..9 {
+        tasks.push(
+            api.task(
+                &board,
+                json!({"title": format!("spread {i}"), "description": "scenario: slow 15 100",
+                       "agent_type": "mock-agent", "max_retries": 0}),
+            )
+            .await,
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let mut used = BTreeSet::new();
+    loop {
+        for (id, host) in &hosts {
+            let running = stack.containers_of(id, host.as_deref(), true).await.len();
+            assert!(running <= CAPACITY, "{running} runs at once on {id}");
+            if running > 0 {
+                used.insert(id.clone());
+            }
+        }
+        let r = api
+            .get(&format!(
+                "/api/v1/boards/{board}/tasks?state=COMPLETED&page_size=100"
+            ))
+            .await;
+        if r.body["tasks"].as_array().map_or(0, Vec::len) == tasks.len() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the nine runs did not finish in 300 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(used.len() >= 2, "runs were spread: {used:?}");
+    for task in &tasks {
+        let e = api.execution(task).await;
+        assert_eq!(e.body["attempts"], 1, "{}", e.body);
+        assert_eq!(instances(&replay(&api, task).await).len(), 1, "ran once");
+    }
+
+    // Three long runs, spread least loaded first; then a manager dies with
+    // its engine.
+    let mut long = Vec::new();
+    for i in 0..3 {
+        long.push(
+            api.task(
+                &board,
+                json!({"title": format!("long {i}"), "description": "scenario: slow 40 100",
+                       "agent_type": "mock-agent", "max_retries": 0}),
+            )
+            .await,
+        );
+    }
+    let mut feeds = Vec::new();
+    for task in &long {
+        let mut feed = Feed::open(&api, task).await;
+        feed.wait_for(120, "chunk 3", |f| {
+            f["event"]["data"]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("chunk 3/40"))
+        })
+        .await;
+        feeds.push(feed);
+    }
+    // The victim: a manager on an engine of its own with a long run.
+    let mut victim = None;
+    for (replica, id, host, engine) in [
+        (b, &b_id, &b_host, &b_engine),
+        (c, &c_id, &c_host, &c_engine),
+    ] {
+        let running = stack.containers_of(id, Some(host), true).await.len();
+        if running > 0 {
+            victim = Some((replica, id.clone(), host.clone(), engine.clone(), running));
+            break;
+        }
+    }
+    let (victim, victim_id, victim_host, victim_engine, victim_runs) =
+        victim.expect("a long run on B or C");
+    stack.kill_replica(Svc::AgentManager, victim);
+    tokio::task::spawn_blocking({
+        let engine = victim_engine.clone();
+        move || engine.lock().unwrap().kill()
+    })
+    .await
+    .unwrap();
+
+    for task in &long {
+        let done = api.wait_state(task, &["COMPLETED"], 240).await;
+        assert_eq!(done["state"], "COMPLETED", "{done}");
+    }
+    let mut moved = 0;
+    for mut feed in feeds {
+        // The helper checks every frame's seq: no gap, no duplicate.
+        feed.drain(Duration::from_millis(800)).await;
+        let task = feed.frames[0]["task_id"].as_str().unwrap().to_string();
+        let ran = instances(&feed.frames);
+        let text: String = feed
+            .frames
+            .iter()
+            .filter(|f| kind(f) == "message_chunk")
+            .filter_map(|f| f["event"]["data"]["text"].as_str())
+            .collect();
+        assert!(text.contains("chunk 40/40"), "{task} ran to its end");
+        if ran.len() == 2 {
+            moved += 1;
+            // The second run is whole, after whatever the first sent.
+            let last_of_first = feed
+                .frames
+                .iter()
+                .rposition(|f| f["instance_id"] == feed.frames[0]["instance_id"])
+                .unwrap();
+            let second: String = feed.frames[last_of_first + 1..]
+                .iter()
+                .filter(|f| kind(f) == "message_chunk")
+                .filter_map(|f| f["event"]["data"]["text"].as_str())
+                .collect();
+            for i in 1..=40 {
+                assert_eq!(
+                    second.matches(&format!("chunk {i}/40\n")).count(),
+                    1,
+                    "{task}"
+                );
+            }
+            let e = api.execution(&task).await;
+            assert_eq!(
+                e.body["attempts"], 1,
+                "a move is not an attempt: {}",
+                e.body
+            );
+        } else {
+            assert_eq!(ran.len(), 1, "{task}: {ran:?}");
+        }
+        let seen = feed.frames.len();
+        feed.close().await;
+        assert_eq!(
+            replay(&api, &task).await.len(),
+            seen,
+            "live and stored differ"
+        );
+    }
+    assert_eq!(moved, victim_runs, "the runs on {victim_id} moved");
+
+    // It comes back with its engine: nothing of its old runs is left.
+    tokio::task::spawn_blocking({
+        let engine = victim_engine.clone();
+        move || engine.lock().unwrap().start_again()
+    })
+    .await
+    .unwrap();
+    stack.spawn_replica(Svc::AgentManager, victim).await;
+    eventually(30, "the orchestrator hears it again", || async {
+        stack
+            .log(Svc::Orchestrator)
+            .contains("agent manager is back")
+            .then_some(())
+    })
+    .await;
+    eventually(30, "it has no container left", || async {
+        stack
+            .containers_of(&victim_id, Some(&victim_host), false)
+            .await
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    for (id, host) in &hosts {
+        assert!(
+            stack
+                .containers_of(id, host.as_deref(), false)
+                .await
+                .is_empty(),
+            "{id} left a container"
+        );
+    }
+    stack.stop().await;
+    tokio::task::spawn_blocking(move || drop((b_engine, c_engine)))
+        .await
+        .unwrap();
+}
