@@ -2,7 +2,11 @@
 //! call timeouts, the caller's trace context and the service token, and
 //! their readiness checks (the health service, which needs no token).
 
-use std::time::Duration;
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use kandev_common::{
     service_auth::ServiceToken,
@@ -32,16 +36,29 @@ pub struct Downstream {
     pub orchestrator: OrchestratorClient<TracedChannel>,
     channels: [(&'static str, Channel); 3],
     pub connect_timeout: Duration,
+    /// Agent managers of the pool other than `agents`, by URL.
+    pool: Arc<Mutex<HashMap<String, AgentManagerClient<TracedChannel>>>>,
+    token: ServiceToken,
+    call_timeout: Duration,
 }
 
 fn channel(url: &str, settings: &Settings) -> Result<Channel, tonic::transport::Error> {
+    lazy(
+        url,
+        Duration::from_millis(settings.downstream_connect_timeout_ms),
+        Duration::from_millis(settings.downstream_timeout_ms),
+    )
+}
+
+fn lazy(url: &str, connect: Duration, call: Duration) -> Result<Channel, tonic::transport::Error> {
     Ok(Endpoint::from_shared(url.to_string())?
-        .connect_timeout(Duration::from_millis(
-            settings.downstream_connect_timeout_ms,
-        ))
-        .timeout(Duration::from_millis(settings.downstream_timeout_ms))
+        .connect_timeout(connect)
+        .timeout(call)
         .connect_lazy())
 }
+
+/// Pool members kept at once; more are dropped and made again.
+const POOL_CLIENTS: usize = 64;
 
 impl Downstream {
     /// Clients for the configured endpoints, each call carrying `token`;
@@ -60,7 +77,36 @@ impl Downstream {
                 (ORCHESTRATOR, orchestrator),
             ],
             connect_timeout: Duration::from_millis(settings.downstream_connect_timeout_ms),
+            pool: Arc::default(),
+            token: token.clone(),
+            call_timeout: Duration::from_millis(settings.downstream_timeout_ms),
         })
+    }
+
+    /// The agent manager at `url` (one of the pool, as the orchestrator
+    /// reports where a task ran), or the configured one for an empty URL.
+    pub fn agents_at(&self, url: &str) -> AgentManagerClient<TracedChannel> {
+        if url.is_empty() {
+            return self.agents.clone();
+        }
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(client) = pool.get(url) {
+            return client.clone();
+        }
+        match lazy(url, self.connect_timeout, self.call_timeout) {
+            Ok(channel) => {
+                if pool.len() >= POOL_CLIENTS {
+                    pool.clear();
+                }
+                let client = AgentManagerClient::new(traced(channel, &self.token));
+                pool.insert(url.to_string(), client.clone());
+                client
+            }
+            Err(err) => {
+                tracing::warn!(%url, %err, "an agent manager's URL is not usable; using the configured one");
+                self.agents.clone()
+            }
+        }
     }
 
     /// Each service's channel, for readiness checks.

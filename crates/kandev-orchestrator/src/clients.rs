@@ -46,6 +46,11 @@ pub trait AgentControl: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Where the manager `manager_id` answers, when known.
+    fn manager_url(&self, _manager_id: &str) -> Option<String> {
+        None
+    }
+
     /// The active instances of the manager `manager_id`.
     async fn active_on(&self, _manager_id: &str) -> Result<Vec<pb::AgentInstance>, Status> {
         Ok(Vec::new())

@@ -97,6 +97,10 @@ pub struct ExecutionView {
     pub updated_at: DateTime<Utc>,
     /// The highest feed seq of the task, stored or not yet stored.
     pub last_seq: i64,
+    /// Where the agent manager that ran the task answers (the pool's
+    /// announcement), or empty.
+    #[serde(skip)]
+    pub agent_manager_url: String,
 }
 
 impl ExecutionView {
@@ -112,6 +116,7 @@ impl ExecutionView {
             acp_session_id: String::new(),
             updated_at: Utc::now(),
             last_seq,
+            agent_manager_url: String::new(),
         }
     }
 
@@ -126,6 +131,7 @@ impl ExecutionView {
             acp_session_id: self.acp_session_id.clone(),
             updated_at: Some(kandev_proto::time::from_chrono(self.updated_at)),
             last_seq: self.last_seq,
+            agent_manager_url: self.agent_manager_url.clone(),
         }
     }
 }

@@ -510,6 +510,10 @@ impl Engine {
             acp_session_id: exec.acp_session_id,
             updated_at: exec.updated_at,
             last_seq,
+            agent_manager_url: self
+                .agents
+                .manager_url(&exec.manager_id)
+                .unwrap_or_default(),
         })
     }
 

@@ -306,6 +306,13 @@ impl AgentControl for ManagerPool {
         self.lock().to_reconcile.drain().collect()
     }
 
+    fn manager_url(&self, manager_id: &str) -> Option<String> {
+        self.lock()
+            .members
+            .get(manager_id)
+            .map(|m| m.announcement.url.clone())
+    }
+
     fn has_room(&self, agent_type: &str) -> bool {
         !self.pooled() || !self.candidates(agent_type).is_empty()
     }

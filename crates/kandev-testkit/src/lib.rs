@@ -94,12 +94,24 @@ where
     }
 }
 
-/// A port that was free a moment ago.
+/// A port that was free a moment ago, and never handed out before by this
+/// process. It is drawn below the kernel's ephemeral range (32768 and up
+/// by default): a port from `bind(0)` is in that range, where an outgoing
+/// connection of any test (gRPC, NATS, Postgres) may take it between this
+/// check and the service's own bind, and the kernel may hand the same one
+/// to the next `bind(0)`.
 pub fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind 127.0.0.1:0")
+    const LOW: u16 = 20_000;
+    const HIGH: u16 = 32_000;
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        let port = LOW + (Uuid::new_v4().as_u128() % u128::from(HIGH - LOW)) as u16;
+        if !given.contains(&port) && StdListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// The NATS users of `deploy/nats/nats.conf`, one per service.

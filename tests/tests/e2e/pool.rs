@@ -1,6 +1,6 @@
 //! Three agent managers in a pool, two of them on Docker engines of their
 //! own: runs are placed within each manager's capacity and spread across
-//! them; a manager SIGKILLed together with its engine mid-run loses its
+//! them; each task's changes are reviewed on the manager that ran it; a manager SIGKILLed together with its engine mid-run loses its
 //! runs to the others within the grace, and their feeds stay exact; back,
 //! it leaves no orphan container.
 
@@ -147,6 +147,37 @@ async fn runs_spread_over_a_pool_and_move_off_a_manager_that_dies() {
         let e = api.execution(task).await;
         assert_eq!(e.body["attempts"], 1, "{}", e.body);
         assert_eq!(instances(&replay(&api, task).await).len(), 1, "ran once");
+    }
+
+    // Six runs that change a repository, all at once: most land on B or
+    // C, whose clones only they have; a review through the gateway (which
+    // is configured with A) reaches the manager that ran each.
+    let repo = stack.git_repo("pool");
+    let mut coded = Vec::new();
+    for i in 0..6 {
+        coded.push(
+            api.task(
+                &board,
+                json!({"title": format!("code {i}"), "description": "scenario: code",
+                       "agent_type": "mock-agent", "repository_url": repo, "max_retries": 0}),
+            )
+            .await,
+        );
+    }
+    for task in &coded {
+        api.wait_state(task, &["COMPLETED"], 180).await;
+        let changes = api.get(&format!("/api/v1/tasks/{task}/changes")).await;
+        assert_eq!(changes.status, 200, "{task}: {}", changes.body);
+        let files = changes.body["files"].as_array().expect("files");
+        assert!(
+            files.iter().any(|f| f["path"] == "README.md"),
+            "{task}: {}",
+            changes.body
+        );
+        let diff = api
+            .get(&format!("/api/v1/tasks/{task}/changes/diff?path=README.md"))
+            .await;
+        assert_eq!(diff.status, 200, "{task}: {}", diff.body);
     }
 
     // Three long runs, spread least loaded first; then a manager dies with

@@ -57,6 +57,26 @@ pub struct FileDiff {
 }
 
 /// Which file.
+/// The agent manager that has the task's workspace: the one the
+/// orchestrator says ran it (a pool), else the configured one.
+async fn agents_of(
+    state: &AppState,
+    task_id: &str,
+) -> kandev_proto::v1::agent_manager_client::AgentManagerClient<kandev_common::trace::TracedChannel>
+{
+    let downstream = state.downstream();
+    let url = downstream
+        .orchestrator
+        .clone()
+        .get_task_execution(pb::GetTaskExecutionRequest {
+            task_id: task_id.to_string(),
+        })
+        .await
+        .map(|r| r.into_inner().agent_manager_url)
+        .unwrap_or_default();
+    downstream.agents_at(&url)
+}
+
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct DiffParams {
@@ -75,10 +95,8 @@ pub async fn changes(
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<TaskChanges>> {
     let task = visible_task(&state, &user, &id).await?;
-    let c = state
-        .downstream()
-        .agents
-        .clone()
+    let c = agents_of(&state, &task.id)
+        .await
         .get_changes(pb::GetChangesRequest { task_id: task.id })
         .await
         .map_err(agent_err)?
@@ -121,10 +139,8 @@ pub async fn diff(
         return Err(ApiError::validation("path must name a changed file"));
     }
     let task = visible_task(&state, &user, &id).await?;
-    let d = state
-        .downstream()
-        .agents
-        .clone()
+    let d = agents_of(&state, &task.id)
+        .await
         .get_file_diff(pb::GetFileDiffRequest {
             task_id: task.id,
             path: params.path,
