@@ -5,6 +5,7 @@
 //!
 //! Here: the queue and launching. Beside it: `events` (the reactions),
 //! `orchestration` (the calls of the adapters), `store` (every statement),
+//! `slots` (the limits, pure), `failover` (runs of a pool's gone managers),
 //! `board`, `review` and `workspaces`.
 
 mod board;
@@ -12,10 +13,11 @@ mod events;
 mod failover;
 mod orchestration;
 pub mod review;
+mod slots;
 pub mod store;
 mod workspaces;
 
-use std::{collections::HashMap, sync::Arc};
+use std::sync::Arc;
 
 use chrono::Utc;
 use kandev_common::trace::TracedChannel;
@@ -35,7 +37,10 @@ use crate::{
 };
 
 pub use self::store::Execution;
-use self::store::{Enqueue, ExecStore};
+use self::{
+    slots::Slots,
+    store::{Enqueue, ExecStore},
+};
 
 /// The actor name of every change the orchestrator makes.
 pub const ACTOR: &str = "orchestrator";
@@ -232,41 +237,32 @@ impl Engine {
     /// Launches queued tasks, highest priority first and first come first
     /// served, while the global and per-type limits allow.
     async fn dispatch(&self) -> Result<()> {
-        let mut running: HashMap<String, u32> = HashMap::new();
-        let rows = self.store.active_by_type().await?;
-        let mut total: u32 = 0;
-        for (agent_type, n) in rows {
-            total += n as u32;
-            running.insert(agent_type, n as u32);
-        }
+        let mut slots = Slots::new(
+            self.settings.max_concurrent,
+            &self.settings.per_agent_type_limits,
+            self.store.active_by_type().await?,
+        );
         let queue = self.store.queued().await?;
         let queued = queue.len();
         let mut launched = 0usize;
         for exec in queue {
-            if total >= self.settings.max_concurrent {
+            if slots.full() {
                 break;
             }
-            let of_type = running.get(&exec.agent_type).copied().unwrap_or(0);
-            // Every manager of the pool is full (or lacks the image): the
-            // run waits in the queue.
-            if !self.agents.has_room(&exec.agent_type) {
-                continue;
-            }
-            if let Some(limit) = self.settings.per_agent_type_limits.get(&exec.agent_type)
-                && of_type >= *limit
-            {
+            // Its type's limit is reached, or every manager of the pool is
+            // full (or lacks the image): the run waits in the queue.
+            if !slots.admits(&exec.agent_type) || !self.agents.has_room(&exec.agent_type) {
                 continue;
             }
             let waited = (Utc::now() - exec.updated_at).to_std().unwrap_or_default();
             if self.launch(exec.clone()).await? {
                 metrics::histogram!("kandev_queue_wait_seconds").record(waited.as_secs_f64());
-                total += 1;
                 launched += 1;
-                *running.entry(exec.agent_type).or_default() += 1;
+                slots.take(&exec.agent_type);
             }
         }
         metrics::gauge!("kandev_queue_depth").set(queued.saturating_sub(launched) as f64);
-        for (agent_type, n) in &running {
+        for (agent_type, n) in slots.running() {
             metrics::gauge!("kandev_running_agents", "agent_type" => agent_type.clone())
                 .set(f64::from(*n));
         }

@@ -38,16 +38,19 @@ struct Member {
 }
 
 impl Member {
-    fn placeable(&self, agent_type: &str, now: Instant) -> bool {
+    /// Heard lately, not leaving, with room for one more run.
+    fn placeable(&self, now: Instant) -> bool {
         let period = Duration::from_millis(self.announcement.every_ms.max(1));
         !self.announcement.leaving
             && now.duration_since(self.heard) < period * MISSED_FOR_NO_PLACEMENT
             && self.announcement.has_room(self.placed)
-            && self
-                .announcement
-                .agent_types
-                .iter()
-                .any(|t| t == agent_type)
+    }
+
+    fn has_image_of(&self, agent_type: &str) -> bool {
+        self.announcement
+            .agent_types
+            .iter()
+            .any(|t| t == agent_type)
     }
 }
 
@@ -170,19 +173,25 @@ impl ManagerPool {
         !self.lock().members.is_empty()
     }
 
-    /// The managers to try for a new run of `agent_type`, least loaded first.
+    /// The managers to try for a new run of `agent_type`: those with room,
+    /// the ones whose engine has its image first (another pulls it, or
+    /// refuses with the reason), least loaded first.
     fn candidates(&self, agent_type: &str) -> Vec<(String, Arc<GrpcAgentControl>)> {
         let now = Instant::now();
         let state = self.lock();
         let mut list: Vec<(&String, &Member)> = state
             .members
             .iter()
-            .filter(|(_, m)| m.placeable(agent_type, now))
+            .filter(|(_, m)| m.placeable(now))
             .collect();
         list.sort_by(|(a_id, a), (b_id, b)| {
-            a.announcement
-                .load(a.placed)
-                .total_cmp(&b.announcement.load(b.placed))
+            b.has_image_of(agent_type)
+                .cmp(&a.has_image_of(agent_type))
+                .then_with(|| {
+                    a.announcement
+                        .load(a.placed)
+                        .total_cmp(&b.announcement.load(b.placed))
+                })
                 .then_with(|| a_id.cmp(b_id))
         });
         list.into_iter()
@@ -272,7 +281,7 @@ impl AgentControl for ManagerPool {
         }
         let candidates = self.candidates(&request.agent_type);
         let mut last = Status::unavailable(format!(
-            "no agent manager has room for and the image of {}",
+            "no agent manager has room for a run of {}",
             request.agent_type
         ));
         for (manager, client) in candidates {
@@ -438,26 +447,32 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn placement_is_least_loaded_first_among_those_with_room_and_the_image() {
+    async fn placement_is_least_loaded_first_among_those_with_room_the_image_first() {
         let pool = pool();
         assert!(pool.has_room("mock-agent"), "no pool yet: the fallback");
         pool.heard(announcement("a", 2, 1, &["mock-agent"]));
         pool.heard(announcement("b", 4, 1, &["mock-agent"]));
         pool.heard(announcement("c", 2, 2, &["mock-agent"]));
         pool.heard(announcement("d", 0, 0, &["other"]));
-        assert_eq!(ids(pool.candidates("mock-agent")), ["b", "a"]);
-        assert_eq!(ids(pool.candidates("other")), ["d"]);
-        assert!(!pool.has_room("missing"));
+        assert_eq!(ids(pool.candidates("mock-agent")), ["b", "a", "d"]);
+        assert_eq!(ids(pool.candidates("other")), ["d", "b", "a"]);
+        // Nobody has the image: the least loaded pulls it (or says why not).
+        assert_eq!(ids(pool.candidates("missing")), ["d", "b", "a"]);
 
         // Runs placed since the last announcement count.
         pool.lock().members.get_mut("b").unwrap().placed = 3;
-        assert_eq!(ids(pool.candidates("mock-agent")), ["a"]);
+        assert_eq!(ids(pool.candidates("mock-agent")), ["a", "d"]);
         // A new announcement resets them; a leaving manager gets nothing.
         pool.heard(announcement("b", 4, 1, &["mock-agent"]));
         let mut leaving = announcement("a", 2, 0, &["mock-agent"]);
         leaving.leaving = true;
         pool.heard(leaving);
-        assert_eq!(ids(pool.candidates("mock-agent")), ["b"]);
+        assert_eq!(ids(pool.candidates("mock-agent")), ["b", "d"]);
+        // Every one full: no room, the run waits.
+        for id in ["b", "d"] {
+            pool.heard(announcement(id, 1, 1, &["mock-agent"]));
+        }
+        assert!(!pool.has_room("mock-agent"));
         let mut reconcile = pool.take_to_reconcile();
         reconcile.sort();
         assert_eq!(reconcile, ["a", "b", "c", "d"], "each new one once");

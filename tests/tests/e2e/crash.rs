@@ -1,7 +1,7 @@
 //! An agent that crashes is retried, then the task FAILS with the error; an
 //! agent that cannot start fails the task at once.
 
-use kandev_e2e::{Options, Stack, kind, replay, serde_json::json};
+use kandev_e2e::{Options, Stack, Svc, kind, replay, serde_json::json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashing_agent_is_retried_then_fails() {
@@ -52,6 +52,15 @@ async fn crashing_agent_is_retried_then_fails() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_launch_that_fails_moves_the_task_to_failed() {
     let stack = Stack::start("launch_failure", Options::default()).await;
+    // Placed through the pool of announced managers, as always once one
+    // announced itself: no manager has the image, one is asked anyway.
+    kandev_e2e::eventually(30, "the orchestrator hears the manager", || async {
+        stack
+            .log(Svc::Orchestrator)
+            .contains("agent manager joined the pool")
+            .then_some(())
+    })
+    .await;
     let api = stack.admin().await;
     let made = api
         .post(

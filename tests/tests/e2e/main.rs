@@ -4,6 +4,7 @@ mod api;
 mod board;
 mod cancel;
 mod changes;
+mod cluster;
 mod concurrency;
 mod crash;
 mod faults;
