@@ -39,7 +39,7 @@ use crate::{
 pub use self::store::Execution;
 use self::{
     slots::Slots,
-    store::{Enqueue, ExecStore},
+    store::{Enqueue, ExecutionStore, PgExecStore},
 };
 
 /// The actor name of every change the orchestrator makes.
@@ -85,7 +85,7 @@ fn task_state(task: &pb::Task) -> Result<TaskState> {
 
 /// The engine; cheap to share behind an `Arc`.
 pub struct Engine {
-    store: ExecStore,
+    store: Arc<dyn ExecutionStore>,
     settings: Arc<Settings>,
     agents: Arc<dyn AgentControl>,
     tasks: TaskServiceClient<TracedChannel>,
@@ -109,7 +109,7 @@ impl Engine {
     ) -> Arc<Self> {
         Arc::new(Engine {
             lock: DecisionLock::new(pool.clone(), &settings.database_schema),
-            store: ExecStore::new(pool),
+            store: Arc::new(PgExecStore::new(pool)),
             settings,
             agents,
             tasks,

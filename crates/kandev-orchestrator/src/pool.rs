@@ -29,6 +29,15 @@ use crate::clients::{AgentControl, GrpcAgentControl};
 /// new run (it may still be slow rather than gone).
 const MISSED_FOR_NO_PLACEMENT: u32 = 3;
 
+/// A manager not heard from for this many graces is forgotten (a pool whose
+/// managers come and go with new ids stays small); if it comes back it
+/// joins again.
+const FORGET_AFTER_GRACES: u32 = 20;
+
+/// The instance and task routes kept; beyond, they are dropped and found
+/// again by asking the managers.
+const ROUTES_KEPT: usize = 100_000;
+
 struct Member {
     announcement: ManagerAnnouncement,
     client: Arc<GrpcAgentControl>,
@@ -157,6 +166,14 @@ impl ManagerPool {
         }
         metrics::gauge!("kandev_pool_manager_active_instances", "manager" => id.clone())
             .set(f64::from(announcement.active));
+        let forget = self.grace * FORGET_AFTER_GRACES;
+        state.members.retain(|other, m| {
+            let keep = now.duration_since(m.heard) < forget;
+            if !keep {
+                tracing::info!(manager = %other, "forgetting an agent manager not heard from for long");
+            }
+            keep
+        });
         state.members.insert(
             id,
             Member {
@@ -288,6 +305,10 @@ impl AgentControl for ManagerPool {
             match client.launch(request.clone()).await {
                 Ok(instance) => {
                     let mut state = self.lock();
+                    if state.instances.len() >= ROUTES_KEPT {
+                        state.instances.clear();
+                        state.tasks.clear();
+                    }
                     if let Some(m) = state.members.get_mut(&manager) {
                         m.placed += 1;
                     }
@@ -492,6 +513,12 @@ mod tests {
         assert!(pool.manager_gone("a"), "a zero grace has passed");
         assert!(pool.manager_gone("never-heard"));
         assert!(!pool.manager_gone(""), "runs from before the pool");
+        // Long gone (20 graces of zero): forgotten, and joins again.
+        pool.take_to_reconcile();
+        pool.heard(announcement("b", 2, 0, &["mock-agent"]));
+        assert!(!pool.lock().members.contains_key("a"));
+        pool.heard(announcement("a", 2, 0, &["mock-agent"]));
+        assert!(pool.take_to_reconcile().contains(&"a".to_string()));
 
         let pool = self::pool();
         pool.heard(announcement("a", 2, 0, &["mock-agent"]));

@@ -1,10 +1,12 @@
 //! The orchestrator's tables as the engine uses them: `executions` (one row
 //! per task: the queue, the run and its retries) and `processed_events`
 //! (envelopes already applied). Every statement the engine runs is here,
-//! named for what it does; the decisions stay in the engine.
+//! named for what it does, behind [`ExecutionStore`]; the decisions stay in
+//! the engine.
 
 use std::collections::HashMap;
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -48,7 +50,7 @@ impl Execution {
     }
 }
 
-/// What queues a run (see [`ExecStore::enqueue`]).
+/// What queues a run (see [`ExecutionStore::enqueue`]).
 #[derive(Debug)]
 pub struct Enqueue<'a> {
     pub task_id: Uuid,
@@ -62,35 +64,143 @@ pub struct Enqueue<'a> {
     pub traceparent: &'a str,
 }
 
-/// The orchestrator's executions and processed events.
+/// The orchestrator's executions and processed events, in Postgres.
 #[derive(Debug, Clone)]
-pub struct ExecStore {
+pub struct PgExecStore {
     pool: PgPool,
 }
 
-impl ExecStore {
-    pub fn new(pool: PgPool) -> Self {
-        ExecStore { pool }
-    }
+/// What the engine keeps: its executions (the queue, the runs, their
+/// retries), moved instances and applied events. [`PgExecStore`] keeps
+/// them in Postgres; the engine holds a `dyn ExecutionStore`, so the queue
+/// logic does not depend on where they live (a one-binary mode keeps them
+/// in SQLite).
+#[async_trait]
+pub trait ExecutionStore: Send + Sync + 'static {
+    async fn get(&self, task_id: Uuid) -> Result<Option<Execution>>;
 
+    async fn get_many(&self, task_ids: &[Uuid]) -> Result<Vec<Execution>>;
+
+    /// The queue, in launch order: highest priority first, then first come.
+    async fn queued(&self) -> Result<Vec<Execution>>;
+
+    /// Runs whose launch was under way.
+    async fn launching(&self) -> Result<Vec<Execution>>;
+
+    /// Launching or running runs per agent type.
+    async fn active_by_type(&self) -> Result<Vec<(String, i64)>>;
+
+    /// How many queued runs launch before one of `priority` queued at
+    /// `queue_order`.
+    async fn queued_ahead(&self, priority: i32, queue_order: Option<i64>) -> Result<i64>;
+
+    /// Every queued task's position (1 launches next).
+    async fn queue_positions(&self) -> Result<HashMap<Uuid, i64>>;
+
+    /// The last stored feed `seq` of a task (0 when none).
+    async fn last_seq(&self, task_id: Uuid) -> Result<i64>;
+
+    /// The last stored feed `seq` of each of `task_ids` that has one.
+    async fn last_seqs(&self, task_ids: &[Uuid]) -> Result<HashMap<Uuid, i64>>;
+
+    /// Finished runs older than `retention_secs` whose clone is still there,
+    /// oldest first.
+    async fn clones_due(&self, retention_secs: f64, limit: i64) -> Result<Vec<Uuid>>;
+
+    /// Puts the task in the queue, or refreshes its entry: a task already
+    /// queued keeps its place; any other run starts over as a new one.
+    async fn enqueue(&self, q: &Enqueue<'_>) -> Result<()>;
+
+    /// A queued run's priority and retries, changed by an edit of its task.
+    async fn update_queued(&self, task_id: Uuid, priority: i32, max_retries: i32) -> Result<()>;
+
+    /// The prompt a queued run starts with.
+    async fn set_prompt(&self, task_id: Uuid, prompt: &str) -> Result<()>;
+
+    /// Runs whose retry time has come go back to the end of the queue.
+    async fn requeue_due_retries(&self) -> Result<()>;
+
+    async fn set_state(&self, task_id: Uuid, state: ExecState) -> Result<()>;
+
+    /// The run leaves the queue to launch, as attempt `attempts`.
+    async fn begin_launch(&self, task_id: Uuid, attempts: i32) -> Result<()>;
+
+    /// A launch dropped before it started: stopped, its attempt not counted.
+    async fn drop_launch(&self, task_id: Uuid, attempts: i32) -> Result<()>;
+
+    /// The agent manager `manager_id` took the launch: the run is
+    /// `instance`'s.
+    async fn launched(&self, task_id: Uuid, instance: Option<Uuid>, manager_id: &str)
+    -> Result<()>;
+
+    /// After a restart, a launch that was cut short adopts the instance the
+    /// agent manager started for it.
+    async fn adopt(&self, task_id: Uuid, instance: Uuid) -> Result<()>;
+
+    /// Runs placed on a manager of the pool (launching or running).
+    async fn placed_runs(&self) -> Result<Vec<Execution>>;
+
+    /// The run's manager is gone: its instance is fenced off and the run
+    /// goes back to the queue, its attempt not counted, as a run that was
+    /// started (`manual`: launched whatever the task's state now).
+    async fn move_run(&self, exec: &Execution) -> Result<()>;
+
+    /// Whether `instance`'s run moved to another manager.
+    async fn is_moved(&self, instance: Uuid) -> Result<bool>;
+
+    /// After a restart, a launch that never reached the agent manager goes
+    /// back to the queue, its attempt not counted.
+    async fn requeue_interrupted(&self, task_id: Uuid) -> Result<()>;
+
+    /// A failed run waits until `retry_at` for its next attempt.
+    async fn retry_later(&self, task_id: Uuid, retry_at: DateTime<Utc>, error: &str) -> Result<()>;
+
+    /// A run failed for good.
+    async fn failed(&self, task_id: Uuid, error: &str) -> Result<()>;
+
+    /// The ACP session the run's agent reported, for a later resume.
+    async fn set_session(&self, task_id: Uuid, session: &str) -> Result<()>;
+
+    /// The task's clone is gone.
+    async fn workspace_removed(&self, task_id: Uuid) -> Result<()>;
+
+    /// The task is gone, and its execution with it.
+    async fn delete(&self, task_id: Uuid) -> Result<()>;
+
+    /// Whether the envelope `id` was applied already.
+    async fn seen(&self, id: Uuid) -> Result<bool>;
+
+    async fn mark_seen(&self, id: Uuid) -> Result<()>;
+
+    /// Forgets envelope ids applied more than a day ago; how many.
+    async fn prune_seen(&self) -> Result<u64>;
+}
+
+impl PgExecStore {
+    pub fn new(pool: PgPool) -> Self {
+        PgExecStore { pool }
+    }
+}
+
+#[async_trait]
+impl ExecutionStore for PgExecStore {
     // ---- reading executions ----
 
-    pub async fn get(&self, task_id: Uuid) -> Result<Option<Execution>> {
+    async fn get(&self, task_id: Uuid) -> Result<Option<Execution>> {
         sqlx::query_as(&format!("{SELECT_EXEC} WHERE task_id = $1"))
             .bind(task_id)
             .fetch_optional(&self.pool)
             .await
     }
 
-    pub async fn get_many(&self, task_ids: &[Uuid]) -> Result<Vec<Execution>> {
+    async fn get_many(&self, task_ids: &[Uuid]) -> Result<Vec<Execution>> {
         sqlx::query_as(&format!("{SELECT_EXEC} WHERE task_id = ANY($1)"))
             .bind(task_ids)
             .fetch_all(&self.pool)
             .await
     }
 
-    /// The queue, in launch order: highest priority first, then first come.
-    pub async fn queued(&self) -> Result<Vec<Execution>> {
+    async fn queued(&self) -> Result<Vec<Execution>> {
         sqlx::query_as(&format!(
             "{SELECT_EXEC} WHERE state = 'queued' ORDER BY priority DESC, queue_order"
         ))
@@ -98,15 +208,13 @@ impl ExecStore {
         .await
     }
 
-    /// Runs whose launch was under way.
-    pub async fn launching(&self) -> Result<Vec<Execution>> {
+    async fn launching(&self) -> Result<Vec<Execution>> {
         sqlx::query_as(&format!("{SELECT_EXEC} WHERE state = 'launching'"))
             .fetch_all(&self.pool)
             .await
     }
 
-    /// Launching or running runs per agent type.
-    pub async fn active_by_type(&self) -> Result<Vec<(String, i64)>> {
+    async fn active_by_type(&self) -> Result<Vec<(String, i64)>> {
         sqlx::query_as(
             "SELECT agent_type, count(*) FILTER (WHERE state IN ('launching', 'running'))
                FROM executions GROUP BY agent_type",
@@ -115,9 +223,7 @@ impl ExecStore {
         .await
     }
 
-    /// How many queued runs launch before one of `priority` queued at
-    /// `queue_order`.
-    pub async fn queued_ahead(&self, priority: i32, queue_order: Option<i64>) -> Result<i64> {
+    async fn queued_ahead(&self, priority: i32, queue_order: Option<i64>) -> Result<i64> {
         let (ahead,): (i64,) = sqlx::query_as(
             "SELECT count(*) FROM executions
              WHERE state = 'queued' AND (priority > $1 OR (priority = $1 AND queue_order < $2))",
@@ -129,8 +235,7 @@ impl ExecStore {
         Ok(ahead)
     }
 
-    /// Every queued task's position (1 launches next).
-    pub async fn queue_positions(&self) -> Result<HashMap<Uuid, i64>> {
+    async fn queue_positions(&self) -> Result<HashMap<Uuid, i64>> {
         let rows: Vec<(Uuid, i64)> = sqlx::query_as(
             "SELECT task_id, row_number() OVER (ORDER BY priority DESC, queue_order)
                FROM executions WHERE state = 'queued'",
@@ -140,13 +245,11 @@ impl ExecStore {
         Ok(rows.into_iter().collect())
     }
 
-    /// The last stored feed `seq` of a task (0 when none).
-    pub async fn last_seq(&self, task_id: Uuid) -> Result<i64> {
+    async fn last_seq(&self, task_id: Uuid) -> Result<i64> {
         feed::store::last_seq(&self.pool, task_id).await
     }
 
-    /// The last stored feed `seq` of each of `task_ids` that has one.
-    pub async fn last_seqs(&self, task_ids: &[Uuid]) -> Result<HashMap<Uuid, i64>> {
+    async fn last_seqs(&self, task_ids: &[Uuid]) -> Result<HashMap<Uuid, i64>> {
         let rows: Vec<(Uuid, i64)> = sqlx::query_as(
             "SELECT task_id, max(last_seq) FROM feed_chunks WHERE task_id = ANY($1)
               GROUP BY task_id",
@@ -157,9 +260,7 @@ impl ExecStore {
         Ok(rows.into_iter().collect())
     }
 
-    /// Finished runs older than `retention_secs` whose clone is still there,
-    /// oldest first.
-    pub async fn clones_due(&self, retention_secs: f64, limit: i64) -> Result<Vec<Uuid>> {
+    async fn clones_due(&self, retention_secs: f64, limit: i64) -> Result<Vec<Uuid>> {
         let rows: Vec<(Uuid,)> = sqlx::query_as(
             "SELECT task_id FROM executions
               WHERE state IN ('completed', 'failed', 'stopped') AND NOT workspace_removed
@@ -175,9 +276,7 @@ impl ExecStore {
 
     // ---- the queue ----
 
-    /// Puts the task in the queue, or refreshes its entry: a task already
-    /// queued keeps its place; any other run starts over as a new one.
-    pub async fn enqueue(&self, q: &Enqueue<'_>) -> Result<()> {
+    async fn enqueue(&self, q: &Enqueue<'_>) -> Result<()> {
         sqlx::query(
             "INSERT INTO executions (task_id, state, agent_type, priority, queue_order, attempts,
                                      max_retries, last_error, prompt, instance_id, retry_at, origin,
@@ -203,13 +302,7 @@ impl ExecStore {
         Ok(())
     }
 
-    /// A queued run's priority and retries, changed by an edit of its task.
-    pub async fn update_queued(
-        &self,
-        task_id: Uuid,
-        priority: i32,
-        max_retries: i32,
-    ) -> Result<()> {
+    async fn update_queued(&self, task_id: Uuid, priority: i32, max_retries: i32) -> Result<()> {
         sqlx::query("UPDATE executions SET priority = $2, max_retries = $3 WHERE task_id = $1")
             .bind(task_id)
             .bind(priority)
@@ -219,8 +312,7 @@ impl ExecStore {
         Ok(())
     }
 
-    /// The prompt a queued run starts with.
-    pub async fn set_prompt(&self, task_id: Uuid, prompt: &str) -> Result<()> {
+    async fn set_prompt(&self, task_id: Uuid, prompt: &str) -> Result<()> {
         sqlx::query("UPDATE executions SET prompt = $2 WHERE task_id = $1")
             .bind(task_id)
             .bind(prompt)
@@ -229,8 +321,7 @@ impl ExecStore {
         Ok(())
     }
 
-    /// Runs whose retry time has come go back to the end of the queue.
-    pub async fn requeue_due_retries(&self) -> Result<()> {
+    async fn requeue_due_retries(&self) -> Result<()> {
         sqlx::query(
             "UPDATE executions SET state = 'queued', queue_order = nextval('queue_order'),
                                    retry_at = NULL, updated_at = now()
@@ -243,7 +334,7 @@ impl ExecStore {
 
     // ---- a run's life ----
 
-    pub async fn set_state(&self, task_id: Uuid, state: ExecState) -> Result<()> {
+    async fn set_state(&self, task_id: Uuid, state: ExecState) -> Result<()> {
         sqlx::query("UPDATE executions SET state = $2, updated_at = now() WHERE task_id = $1")
             .bind(task_id)
             .bind(state.as_str())
@@ -252,8 +343,7 @@ impl ExecStore {
         Ok(())
     }
 
-    /// The run leaves the queue to launch, as attempt `attempts`.
-    pub async fn begin_launch(&self, task_id: Uuid, attempts: i32) -> Result<()> {
+    async fn begin_launch(&self, task_id: Uuid, attempts: i32) -> Result<()> {
         sqlx::query(
             "UPDATE executions SET state = 'launching', attempts = $2, queue_order = NULL,
                                    updated_at = now() WHERE task_id = $1",
@@ -265,8 +355,7 @@ impl ExecStore {
         Ok(())
     }
 
-    /// A launch dropped before it started: stopped, its attempt not counted.
-    pub async fn drop_launch(&self, task_id: Uuid, attempts: i32) -> Result<()> {
+    async fn drop_launch(&self, task_id: Uuid, attempts: i32) -> Result<()> {
         sqlx::query(
             "UPDATE executions SET state = 'stopped', attempts = $2, updated_at = now()
              WHERE task_id = $1",
@@ -278,9 +367,7 @@ impl ExecStore {
         Ok(())
     }
 
-    /// The agent manager `manager_id` took the launch: the run is
-    /// `instance`'s.
-    pub async fn launched(
+    async fn launched(
         &self,
         task_id: Uuid,
         instance: Option<Uuid>,
@@ -298,9 +385,7 @@ impl ExecStore {
         Ok(())
     }
 
-    /// After a restart, a launch that was cut short adopts the instance the
-    /// agent manager started for it.
-    pub async fn adopt(&self, task_id: Uuid, instance: Uuid) -> Result<()> {
+    async fn adopt(&self, task_id: Uuid, instance: Uuid) -> Result<()> {
         sqlx::query("UPDATE executions SET state = 'running', instance_id = $2 WHERE task_id = $1")
             .bind(task_id)
             .bind(instance)
@@ -309,8 +394,7 @@ impl ExecStore {
         Ok(())
     }
 
-    /// Runs placed on a manager of the pool (launching or running).
-    pub async fn placed_runs(&self) -> Result<Vec<Execution>> {
+    async fn placed_runs(&self) -> Result<Vec<Execution>> {
         sqlx::query_as(&format!(
             "{SELECT_EXEC} WHERE state IN ('launching', 'running') AND manager_id <> ''"
         ))
@@ -318,10 +402,7 @@ impl ExecStore {
         .await
     }
 
-    /// The run's manager is gone: its instance is fenced off and the run
-    /// goes back to the queue, its attempt not counted, as a run that was
-    /// started (`manual`: launched whatever the task's state now).
-    pub async fn move_run(&self, exec: &Execution) -> Result<()> {
+    async fn move_run(&self, exec: &Execution) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         if let Some(instance) = exec.instance_id {
             sqlx::query(
@@ -346,17 +427,14 @@ impl ExecStore {
         tx.commit().await
     }
 
-    /// Whether `instance`'s run moved to another manager.
-    pub async fn is_moved(&self, instance: Uuid) -> Result<bool> {
+    async fn is_moved(&self, instance: Uuid) -> Result<bool> {
         sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM moved_instances WHERE instance_id = $1)")
             .bind(instance)
             .fetch_one(&self.pool)
             .await
     }
 
-    /// After a restart, a launch that never reached the agent manager goes
-    /// back to the queue, its attempt not counted.
-    pub async fn requeue_interrupted(&self, task_id: Uuid) -> Result<()> {
+    async fn requeue_interrupted(&self, task_id: Uuid) -> Result<()> {
         sqlx::query(
             "UPDATE executions SET state = 'queued', attempts = greatest(attempts - 1, 0),
                                    queue_order = nextval('queue_order') WHERE task_id = $1",
@@ -367,13 +445,7 @@ impl ExecStore {
         Ok(())
     }
 
-    /// A failed run waits until `retry_at` for its next attempt.
-    pub async fn retry_later(
-        &self,
-        task_id: Uuid,
-        retry_at: DateTime<Utc>,
-        error: &str,
-    ) -> Result<()> {
+    async fn retry_later(&self, task_id: Uuid, retry_at: DateTime<Utc>, error: &str) -> Result<()> {
         sqlx::query(
             "UPDATE executions SET state = 'retry_wait', retry_at = $2, last_error = $3,
                                    updated_at = now() WHERE task_id = $1",
@@ -386,8 +458,7 @@ impl ExecStore {
         Ok(())
     }
 
-    /// A run failed for good.
-    pub async fn failed(&self, task_id: Uuid, error: &str) -> Result<()> {
+    async fn failed(&self, task_id: Uuid, error: &str) -> Result<()> {
         sqlx::query(
             "UPDATE executions SET state = 'failed', last_error = $2, updated_at = now()
              WHERE task_id = $1",
@@ -399,8 +470,7 @@ impl ExecStore {
         Ok(())
     }
 
-    /// The ACP session the run's agent reported, for a later resume.
-    pub async fn set_session(&self, task_id: Uuid, session: &str) -> Result<()> {
+    async fn set_session(&self, task_id: Uuid, session: &str) -> Result<()> {
         sqlx::query("UPDATE executions SET acp_session_id = $2 WHERE task_id = $1")
             .bind(task_id)
             .bind(session)
@@ -409,8 +479,7 @@ impl ExecStore {
         Ok(())
     }
 
-    /// The task's clone is gone.
-    pub async fn workspace_removed(&self, task_id: Uuid) -> Result<()> {
+    async fn workspace_removed(&self, task_id: Uuid) -> Result<()> {
         sqlx::query("UPDATE executions SET workspace_removed = true WHERE task_id = $1")
             .bind(task_id)
             .execute(&self.pool)
@@ -418,8 +487,7 @@ impl ExecStore {
         Ok(())
     }
 
-    /// The task is gone, and its execution with it.
-    pub async fn delete(&self, task_id: Uuid) -> Result<()> {
+    async fn delete(&self, task_id: Uuid) -> Result<()> {
         sqlx::query("DELETE FROM executions WHERE task_id = $1")
             .bind(task_id)
             .execute(&self.pool)
@@ -429,8 +497,7 @@ impl ExecStore {
 
     // ---- processed events ----
 
-    /// Whether the envelope `id` was applied already.
-    pub async fn seen(&self, id: Uuid) -> Result<bool> {
+    async fn seen(&self, id: Uuid) -> Result<bool> {
         let row: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM processed_events WHERE id = $1")
             .bind(id)
             .fetch_optional(&self.pool)
@@ -438,7 +505,7 @@ impl ExecStore {
         Ok(row.is_some())
     }
 
-    pub async fn mark_seen(&self, id: Uuid) -> Result<()> {
+    async fn mark_seen(&self, id: Uuid) -> Result<()> {
         sqlx::query("INSERT INTO processed_events (id) VALUES ($1) ON CONFLICT DO NOTHING")
             .bind(id)
             .execute(&self.pool)
@@ -446,8 +513,7 @@ impl ExecStore {
         Ok(())
     }
 
-    /// Forgets envelope ids applied more than a day ago; how many.
-    pub async fn prune_seen(&self) -> Result<u64> {
+    async fn prune_seen(&self) -> Result<u64> {
         let done = sqlx::query(
             "DELETE FROM processed_events WHERE processed_at < now() - interval '1 day'",
         )
