@@ -473,6 +473,31 @@ impl Stack {
         }
     }
 
+    /// Waits until replica `replica` of `svc` has logged `needle`.
+    pub async fn wait_log(&self, svc: Svc, replica: usize, needle: &str, secs: u64) {
+        eventually(
+            secs,
+            &format!("{svc:?} #{replica} logs {needle:?}"),
+            || async {
+                self.replica_log(svc, replica)
+                    .contains(needle)
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// JetStream as the tests' own NATS user, allowed everything, to look
+    /// into streams.
+    pub async fn jetstream(&self) -> async_nats::jetstream::Context {
+        let (user, password) = self.nats.admin_credentials();
+        let nats = async_nats::ConnectOptions::with_user_and_password(user, password)
+            .connect(self.nats.url())
+            .await
+            .expect("the tests' NATS user connects");
+        async_nats::jetstream::new(nats)
+    }
+
     /// Kills the NATS server and starts it again on the same port and store.
     pub async fn restart_nats(&mut self) {
         self.nats.stop();
@@ -1070,4 +1095,58 @@ pub async fn replay(api: &Api, task_id: &str) -> Vec<Value> {
     let frames = std::mem::take(&mut feed.frames);
     feed.close().await;
     frames
+}
+
+/// The text of a feed's `message_chunk` frames, in order.
+pub fn chunk_text(frames: &[Value]) -> String {
+    frames
+        .iter()
+        .filter(|f| kind(f) == "message_chunk")
+        .filter_map(|f| f["event"]["data"]["text"].as_str())
+        .collect()
+}
+
+/// Every chunk of a `slow <chunks>` run (`chunk i/<chunks>` lines) exactly
+/// once, in order, in `frames`.
+pub fn assert_every_chunk_once(frames: &[Value], chunks: usize) {
+    let text = chunk_text(frames);
+    let mut at = 0;
+    for i in 1..=chunks {
+        let chunk = format!("chunk {i}/{chunks}\n");
+        assert_eq!(text.matches(&chunk).count(), 1, "{chunk:?} in {text:?}");
+        let pos = text.find(&chunk).unwrap();
+        assert!(pos >= at, "{chunk:?} out of order");
+        at = pos;
+    }
+}
+
+/// The agent instances whose frames a feed holds.
+pub fn instances(frames: &[Value]) -> std::collections::BTreeSet<String> {
+    frames
+        .iter()
+        .filter_map(|f| f["instance_id"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// A Docker engine of the test's own ([`kandev_testkit::OwnDocker`]) with
+/// the mock agent's image, shared with the blocking calls that drive it.
+pub type Engine = std::sync::Arc<std::sync::Mutex<kandev_testkit::OwnDocker>>;
+
+/// Starts an [`Engine`] and loads the mock agent's image into it.
+pub async fn own_engine() -> Engine {
+    tokio::task::spawn_blocking(|| {
+        let engine = kandev_testkit::OwnDocker::start(false);
+        engine.load_image("kandev/mock-agent:latest");
+        std::sync::Arc::new(std::sync::Mutex::new(engine))
+    })
+    .await
+    .expect("an engine of its own")
+}
+
+/// Runs a blocking call on an [`Engine`] (kill, start again).
+pub async fn on_engine(engine: &Engine, f: fn(&mut kandev_testkit::OwnDocker)) {
+    let engine = engine.clone();
+    tokio::task::spawn_blocking(move || f(&mut engine.lock().unwrap()))
+        .await
+        .expect("the engine call");
 }

@@ -10,6 +10,7 @@ use kandev_proto::{
     v1::{self as pb, agent_manager_server::AgentManager as AgentManagerRpc},
 };
 use tonic::{Request, Response, Status};
+use tracing::Instrument as _;
 
 use crate::{
     changes,
@@ -203,7 +204,17 @@ impl AgentManagerRpc for GrpcAgentAdapter {
         request: Request<pb::LaunchAgentRequest>,
     ) -> Result<Response<pb::AgentInstance>, Status> {
         let launch = launch_request(request.into_inner()).map_err(status)?;
-        let instance = self.manager.launch(launch).await.map_err(status)?;
+        // A launch finishes even when its caller goes away mid-way (an
+        // orchestrator killed, a timeout): cut short, it would leave an
+        // instance pending for ever, which the caller's successor adopts.
+        let manager = self.manager.clone();
+        let launched = tokio::spawn(
+            async move { manager.launch(launch).await }.instrument(tracing::Span::current()),
+        );
+        let instance = launched
+            .await
+            .map_err(|e| Status::internal(format!("the launch failed: {e}")))?
+            .map_err(status)?;
         Ok(Response::new(instance_to_proto(
             instance,
             self.manager_id(),

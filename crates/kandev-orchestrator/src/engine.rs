@@ -458,7 +458,7 @@ impl Engine {
         let _guard = self.lock.lock().await?;
         let launching = self.store.launching().await?;
         for exec in launching {
-            let live = self
+            let mut live: Vec<pb::AgentInstance> = self
                 .agents
                 .list_instances(&exec.task_id.to_string())
                 .await
@@ -472,9 +472,22 @@ impl Engine {
                             | pb::AgentStatus::Running)
                     )
                 })
-                .max_by_key(|i| i.started_at.map(|t| (t.seconds, t.nanos)));
-            match live.and_then(|i| Uuid::parse_str(&i.id).ok()) {
-                Some(instance) => self.store.adopt(exec.task_id, instance).await?,
+                .collect();
+            // The newest first; never one whose run moved elsewhere.
+            live.sort_by_key(|i| std::cmp::Reverse(i.started_at.map(|t| (t.seconds, t.nanos))));
+            let mut adopted = None;
+            for i in live {
+                if let Ok(id) = Uuid::parse_str(&i.id)
+                    && !self.store.is_moved(id).await?
+                {
+                    adopted = Some((id, i.manager_id));
+                    break;
+                }
+            }
+            match adopted {
+                Some((instance, manager)) => {
+                    self.store.adopt(exec.task_id, instance, &manager).await?;
+                }
                 None => self.store.requeue_interrupted(exec.task_id).await?,
             }
         }

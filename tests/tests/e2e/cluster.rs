@@ -11,45 +11,19 @@
 //!   dead: its clients get the frames the other replica numbers) keep an
 //!   exact feed; the manager comes back and leaves no container.
 
-use std::{collections::BTreeSet, sync::Arc, time::Duration};
+use std::{collections::BTreeSet, time::Duration};
 
 use futures::future::join_all;
 use kandev_e2e::{
-    Api, Feed, Options, Stack, Svc, eventually, kind, replay,
+    Api, Feed, Options, Stack, Svc, assert_every_chunk_once, eventually, instances, on_engine,
+    own_engine, replay,
     serde_json::{Value, json},
 };
 use kandev_testkit::OwnDocker;
 use tokio::time::Instant;
 
-const MOCK_IMAGE: &str = "kandev/mock-agent:latest";
 const CAPACITY: usize = 3;
 const CHUNKS: usize = 40;
-
-type Engine = Arc<std::sync::Mutex<OwnDocker>>;
-
-async fn own_engine() -> Engine {
-    tokio::task::spawn_blocking(|| {
-        let engine = OwnDocker::start(false);
-        engine.load_image(MOCK_IMAGE);
-        Arc::new(std::sync::Mutex::new(engine))
-    })
-    .await
-    .expect("an engine of its own")
-}
-
-async fn on_engine(engine: &Engine, f: fn(&mut OwnDocker)) {
-    let engine = engine.clone();
-    tokio::task::spawn_blocking(move || f(&mut engine.lock().unwrap()))
-        .await
-        .unwrap();
-}
-
-fn instances(frames: &[Value]) -> BTreeSet<String> {
-    frames
-        .iter()
-        .filter_map(|f| f["instance_id"].as_str().map(str::to_string))
-        .collect()
-}
 
 async fn completed(api: &Api, board: &str) -> usize {
     let r = api
@@ -118,13 +92,7 @@ async fn a_cluster_loses_a_manager_an_orchestrator_and_a_nats_node_and_nothing_e
                 .await,
         );
     }
-    eventually(30, "the first orchestrator leads", || async {
-        stack
-            .log(Svc::Orchestrator)
-            .contains("leading:")
-            .then_some(())
-    })
-    .await;
+    stack.wait_log(Svc::Orchestrator, 0, "leading:", 30).await;
     let orchestrator_b = stack.add_replica(Svc::Orchestrator, &[]).await;
     let task_service_b = stack.add_replica(Svc::TaskService, &[]).await;
     let (ts_url, orch_url) = (
@@ -250,13 +218,9 @@ async fn a_cluster_loses_a_manager_an_orchestrator_and_a_nats_node_and_nothing_e
     .await;
     // The leading orchestrator dies; the other leads.
     stack.kill(Svc::Orchestrator);
-    eventually(30, "the standby leads", || async {
-        stack
-            .replica_log(Svc::Orchestrator, orchestrator_b)
-            .contains("leading:")
-            .then_some(())
-    })
-    .await;
+    stack
+        .wait_log(Svc::Orchestrator, orchestrator_b, "leading:", 30)
+        .await;
     // A NATS node dies for good.
     stack.kill_nats_node(2);
 
@@ -293,18 +257,7 @@ async fn a_cluster_loses_a_manager_an_orchestrator_and_a_nats_node_and_nothing_e
             .iter()
             .position(|f| f["instance_id"] == last)
             .unwrap();
-        let text: String = feed.frames[first_of_last..]
-            .iter()
-            .filter(|f| kind(f) == "message_chunk")
-            .filter_map(|f| f["event"]["data"]["text"].as_str())
-            .collect();
-        for i in 1..=CHUNKS {
-            assert_eq!(
-                text.matches(&format!("chunk {i}/{CHUNKS}\n")).count(),
-                1,
-                "{task}: chunk {i}"
-            );
-        }
+        assert_every_chunk_once(&feed.frames[first_of_last..], CHUNKS);
         let e = apis[0].execution(&task).await;
         assert_eq!(e.body["attempts"], 1, "{}", e.body);
         let seen = feed.frames.len();

@@ -54,13 +54,9 @@ async fn a_launch_that_fails_moves_the_task_to_failed() {
     let stack = Stack::start("launch_failure", Options::default()).await;
     // Placed through the pool of announced managers, as always once one
     // announced itself: no manager has the image, one is asked anyway.
-    kandev_e2e::eventually(30, "the orchestrator hears the manager", || async {
-        stack
-            .log(Svc::Orchestrator)
-            .contains("agent manager joined the pool")
-            .then_some(())
-    })
-    .await;
+    stack
+        .wait_log(Svc::Orchestrator, 0, "agent manager joined the pool", 30)
+        .await;
     let api = stack.admin().await;
     let made = api
         .post(

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use kandev_e2e::{
-    Feed, Options, Stack, Svc, is_turn_end, kind, replay,
+    Feed, Options, Stack, Svc, assert_every_chunk_once, is_turn_end, replay,
     serde_json::{Value, json},
 };
 
@@ -84,20 +84,7 @@ async fn survives(test: &str, fault: Fault) {
     feed.drain(Duration::from_millis(1500)).await;
 
     // Every chunk exactly once, in order.
-    let text: String = feed
-        .frames
-        .iter()
-        .filter(|f| kind(f) == "message_chunk")
-        .filter_map(|f| f["event"]["data"]["text"].as_str())
-        .collect();
-    let mut at = 0;
-    for i in 1..=CHUNKS {
-        let chunk = format!("chunk {i}/{CHUNKS}\n");
-        assert_eq!(text.matches(&chunk).count(), 1, "{chunk:?} in {text:?}");
-        let pos = text.find(&chunk).unwrap();
-        assert!(pos >= at, "{chunk:?} out of order");
-        at = pos;
-    }
+    assert_every_chunk_once(&feed.frames, CHUNKS);
     let seen = feed.frames.len();
     let reconnects = feed.reconnects;
     feed.close().await;
@@ -117,12 +104,7 @@ async fn survives(test: &str, fault: Fault) {
 /// Every Kandev stream is kept in `copies` copies, as the services were
 /// told (`KANDEV_NATS_STREAM_REPLICAS`), with every copy current.
 async fn assert_streams_replicated(stack: &Stack, copies: usize) {
-    let (user, password) = stack.nats.admin_credentials();
-    let nats = async_nats::ConnectOptions::with_user_and_password(user, password)
-        .connect(stack.nats.url())
-        .await
-        .unwrap();
-    let js = async_nats::jetstream::new(nats);
+    let js = stack.jetstream().await;
     for name in ["KANDEV_TASKS", "KANDEV_AGENTS", "KANDEV_ACP"] {
         let info = js
             .get_stream(name)

@@ -4,36 +4,16 @@
 //! runs to the others within the grace, and their feeds stay exact; back,
 //! it leaves no orphan container.
 
-use std::{collections::BTreeSet, sync::Arc, time::Duration};
+use std::{collections::BTreeSet, time::Duration};
 
 use kandev_e2e::{
-    Feed, Options, Stack, Svc, eventually, kind, replay,
-    serde_json::{Value, json},
+    Feed, Options, Stack, Svc, assert_every_chunk_once, chunk_text, eventually, instances,
+    on_engine, own_engine, replay, serde_json::json,
 };
 use kandev_testkit::OwnDocker;
 use tokio::time::Instant;
 
-const MOCK_IMAGE: &str = "kandev/mock-agent:latest";
 const CAPACITY: usize = 2;
-
-/// A Docker engine of its own with the mock agent's image, shared with the
-/// blocking calls that drive it.
-async fn own_engine() -> Arc<std::sync::Mutex<OwnDocker>> {
-    tokio::task::spawn_blocking(|| {
-        let engine = OwnDocker::start(false);
-        engine.load_image(MOCK_IMAGE);
-        Arc::new(std::sync::Mutex::new(engine))
-    })
-    .await
-    .expect("an engine of its own")
-}
-
-fn instances(frames: &[Value]) -> BTreeSet<String> {
-    frames
-        .iter()
-        .filter_map(|f| f["instance_id"].as_str().map(str::to_string))
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_spread_over_a_pool_and_move_off_a_manager_that_dies() {
@@ -219,12 +199,7 @@ async fn runs_spread_over_a_pool_and_move_off_a_manager_that_dies() {
     let (victim, victim_id, victim_host, victim_engine, victim_runs) =
         victim.expect("a long run on B or C");
     stack.kill_replica(Svc::AgentManager, victim);
-    tokio::task::spawn_blocking({
-        let engine = victim_engine.clone();
-        move || engine.lock().unwrap().kill()
-    })
-    .await
-    .unwrap();
+    on_engine(&victim_engine, OwnDocker::kill).await;
 
     for task in &long {
         let done = api.wait_state(task, &["COMPLETED"], 240).await;
@@ -236,13 +211,10 @@ async fn runs_spread_over_a_pool_and_move_off_a_manager_that_dies() {
         feed.drain(Duration::from_millis(800)).await;
         let task = feed.frames[0]["task_id"].as_str().unwrap().to_string();
         let ran = instances(&feed.frames);
-        let text: String = feed
-            .frames
-            .iter()
-            .filter(|f| kind(f) == "message_chunk")
-            .filter_map(|f| f["event"]["data"]["text"].as_str())
-            .collect();
-        assert!(text.contains("chunk 40/40"), "{task} ran to its end");
+        assert!(
+            chunk_text(&feed.frames).contains("chunk 40/40"),
+            "{task} ran to its end"
+        );
         if ran.len() == 2 {
             moved += 1;
             // The second run is whole, after whatever the first sent.
@@ -251,18 +223,7 @@ async fn runs_spread_over_a_pool_and_move_off_a_manager_that_dies() {
                 .iter()
                 .rposition(|f| f["instance_id"] == feed.frames[0]["instance_id"])
                 .unwrap();
-            let second: String = feed.frames[last_of_first + 1..]
-                .iter()
-                .filter(|f| kind(f) == "message_chunk")
-                .filter_map(|f| f["event"]["data"]["text"].as_str())
-                .collect();
-            for i in 1..=40 {
-                assert_eq!(
-                    second.matches(&format!("chunk {i}/40\n")).count(),
-                    1,
-                    "{task}"
-                );
-            }
+            assert_every_chunk_once(&feed.frames[last_of_first + 1..], 40);
             let e = api.execution(&task).await;
             assert_eq!(
                 e.body["attempts"], 1,
@@ -283,20 +244,11 @@ async fn runs_spread_over_a_pool_and_move_off_a_manager_that_dies() {
     assert_eq!(moved, victim_runs, "the runs on {victim_id} moved");
 
     // It comes back with its engine: nothing of its old runs is left.
-    tokio::task::spawn_blocking({
-        let engine = victim_engine.clone();
-        move || engine.lock().unwrap().start_again()
-    })
-    .await
-    .unwrap();
+    on_engine(&victim_engine, OwnDocker::start_again).await;
     stack.spawn_replica(Svc::AgentManager, victim).await;
-    eventually(30, "the orchestrator hears it again", || async {
-        stack
-            .log(Svc::Orchestrator)
-            .contains("agent manager is back")
-            .then_some(())
-    })
-    .await;
+    stack
+        .wait_log(Svc::Orchestrator, 0, "agent manager is back", 30)
+        .await;
     eventually(30, "it has no container left", || async {
         stack
             .containers_of(&victim_id, Some(&victim_host), false)

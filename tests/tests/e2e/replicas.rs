@@ -9,32 +9,10 @@
 use std::time::Duration;
 
 use kandev_e2e::{
-    Feed, Options, Stack, Svc, eventually, kind, replay,
-    serde_json::{Value, json},
+    Feed, Options, Stack, Svc, assert_every_chunk_once, instances, replay, serde_json::json,
 };
 
 const CHUNKS: usize = 30;
-
-fn chunk_texts(frames: &[Value]) -> String {
-    frames
-        .iter()
-        .filter(|f| kind(f) == "message_chunk")
-        .filter_map(|f| f["event"]["data"]["text"].as_str())
-        .collect()
-}
-
-/// Every chunk of a `slow CHUNKS` run exactly once, in order.
-fn assert_every_chunk_once(frames: &[Value]) {
-    let text = chunk_texts(frames);
-    let mut at = 0;
-    for i in 1..=CHUNKS {
-        let chunk = format!("chunk {i}/{CHUNKS}\n");
-        assert_eq!(text.matches(&chunk).count(), 1, "{chunk:?} in {text:?}");
-        let pos = text.find(&chunk).unwrap();
-        assert!(pos >= at, "{chunk:?} out of order");
-        at = pos;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_orchestrator_takes_over_without_launching_twice() {
@@ -51,21 +29,11 @@ async fn a_standby_orchestrator_takes_over_without_launching_twice() {
         },
     )
     .await;
-    eventually(30, "the first orchestrator leads", || async {
-        stack
-            .log(Svc::Orchestrator)
-            .contains("leading:")
-            .then_some(())
-    })
-    .await;
+    stack.wait_log(Svc::Orchestrator, 0, "leading:", 30).await;
     let standby = stack.add_replica(Svc::Orchestrator, &[]).await;
-    eventually(30, "the second orchestrator stands by", || async {
-        stack
-            .replica_log(Svc::Orchestrator, standby)
-            .contains("standing by")
-            .then_some(())
-    })
-    .await;
+    stack
+        .wait_log(Svc::Orchestrator, standby, "standing by", 30)
+        .await;
     // Gateway B talks to the standby only.
     let orchestrator_b = stack.replica_url(Svc::Orchestrator, standby);
     let gateway_b = stack
@@ -128,13 +96,9 @@ async fn a_standby_orchestrator_takes_over_without_launching_twice() {
         })
         .await;
     stack.kill(Svc::Orchestrator);
-    eventually(30, "the standby takes over", || async {
-        stack
-            .replica_log(Svc::Orchestrator, standby)
-            .contains("leading:")
-            .then_some(())
-    })
-    .await;
+    stack
+        .wait_log(Svc::Orchestrator, standby, "leading:", 30)
+        .await;
     // Back as the standby, so gateway A reads the stored feed again.
     stack.spawn(Svc::Orchestrator).await;
 
@@ -146,15 +110,14 @@ async fn a_standby_orchestrator_takes_over_without_launching_twice() {
     }
     for mut feed in feeds {
         feed.drain(Duration::from_millis(1000)).await;
-        assert_every_chunk_once(&feed.frames);
+        assert_every_chunk_once(&feed.frames, CHUNKS);
         let seen = feed.frames.len();
         let task = feed.frames[0]["task_id"].as_str().unwrap().to_string();
-        let instances: std::collections::BTreeSet<&str> = feed
-            .frames
-            .iter()
-            .filter_map(|f| f["instance_id"].as_str())
-            .collect();
-        assert_eq!(instances.len(), 1, "one agent instance ran {task}");
+        assert_eq!(
+            instances(&feed.frames).len(),
+            1,
+            "one agent instance ran {task}"
+        );
         feed.close().await;
         for api in [&api_a, &api_b] {
             assert_eq!(

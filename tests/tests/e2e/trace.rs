@@ -144,12 +144,7 @@ async fn a_task_is_one_trace_across_the_services_and_the_bus() {
 
     // The bus carried the trace: the task's event and its ACP messages.
     // The tests' own NATS user: the services' may not read the streams.
-    let (user, password) = stack.nats.admin_credentials();
-    let nats = async_nats::ConnectOptions::with_user_and_password(user, password)
-        .connect(stack.nats.url())
-        .await
-        .unwrap();
-    let js = async_nats::jetstream::new(nats);
+    let js = stack.jetstream().await;
     for (stream, subject) in [
         ("KANDEV_TASKS", "task.created".to_string()),
         ("KANDEV_AGENTS", "agent.completed".to_string()),

@@ -646,3 +646,22 @@ async fn a_launch_without_a_prompt_runs_the_task_description() {
     );
     app.stop().await;
 }
+
+/// A caller that goes away mid-launch (an orchestrator killed, a call timed
+/// out) does not cut the launch short: the instance is not left pending for
+/// ever, its turn runs to the end.
+#[tokio::test]
+async fn a_launch_whose_caller_goes_away_still_runs() {
+    let mut app = spawn_app().await;
+    let repo = git_repo(app.dir.path());
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    // The call is dropped a moment after it is sent: the stream is reset.
+    let call = app
+        .client
+        .launch_agent(launch_request(task, "mock-agent", &repo, "echo hi"));
+    let _ = tokio::time::timeout(std::time::Duration::from_millis(2), call).await;
+    let done = watch.until("agent.completed", 0).await;
+    assert_eq!(done["stop_reason"], "end_turn", "{done}");
+    app.stop().await;
+}

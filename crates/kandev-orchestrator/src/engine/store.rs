@@ -135,7 +135,7 @@ pub trait ExecutionStore: Send + Sync + 'static {
 
     /// After a restart, a launch that was cut short adopts the instance the
     /// agent manager started for it.
-    async fn adopt(&self, task_id: Uuid, instance: Uuid) -> Result<()>;
+    async fn adopt(&self, task_id: Uuid, instance: Uuid, manager_id: &str) -> Result<()>;
 
     /// Runs placed on a manager of the pool (launching or running).
     async fn placed_runs(&self) -> Result<Vec<Execution>>;
@@ -385,12 +385,16 @@ impl ExecutionStore for PgExecStore {
         Ok(())
     }
 
-    async fn adopt(&self, task_id: Uuid, instance: Uuid) -> Result<()> {
-        sqlx::query("UPDATE executions SET state = 'running', instance_id = $2 WHERE task_id = $1")
-            .bind(task_id)
-            .bind(instance)
-            .execute(&self.pool)
-            .await?;
+    async fn adopt(&self, task_id: Uuid, instance: Uuid, manager_id: &str) -> Result<()> {
+        sqlx::query(
+            "UPDATE executions SET state = 'running', instance_id = $2, manager_id = $3
+             WHERE task_id = $1",
+        )
+        .bind(task_id)
+        .bind(instance)
+        .bind(manager_id)
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 
