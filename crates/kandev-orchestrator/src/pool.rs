@@ -134,15 +134,15 @@ impl ManagerPool {
         let now = Instant::now();
         let mut state = self.lock();
         let id = announcement.id.clone();
-        let known = state.members.get(&id).map(|m| {
-            (
-                m.announcement.url == announcement.url,
-                now.duration_since(m.heard) >= self.grace,
-            )
-        });
-        let client = match (known, state.members.get(&id)) {
-            (Some((true, _)), Some(m)) => m.client.clone(),
-            _ => match GrpcAgentControl::lazy(&announcement.url, &self.token) {
+        let previous = state.members.get(&id);
+        let joined = previous.is_none();
+        let back = previous.is_some_and(|m| now.duration_since(m.heard) >= self.grace);
+        let same_url = previous
+            .filter(|m| m.announcement.url == announcement.url)
+            .map(|m| m.client.clone());
+        let client = match same_url {
+            Some(client) => client,
+            None => match GrpcAgentControl::lazy(&announcement.url, &self.token) {
                 Ok(c) => Arc::new(c),
                 Err(err) => {
                     tracing::warn!(manager = %id, %err, "the manager's URL is not usable");
@@ -150,16 +150,13 @@ impl ManagerPool {
                 }
             },
         };
-        match known {
-            None => {
-                tracing::info!(manager = %id, url = %announcement.url, capacity = announcement.capacity, "agent manager joined the pool");
-                state.to_reconcile.insert(id.clone());
-            }
-            Some((_, true)) => {
-                tracing::info!(manager = %id, "agent manager is back");
-                state.to_reconcile.insert(id.clone());
-            }
-            Some(_) => {}
+        if joined {
+            tracing::info!(manager = %id, url = %announcement.url, capacity = announcement.capacity, "agent manager joined the pool");
+        } else if back {
+            tracing::info!(manager = %id, "agent manager is back");
+        }
+        if joined || back {
+            state.to_reconcile.insert(id.clone());
         }
         if announcement.leaving {
             tracing::info!(manager = %id, "agent manager is leaving the pool");

@@ -216,27 +216,15 @@ impl Application {
             Duration::from_millis(self.settings.leader_poll_ms),
             stop.clone(),
             {
-                let (bus, pool, hub, engine, settings, fence) = (
-                    self.bus.clone(),
-                    self.pool.clone(),
-                    self.hub.clone(),
-                    self.engine.clone(),
-                    self.settings.clone(),
-                    self.fence.clone(),
-                );
-                move |token| {
-                    lead_work(
-                        LeaderParts {
-                            bus: bus.clone(),
-                            pool: pool.clone(),
-                            hub: hub.clone(),
-                            engine: engine.clone(),
-                            settings: settings.clone(),
-                            fence: fence.clone(),
-                        },
-                        token,
-                    )
-                }
+                let parts = LeaderParts {
+                    bus: self.bus.clone(),
+                    pool: self.pool.clone(),
+                    hub: self.hub.clone(),
+                    engine: self.engine.clone(),
+                    settings: self.settings.clone(),
+                    fence: self.fence.clone(),
+                };
+                move |token| lead_work(parts.clone(), token)
             },
         )));
 
@@ -265,7 +253,8 @@ impl Application {
     }
 }
 
-/// What the leader's work is made of.
+/// What the leader's work is made of; cheap to clone.
+#[derive(Clone)]
 struct LeaderParts {
     bus: JetStreamBus,
     pool: PgPool,
