@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 pub struct Settings {
     /// gRPC and HTTP (`/healthz`, `/readyz`) on one port (`KANDEV_LISTEN_ADDR`).
     pub listen_addr: String,
-    /// `KANDEV_DATABASE_URL`; may hold a password, so it is never logged.
+    /// `KANDEV_DATABASE_URL`: `postgres://…`, or `sqlite:///path/tasks.db`
+    /// for a SQLite file. May hold a password, so it is never logged.
     pub database_url: String,
     /// The Postgres schema this service owns.
     pub database_schema: String,
@@ -81,8 +82,9 @@ impl Validate for Settings {
             .map_err(|e| format!("listen_addr {:?}: {e}", self.listen_addr))?;
         if !self.database_url.starts_with("postgres://")
             && !self.database_url.starts_with("postgresql://")
+            && !self.uses_sqlite()
         {
-            return Err("database_url must be a postgres:// URL".into());
+            return Err("database_url must be a postgres:// or a sqlite: URL".into());
         }
         let schema_ok = !self.database_schema.is_empty()
             && self
@@ -108,6 +110,12 @@ impl Validate for Settings {
 }
 
 impl Settings {
+    /// Whether the database is a SQLite file (`sqlite:` URL) rather than
+    /// Postgres: one machine, no server (`database_schema` is unused).
+    pub fn uses_sqlite(&self) -> bool {
+        self.database_url.starts_with("sqlite:")
+    }
+
     /// Who this service is to NATS.
     pub fn nats_login(&self) -> NatsLogin {
         NatsLogin::new(

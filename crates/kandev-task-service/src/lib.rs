@@ -1,12 +1,14 @@
-//! The Kandev task service: boards and tasks on Postgres, an explicit state
+//! The Kandev task service: boards and tasks on Postgres (or SQLite, on one
+//! machine), an explicit state
 //! machine, an audit log, and `task.*` events delivered at least once to NATS
 //! JetStream through a transactional outbox.
 //!
 //! # Layout
 //! - [`domain`]: task states and their transition table, validated inputs,
 //!   and [`TaskError`] with its place in the common error table.
-//! - [`store`]: the [`TaskStore`] trait and its Postgres implementation, which
-//!   writes each change, its audit row and its outbox event in one transaction.
+//! - [`store`]: the [`TaskStore`] and [`store::OutboxStore`] traits and their
+//!   Postgres and SQLite implementations, which write each change, its audit
+//!   row and its outbox event in one transaction.
 //! - [`outbox`]: the relay that drains the outbox to the event bus in order.
 //! - [`grpc`]: the thin tonic adapter over a `TaskStore`.
 //! - [`startup`]: `build(settings)` then `run_until_stopped(shutdown)`.
@@ -22,4 +24,4 @@ pub mod store;
 pub use config::Settings;
 pub use domain::TaskError;
 pub use startup::Application;
-pub use store::{PgTaskStore, TaskStore};
+pub use store::{OutboxStore, PgTaskStore, SqliteTaskStore, TaskStore};

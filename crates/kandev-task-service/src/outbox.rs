@@ -7,23 +7,22 @@
 //! rows stay and the relay retries with backoff, so an event is published
 //! late but never lost. A crash between publish and delete republishes the
 //! event with the same id, which JetStream's duplicate window and consumers
-//! drop. A transaction-scoped advisory lock lets one relay run at a time when
-//! several replicas share the database, which keeps the order.
+//! drop. One relay at a time holds a batch ([`OutboxStore::claim`]: an
+//! advisory lock on Postgres, where replicas share the database), which
+//! keeps the order.
 
 use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use kandev_common::{CancellationToken, trace};
 use kandev_events::{BusError, EventBus};
-use sqlx::PgPool;
 use tokio::sync::Notify;
 use tracing::Instrument as _;
-use uuid::Uuid;
+
+use crate::store::OutboxStore;
 
 const BATCH: i64 = 200;
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
-/// Arbitrary but fixed: the advisory lock key of the relay.
-const RELAY_LOCK: i64 = 0x006b_616e_6465_7601;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
@@ -35,16 +34,21 @@ pub enum RelayError {
 
 /// Drains the outbox to an [`EventBus`].
 pub struct OutboxRelay {
-    pool: PgPool,
+    outbox: Arc<dyn OutboxStore>,
     bus: Arc<dyn EventBus>,
     wake: Arc<Notify>,
     poll: Duration,
 }
 
 impl OutboxRelay {
-    pub fn new(pool: PgPool, bus: Arc<dyn EventBus>, wake: Arc<Notify>, poll: Duration) -> Self {
+    pub fn new(
+        outbox: Arc<dyn OutboxStore>,
+        bus: Arc<dyn EventBus>,
+        wake: Arc<Notify>,
+        poll: Duration,
+    ) -> Self {
         OutboxRelay {
-            pool,
+            outbox,
             bus,
             wake,
             poll,
@@ -54,52 +58,38 @@ impl OutboxRelay {
     /// Publishes up to one batch. Returns how many events were published;
     /// stops at the first bus error, keeping that event and those after it.
     pub async fn drain_once(&self) -> Result<usize, RelayError> {
-        let mut tx = self.pool.begin().await?;
-        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
-            .bind(RELAY_LOCK)
-            .fetch_one(&mut *tx)
-            .await?;
-        if !locked {
+        let Some(batch) = self.outbox.claim(BATCH).await? else {
             return Ok(0);
-        }
-        let rows: Vec<(i64, Uuid, String, String, String)> = sqlx::query_as(
-            "SELECT id, event_id, subject, payload::text, traceparent FROM outbox
-             ORDER BY id LIMIT $1",
-        )
-        .bind(BATCH)
-        .fetch_all(&mut *tx)
-        .await?;
-
-        let mut published = Vec::with_capacity(rows.len());
+        };
+        let mut published = Vec::with_capacity(batch.events().len());
         let mut failure = None;
-        for (id, event_id, subject, payload, traceparent) in rows {
+        for event in batch.events() {
             // Published in the trace of the request that made the change.
             let span = tracing::info_span!(
                 "outbox_publish",
-                %subject,
+                subject = %event.subject,
                 trace_id = tracing::field::Empty,
             );
-            trace::continue_from(&span, Some(traceparent.as_str()).filter(|t| !t.is_empty()));
+            let traceparent = Some(event.traceparent.as_str()).filter(|t| !t.is_empty());
+            trace::continue_from(&span, traceparent);
             match self
                 .bus
-                .publish(&subject, event_id, Bytes::from(payload))
+                .publish(
+                    &event.subject,
+                    event.event_id,
+                    Bytes::from(event.payload.clone()),
+                )
                 .instrument(span)
                 .await
             {
-                Ok(()) => published.push(id),
+                Ok(()) => published.push(event.id),
                 Err(err) => {
                     failure = Some(err);
                     break;
                 }
             }
         }
-        if !published.is_empty() {
-            sqlx::query("DELETE FROM outbox WHERE id = ANY($1)")
-                .bind(&published)
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
+        batch.finish(&published).await?;
         metrics::counter!("kandev_outbox_published_total").increment(published.len() as u64);
         match failure {
             Some(err) => Err(err.into()),
@@ -109,9 +99,7 @@ impl OutboxRelay {
 
     /// Number of events waiting to be published.
     pub async fn pending(&self) -> Result<i64, sqlx::Error> {
-        sqlx::query_scalar("SELECT count(*) FROM outbox")
-            .fetch_one(&self.pool)
-            .await
+        self.outbox.pending().await
     }
 
     /// Runs until `shutdown`, then makes one last bounded attempt to drain.

@@ -16,7 +16,7 @@ use crate::{
     config::Settings,
     grpc::GrpcTaskAdapter,
     outbox::OutboxRelay,
-    store::{PgTaskStore, TaskStore},
+    store::{OutboxStore, PgTaskStore, SqliteTaskStore, TaskStore},
 };
 
 /// Why the service could not start or stopped with an error.
@@ -45,12 +45,43 @@ pub enum StartupError {
 pub struct Application {
     listener: TcpListener,
     local_addr: SocketAddr,
-    pool: PgPool,
     bus: Arc<dyn EventBus>,
     bus_ready: ReadinessCheck,
-    store: Arc<PgTaskStore>,
+    storage: Storage,
     outbox_wake: Arc<Notify>,
     settings: Settings,
+}
+
+/// The database behind the service, as its two faces.
+#[derive(Clone)]
+pub struct Storage {
+    pub tasks: Arc<dyn TaskStore>,
+    pub outbox: Arc<dyn OutboxStore>,
+    /// `postgres` or `sqlite`, the readiness check's name.
+    pub kind: &'static str,
+}
+
+impl Storage {
+    /// Opens the database of `settings.database_url`: Postgres for a
+    /// `postgres://` URL (the service's schema, migrated), SQLite for a
+    /// `sqlite:` one (the file, created and migrated). Commits poke `wake`.
+    pub async fn open(settings: &Settings, wake: Arc<Notify>) -> Result<Storage, StartupError> {
+        if settings.uses_sqlite() {
+            let store = Arc::new(SqliteTaskStore::open(&settings.database_url, wake).await?);
+            return Ok(Storage {
+                tasks: store.clone(),
+                outbox: store,
+                kind: "sqlite",
+            });
+        }
+        let pool = connect_database(settings).await?;
+        let store = Arc::new(PgTaskStore::new(pool, wake));
+        Ok(Storage {
+            tasks: store.clone(),
+            outbox: store,
+            kind: "postgres",
+        })
+    }
 }
 
 /// Connects to Postgres with `search_path` set to the service's schema,
@@ -87,9 +118,8 @@ impl Application {
         bus_ready: ReadinessCheck,
     ) -> Result<Self, StartupError> {
         service_auth::check(&settings.service_token).map_err(StartupError::Config)?;
-        let pool = connect_database(&settings).await?;
         let outbox_wake = Arc::new(Notify::new());
-        let store = Arc::new(PgTaskStore::new(pool.clone(), outbox_wake.clone()));
+        let storage = Storage::open(&settings, outbox_wake.clone()).await?;
         let listener = TcpListener::bind(&settings.listen_addr)
             .await
             .map_err(|source| StartupError::Listen {
@@ -100,10 +130,9 @@ impl Application {
         Ok(Application {
             listener,
             local_addr,
-            pool,
             bus,
             bus_ready,
-            store,
+            storage,
             outbox_wake,
             settings,
         })
@@ -126,13 +155,13 @@ impl Application {
                 .then_some(kandev_proto::FILE_DESCRIPTOR_SET),
         )
         .map_err(StartupError::Grpc)?;
-        let store: Arc<dyn TaskStore> = self.store.clone();
+        let store = self.storage.tasks.clone();
         routes.add_service(TaskServiceServer::new(GrpcTaskAdapter::new(store)));
         health
             .set_serving::<TaskServiceServer<GrpcTaskAdapter>>()
             .await;
 
-        let db_store = self.store.clone();
+        let db_store = self.storage.tasks.clone();
         let db_ready: ReadinessCheck = Arc::new(move || {
             let store = db_store.clone();
             Box::pin(async move { store.ping().await.map_err(|e| e.to_string()) })
@@ -141,12 +170,12 @@ impl Application {
             .routes()
             .into_axum_router()
             .merge(serve::health_routes(vec![
-                ("postgres", db_ready),
+                (self.storage.kind, db_ready),
                 ("nats", self.bus_ready.clone()),
             ]));
 
         let relay = OutboxRelay::new(
-            self.pool.clone(),
+            self.storage.outbox.clone(),
             self.bus.clone(),
             self.outbox_wake.clone(),
             Duration::from_millis(self.settings.outbox_poll_ms),
@@ -171,7 +200,7 @@ impl Application {
         // Requests have drained; now the relay publishes what they wrote.
         relay_stop.cancel();
         let _ = relay_task.await;
-        self.pool.close().await;
+        self.storage.tasks.close().await;
         tracing::info!("task service stopped");
         served.map_err(StartupError::Serve)
     }
