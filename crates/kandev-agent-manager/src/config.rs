@@ -201,6 +201,12 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// Whether the database is a SQLite file (`sqlite:` URL) rather than
+    /// Postgres: one machine, no server (`database_schema` is unused).
+    pub fn uses_sqlite(&self) -> bool {
+        self.database_url.starts_with("sqlite:")
+    }
+
     /// The value configured for an agent env variable, if any.
     pub fn agent_env_value(&self, name: &str) -> Option<&SecretString> {
         find_env(&self.agent_env, name)
@@ -225,8 +231,9 @@ impl Validate for Settings {
             .map_err(|e| format!("listen_addr {:?}: {e}", self.listen_addr))?;
         if !self.database_url.starts_with("postgres://")
             && !self.database_url.starts_with("postgresql://")
+            && !self.uses_sqlite()
         {
-            return Err("database_url must be a postgres:// URL".into());
+            return Err("database_url must be a postgres:// or a sqlite: URL".into());
         }
         let schema_ok = !self.database_schema.is_empty()
             && self

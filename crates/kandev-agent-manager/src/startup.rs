@@ -15,7 +15,11 @@ use tokio::net::TcpListener;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::{
-    config::Settings, docker::Docker, grpc::GrpcAgentAdapter, manager::AgentManager, store::Store,
+    config::Settings,
+    docker::Docker,
+    grpc::GrpcAgentAdapter,
+    manager::AgentManager,
+    store::{PgAgentStore, SqliteAgentStore, Store},
 };
 
 /// Why the service could not start or stopped with an error.
@@ -46,7 +50,9 @@ pub enum StartupError {
 pub struct Application {
     listener: TcpListener,
     local_addr: SocketAddr,
-    pool: PgPool,
+    store: Store,
+    /// `postgres` or `sqlite`, the readiness check's name.
+    store_kind: &'static str,
     bus_ready: ReadinessCheck,
     manager: AgentManager,
     /// Whether the start reconciled; if the engine did not answer, the
@@ -54,6 +60,18 @@ pub struct Application {
     reconciled: bool,
     /// Announces this manager to the pool on NATS (not on an in-process bus).
     announce_on: Option<async_nats::Client>,
+}
+
+/// Opens the database of `settings.database_url`: Postgres for a
+/// `postgres://` URL (the service's schema, migrated), SQLite for a
+/// `sqlite:` one (the file, created and migrated).
+pub async fn open_store(settings: &Settings) -> Result<Store, StartupError> {
+    if settings.uses_sqlite() {
+        let store = SqliteAgentStore::open(&settings.database_url, &settings.manager_id).await?;
+        return Ok(Arc::new(store));
+    }
+    let pool = connect_database(settings).await?;
+    Ok(Arc::new(PgAgentStore::new(pool, &settings.manager_id)))
 }
 
 /// Connects to Postgres with `search_path` set to the service's schema,
@@ -97,7 +115,12 @@ impl Application {
         bus_ready: ReadinessCheck,
     ) -> Result<Self, StartupError> {
         service_auth::check(&settings.service_token).map_err(StartupError::Config)?;
-        let pool = connect_database(&settings).await?;
+        let store = open_store(&settings).await?;
+        let store_kind = if settings.uses_sqlite() {
+            "sqlite"
+        } else {
+            "postgres"
+        };
         let docker = Docker::connect(&settings.docker_host)
             .map_err(|e| StartupError::Docker(e.to_string()))?;
         let engine = docker.ping().await;
@@ -108,12 +131,7 @@ impl Application {
                 source,
             })?;
         let local_addr = listener.local_addr().map_err(StartupError::Serve)?;
-        let manager = AgentManager::new(
-            docker,
-            Store::new(pool.clone(), &settings.manager_id),
-            bus,
-            settings,
-        );
+        let manager = AgentManager::new(docker, store.clone(), bus, settings);
         let reconciled = match engine {
             Ok(()) => {
                 manager.reconcile().await;
@@ -127,7 +145,8 @@ impl Application {
         Ok(Application {
             listener,
             local_addr,
-            pool,
+            store,
+            store_kind,
             bus_ready,
             manager,
             reconciled,
@@ -180,7 +199,7 @@ impl Application {
             .routes()
             .into_axum_router()
             .merge(serve::health_routes(vec![
-                ("postgres", db_ready),
+                (self.store_kind, db_ready),
                 ("nats", self.bus_ready.clone()),
                 ("docker", docker_ready),
             ]));
@@ -228,7 +247,7 @@ impl Application {
         if let Some(announcer) = announcer {
             let _ = announcer.await;
         }
-        self.pool.close().await;
+        self.store.close().await;
         tracing::info!("agent manager stopped");
         served.map_err(StartupError::Serve)
     }

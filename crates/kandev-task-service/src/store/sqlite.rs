@@ -11,15 +11,11 @@
 //! One relay publishes the outbox (the process's own): a claim is an
 //! in-process lock, not a database one.
 
-use std::{str::FromStr, sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use chrono::{DateTime, SecondsFormat, Utc};
-use sqlx::{
-    Sqlite, SqlitePool, Transaction,
-    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
-    types::Json,
-};
+use kandev_common::db::sqlite::time as ts;
+use sqlx::{Sqlite, SqlitePool, Transaction, types::Json};
 use tokio::sync::{Mutex, Notify, OwnedMutexGuard};
 use uuid::Uuid;
 
@@ -31,9 +27,6 @@ use crate::domain::{
     Board, BoardPatch, NewBoard, NewTask, Page, Result, StateChange, Task, TaskError,
     TaskEventRecord, TaskPatch, TaskState,
 };
-
-/// How long a writer waits for another's transaction before failing.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 const BOARD_COLUMNS: &str = "id, name, description, owner, created_at, updated_at";
 
@@ -54,26 +47,12 @@ impl std::fmt::Debug for SqliteTaskStore {
     }
 }
 
-/// How a timestamp is stored: fixed width, so text order is time order.
-fn ts(at: DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(SecondsFormat::Micros, true)
-}
-
 impl SqliteTaskStore {
     /// Opens (creating it when missing) the database at `url`
     /// (`sqlite:///path/to/tasks.db` or `sqlite:relative.db`) and runs the
     /// SQLite migrations.
     pub async fn open(url: &str, outbox_wake: Arc<Notify>) -> Result<Self, sqlx::Error> {
-        let options = SqliteConnectOptions::from_str(url)?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .foreign_keys(true)
-            .busy_timeout(BUSY_TIMEOUT);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(options)
-            .await?;
+        let pool = kandev_common::db::sqlite::connect(url, 4).await?;
         sqlx::migrate!("./migrations-sqlite").run(&pool).await?;
         Ok(SqliteTaskStore {
             pool,

@@ -1,195 +1,46 @@
-//! Postgres storage of agent types, instances and their logs.
+//! The Postgres [`AgentStore`]: the services' deployment. Several managers
+//! may share the schema; instances are scoped to their manager.
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use kandev_common::text::without_nul;
 use kandev_events::agent::OutputCursor;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::credentials::SecretEntry;
-use crate::domain::{
-    AgentError, AgentInstance, AgentType, CredentialMounts, InstanceStatus, LogLine,
-    PermissionPolicyKind, Result,
+use super::{
+    AgentStore, INSTANCE_COLUMNS, InstanceRow, LaunchFields, Outcome, TYPE_COLUMNS, TypeRow, lines,
 };
+use crate::credentials::SecretEntry;
+use crate::domain::{AgentError, AgentInstance, AgentType, InstanceStatus, LogLine, Result};
 
-/// The agent manager's tables.
+/// The agent manager's tables on Postgres.
 #[derive(Debug, Clone)]
-pub struct Store {
+pub struct PgAgentStore {
     pool: PgPool,
     /// Instances are this manager's (see migration 0010).
     manager_id: String,
 }
 
-#[derive(sqlx::FromRow)]
-struct TypeRow {
-    id: String,
-    name: String,
-    description: String,
-    image: String,
-    command: Vec<String>,
-    working_dir: String,
-    memory_mb: i64,
-    cpu_cores: f64,
-    pids_limit: i64,
-    timeout_seconds: i64,
-    capabilities: Vec<String>,
-    required_env: Vec<String>,
-    optional_env: Vec<String>,
-    mount_ssh: bool,
-    mount_gitconfig: bool,
-    mount_git_credentials: bool,
-    network_mode: String,
-    permission_policy: String,
-    enabled: bool,
-    home_volume: String,
-    internal: bool,
-    host_credentials: bool,
-}
-
-impl TryFrom<TypeRow> for AgentType {
-    type Error = AgentError;
-
-    fn try_from(r: TypeRow) -> Result<AgentType> {
-        Ok(AgentType {
-            id: r.id,
-            name: r.name,
-            description: r.description,
-            image: r.image,
-            command: r.command,
-            working_dir: r.working_dir,
-            memory_mb: r.memory_mb,
-            cpu_cores: r.cpu_cores,
-            pids_limit: r.pids_limit,
-            timeout_seconds: r.timeout_seconds,
-            capabilities: r.capabilities,
-            required_env: r.required_env,
-            optional_env: r.optional_env,
-            credential_mounts: CredentialMounts {
-                ssh: r.mount_ssh,
-                gitconfig: r.mount_gitconfig,
-                git_credentials: r.mount_git_credentials,
-            },
-            network_mode: r.network_mode,
-            permission_policy: PermissionPolicyKind::parse(&r.permission_policy)
-                .map_err(|e| AgentError::Internal(e.to_string()))?,
-            enabled: r.enabled,
-            home_volume: r.home_volume,
-            internal: r.internal,
-            host_credentials: r.host_credentials,
-        })
-    }
-}
-
-const TYPE_COLUMNS: &str = "id, name, description, image, command, working_dir, memory_mb, \
-    cpu_cores, pids_limit, timeout_seconds, capabilities, required_env, optional_env, mount_ssh, \
-    mount_gitconfig, mount_git_credentials, network_mode, permission_policy, enabled, home_volume, internal, \
-    host_credentials";
-
-#[derive(sqlx::FromRow)]
-struct InstanceRow {
-    id: Uuid,
-    task_id: Uuid,
-    agent_type: String,
-    status: String,
-    container_id: String,
-    acp_session_id: String,
-    workspace_path: String,
-    workspace_owned: bool,
-    exit_code: Option<i64>,
-    error: String,
-    stop_reason: String,
-    progress: f64,
-    last_seq: i64,
-    turns: i64,
-    stdout_lines: i64,
-    stderr_lines: i64,
-    sync_event: Option<serde_json::Value>,
-    priority: i32,
-    metadata: serde_json::Value,
-    home_scope: String,
-    created_at: DateTime<Utc>,
-    started_at: Option<DateTime<Utc>>,
-    finished_at: Option<DateTime<Utc>>,
-}
-
-impl TryFrom<InstanceRow> for AgentInstance {
-    type Error = AgentError;
-
-    fn try_from(r: InstanceRow) -> Result<AgentInstance> {
-        Ok(AgentInstance {
-            id: r.id,
-            task_id: r.task_id,
-            agent_type: r.agent_type,
-            status: InstanceStatus::parse(&r.status)?,
-            container_id: r.container_id,
-            acp_session_id: r.acp_session_id,
-            workspace_path: r.workspace_path,
-            workspace_owned: r.workspace_owned,
-            exit_code: r.exit_code,
-            error: r.error,
-            stop_reason: r.stop_reason,
-            progress: r.progress,
-            last_seq: r.last_seq,
-            turns: r.turns,
-            cursor: OutputCursor {
-                stdout_lines: u64::try_from(r.stdout_lines).unwrap_or(0),
-                stderr_lines: u64::try_from(r.stderr_lines).unwrap_or(0),
-            },
-            sync_event: r.sync_event,
-            priority: r.priority,
-            home_scope: r.home_scope,
-            metadata: match r.metadata {
-                serde_json::Value::Object(map) => map,
-                other => {
-                    return Err(AgentError::Internal(format!(
-                        "instance metadata is not an object: {other}"
-                    )));
-                }
-            },
-            created_at: r.created_at,
-            started_at: r.started_at,
-            finished_at: r.finished_at,
-        })
-    }
-}
-
-const INSTANCE_COLUMNS: &str = "id, task_id, agent_type, status, container_id, acp_session_id, \
-    workspace_path, workspace_owned, exit_code, error, stop_reason, progress, last_seq, turns, \
-    stdout_lines, stderr_lines, sync_event, priority, metadata, home_scope, created_at, started_at, finished_at";
-
-/// What a launch request keeps on its new instance.
-#[derive(Debug, Clone, Copy)]
-pub struct LaunchFields<'a> {
-    pub priority: i32,
-    pub metadata: &'a serde_json::Map<String, serde_json::Value>,
-    /// Whose agent home volume the instance uses.
-    pub home_scope: &'a str,
-}
-
-/// How an instance ended.
-#[derive(Debug, Clone, Default)]
-pub struct Outcome {
-    pub error: String,
-    pub exit_code: Option<i64>,
-    pub stop_reason: String,
-}
-
-impl Store {
+impl PgAgentStore {
     /// The store of the manager `manager_id`: the registry and secrets are
     /// shared by every manager on the schema, instances are its own.
     pub fn new(pool: PgPool, manager_id: &str) -> Self {
-        Store {
+        PgAgentStore {
             pool,
             manager_id: manager_id.to_string(),
         }
     }
+}
 
-    pub async fn ping(&self) -> Result<()> {
+#[async_trait]
+impl AgentStore for PgAgentStore {
+    async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
     }
 
-    pub async fn list_types(&self, include_disabled: bool) -> Result<Vec<AgentType>> {
+    async fn list_types(&self, include_disabled: bool) -> Result<Vec<AgentType>> {
         let rows: Vec<TypeRow> = sqlx::query_as(&format!(
             "SELECT {TYPE_COLUMNS} FROM agent_types WHERE enabled OR $1 ORDER BY id"
         ))
@@ -199,7 +50,7 @@ impl Store {
         rows.into_iter().map(AgentType::try_from).collect()
     }
 
-    pub async fn get_type(&self, id: &str) -> Result<AgentType> {
+    async fn get_type(&self, id: &str) -> Result<AgentType> {
         let row: Option<TypeRow> = sqlx::query_as(&format!(
             "SELECT {TYPE_COLUMNS} FROM agent_types WHERE id = $1"
         ))
@@ -210,7 +61,7 @@ impl Store {
             .try_into()
     }
 
-    pub async fn upsert_type(&self, t: &AgentType) -> Result<AgentType> {
+    async fn upsert_type(&self, t: &AgentType) -> Result<AgentType> {
         let row: TypeRow = sqlx::query_as(&format!(
             "INSERT INTO agent_types ({TYPE_COLUMNS}) VALUES \
              ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22) \
@@ -255,7 +106,7 @@ impl Store {
         row.try_into()
     }
 
-    pub async fn create_instance(
+    async fn create_instance(
         &self,
         id: Uuid,
         task_id: Uuid,
@@ -279,7 +130,7 @@ impl Store {
         row.try_into()
     }
 
-    pub async fn get_instance(&self, id: Uuid) -> Result<AgentInstance> {
+    async fn get_instance(&self, id: Uuid) -> Result<AgentInstance> {
         let row: Option<InstanceRow> = sqlx::query_as(&format!(
             "SELECT {INSTANCE_COLUMNS} FROM agent_instances \
              WHERE id = $1 AND manager_id IN ($2, '')"
@@ -293,7 +144,7 @@ impl Store {
     }
 
     /// Instances of a task (all when `task_id` is `None`), oldest first.
-    pub async fn list_instances(&self, task_id: Option<Uuid>) -> Result<Vec<AgentInstance>> {
+    async fn list_instances(&self, task_id: Option<Uuid>) -> Result<Vec<AgentInstance>> {
         let rows: Vec<InstanceRow> = sqlx::query_as(&format!(
             "SELECT {INSTANCE_COLUMNS} FROM agent_instances \
              WHERE ($1::uuid IS NULL OR task_id = $1) AND manager_id IN ($2, '') \
@@ -307,7 +158,7 @@ impl Store {
     }
 
     /// Instances that a container may still be running for.
-    pub async fn active_instances(&self) -> Result<Vec<AgentInstance>> {
+    async fn active_instances(&self) -> Result<Vec<AgentInstance>> {
         let rows: Vec<InstanceRow> = sqlx::query_as(&format!(
             "SELECT {INSTANCE_COLUMNS} FROM agent_instances \
              WHERE status IN ('pending', 'starting', 'running') AND manager_id IN ($1, '')"
@@ -319,7 +170,7 @@ impl Store {
     }
 
     /// How many of this manager's instances are active.
-    pub async fn count_active(&self) -> Result<i64> {
+    async fn count_active(&self) -> Result<i64> {
         Ok(sqlx::query_scalar(
             "SELECT count(*) FROM agent_instances \
              WHERE status IN ('pending', 'starting', 'running') AND manager_id IN ($1, '')",
@@ -329,7 +180,7 @@ impl Store {
         .await?)
     }
 
-    pub async fn set_workspace(&self, id: Uuid, path: &str, owned: bool) -> Result<()> {
+    async fn set_workspace(&self, id: Uuid, path: &str, owned: bool) -> Result<()> {
         sqlx::query(
             "UPDATE agent_instances SET workspace_path = $2, workspace_owned = $3, \
              updated_at = now() WHERE id = $1",
@@ -344,7 +195,7 @@ impl Store {
 
     /// A turn starts: status `starting`, outcome cleared; returns the
     /// instance with its turn counter incremented.
-    pub async fn begin_turn(&self, id: Uuid) -> Result<AgentInstance> {
+    async fn begin_turn(&self, id: Uuid) -> Result<AgentInstance> {
         let row: InstanceRow = sqlx::query_as(&format!(
             "UPDATE agent_instances SET status = 'starting', error = '', exit_code = NULL, \
              stop_reason = '', finished_at = NULL, started_at = coalesce(started_at, now()), \
@@ -357,7 +208,7 @@ impl Store {
         row.try_into()
     }
 
-    pub async fn set_container(&self, id: Uuid, container_id: &str) -> Result<()> {
+    async fn set_container(&self, id: Uuid, container_id: &str) -> Result<()> {
         sqlx::query(
             "UPDATE agent_instances SET container_id = $2, updated_at = now() WHERE id = $1",
         )
@@ -368,7 +219,7 @@ impl Store {
         Ok(())
     }
 
-    pub async fn set_running(&self, id: Uuid, session_id: &str) -> Result<()> {
+    async fn set_running(&self, id: Uuid, session_id: &str) -> Result<()> {
         sqlx::query(
             "UPDATE agent_instances SET status = 'running', acp_session_id = $2, \
              updated_at = now() WHERE id = $1",
@@ -382,7 +233,7 @@ impl Store {
 
     /// Stores the last published `seq`, the output position that goes with
     /// it, and the plan progress.
-    pub async fn save_progress(
+    async fn save_progress(
         &self,
         id: Uuid,
         last_seq: i64,
@@ -405,12 +256,7 @@ impl Store {
 
     /// Ends the instance (completed, failed or stopped) unless it already
     /// ended; returns whether this call ended it.
-    pub async fn finish(
-        &self,
-        id: Uuid,
-        status: InstanceStatus,
-        outcome: &Outcome,
-    ) -> Result<bool> {
+    async fn finish(&self, id: Uuid, status: InstanceStatus, outcome: &Outcome) -> Result<bool> {
         let done = sqlx::query(
             "UPDATE agent_instances SET status = $2, error = $3, \
              exit_code = coalesce($4, exit_code), stop_reason = $5, finished_at = now(), \
@@ -429,7 +275,7 @@ impl Store {
 
     /// Stores a sync point before its batch is published: `last_seq`, the
     /// output position and the batch's envelope.
-    pub async fn save_sync(
+    async fn save_sync(
         &self,
         id: Uuid,
         last_seq: i64,
@@ -454,7 +300,7 @@ impl Store {
     }
 
     /// Appends log lines and keeps only the newest `keep` of the instance.
-    pub async fn append_logs(&self, id: Uuid, lines: &[LogLine], keep: i64) -> Result<()> {
+    async fn append_logs(&self, id: Uuid, lines: &[LogLine], keep: i64) -> Result<()> {
         if lines.is_empty() {
             return Ok(());
         }
@@ -488,7 +334,7 @@ impl Store {
     }
 
     /// The last `tail` log lines, oldest first.
-    pub async fn tail_logs(&self, id: Uuid, tail: i64) -> Result<Vec<LogLine>> {
+    async fn tail_logs(&self, id: Uuid, tail: i64) -> Result<Vec<LogLine>> {
         let rows: Vec<(DateTime<Utc>, String, String)> = sqlx::query_as(
             "SELECT at, stream, line FROM (SELECT id, at, stream, line FROM agent_logs \
              WHERE instance_id = $1 ORDER BY id DESC LIMIT $2) t ORDER BY id",
@@ -505,7 +351,7 @@ impl Store {
 
     // ---- users' secrets (sealed by `credentials`) ----
 
-    pub async fn list_secrets(&self, scope: &str) -> Result<Vec<SecretEntry>> {
+    async fn list_secrets(&self, scope: &str) -> Result<Vec<SecretEntry>> {
         let rows: Vec<(String, DateTime<Utc>)> = sqlx::query_as(
             "SELECT name, updated_at FROM user_secrets WHERE scope = $1 ORDER BY name",
         )
@@ -520,7 +366,7 @@ impl Store {
 
     /// Stores (or replaces) one sealed secret; refused when the user already
     /// keeps `max` others.
-    pub async fn put_secret(
+    async fn put_secret(
         &self,
         scope: &str,
         name: &str,
@@ -550,7 +396,7 @@ impl Store {
     }
 
     /// Whether a secret was there to delete.
-    pub async fn delete_secret(&self, scope: &str, name: &str) -> Result<bool> {
+    async fn delete_secret(&self, scope: &str, name: &str) -> Result<bool> {
         let done = sqlx::query("DELETE FROM user_secrets WHERE scope = $1 AND name = $2")
             .bind(scope)
             .bind(name)
@@ -560,7 +406,7 @@ impl Store {
     }
 
     /// `(name, nonce, ciphertext)` of each of a user's secrets.
-    pub async fn sealed_secrets(&self, scope: &str) -> Result<Vec<(String, Vec<u8>, Vec<u8>)>> {
+    async fn sealed_secrets(&self, scope: &str) -> Result<Vec<(String, Vec<u8>, Vec<u8>)>> {
         Ok(sqlx::query_as(
             "SELECT name, nonce, ciphertext FROM user_secrets WHERE scope = $1 ORDER BY name",
         )
@@ -568,8 +414,8 @@ impl Store {
         .fetch_all(&self.pool)
         .await?)
     }
-}
 
-fn lines(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
+    async fn close(&self) {
+        self.pool.close().await;
+    }
 }

@@ -1,0 +1,387 @@
+//! The storage contract: what every [`AgentStore`] does, checked against
+//! each database. Each check is one function over two stores of two
+//! managers sharing one database; `contract!` runs it on Postgres (a fresh
+//! database) and on SQLite (a fresh file).
+
+use std::collections::HashSet;
+
+use chrono::Utc;
+use kandev_agent_manager::{
+    AgentError, Settings,
+    domain::{AgentType, InstanceStatus, LogLine},
+    startup::open_store,
+    store::{LaunchFields, Outcome, Store},
+};
+use kandev_events::agent::OutputCursor;
+use kandev_testkit::TestDb;
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+/// Two managers' stores on one fresh database, and what removes it.
+struct Backend {
+    a: Store,
+    b: Store,
+    db: Option<TestDb>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Backend {
+    async fn open(database_url: &str, manager_id: &str) -> Store {
+        let settings = Settings {
+            database_url: database_url.into(),
+            manager_id: manager_id.into(),
+            ..Settings::default()
+        };
+        open_store(&settings).await.expect("the database opens")
+    }
+
+    async fn on(url: String, db: Option<TestDb>, dir: Option<tempfile::TempDir>) -> Backend {
+        Backend {
+            a: Self::open(&url, "manager-a").await,
+            // The second opens a migrated database: migrating again is a no-op.
+            b: Self::open(&url, "manager-b").await,
+            db,
+            _dir: dir,
+        }
+    }
+
+    async fn postgres() -> Backend {
+        let db = TestDb::create().await;
+        Self::on(db.url.clone(), Some(db), None).await
+    }
+
+    async fn sqlite() -> Backend {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let url = format!("sqlite://{}", dir.path().join("agents.db").display());
+        Self::on(url, None, Some(dir)).await
+    }
+
+    async fn remove(self) {
+        self.a.close().await;
+        self.b.close().await;
+        if let Some(db) = self.db {
+            db.drop_db().await;
+        }
+    }
+}
+
+/// Runs each named check against both databases.
+macro_rules! contract {
+    ($($check:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    let backend = super::Backend::postgres().await;
+                    super::$check(&backend.a, &backend.b).await;
+                    backend.remove().await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    let backend = super::Backend::sqlite().await;
+                    super::$check(&backend.a, &backend.b).await;
+                    backend.remove().await;
+                }
+            )*
+        }
+    };
+}
+
+contract!(
+    the_registry_is_seeded_and_upserted,
+    instances_belong_to_their_manager,
+    a_turn_runs_and_ends_once,
+    progress_never_goes_back,
+    logs_keep_the_newest_lines,
+    secrets_are_kept_per_user_within_a_limit,
+);
+
+/// The seeded registry, the same on both databases: what a fresh
+/// installation offers, whichever database it is on.
+#[tokio::test]
+async fn both_databases_seed_the_same_registry() {
+    let (pg, lite) = (Backend::postgres().await, Backend::sqlite().await);
+    let seeded = pg.a.list_types(true).await.unwrap();
+    assert_eq!(lite.a.list_types(true).await.unwrap(), seeded);
+    let ids: Vec<_> = seeded.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "auggie-cli",
+            "augment-agent",
+            "claude-code",
+            "codex",
+            "gemini",
+            "mock-agent",
+            "seed-agent"
+        ]
+    );
+    pg.remove().await;
+    lite.remove().await;
+}
+
+fn launch<'a>(metadata: &'a Map<String, Value>, scope: &'a str) -> LaunchFields<'a> {
+    LaunchFields {
+        priority: 3,
+        metadata,
+        home_scope: scope,
+    }
+}
+
+async fn new_instance(store: &Store, task_id: Uuid) -> Uuid {
+    let metadata = Map::new();
+    let id = Uuid::now_v7();
+    store
+        .create_instance(id, task_id, "mock-agent", &launch(&metadata, ""))
+        .await
+        .unwrap();
+    id
+}
+
+fn is_not_found<T: std::fmt::Debug>(result: Result<T, AgentError>) -> bool {
+    matches!(result, Err(AgentError::NotFound(_)))
+}
+
+async fn the_registry_is_seeded_and_upserted(a: &Store, b: &Store) {
+    let mock = a.get_type("mock-agent").await.unwrap();
+    assert_eq!(mock.image, "kandev/mock-agent:latest");
+    assert_eq!(mock.capabilities, ["acp", "fs"]);
+    assert!(mock.internal && mock.enabled && !mock.host_credentials);
+    assert!(is_not_found(a.get_type("nope").await));
+
+    let custom = AgentType {
+        id: "custom".into(),
+        name: "Custom".into(),
+        command: vec!["run".into(), "--acp".into()],
+        required_env: vec!["TOKEN".into()],
+        enabled: false,
+        host_credentials: true,
+        ..mock.clone()
+    };
+    assert_eq!(a.upsert_type(&custom).await.unwrap(), custom);
+    // The registry is shared: the other manager sees it.
+    assert_eq!(b.get_type("custom").await.unwrap(), custom);
+    let enabled = a.list_types(false).await.unwrap();
+    assert!(
+        !enabled.iter().any(|t| t.id == "custom"),
+        "disabled is hidden"
+    );
+    let all = a.list_types(true).await.unwrap();
+    assert!(all.iter().any(|t| t.id == "custom"));
+    assert!(all.windows(2).all(|w| w[0].id < w[1].id), "ordered by id");
+
+    let changed = AgentType {
+        enabled: true,
+        memory_mb: 512,
+        optional_env: vec![],
+        ..custom
+    };
+    assert_eq!(b.upsert_type(&changed).await.unwrap(), changed);
+    assert_eq!(a.get_type("custom").await.unwrap(), changed);
+}
+
+async fn instances_belong_to_their_manager(a: &Store, b: &Store) {
+    let task = Uuid::now_v7();
+    let metadata: Map<String, Value> = json!({"k": [1, 2]}).as_object().unwrap().clone();
+    let id = Uuid::now_v7();
+    let created = a
+        .create_instance(id, task, "mock-agent", &launch(&metadata, "alice"))
+        .await
+        .unwrap();
+    assert_eq!(created.status, InstanceStatus::Pending);
+    assert_eq!(
+        (created.priority, created.home_scope.as_str()),
+        (3, "alice")
+    );
+    assert_eq!(created.metadata, metadata);
+    assert_eq!((created.turns, created.last_seq), (0, 0));
+    assert_eq!(created.started_at, None);
+    assert_eq!(a.get_instance(id).await.unwrap(), created);
+    let second = new_instance(a, task).await;
+    let elsewhere = new_instance(a, Uuid::now_v7()).await;
+    let theirs = new_instance(b, task).await;
+
+    let listed: Vec<_> = a
+        .list_instances(Some(task))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(listed, [id, second], "its own, oldest first");
+    assert_eq!(a.list_instances(None).await.unwrap().len(), 3);
+    assert_eq!(a.count_active().await.unwrap(), 3);
+    assert_eq!(b.count_active().await.unwrap(), 1);
+    let active: HashSet<_> = a
+        .active_instances()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(active, HashSet::from([id, second, elsewhere]));
+    assert!(is_not_found(a.get_instance(theirs).await));
+    assert!(is_not_found(b.get_instance(id).await));
+    assert!(is_not_found(a.get_instance(Uuid::now_v7()).await));
+}
+
+async fn a_turn_runs_and_ends_once(a: &Store, _b: &Store) {
+    let id = new_instance(a, Uuid::now_v7()).await;
+    a.set_workspace(id, "/var/kandev/ws/1", true).await.unwrap();
+    let turn = a.begin_turn(id).await.unwrap();
+    assert_eq!((turn.status, turn.turns), (InstanceStatus::Starting, 1));
+    let started = turn.started_at.expect("a turn stamps its start");
+    a.set_container(id, "c0ffee").await.unwrap();
+    a.set_running(id, "session-1").await.unwrap();
+    let running = a.get_instance(id).await.unwrap();
+    assert_eq!(running.status, InstanceStatus::Running);
+    assert_eq!(
+        (
+            running.container_id.as_str(),
+            running.acp_session_id.as_str(),
+            running.workspace_path.as_str(),
+            running.workspace_owned
+        ),
+        ("c0ffee", "session-1", "/var/kandev/ws/1", true)
+    );
+
+    let outcome = Outcome {
+        error: "agent said no".into(),
+        exit_code: Some(3),
+        stop_reason: "refusal".into(),
+    };
+    assert!(
+        a.finish(id, InstanceStatus::Failed, &outcome)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !a.finish(id, InstanceStatus::Completed, &Outcome::default())
+            .await
+            .unwrap(),
+        "an ended instance ends once"
+    );
+    let ended = a.get_instance(id).await.unwrap();
+    assert_eq!(ended.status, InstanceStatus::Failed);
+    assert_eq!(
+        (
+            ended.error.as_str(),
+            ended.exit_code,
+            ended.stop_reason.as_str()
+        ),
+        ("agent said no", Some(3), "refusal")
+    );
+    assert!(ended.finished_at.is_some());
+    assert_eq!(a.count_active().await.unwrap(), 0);
+
+    // A follow-up turn clears the outcome and keeps the first start.
+    let again = a.begin_turn(id).await.unwrap();
+    assert_eq!((again.status, again.turns), (InstanceStatus::Starting, 2));
+    assert_eq!((again.error.as_str(), again.exit_code), ("", None));
+    assert_eq!(again.finished_at, None);
+    assert_eq!(again.started_at, Some(started));
+}
+
+async fn progress_never_goes_back(a: &Store, _b: &Store) {
+    let id = new_instance(a, Uuid::now_v7()).await;
+    let at = |stdout_lines, stderr_lines| OutputCursor {
+        stdout_lines,
+        stderr_lines,
+    };
+    a.save_progress(id, 10, 0.5, at(12, 1)).await.unwrap();
+    let sync = json!({"id": Uuid::now_v7(), "type": "agent.sync"});
+    a.save_sync(id, 11, 0.6, at(13, 1), &sync).await.unwrap();
+    // Older positions (a late writer) change nothing.
+    a.save_progress(id, 9, 0.9, at(1, 1)).await.unwrap();
+    a.save_sync(id, 5, 0.9, at(1, 1), &json!({})).await.unwrap();
+    let now = a.get_instance(id).await.unwrap();
+    assert_eq!((now.last_seq, now.progress), (11, 0.6));
+    assert_eq!(now.cursor, at(13, 1));
+    assert_eq!(now.sync_event, Some(sync));
+    // A new turn starts its output over.
+    let turn = a.begin_turn(id).await.unwrap();
+    assert_eq!(
+        (turn.cursor, turn.sync_event, turn.last_seq),
+        (at(0, 0), None, 11)
+    );
+}
+
+async fn logs_keep_the_newest_lines(a: &Store, _b: &Store) {
+    let id = new_instance(a, Uuid::now_v7()).await;
+    let other = new_instance(a, Uuid::now_v7()).await;
+    let line = |n: usize| LogLine {
+        at: Utc::now(),
+        stream: if n % 2 == 0 { "stderr" } else { "system" }.into(),
+        line: format!("line {n}"),
+    };
+    a.append_logs(other, &[line(0)], 10).await.unwrap();
+    a.append_logs(id, &[], 10).await.unwrap();
+    a.append_logs(id, &(0..4).map(line).collect::<Vec<_>>(), 5)
+        .await
+        .unwrap();
+    a.append_logs(id, &(4..8).map(line).collect::<Vec<_>>(), 5)
+        .await
+        .unwrap();
+    let texts = |lines: Vec<LogLine>| lines.into_iter().map(|l| l.line).collect::<Vec<_>>();
+    assert_eq!(
+        texts(a.tail_logs(id, 100).await.unwrap()),
+        ["line 3", "line 4", "line 5", "line 6", "line 7"],
+        "the newest 5, oldest first"
+    );
+    let tail = a.tail_logs(id, 2).await.unwrap();
+    assert_eq!(tail[1].stream, "system");
+    assert_eq!(texts(tail), ["line 6", "line 7"]);
+    assert_eq!(texts(a.tail_logs(other, 10).await.unwrap()), ["line 0"]);
+}
+
+async fn secrets_are_kept_per_user_within_a_limit(a: &Store, b: &Store) {
+    let first = a
+        .put_secret("alice", "GITHUB_TOKEN", b"nonce-1", b"sealed-1", 2)
+        .await
+        .unwrap();
+    assert_eq!(first.name, "GITHUB_TOKEN");
+    a.put_secret("alice", "API_KEY", b"n2", b"s2", 2)
+        .await
+        .unwrap();
+    let err = a
+        .put_secret("alice", "THIRD", b"n3", b"s3", 2)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, AgentError::FailedPrecondition(_)), "{err}");
+    // Replacing one is not one more; another user has a limit of its own.
+    let replaced = a
+        .put_secret("alice", "GITHUB_TOKEN", b"nonce-9", b"sealed-9", 2)
+        .await
+        .unwrap();
+    assert!(replaced.updated_at >= first.updated_at);
+    b.put_secret("bob", "GITHUB_TOKEN", b"nb", b"sb", 2)
+        .await
+        .unwrap();
+
+    let names: Vec<_> = b
+        .list_secrets("alice")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["API_KEY", "GITHUB_TOKEN"], "shared, by name");
+    assert_eq!(
+        a.sealed_secrets("alice").await.unwrap(),
+        [
+            ("API_KEY".into(), b"n2".to_vec(), b"s2".to_vec()),
+            (
+                "GITHUB_TOKEN".into(),
+                b"nonce-9".to_vec(),
+                b"sealed-9".to_vec()
+            ),
+        ]
+    );
+    assert!(a.delete_secret("alice", "API_KEY").await.unwrap());
+    assert!(!a.delete_secret("alice", "API_KEY").await.unwrap());
+    assert_eq!(a.sealed_secrets("bob").await.unwrap().len(), 1);
+}
