@@ -18,12 +18,11 @@ use axum::{
 };
 use kandev_common::{ErrorCode, ServiceError};
 use serde::Deserialize;
-use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::{
     domain::{Orchestration, OrchestratorError},
-    feed::FeedHub,
+    feed::{FeedHub, store::FeedStore},
     ws,
 };
 
@@ -32,7 +31,8 @@ use crate::{
 pub struct AppState {
     pub orchestration: Arc<dyn Orchestration>,
     pub hub: Arc<FeedHub>,
-    pub pool: PgPool,
+    /// The stored feed, for history.
+    pub feed: Arc<dyn FeedStore>,
     /// How long a lagging client gets to take its close frame.
     pub close_grace: Duration,
 }

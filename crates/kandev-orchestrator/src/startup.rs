@@ -19,7 +19,10 @@ use crate::{
     consumers::{self, Source},
     domain::Orchestration,
     engine::Engine,
-    feed::{FeedConsumer, FeedHub, FeedReader, Fence},
+    feed::{
+        FeedConsumer, FeedHub, FeedReader, Fence,
+        store::{FeedStore, PgFeedStore},
+    },
     grpc::GrpcOrchestratorAdapter,
     http::{self, AppState},
     leader,
@@ -55,6 +58,8 @@ pub struct Application {
     listener: TcpListener,
     local_addr: SocketAddr,
     pool: PgPool,
+    /// The stored feed.
+    feed: Arc<dyn FeedStore>,
     bus: JetStreamBus,
     hub: Arc<FeedHub>,
     engine: Arc<Engine>,
@@ -62,6 +67,16 @@ pub struct Application {
     fence: Arc<Fence>,
     /// The pool of announced agent managers, when built from settings.
     pool_of_managers: Option<Arc<ManagerPool>>,
+}
+
+/// Opens the orchestrator's SQLite file (`sqlite:` URL), creating it when
+/// missing, and runs the SQLite migrations: the database of
+/// [`SqliteExecStore`](crate::engine::store::SqliteExecStore) and
+/// [`SqliteFeedStore`](crate::feed::store::SqliteFeedStore).
+pub async fn connect_sqlite(url: &str) -> Result<sqlx::SqlitePool, StartupError> {
+    let pool = kandev_common::db::sqlite::connect(url, 4).await?;
+    sqlx::migrate!("./migrations-sqlite").run(&pool).await?;
+    Ok(pool)
 }
 
 /// Connects to Postgres with `search_path` set to the service's schema,
@@ -133,6 +148,7 @@ impl Application {
         Ok(Application {
             listener,
             local_addr,
+            feed: Arc::new(PgFeedStore::new(pool.clone())),
             pool,
             bus,
             hub,
@@ -163,7 +179,7 @@ impl Application {
         .map_err(StartupError::Grpc)?;
         let orchestration: Arc<dyn Orchestration> = self.engine.clone();
         let feed = FeedReader {
-            pool: self.pool.clone(),
+            store: self.feed.clone(),
             hub: self.hub.clone(),
         };
         routes.add_service(OrchestratorServer::new(GrpcOrchestratorAdapter::new(
@@ -190,7 +206,7 @@ impl Application {
         let state = AppState {
             orchestration,
             hub: self.hub.clone(),
-            pool: self.pool.clone(),
+            feed: self.feed.clone(),
             close_grace: Duration::from_millis(self.settings.ws_close_grace_ms),
         };
         let router = routes
@@ -218,7 +234,7 @@ impl Application {
             {
                 let parts = LeaderParts {
                     bus: self.bus.clone(),
-                    pool: self.pool.clone(),
+                    feed: self.feed.clone(),
                     hub: self.hub.clone(),
                     engine: self.engine.clone(),
                     settings: self.settings.clone(),
@@ -257,7 +273,7 @@ impl Application {
 #[derive(Clone)]
 struct LeaderParts {
     bus: JetStreamBus,
-    pool: PgPool,
+    feed: Arc<dyn FeedStore>,
     hub: Arc<FeedHub>,
     engine: Arc<Engine>,
     settings: Arc<Settings>,
@@ -269,7 +285,7 @@ struct LeaderParts {
 async fn lead_work(parts: LeaderParts, stop: CancellationToken) {
     let LeaderParts {
         bus,
-        pool,
+        feed: store,
         hub,
         engine,
         settings,
@@ -278,7 +294,7 @@ async fn lead_work(parts: LeaderParts, stop: CancellationToken) {
     let c = &settings.consumers;
     let feed = AbortOnDropHandle::new(tokio::spawn(
         FeedConsumer {
-            pool,
+            store,
             hub,
             bus: bus.clone(),
             durable: c.acp_durable.clone(),

@@ -134,7 +134,7 @@ where
     let outcome = 'run: {
         // Stored history.
         loop {
-            let page = match feed::store::history(&state.pool, task_id, last, HISTORY_PAGE).await {
+            let page = match state.feed.history(task_id, last, HISTORY_PAGE).await {
                 Ok(page) => page,
                 Err(err) => {
                     let body = error_body(&OrchestratorError::Database(err));

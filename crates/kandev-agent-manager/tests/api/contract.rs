@@ -315,7 +315,12 @@ async fn logs_keep_the_newest_lines(a: &Store, _b: &Store) {
     let other = new_instance(a, Uuid::now_v7()).await;
     let line = |n: usize| LogLine {
         at: Utc::now(),
-        stream: if n.is_multiple_of(2) { "stderr" } else { "system" }.into(),
+        stream: if n.is_multiple_of(2) {
+            "stderr"
+        } else {
+            "system"
+        }
+        .into(),
         line: format!("line {n}"),
     };
     a.append_logs(other, &[line(0)], 10).await.unwrap();

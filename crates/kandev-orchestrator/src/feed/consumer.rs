@@ -10,12 +10,11 @@ use async_nats::jetstream::{
 use futures::StreamExt;
 use kandev_common::CancellationToken;
 use kandev_events::{Envelope, JetStreamBus, agent::AcpBatchRef, subjects};
-use sqlx::PgPool;
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
 use uuid::Uuid;
 
-use super::{FeedHub, Frame, store};
+use super::{FeedHub, Frame, store::FeedStore};
 
 /// Why the feed consumer could not start.
 #[derive(Debug, thiserror::Error)]
@@ -83,7 +82,7 @@ struct Batch {
 
 /// Numbers, broadcasts and stores `acp.message.*`.
 pub struct FeedConsumer {
-    pub pool: PgPool,
+    pub store: Arc<dyn FeedStore>,
     pub hub: Arc<FeedHub>,
     pub bus: JetStreamBus,
     pub durable: String,
@@ -103,20 +102,24 @@ struct Counters {
 }
 
 impl Counters {
-    async fn next_seq(&mut self, pool: &PgPool, task_id: Uuid) -> Result<i64, sqlx::Error> {
+    async fn next_seq(&mut self, store: &dyn FeedStore, task_id: Uuid) -> Result<i64, sqlx::Error> {
         if let Some(next) = self.next_seq.get(&task_id) {
             return Ok(*next);
         }
-        let next = store::last_seq(pool, task_id).await? + 1;
+        let next = store.last_seq(task_id).await? + 1;
         self.next_seq.insert(task_id, next);
         Ok(next)
     }
 
-    async fn instance_last(&mut self, pool: &PgPool, instance: Uuid) -> Result<i64, sqlx::Error> {
+    async fn instance_last(
+        &mut self,
+        store: &dyn FeedStore,
+        instance: Uuid,
+    ) -> Result<i64, sqlx::Error> {
         if let Some(last) = self.instance_last.get(&instance) {
             return Ok(*last);
         }
-        let last = store::instance_last_seq(pool, instance).await?;
+        let last = store.instance_last_seq(instance).await?;
         self.instance_last.insert(instance, last);
         Ok(last)
     }
@@ -126,7 +129,7 @@ impl FeedConsumer {
     /// Runs until `stop` fires; the last batch is flushed before returning.
     pub async fn run(self, stop: CancellationToken) {
         // Before the first message: which instances' messages to drop.
-        while let Err(err) = self.fence.load(&self.pool).await {
+        while let Err(err) = self.fence.load(self.store.as_ref()).await {
             tracing::warn!(%err, "acp consumer: cannot read moved instances, retrying");
             tokio::select! {
                 () = stop.cancelled() => return,
@@ -136,7 +139,7 @@ impl FeedConsumer {
         // A few batches in flight: when Postgres lags, pulling waits.
         let (batch_tx, batch_rx) = mpsc::channel::<Batch>(8);
         let writer = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(write_batches(
-            self.pool.clone(),
+            self.store.clone(),
             self.hub.clone(),
             batch_rx,
             stop.clone(),
@@ -284,8 +287,10 @@ impl FeedConsumer {
         // The database is the truth; retry until it answers.
         let (mut last, mut seq) = loop {
             let result = async {
-                let last = counters.instance_last(&self.pool, b.instance_id).await?;
-                let next = counters.next_seq(&self.pool, b.task_id).await?;
+                let last = counters
+                    .instance_last(self.store.as_ref(), b.instance_id)
+                    .await?;
+                let next = counters.next_seq(self.store.as_ref(), b.task_id).await?;
                 Ok::<_, sqlx::Error>((last, next))
             }
             .await;
@@ -335,7 +340,7 @@ async fn send_batch(
 
 /// Commits batches in order, then acknowledges them and trims the tail.
 async fn write_batches(
-    pool: PgPool,
+    store: Arc<dyn FeedStore>,
     hub: Arc<FeedHub>,
     mut rx: mpsc::Receiver<Batch>,
     stop: CancellationToken,
@@ -355,7 +360,7 @@ async fn write_batches(
         let span = tracing::info_span!("feed_store", frames = frames.len());
         let mut attempt = 0u32;
         loop {
-            match store::append(&pool, &frames).instrument(span.clone()).await {
+            match store.append(&frames).instrument(span.clone()).await {
                 Ok(()) => break,
                 Err(err) => {
                     attempt += 1;

@@ -103,8 +103,8 @@ impl Fence {
     }
 
     /// Adds every moved instance stored.
-    pub async fn load(&self, pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
-        let moved = store::moved_instances(pool).await?;
+    pub async fn load(&self, store: &dyn store::FeedStore) -> Result<(), sqlx::Error> {
+        let moved = store.moved_instances().await?;
         self.moved
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -259,7 +259,7 @@ impl FeedHub {
 /// the tail numbered but not stored yet, contiguous from `after + 1`.
 #[derive(Clone)]
 pub struct FeedReader {
-    pub pool: sqlx::PgPool,
+    pub store: Arc<dyn store::FeedStore>,
     pub hub: Arc<FeedHub>,
 }
 
@@ -277,7 +277,9 @@ impl FeedReader {
         // The tail first: whatever leaves it afterwards is stored by then,
         // so the stored page and the tail meet without a gap.
         let tail = self.hub.tail(task_id);
-        let mut frames: Vec<Arc<Frame>> = store::history(&self.pool, task_id, after, limit)
+        let mut frames: Vec<Arc<Frame>> = self
+            .store
+            .history(task_id, after, limit)
             .await?
             .into_iter()
             .map(Arc::new)

@@ -1,10 +1,12 @@
 //! Integration tests of the orchestrator: the service in-process on port 0
 //! (or its binary, for the crash test), a fresh Postgres database and a
 //! private `nats-server -js` per test; the ACP feed driven through its real
-//! input (AcpBatch envelopes on NATS), the task service in-process.
+//! input (AcpBatch envelopes on NATS), the task service in-process; and the
+//! storage contract (`contract`) checked against Postgres and SQLite.
 
 mod auth;
 mod binary;
+mod contract;
 mod e2e;
 mod feed;
 mod forge;

@@ -1,46 +1,64 @@
-//! How the feed is kept in Postgres: in chunks, each a run of consecutive
+//! How the feed is kept, behind [`FeedStore`]: in Postgres
+//! ([`PgFeedStore`]) or in a SQLite file ([`SqliteFeedStore`]), in chunks,
+//! each a run of consecutive
 //! events of one task from one agent instance (`first_seq..=last_seq`,
 //! numbered from `first_instance_seq` within the instance), their JSON
 //! texts in one array.
 //!
 //! A row per event would cost a heap tuple and two index entries per
 //! message; a chunk costs them once per write batch, and Postgres stores
-//! the array compressed. Chunks of a task never overlap: the consumer
+//! the array compressed. The chunking and the reading of chunks back are
+//! here, once; the backends only read and write rows. Chunks of a task never overlap: the consumer
 //! numbers each event once, and a chunk written twice (a commit whose
 //! answer was lost) has the same `(task_id, first_seq)` and is dropped.
 
+mod pg;
+mod sqlite;
+
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use serde_json::value::RawValue;
-use sqlx::PgPool;
 use uuid::Uuid;
+
+pub use pg::PgFeedStore;
+pub use sqlite::SqliteFeedStore;
 
 use super::Frame;
 
-/// The most events and bytes of one chunk.
-const CHUNK_EVENTS: usize = 2048;
-const CHUNK_BYTES: usize = 512 * 1024;
+type Result<T> = std::result::Result<T, sqlx::Error>;
 
-/// Stored frames of a task with `seq > after`, in order, at most `limit`.
-pub async fn history(
-    pool: &PgPool,
-    task_id: Uuid,
-    after: i64,
-    limit: i64,
-) -> Result<Vec<Frame>, sqlx::Error> {
-    // Seqs of a task are contiguous and a chunk holds at most CHUNK_EVENTS:
-    // the chunks that hold `after+1..=after+limit` start in this range.
-    let rows: Vec<(i64, i64, Uuid, i64, String)> = sqlx::query_as(
-        "SELECT first_seq, last_seq, instance_id, first_instance_seq, events FROM feed_chunks
-         WHERE task_id = $1 AND first_seq > $2 - $4 AND first_seq <= $2 + $3 AND last_seq > $2
-         ORDER BY first_seq",
-    )
-    .bind(task_id)
-    .bind(after)
-    .bind(limit)
-    .bind(CHUNK_EVENTS as i64)
-    .fetch_all(pool)
-    .await?;
+/// The stored feed. Its contract (`tests/api/contract.rs` checks it against
+/// both databases): seqs of a task are stored once each, a chunk written
+/// twice is dropped, reads return stored frames in seq order.
+#[async_trait]
+pub trait FeedStore: Send + Sync + 'static {
+    /// Stored frames of a task with `seq > after`, in order, at most `limit`.
+    async fn history(&self, task_id: Uuid, after: i64, limit: i64) -> Result<Vec<Frame>>;
+    /// Instances whose run moved to another agent manager (see
+    /// [`super::Fence`]).
+    async fn moved_instances(&self) -> Result<Vec<Uuid>>;
+    /// The highest stored seq of a task (0 when none).
+    async fn last_seq(&self, task_id: Uuid) -> Result<i64>;
+    /// The highest stored `instance_seq` of an agent instance (0 when none).
+    async fn instance_last_seq(&self, instance_id: Uuid) -> Result<i64>;
+    /// Appends frames, already numbered, in one transaction.
+    async fn append(&self, frames: &[Arc<Frame>]) -> Result<()>;
+}
+
+/// A stored chunk as read back: `(first_seq, last_seq, instance_id,
+/// first_instance_seq, events)`.
+type ChunkRow = (i64, i64, Uuid, i64, String);
+
+/// The range of chunk starts that may hold `after+1..=after+limit`: seqs of
+/// a task are contiguous and a chunk holds at most [`CHUNK_EVENTS`].
+fn chunk_starts(after: i64, limit: i64) -> (i64, i64) {
+    (after - CHUNK_EVENTS as i64, after + limit)
+}
+
+/// The frames of `rows` (chunks of `task_id` in `first_seq` order) with
+/// `after < seq <= after + limit`.
+fn frames_of(task_id: Uuid, after: i64, limit: i64, rows: Vec<ChunkRow>) -> Result<Vec<Frame>> {
     let mut frames = Vec::new();
     for (first_seq, last_seq, instance_id, first_instance_seq, events) in rows {
         let bad = |what: String| {
@@ -72,47 +90,28 @@ pub async fn history(
     Ok(frames)
 }
 
-/// The highest stored seq of a task (0 when none).
-/// Instances whose run moved to another agent manager (see
-/// [`super::Fence`]).
-pub async fn moved_instances(pool: &PgPool) -> Result<Vec<Uuid>, sqlx::Error> {
-    sqlx::query_scalar("SELECT instance_id FROM moved_instances")
-        .fetch_all(pool)
-        .await
+/// Records what one append stored.
+fn appended(frames: usize, started: std::time::Instant) {
+    metrics::counter!("kandev_acp_messages_total", "hop" => "orchestrator_store")
+        .increment(frames as u64);
+    metrics::histogram!("kandev_feed_store_batch_size").record(frames as f64);
+    metrics::histogram!("kandev_feed_store_seconds").record(started.elapsed().as_secs_f64());
 }
 
-pub async fn last_seq(pool: &PgPool, task_id: Uuid) -> Result<i64, sqlx::Error> {
-    let last: Option<(i64,)> = sqlx::query_as(
-        "SELECT last_seq FROM feed_chunks WHERE task_id = $1 ORDER BY first_seq DESC LIMIT 1",
-    )
-    .bind(task_id)
-    .fetch_optional(pool)
-    .await?;
-    Ok(last.map_or(0, |(l,)| l))
-}
-
-/// The highest stored `instance_seq` of an agent instance (0 when none).
-pub async fn instance_last_seq(pool: &PgPool, instance_id: Uuid) -> Result<i64, sqlx::Error> {
-    let last: Option<(i64,)> = sqlx::query_as(
-        "SELECT first_instance_seq + (last_seq - first_seq) FROM feed_chunks
-         WHERE instance_id = $1 ORDER BY first_instance_seq DESC LIMIT 1",
-    )
-    .bind(instance_id)
-    .fetch_optional(pool)
-    .await?;
-    Ok(last.map_or(0, |(l,)| l))
-}
+/// The most events and bytes of one chunk.
+const CHUNK_EVENTS: usize = 2048;
+const CHUNK_BYTES: usize = 512 * 1024;
 
 /// One chunk to write.
 #[derive(Debug, Default)]
 struct Chunk {
-    task_id: Uuid,
-    first_seq: i64,
-    last_seq: i64,
-    instance_id: Uuid,
-    first_instance_seq: i64,
+    pub task_id: Uuid,
+    pub first_seq: i64,
+    pub last_seq: i64,
+    pub instance_id: Uuid,
+    pub first_instance_seq: i64,
     last_instance_seq: i64,
-    events: String,
+    pub events: String,
     count: usize,
 }
 
@@ -179,37 +178,6 @@ fn chunks(frames: &[Arc<Frame>]) -> Vec<Chunk> {
         c.events.push(']');
     }
     done
-}
-
-/// Appends frames, already numbered, in one statement.
-pub async fn append(pool: &PgPool, frames: &[Arc<Frame>]) -> Result<(), sqlx::Error> {
-    if frames.is_empty() {
-        return Ok(());
-    }
-    let started = std::time::Instant::now();
-    let chunks = chunks(frames);
-    let col = |f: fn(&Chunk) -> i64| chunks.iter().map(f).collect::<Vec<i64>>();
-    let task_ids: Vec<Uuid> = chunks.iter().map(|c| c.task_id).collect();
-    let instance_ids: Vec<Uuid> = chunks.iter().map(|c| c.instance_id).collect();
-    let events: Vec<&str> = chunks.iter().map(|c| c.events.as_str()).collect();
-    sqlx::query(
-        "INSERT INTO feed_chunks (task_id, first_seq, last_seq, instance_id, first_instance_seq, events)
-         SELECT * FROM UNNEST($1::uuid[], $2::int8[], $3::int8[], $4::uuid[], $5::int8[], $6::text[])
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(task_ids)
-    .bind(col(|c| c.first_seq))
-    .bind(col(|c| c.last_seq))
-    .bind(instance_ids)
-    .bind(col(|c| c.first_instance_seq))
-    .bind(events)
-    .execute(pool)
-    .await?;
-    metrics::counter!("kandev_acp_messages_total", "hop" => "orchestrator_store")
-        .increment(frames.len() as u64);
-    metrics::histogram!("kandev_feed_store_batch_size").record(frames.len() as f64);
-    metrics::histogram!("kandev_feed_store_seconds").record(started.elapsed().as_secs_f64());
-    Ok(())
 }
 
 #[cfg(test)]

@@ -1,0 +1,451 @@
+//! The storage contract: what every [`ExecutionStore`] and [`FeedStore`]
+//! does, checked against each database. Each check is one function over a
+//! pair of stores on one fresh database; `contract!` runs it on Postgres
+//! and on SQLite.
+
+use std::{collections::HashMap, sync::Arc};
+
+use chrono::Utc;
+use kandev_orchestrator::{
+    Settings,
+    domain::ExecState,
+    engine::store::{Enqueue, Execution, ExecutionStore, PgExecStore, SqliteExecStore},
+    feed::{
+        Frame,
+        store::{FeedStore, PgFeedStore, SqliteFeedStore},
+    },
+    startup::{connect_database, connect_sqlite},
+};
+use kandev_testkit::TestDb;
+use uuid::Uuid;
+
+/// The engine's and the feed's stores on one fresh database.
+struct Stores {
+    exec: Arc<dyn ExecutionStore>,
+    feed: Arc<dyn FeedStore>,
+}
+
+struct Backend {
+    stores: Stores,
+    db: Option<TestDb>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Backend {
+    async fn postgres() -> Backend {
+        let db = TestDb::create().await;
+        let settings = Settings {
+            database_url: db.url.clone(),
+            ..Settings::default()
+        };
+        let pool = connect_database(&settings).await.expect("postgres opens");
+        Backend {
+            stores: Stores {
+                exec: Arc::new(PgExecStore::new(pool.clone())),
+                feed: Arc::new(PgFeedStore::new(pool)),
+            },
+            db: Some(db),
+            _dir: None,
+        }
+    }
+
+    async fn sqlite() -> Backend {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let url = format!("sqlite://{}", dir.path().join("orchestrator.db").display());
+        let pool = connect_sqlite(&url).await.expect("sqlite opens");
+        Backend {
+            stores: Stores {
+                exec: Arc::new(SqliteExecStore::new(pool.clone())),
+                feed: Arc::new(SqliteFeedStore::new(pool)),
+            },
+            db: None,
+            _dir: Some(dir),
+        }
+    }
+
+    async fn remove(self) {
+        if let Some(db) = self.db {
+            db.drop_db().await;
+        }
+    }
+}
+
+/// Runs each named check against both databases.
+macro_rules! contract {
+    ($($check:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    let backend = super::Backend::postgres().await;
+                    super::$check(&backend.stores).await;
+                    backend.remove().await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    let backend = super::Backend::sqlite().await;
+                    super::$check(&backend.stores).await;
+                    backend.remove().await;
+                }
+            )*
+        }
+    };
+}
+
+contract!(
+    the_queue_orders_by_priority_then_arrival,
+    a_run_goes_from_the_queue_to_its_end,
+    retries_wait_until_they_are_due,
+    a_moved_run_is_fenced_and_queued_again,
+    finished_workspaces_are_due_after_their_retention,
+    events_are_applied_once,
+    the_feed_keeps_every_seq_once_in_order,
+);
+
+fn enqueue(task_id: Uuid, agent_type: &str, priority: i32) -> Enqueue<'_> {
+    Enqueue {
+        task_id,
+        agent_type,
+        priority,
+        max_retries: 2,
+        prompt: "",
+        origin: "eligible",
+        traceparent: "",
+    }
+}
+
+async fn exec(stores: &Stores, task_id: Uuid) -> Execution {
+    stores
+        .exec
+        .get(task_id)
+        .await
+        .unwrap()
+        .expect("an execution")
+}
+
+fn ids(execs: &[Execution]) -> Vec<Uuid> {
+    execs.iter().map(|e| e.task_id).collect()
+}
+
+async fn the_queue_orders_by_priority_then_arrival(stores: &Stores) {
+    let store = &stores.exec;
+    let (a, b, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    assert!(store.get(a).await.unwrap().is_none());
+    store.enqueue(&enqueue(a, "mock-agent", 0)).await.unwrap();
+    store.enqueue(&enqueue(b, "mock-agent", 0)).await.unwrap();
+    store.enqueue(&enqueue(c, "mock-agent", 5)).await.unwrap();
+    assert_eq!(ids(&store.queued().await.unwrap()), [c, a, b]);
+    assert_eq!(
+        store.queue_positions().await.unwrap(),
+        HashMap::from([(c, 1), (a, 2), (b, 3)])
+    );
+    let queued_a = exec(stores, a).await;
+    assert_eq!(queued_a.state(), ExecState::Queued);
+    assert_eq!((queued_a.attempts, queued_a.max_retries), (0, 2));
+    assert_eq!(
+        store
+            .queued_ahead(queued_a.priority, queued_a.queue_order)
+            .await
+            .unwrap(),
+        1
+    );
+
+    // Queued again while queued: it keeps its place.
+    store
+        .enqueue(&Enqueue {
+            prompt: "again",
+            ..enqueue(a, "mock-agent", 0)
+        })
+        .await
+        .unwrap();
+    assert_eq!(ids(&store.queued().await.unwrap()), [c, a, b]);
+    assert_eq!(exec(stores, a).await.prompt, "again");
+    store.update_queued(b, 9, 4).await.unwrap();
+    assert_eq!(ids(&store.queued().await.unwrap()), [b, c, a]);
+    assert_eq!(exec(stores, b).await.max_retries, 4);
+    store.set_prompt(c, "do this instead").await.unwrap();
+    assert_eq!(exec(stores, c).await.prompt, "do this instead");
+
+    let mut many = ids(&store.get_many(&[a, c, Uuid::now_v7()]).await.unwrap());
+    many.sort();
+    let mut want = vec![a, c];
+    want.sort();
+    assert_eq!(many, want);
+    assert!(store.get_many(&[]).await.unwrap().is_empty());
+    store.delete(a).await.unwrap();
+    assert!(store.get(a).await.unwrap().is_none());
+}
+
+async fn a_run_goes_from_the_queue_to_its_end(stores: &Stores) {
+    let store = &stores.exec;
+    let (run, other, queued) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    store.enqueue(&enqueue(run, "mock-agent", 0)).await.unwrap();
+    store.enqueue(&enqueue(other, "codex", 0)).await.unwrap();
+    store
+        .enqueue(&enqueue(queued, "mock-agent", 0))
+        .await
+        .unwrap();
+    store.set_prompt(run, "a follow-up").await.unwrap();
+    store.begin_launch(run, 1).await.unwrap();
+    store.begin_launch(other, 1).await.unwrap();
+    let launching = exec(stores, run).await;
+    assert_eq!(launching.state(), ExecState::Launching);
+    assert_eq!((launching.attempts, launching.queue_order), (1, None));
+    let mut now_launching = ids(&store.launching().await.unwrap());
+    now_launching.sort();
+    let mut want = vec![run, other];
+    want.sort();
+    assert_eq!(now_launching, want);
+
+    let instance = Uuid::now_v7();
+    store
+        .launched(run, Some(instance), "manager-1")
+        .await
+        .unwrap();
+    store.set_session(run, "session-1").await.unwrap();
+    let running = exec(stores, run).await;
+    assert_eq!(running.state(), ExecState::Running);
+    assert_eq!(running.instance_id, Some(instance));
+    assert_eq!(running.manager_id, "manager-1");
+    assert_eq!(running.acp_session_id, "session-1");
+    assert_eq!(running.prompt, "", "a launched prompt is used up");
+    let mut active = store.active_by_type().await.unwrap();
+    active.sort();
+    assert_eq!(active, [("codex".into(), 1), ("mock-agent".into(), 1)]);
+
+    store.drop_launch(other, 1).await.unwrap();
+    assert_eq!(exec(stores, other).await.state(), ExecState::Stopped);
+    store.failed(run, "it broke").await.unwrap();
+    let failed = exec(stores, run).await;
+    assert_eq!(
+        (failed.state(), failed.last_error.as_str()),
+        (ExecState::Failed, "it broke")
+    );
+
+    // Queued again: a fresh run at the end of the queue.
+    store.enqueue(&enqueue(run, "mock-agent", 0)).await.unwrap();
+    let again = exec(stores, run).await;
+    assert_eq!((again.attempts, again.last_error.as_str()), (0, ""));
+    assert_eq!(again.instance_id, None);
+    assert_eq!(ids(&store.queued().await.unwrap()), [queued, run]);
+    store.set_state(run, ExecState::Completed).await.unwrap();
+    assert_eq!(exec(stores, run).await.state(), ExecState::Completed);
+    // The adopted instance of a recovered run.
+    store.adopt(queued, instance, "manager-2").await.unwrap();
+    let adopted = exec(stores, queued).await;
+    assert_eq!(
+        (adopted.state(), adopted.instance_id),
+        (ExecState::Running, Some(instance))
+    );
+    assert_eq!(adopted.manager_id, "manager-2");
+}
+
+async fn retries_wait_until_they_are_due(stores: &Stores) {
+    let store = &stores.exec;
+    let (due, later, waiting) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    for id in [due, later, waiting] {
+        store.enqueue(&enqueue(id, "mock-agent", 0)).await.unwrap();
+        store.begin_launch(id, 1).await.unwrap();
+    }
+    store
+        .enqueue(&enqueue(waiting, "mock-agent", 0))
+        .await
+        .unwrap();
+    let past = Utc::now() - chrono::Duration::seconds(5);
+    let future = Utc::now() + chrono::Duration::hours(1);
+    store
+        .retry_later(due, past, "first try failed")
+        .await
+        .unwrap();
+    store
+        .retry_later(later, future, "also failed")
+        .await
+        .unwrap();
+    let retry = exec(stores, later).await;
+    assert_eq!(retry.state(), ExecState::RetryWait);
+    assert_eq!(retry.last_error, "also failed");
+    assert_eq!(
+        retry.retry_at.unwrap().timestamp_micros(),
+        future.timestamp_micros()
+    );
+
+    store.requeue_due_retries().await.unwrap();
+    assert_eq!(exec(stores, due).await.state(), ExecState::Queued);
+    assert_eq!(exec(stores, due).await.retry_at, None);
+    assert_eq!(exec(stores, later).await.state(), ExecState::RetryWait);
+    assert_eq!(
+        ids(&store.queued().await.unwrap()),
+        [waiting, due],
+        "a retry goes to the end of the queue"
+    );
+}
+
+async fn a_moved_run_is_fenced_and_queued_again(stores: &Stores) {
+    let store = &stores.exec;
+    let (moved, local) = (Uuid::now_v7(), Uuid::now_v7());
+    let (instance, local_instance) = (Uuid::now_v7(), Uuid::now_v7());
+    for id in [moved, local] {
+        store.enqueue(&enqueue(id, "mock-agent", 0)).await.unwrap();
+        store.begin_launch(id, 2).await.unwrap();
+    }
+    store.launched(moved, Some(instance), "gone").await.unwrap();
+    store
+        .launched(local, Some(local_instance), "")
+        .await
+        .unwrap();
+    assert_eq!(ids(&store.placed_runs().await.unwrap()), [moved]);
+
+    let run = exec(stores, moved).await;
+    store.move_run(&run).await.unwrap();
+    assert!(store.is_moved(instance).await.unwrap());
+    assert!(!store.is_moved(local_instance).await.unwrap());
+    assert_eq!(stores.feed.moved_instances().await.unwrap(), [instance]);
+    let requeued = exec(stores, moved).await;
+    assert_eq!(requeued.state(), ExecState::Queued);
+    assert_eq!((requeued.attempts, requeued.origin.as_str()), (1, "manual"));
+    assert_eq!(
+        (requeued.instance_id, requeued.manager_id.as_str()),
+        (None, "")
+    );
+    assert!(store.placed_runs().await.unwrap().is_empty());
+    // Moving twice fences once.
+    store.move_run(&run).await.unwrap();
+    assert_eq!(stores.feed.moved_instances().await.unwrap().len(), 1);
+
+    store.requeue_interrupted(local).await.unwrap();
+    store.requeue_interrupted(local).await.unwrap();
+    store.requeue_interrupted(local).await.unwrap();
+    let interrupted = exec(stores, local).await;
+    assert_eq!(
+        (interrupted.state(), interrupted.attempts),
+        (ExecState::Queued, 0)
+    );
+}
+
+async fn finished_workspaces_are_due_after_their_retention(stores: &Stores) {
+    let store = &stores.exec;
+    let (done, removed, running) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    for id in [done, removed, running] {
+        store.enqueue(&enqueue(id, "mock-agent", 0)).await.unwrap();
+        store.begin_launch(id, 1).await.unwrap();
+    }
+    store.set_state(done, ExecState::Completed).await.unwrap();
+    store.drop_launch(removed, 1).await.unwrap();
+    store.workspace_removed(removed).await.unwrap();
+    store.launched(running, None, "").await.unwrap();
+    kandev_testkit::eventually(5, "the finished run to be due", || async {
+        (store.clones_due(0.0, 10).await.unwrap() == [done]).then_some(())
+    })
+    .await;
+    assert!(store.clones_due(3600.0, 10).await.unwrap().is_empty());
+    assert!(store.clones_due(0.0, 0).await.unwrap().is_empty());
+    // Queued again, its workspace is in use again.
+    store
+        .enqueue(&enqueue(removed, "mock-agent", 0))
+        .await
+        .unwrap();
+    store
+        .set_state(removed, ExecState::Completed)
+        .await
+        .unwrap();
+    kandev_testkit::eventually(5, "both runs to be due", || async {
+        (store.clones_due(0.0, 10).await.unwrap().len() == 2).then_some(())
+    })
+    .await;
+}
+
+async fn events_are_applied_once(stores: &Stores) {
+    let store = &stores.exec;
+    let event = Uuid::now_v7();
+    assert!(!store.seen(event).await.unwrap());
+    store.mark_seen(event).await.unwrap();
+    store.mark_seen(event).await.unwrap();
+    assert!(store.seen(event).await.unwrap());
+    assert!(!store.seen(Uuid::now_v7()).await.unwrap());
+    assert_eq!(store.prune_seen().await.unwrap(), 0, "kept for a day");
+    assert!(store.seen(event).await.unwrap());
+}
+
+fn frame(task: Uuid, seq: i64, instance: Uuid, instance_seq: i64) -> Arc<Frame> {
+    Arc::new(Frame::new(task, seq, instance, instance_seq, &batch_event(seq)))
+}
+
+fn seqs(frames: &[Frame]) -> Vec<(i64, Uuid, i64)> {
+    frames
+        .iter()
+        .map(|f| (f.seq, f.instance_id, f.instance_seq))
+        .collect()
+}
+
+async fn the_feed_keeps_every_seq_once_in_order(stores: &Stores) {
+    let feed = &stores.feed;
+    let (task, other) = (Uuid::now_v7(), Uuid::now_v7());
+    let (first, second, theirs) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    assert_eq!(feed.last_seq(task).await.unwrap(), 0);
+    assert!(feed.history(task, 0, 10).await.unwrap().is_empty());
+
+    // Two tasks interleaved; the task's second instance goes on numbering.
+    let batch = vec![
+        frame(task, 1, first, 1),
+        frame(other, 1, theirs, 1),
+        frame(task, 2, first, 2),
+        frame(task, 3, second, 1),
+    ];
+    feed.append(&batch).await.unwrap();
+    feed.append(&[frame(task, 4, second, 2), frame(task, 5, second, 3)])
+        .await
+        .unwrap();
+    // A batch committed twice (its answer lost) is stored once.
+    feed.append(&batch).await.unwrap();
+    feed.append(&[]).await.unwrap();
+
+    let all = feed.history(task, 0, 100).await.unwrap();
+    assert_eq!(
+        seqs(&all),
+        [
+            (1, first, 1),
+            (2, first, 2),
+            (3, second, 1),
+            (4, second, 2),
+            (5, second, 3)
+        ]
+    );
+    assert_eq!(all[4].event(), batch_event(5));
+    assert_eq!(
+        seqs(&feed.history(task, 1, 2).await.unwrap()),
+        [(2, first, 2), (3, second, 1)]
+    );
+    assert!(feed.history(task, 5, 10).await.unwrap().is_empty());
+    assert_eq!(feed.last_seq(task).await.unwrap(), 5);
+    assert_eq!(feed.last_seq(other).await.unwrap(), 1);
+    assert_eq!(feed.instance_last_seq(first).await.unwrap(), 2);
+    assert_eq!(feed.instance_last_seq(second).await.unwrap(), 3);
+    assert_eq!(feed.instance_last_seq(Uuid::now_v7()).await.unwrap(), 0);
+    assert_eq!(
+        stores
+            .exec
+            .last_seqs(&[task, other, Uuid::now_v7()])
+            .await
+            .unwrap(),
+        HashMap::from([(task, 5), (other, 1)])
+    );
+    assert_eq!(stores.exec.last_seq(task).await.unwrap(), 5);
+
+    // A long feed: chunks split, reads page through it without a gap.
+    let many: Vec<_> = (6..=5000).map(|s| frame(task, s, second, s - 2)).collect();
+    feed.append(&many).await.unwrap();
+    let mut after = 0;
+    while let Some(last) = feed.history(task, after, 700).await.unwrap().last() {
+        assert_eq!(last.seq, (after + 700).min(5000));
+        after = last.seq;
+    }
+    assert_eq!(after, 5000);
+}
+
+fn batch_event(seq: i64) -> String {
+    format!(r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"n":{seq}}}}}"#)
+}
