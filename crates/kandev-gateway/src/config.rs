@@ -194,8 +194,9 @@ impl Validate for Settings {
             .map_err(|e| format!("listen_addr {:?}: {e}", self.listen_addr))?;
         if !self.database_url.starts_with("postgres://")
             && !self.database_url.starts_with("postgresql://")
+            && !self.uses_sqlite()
         {
-            return Err("database_url must be a postgres:// URL".into());
+            return Err("database_url must be a postgres:// or a sqlite: URL".into());
         }
         let schema_ok = !self.database_schema.is_empty()
             && self
@@ -268,6 +269,12 @@ impl Validate for Settings {
 }
 
 impl Settings {
+    /// Whether the users are in a SQLite file (`sqlite:` URL) rather than
+    /// Postgres: one machine, no server (`database_schema` is unused).
+    pub fn uses_sqlite(&self) -> bool {
+        self.database_url.starts_with("sqlite:")
+    }
+
     /// Who this service is to NATS.
     pub fn nats_login(&self) -> NatsLogin {
         NatsLogin::new(

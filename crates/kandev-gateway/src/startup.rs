@@ -18,7 +18,7 @@ use crate::{
     routes,
     state::{AppState, Limits},
     stream::live::LiveFeeds,
-    users,
+    users::{PgUserStore, SqliteUserStore, UserStore, Users},
 };
 
 /// Why the gateway could not start or stopped with an error.
@@ -66,17 +66,13 @@ fn kept(
 /// else (with a data directory, while no admin exists) one generated and
 /// kept there; its path is logged, never the password.
 async fn first_admin_password(
-    pool: &PgPool,
+    users: &dyn UserStore,
     settings: &Settings,
 ) -> Result<Option<SecretString>, StartupError> {
     if let Some(password) = given(&settings.admin_password) {
         return Ok(Some(password.clone()));
     }
-    if settings.data_dir.is_empty()
-        || users::any_admin(pool)
-            .await
-            .map_err(StartupError::Database)?
-    {
+    if settings.data_dir.is_empty() || users.any_admin().await.map_err(StartupError::Database)? {
         return Ok(None);
     }
     let (password, _) = kept(
@@ -123,6 +119,20 @@ fn signing_key(settings: &Settings) -> Result<SecretString, StartupError> {
     Err(StartupError::Config("KANDEV_JWT_SECRET is required".into()))
 }
 
+/// Opens the users' database of `settings.database_url`: Postgres for a
+/// `postgres://` URL (the gateway's schema, migrated), SQLite for a
+/// `sqlite:` one (the file, created and migrated).
+pub async fn open_users(settings: &Settings) -> Result<Users, StartupError> {
+    if settings.uses_sqlite() {
+        return Ok(Arc::new(
+            SqliteUserStore::open(&settings.database_url).await?,
+        ));
+    }
+    Ok(Arc::new(PgUserStore::new(
+        connect_database(settings).await?,
+    )))
+}
+
 /// Connects with `search_path` set to the gateway's schema, creating the
 /// schema and running migrations.
 pub async fn connect_database(settings: &Settings) -> Result<PgPool, StartupError> {
@@ -140,7 +150,7 @@ pub async fn connect_database(settings: &Settings) -> Result<PgPool, StartupErro
 pub struct Application {
     listener: TcpListener,
     local_addr: SocketAddr,
-    pool: PgPool,
+    users: Users,
     router: Router,
     state: AppState,
     header_read_timeout_secs: u64,
@@ -152,10 +162,10 @@ impl Application {
         let service_token = kandev_common::service_auth::check(&settings.service_token)
             .map_err(StartupError::Config)?
             .clone();
-        let pool = connect_database(&settings).await?;
-        let admin_password = first_admin_password(&pool, &settings).await?;
+        let users = open_users(&settings).await?;
+        let admin_password = first_admin_password(users.as_ref(), &settings).await?;
         crate::routes::auth::bootstrap_admin(
-            &pool,
+            users.as_ref(),
             &settings.admin_username,
             admin_password.as_ref().map(|p| p.expose_secret()),
         )
@@ -167,7 +177,7 @@ impl Application {
         let (nats, live) = connect_nats(&settings).await?;
         let limits = &settings.rate_limit;
         let state = AppState::new(
-            pool.clone(),
+            users.clone(),
             jwt,
             downstream.clone(),
             Limits {
@@ -178,7 +188,7 @@ impl Application {
             live,
             settings.body_limit_bytes,
         );
-        let mut checks = readiness(&pool, &downstream);
+        let mut checks = readiness(&users, settings.uses_sqlite(), &downstream);
         checks.push((
             "nats",
             kandev_common::serve::sync_check(move || {
@@ -201,7 +211,7 @@ impl Application {
         Ok(Application {
             listener,
             local_addr,
-            pool,
+            users,
             router,
             state,
             header_read_timeout_secs: settings.header_read_timeout_secs,
@@ -247,7 +257,7 @@ impl Application {
             Duration::from_secs(self.header_read_timeout_secs),
         )
         .await;
-        self.pool.close().await;
+        self.users.close().await;
         tracing::info!("gateway stopped");
         Ok(())
     }
@@ -286,19 +296,24 @@ async fn connect_nats(
     Ok((nats, live))
 }
 
-/// Postgres and the three services' gRPC health.
-fn readiness(pool: &PgPool, downstream: &Downstream) -> Vec<(&'static str, ReadinessCheck)> {
+/// The database (`postgres` or `sqlite`) and the three services' gRPC health.
+fn readiness(
+    users: &Users,
+    sqlite: bool,
+    downstream: &Downstream,
+) -> Vec<(&'static str, ReadinessCheck)> {
     let within = downstream.connect_timeout;
-    let db = pool.clone();
+    let db = users.clone();
+    let name = if sqlite { "sqlite" } else { "postgres" };
     let mut checks: Vec<(&'static str, ReadinessCheck)> = vec![(
-        "postgres",
+        name,
         Arc::new(move || {
             let db = db.clone();
             Box::pin(async move {
-                match tokio::time::timeout(within, users::ping(&db)).await {
+                match tokio::time::timeout(within, db.ping()).await {
                     Ok(Ok(())) => Ok(()),
                     Ok(Err(e)) => {
-                        tracing::warn!(error = %e, "postgres not ready");
+                        tracing::warn!(error = %e, "{name} not ready");
                         Err("unreachable".to_string())
                     }
                     Err(_) => Err("timed out".to_string()),

@@ -2,19 +2,20 @@
 
 use std::{net::SocketAddr, sync::Arc};
 
+use crate::{
+    auth::JwtKeys, clients::Downstream, rate_limit::RateLimiter, stream::live::LiveFeeds,
+    users::Users,
+};
 use axum::extract::ConnectInfo;
 use http::{Extensions, HeaderMap};
 use kandev_common::CancellationToken;
-use sqlx::PgPool;
-
-use crate::{auth::JwtKeys, clients::Downstream, rate_limit::RateLimiter, stream::live::LiveFeeds};
 
 /// Cheap to clone: one `Arc`.
 #[derive(Clone)]
 pub struct AppState(Arc<Inner>);
 
 struct Inner {
-    pool: PgPool,
+    users: Users,
     jwt: JwtKeys,
     downstream: Downstream,
     login_limiter: RateLimiter,
@@ -44,7 +45,7 @@ pub struct Limits {
 
 impl AppState {
     pub fn new(
-        pool: PgPool,
+        users: Users,
         jwt: JwtKeys,
         downstream: Downstream,
         limits: Limits,
@@ -52,7 +53,7 @@ impl AppState {
         stream_max_message: usize,
     ) -> Self {
         AppState(Arc::new(Inner {
-            pool,
+            users,
             jwt,
             downstream,
             login_limiter: limits.login,
@@ -74,8 +75,9 @@ impl AppState {
         self.0.stream_max_message
     }
 
-    pub fn pool(&self) -> &PgPool {
-        &self.0.pool
+    /// The users, for logging in and signing up.
+    pub fn users(&self) -> &Users {
+        &self.0.users
     }
 
     pub fn jwt(&self) -> &JwtKeys {

@@ -1,11 +1,16 @@
-//! The users table in the gateway's own schema.
+//! The gateway's users behind [`UserStore`]: in Postgres (the gateway's own
+//! schema, [`PgUserStore`]) or in a SQLite file ([`SqliteUserStore`]).
+//! `tests/api/contract.rs` checks both against one contract.
 
+use std::sync::Arc;
+
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::{PgPool, Row};
+use sqlx::{PgPool, SqlitePool};
 use uuid::Uuid;
 
 /// A stored user.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct User {
     pub id: Uuid,
     pub username: String,
@@ -23,55 +28,139 @@ pub enum UserError {
     Database(#[from] sqlx::Error),
 }
 
-fn from_row(row: &sqlx::postgres::PgRow) -> Result<User, sqlx::Error> {
-    Ok(User {
-        id: row.try_get("id")?,
-        username: row.try_get("username")?,
-        password_hash: row.try_get("password_hash")?,
-        is_admin: row.try_get("is_admin")?,
-        created_at: row.try_get("created_at")?,
-    })
+/// The users, whichever database keeps them.
+#[async_trait]
+pub trait UserStore: Send + Sync + 'static {
+    async fn find(&self, username: &str) -> Result<Option<User>, sqlx::Error>;
+    /// Adds a user; [`UserError::Exists`] when the name is taken.
+    async fn insert(
+        &self,
+        username: &str,
+        password_hash: &str,
+        is_admin: bool,
+    ) -> Result<User, UserError>;
+    async fn any_admin(&self) -> Result<bool, sqlx::Error>;
+    /// Whether the database answers (for `/readyz`).
+    async fn ping(&self) -> Result<(), sqlx::Error>;
+    /// Closes the database's connections (at shutdown).
+    async fn close(&self);
 }
 
-pub async fn find(pool: &PgPool, username: &str) -> Result<Option<User>, sqlx::Error> {
-    let row = sqlx::query(
-        "SELECT id, username, password_hash, is_admin, created_at FROM users WHERE username = $1",
-    )
-    .bind(username)
-    .fetch_optional(pool)
-    .await?;
-    row.as_ref().map(from_row).transpose()
+/// The shared store.
+pub type Users = Arc<dyn UserStore>;
+
+const COLUMNS: &str = "id, username, password_hash, is_admin, created_at";
+
+/// The users in Postgres.
+#[derive(Debug, Clone)]
+pub struct PgUserStore {
+    pool: PgPool,
 }
 
-pub async fn insert(
-    pool: &PgPool,
-    username: &str,
-    password_hash: &str,
-    is_admin: bool,
-) -> Result<User, UserError> {
-    let row = sqlx::query(
-        "INSERT INTO users (id, username, password_hash, is_admin) VALUES ($1, $2, $3, $4) \
-         ON CONFLICT (username) DO NOTHING \
-         RETURNING id, username, password_hash, is_admin, created_at",
-    )
-    .bind(Uuid::now_v7())
-    .bind(username)
-    .bind(password_hash)
-    .bind(is_admin)
-    .fetch_optional(pool)
-    .await?;
-    match row {
-        Some(row) => Ok(from_row(&row)?),
-        None => Err(UserError::Exists(username.to_string())),
+impl PgUserStore {
+    pub fn new(pool: PgPool) -> Self {
+        PgUserStore { pool }
     }
 }
 
-pub async fn any_admin(pool: &PgPool) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM users WHERE is_admin)")
-        .fetch_one(pool)
-        .await
+#[async_trait]
+impl UserStore for PgUserStore {
+    async fn find(&self, username: &str) -> Result<Option<User>, sqlx::Error> {
+        sqlx::query_as(&format!("SELECT {COLUMNS} FROM users WHERE username = $1"))
+            .bind(username)
+            .fetch_optional(&self.pool)
+            .await
+    }
+
+    async fn insert(
+        &self,
+        username: &str,
+        password_hash: &str,
+        is_admin: bool,
+    ) -> Result<User, UserError> {
+        let user: Option<User> = sqlx::query_as(&format!(
+            "INSERT INTO users (id, username, password_hash, is_admin) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (username) DO NOTHING RETURNING {COLUMNS}"
+        ))
+        .bind(Uuid::now_v7())
+        .bind(username)
+        .bind(password_hash)
+        .bind(is_admin)
+        .fetch_optional(&self.pool)
+        .await?;
+        user.ok_or_else(|| UserError::Exists(username.to_string()))
+    }
+
+    async fn any_admin(&self) -> Result<bool, sqlx::Error> {
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM users WHERE is_admin)")
+            .fetch_one(&self.pool)
+            .await
+    }
+
+    async fn ping(&self) -> Result<(), sqlx::Error> {
+        sqlx::query("SELECT 1").execute(&self.pool).await.map(drop)
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
 }
 
-pub async fn ping(pool: &PgPool) -> Result<(), sqlx::Error> {
-    sqlx::query("SELECT 1").execute(pool).await.map(|_| ())
+/// The users in a SQLite file (`migrations-sqlite/`).
+#[derive(Debug, Clone)]
+pub struct SqliteUserStore {
+    pool: SqlitePool,
+}
+
+impl SqliteUserStore {
+    /// Opens (creating it when missing) the database at `url` and migrates it.
+    pub async fn open(url: &str) -> Result<Self, sqlx::Error> {
+        let pool = kandev_common::db::sqlite::connect(url, 2).await?;
+        sqlx::migrate!("./migrations-sqlite").run(&pool).await?;
+        Ok(SqliteUserStore { pool })
+    }
+}
+
+#[async_trait]
+impl UserStore for SqliteUserStore {
+    async fn find(&self, username: &str) -> Result<Option<User>, sqlx::Error> {
+        sqlx::query_as(&format!("SELECT {COLUMNS} FROM users WHERE username = ?1"))
+            .bind(username)
+            .fetch_optional(&self.pool)
+            .await
+    }
+
+    async fn insert(
+        &self,
+        username: &str,
+        password_hash: &str,
+        is_admin: bool,
+    ) -> Result<User, UserError> {
+        let user: Option<User> = sqlx::query_as(&format!(
+            "INSERT INTO users (id, username, password_hash, is_admin, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (username) DO NOTHING RETURNING {COLUMNS}"
+        ))
+        .bind(Uuid::now_v7())
+        .bind(username)
+        .bind(password_hash)
+        .bind(is_admin)
+        .bind(kandev_common::db::sqlite::now())
+        .fetch_optional(&self.pool)
+        .await?;
+        user.ok_or_else(|| UserError::Exists(username.to_string()))
+    }
+
+    async fn any_admin(&self) -> Result<bool, sqlx::Error> {
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM users WHERE is_admin)")
+            .fetch_one(&self.pool)
+            .await
+    }
+
+    async fn ping(&self) -> Result<(), sqlx::Error> {
+        sqlx::query("SELECT 1").execute(&self.pool).await.map(drop)
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
 }

@@ -16,7 +16,7 @@ use crate::{
     error::{ApiError, ApiResult, ErrorBody},
     extract::ApiJson,
     state::AppState,
-    users::{self, UserError},
+    users::{UserError, UserStore},
 };
 
 pub const MIN_PASSWORD_CHARS: usize = 8;
@@ -73,7 +73,9 @@ pub async fn login(State(state): State<AppState>, req: Request) -> ApiResult<Jso
     let ApiJson(body) =
         <ApiJson<LoginRequest> as axum::extract::FromRequest<()>>::from_request(req, &()).await?;
 
-    let user = users::find(state.pool(), &body.username)
+    let user = state
+        .users()
+        .find(&body.username)
         .await
         .map_err(ApiError::internal)?;
     let hash_to_check = user
@@ -129,7 +131,9 @@ pub async fn create_user(
     validate_username(&body.username)?;
     validate_password(&body.password)?;
     let password_hash = hash(body.password).await?;
-    let created = users::insert(state.pool(), &body.username, &password_hash, body.is_admin)
+    let created = state
+        .users()
+        .insert(&body.username, &password_hash, body.is_admin)
         .await
         .map_err(|e| match e {
             UserError::Exists(_) => ApiError::new(ErrorCode::Conflict, e.to_string()),
@@ -148,11 +152,11 @@ pub async fn create_user(
 
 /// Creates the configured admin when no admin exists yet.
 pub async fn bootstrap_admin(
-    pool: &sqlx::PgPool,
+    users: &dyn UserStore,
     username: &str,
     password: Option<&str>,
 ) -> anyhow::Result<()> {
-    if users::any_admin(pool).await? {
+    if users.any_admin().await? {
         return Ok(());
     }
     let Some(password) = password else {
@@ -164,7 +168,7 @@ pub async fn bootstrap_admin(
     let password_hash = hash(password.to_string())
         .await
         .map_err(|e| anyhow::anyhow!(e.message))?;
-    match users::insert(pool, username, &password_hash, true).await {
+    match users.insert(username, &password_hash, true).await {
         Ok(_) => tracing::info!(%username, "bootstrap admin created"),
         // Another gateway replica won the race.
         Err(UserError::Exists(_)) => {}

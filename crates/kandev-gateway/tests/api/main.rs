@@ -7,11 +7,13 @@
 //! - `stack`: the whole stack with the REAL orchestrator and agent manager
 //!   (mock agent in Docker): the integration test of those routes.
 //! - `binary`: the built binary, its key checks and a graceful stop.
+//! - `contract`: the users' storage contract, on Postgres and on SQLite.
 
 mod agents;
 mod auth;
 mod binary;
 mod boards;
+mod contract;
 mod hardening;
 mod helpers;
 mod openapi;

@@ -371,7 +371,13 @@ async fn events_are_applied_once(stores: &Stores) {
 }
 
 fn frame(task: Uuid, seq: i64, instance: Uuid, instance_seq: i64) -> Arc<Frame> {
-    Arc::new(Frame::new(task, seq, instance, instance_seq, &batch_event(seq)))
+    Arc::new(Frame::new(
+        task,
+        seq,
+        instance,
+        instance_seq,
+        &batch_event(seq),
+    ))
 }
 
 fn seqs(frames: &[Frame]) -> Vec<(i64, Uuid, i64)> {
