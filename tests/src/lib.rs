@@ -90,6 +90,19 @@ pub struct Options {
     pub env: Vec<(Svc, String, String)>,
     /// NATS servers: 1, or a cluster (3) with streams replicated on each.
     pub nats_nodes: usize,
+    /// Each service on a SQLite file of its own (in the stack's directory)
+    /// instead of Postgres: the storage of the one-machine `kandev`.
+    pub sqlite: bool,
+}
+
+impl Options {
+    /// The default stack with every service on SQLite.
+    pub fn sqlite() -> Options {
+        Options {
+            sqlite: true,
+            ..Options::default()
+        }
+    }
 }
 
 impl Default for Options {
@@ -98,6 +111,7 @@ impl Default for Options {
             max_concurrent: 4,
             env: Vec::new(),
             nats_nodes: 1,
+            sqlite: false,
         }
     }
 }
@@ -163,7 +177,11 @@ impl Stack {
         let log_dir = target_dir().join("e2e-logs").join(test);
         let _ = std::fs::remove_dir_all(&log_dir);
         std::fs::create_dir_all(&log_dir).expect("log dir");
-        let db = TestDb::create().await;
+        let db = if options.sqlite {
+            None
+        } else {
+            Some(TestDb::create().await)
+        };
         // NATS as deployed: deploy/nats/nats.conf, a user per service.
         let (nats, nats_peers, nats_url) = if options.nats_nodes > 1 {
             let mut nodes = OwnNats::start_cluster(options.nats_nodes, true).await;
@@ -183,7 +201,13 @@ impl Stack {
         for sub in ["workspaces", "home", "repos"] {
             std::fs::create_dir_all(dir.path().join(sub)).expect("mkdir");
         }
-        let manager_id = format!("kandev-e2e-{}", &db.name[db.name.len() - 12..]);
+        // Unique per stack: its directory's random name.
+        let manager_id = dir
+            .path()
+            .file_name()
+            .expect("a named directory")
+            .to_string_lossy()
+            .to_ascii_lowercase();
 
         let ports: BTreeMap<Svc, u16> = Svc::ALL.iter().map(|s| (*s, free_port())).collect();
         let url = |s: Svc| format!("http://127.0.0.1:{}", ports[&s]);
@@ -194,7 +218,16 @@ impl Stack {
                     "KANDEV_LISTEN_ADDR".into(),
                     format!("127.0.0.1:{}", ports[&svc]),
                 ),
-                ("KANDEV_DATABASE_URL".into(), db.url.clone()),
+                (
+                    "KANDEV_DATABASE_URL".into(),
+                    match &db {
+                        Some(db) => db.url.clone(),
+                        None => format!(
+                            "sqlite://{}",
+                            dir.path().join(format!("{}.db", svc.bin())).display()
+                        ),
+                    },
+                ),
                 ("KANDEV_DATABASE_MAX_CONNECTIONS".into(), "4".into()),
                 ("KANDEV_LOG__FILTER".into(), "info".into()),
                 ("KANDEV_LOG__FORMAT".into(), "pretty".into()),
@@ -282,7 +315,7 @@ impl Stack {
         let mut stack = Stack {
             test: test.into(),
             log_dir,
-            db: Some(db),
+            db,
             nats,
             nats_peers,
             dir,

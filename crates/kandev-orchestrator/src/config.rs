@@ -190,8 +190,9 @@ impl Validate for Settings {
             .map_err(|e| format!("listen_addr {:?}: {e}", self.listen_addr))?;
         if !self.database_url.starts_with("postgres://")
             && !self.database_url.starts_with("postgresql://")
+            && !self.uses_sqlite()
         {
-            return Err("database_url must be a postgres:// URL".into());
+            return Err("database_url must be a postgres:// or a sqlite: URL".into());
         }
         let schema_ok = !self.database_schema.is_empty()
             && self
@@ -239,6 +240,13 @@ impl Validate for Settings {
 }
 
 impl Settings {
+    /// Whether the database is a SQLite file (`sqlite:` URL) rather than
+    /// Postgres: one process, no replicas (`database_schema` only names
+    /// the lock keys).
+    pub fn uses_sqlite(&self) -> bool {
+        self.database_url.starts_with("sqlite:")
+    }
+
     /// Who this service is to NATS.
     pub fn nats_login(&self) -> NatsLogin {
         NatsLogin::new(

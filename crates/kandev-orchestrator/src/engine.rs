@@ -24,7 +24,6 @@ use kandev_common::trace::TracedChannel;
 use kandev_events::{TaskState, task::TaskSnapshot};
 use kandev_proto::v1::{self as pb, task_service_client::TaskServiceClient};
 use serde_json::{Value, json};
-use sqlx::PgPool;
 use tracing::Instrument as _;
 use uuid::Uuid;
 
@@ -39,7 +38,7 @@ use crate::{
 pub use self::store::Execution;
 use self::{
     slots::Slots,
-    store::{Enqueue, ExecutionStore, PgExecStore},
+    store::{Enqueue, ExecutionStore},
 };
 
 /// The actor name of every change the orchestrator makes.
@@ -99,8 +98,10 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// The engine over its stored executions, deciding under `lock`.
     pub fn new(
-        pool: PgPool,
+        store: Arc<dyn ExecutionStore>,
+        lock: DecisionLock,
         settings: Arc<Settings>,
         agents: Arc<dyn AgentControl>,
         tasks: TaskServiceClient<TracedChannel>,
@@ -108,8 +109,8 @@ impl Engine {
         fence: Arc<Fence>,
     ) -> Arc<Self> {
         Arc::new(Engine {
-            lock: DecisionLock::new(pool.clone(), &settings.database_schema),
-            store: Arc::new(PgExecStore::new(pool)),
+            lock,
+            store,
             settings,
             agents,
             tasks,

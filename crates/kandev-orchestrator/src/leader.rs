@@ -17,6 +17,10 @@
 //!
 //! Both keys are derived from the service's schema, so installations that
 //! share a database in separate schemas do not contend.
+//!
+//! On SQLite (one machine, one process) there are no replicas: the process
+//! leads from its start ([`lead_alone`]) and decisions are serialized by the
+//! in-process mutex alone ([`DecisionLock::local`]).
 
 use std::{future::Future, time::Duration};
 
@@ -51,13 +55,13 @@ pub fn lock_key(schema: &str, what: &str) -> i64 {
 /// roll back is closed, which releases it too).
 pub struct DecisionLock {
     local: Mutex<()>,
-    pool: PgPool,
-    key: i64,
+    /// The replicas' database and lock key; none for one process alone.
+    shared: Option<(PgPool, i64)>,
 }
 
 /// Held while a decision runs.
 pub struct DecisionGuard<'a> {
-    _tx: Transaction<'static, Postgres>,
+    _tx: Option<Transaction<'static, Postgres>>,
     _local: MutexGuard<'a, ()>,
 }
 
@@ -65,24 +69,54 @@ impl DecisionLock {
     pub fn new(pool: PgPool, schema: &str) -> Self {
         DecisionLock {
             local: Mutex::new(()),
-            pool,
-            key: lock_key(schema, "decisions"),
+            shared: Some((pool, lock_key(schema, "decisions"))),
+        }
+    }
+
+    /// For one process without replicas (SQLite): the mutex alone.
+    pub fn local() -> Self {
+        DecisionLock {
+            local: Mutex::new(()),
+            shared: None,
         }
     }
 
     /// Waits for the decision lock of every replica.
     pub async fn lock(&self) -> Result<DecisionGuard<'_>, sqlx::Error> {
         let local = self.local.lock().await;
-        let mut tx = self.pool.begin().await?;
+        let Some((pool, key)) = &self.shared else {
+            return Ok(DecisionGuard {
+                _tx: None,
+                _local: local,
+            });
+        };
+        let mut tx = pool.begin().await?;
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(self.key)
+            .bind(key)
             .execute(&mut *tx)
             .await?;
         Ok(DecisionGuard {
-            _tx: tx,
+            _tx: Some(tx),
             _local: local,
         })
     }
+}
+
+/// Runs `work` until `stop` fires, as the only orchestrator there is (one
+/// process on SQLite: nobody to take the lead from).
+pub async fn lead_alone<W, F>(stop: CancellationToken, work: W)
+where
+    W: FnOnce(CancellationToken) -> F,
+    F: Future<Output = ()> + Send + 'static,
+{
+    tracing::info!("leading alone: consuming events and scheduling");
+    metrics::gauge!("kandev_orchestrator_leader").set(1.0);
+    metrics::counter!("kandev_orchestrator_leadership_acquired_total").increment(1);
+    let running = AbortOnDropHandle::new(tokio::spawn(work(stop.child_token())));
+    if let Err(err) = running.await {
+        tracing::error!(%err, "the leader's work panicked");
+    }
+    metrics::gauge!("kandev_orchestrator_leader").set(0.0);
 }
 
 /// Runs `work` while this replica leads, until `stop` fires: waits for the

@@ -18,14 +18,17 @@ use crate::{
     config::Settings,
     consumers::{self, Source},
     domain::Orchestration,
-    engine::Engine,
+    engine::{
+        Engine,
+        store::{ExecutionStore, PgExecStore, SqliteExecStore},
+    },
     feed::{
         FeedConsumer, FeedHub, FeedReader, Fence,
-        store::{FeedStore, PgFeedStore},
+        store::{FeedStore, PgFeedStore, SqliteFeedStore},
     },
     grpc::GrpcOrchestratorAdapter,
     http::{self, AppState},
-    leader,
+    leader::{self, DecisionLock},
     pool::ManagerPool,
 };
 
@@ -57,7 +60,7 @@ pub enum StartupError {
 pub struct Application {
     listener: TcpListener,
     local_addr: SocketAddr,
-    pool: PgPool,
+    db: Database,
     /// The stored feed.
     feed: Arc<dyn FeedStore>,
     bus: JetStreamBus,
@@ -67,6 +70,71 @@ pub struct Application {
     fence: Arc<Fence>,
     /// The pool of announced agent managers, when built from settings.
     pool_of_managers: Option<Arc<ManagerPool>>,
+}
+
+/// The orchestrator's database: Postgres, which replicas share, or a
+/// SQLite file, for one process alone.
+#[derive(Debug, Clone)]
+pub enum Database {
+    Postgres(PgPool),
+    Sqlite(sqlx::SqlitePool),
+}
+
+impl Database {
+    /// Opens the database of `settings.database_url` (`postgres://` or
+    /// `sqlite:`), migrated.
+    pub async fn open(settings: &Settings) -> Result<Database, StartupError> {
+        Ok(if settings.uses_sqlite() {
+            Database::Sqlite(connect_sqlite(&settings.database_url).await?)
+        } else {
+            Database::Postgres(connect_database(settings).await?)
+        })
+    }
+
+    /// The readiness check's name.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Database::Postgres(_) => "postgres",
+            Database::Sqlite(_) => "sqlite",
+        }
+    }
+
+    pub fn executions(&self) -> Arc<dyn ExecutionStore> {
+        match self {
+            Database::Postgres(pool) => Arc::new(PgExecStore::new(pool.clone())),
+            Database::Sqlite(pool) => Arc::new(SqliteExecStore::new(pool.clone())),
+        }
+    }
+
+    pub fn feed(&self) -> Arc<dyn FeedStore> {
+        match self {
+            Database::Postgres(pool) => Arc::new(PgFeedStore::new(pool.clone())),
+            Database::Sqlite(pool) => Arc::new(SqliteFeedStore::new(pool.clone())),
+        }
+    }
+
+    /// What serializes decisions: every replica's (an advisory lock of
+    /// `schema`), or this process's alone.
+    pub fn decision_lock(&self, schema: &str) -> DecisionLock {
+        match self {
+            Database::Postgres(pool) => DecisionLock::new(pool.clone(), schema),
+            Database::Sqlite(_) => DecisionLock::local(),
+        }
+    }
+
+    pub async fn ping(&self) -> Result<(), sqlx::Error> {
+        match self {
+            Database::Postgres(pool) => sqlx::query("SELECT 1").execute(pool).await.map(drop),
+            Database::Sqlite(pool) => sqlx::query("SELECT 1").execute(pool).await.map(drop),
+        }
+    }
+
+    pub async fn close(&self) {
+        match self {
+            Database::Postgres(pool) => pool.close().await,
+            Database::Sqlite(pool) => pool.close().await,
+        }
+    }
 }
 
 /// Opens the orchestrator's SQLite file (`sqlite:` URL), creating it when
@@ -125,13 +193,14 @@ impl Application {
             settings.nats_stream_replicas,
         )
         .await?;
-        let pool = connect_database(&settings).await?;
+        let db = Database::open(&settings).await?;
         let tasks = clients::task_client(&settings.task_service_url, &token)
             .map_err(StartupError::Client)?;
         let hub = FeedHub::new(settings.ws_client_buffer);
         let fence = Arc::new(Fence::default());
         let engine = Engine::new(
-            pool.clone(),
+            db.executions(),
+            db.decision_lock(&settings.database_schema),
             settings.clone(),
             agents,
             tasks,
@@ -148,8 +217,8 @@ impl Application {
         Ok(Application {
             listener,
             local_addr,
-            feed: Arc::new(PgFeedStore::new(pool.clone())),
-            pool,
+            feed: db.feed(),
+            db,
             bus,
             hub,
             engine,
@@ -190,16 +259,10 @@ impl Application {
             .set_serving::<OrchestratorServer<GrpcOrchestratorAdapter>>()
             .await;
 
-        let db_pool = self.pool.clone();
+        let db = self.db.clone();
         let db_ready: ReadinessCheck = Arc::new(move || {
-            let pool = db_pool.clone();
-            Box::pin(async move {
-                sqlx::query("SELECT 1")
-                    .execute(&pool)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            })
+            let db = db.clone();
+            Box::pin(async move { db.ping().await.map_err(|e| e.to_string()) })
         });
         let ready_bus = self.bus.clone();
         let bus_ready = serve::sync_check(move || ready_bus.check_connected());
@@ -214,7 +277,7 @@ impl Application {
             .into_axum_router()
             .merge(http::routes(state))
             .merge(serve::health_routes(vec![
-                ("postgres", db_ready),
+                (self.db.kind(), db_ready),
                 ("nats", bus_ready),
             ]));
 
@@ -226,23 +289,25 @@ impl Application {
                 pool.listen(self.bus.client().clone(), stop.clone()),
             ))
         });
-        let leading = AbortOnDropHandle::new(tokio::spawn(leader::lead(
-            self.pool.clone(),
-            leader::lock_key(&self.settings.database_schema, "leader"),
-            Duration::from_millis(self.settings.leader_poll_ms),
-            stop.clone(),
-            {
-                let parts = LeaderParts {
-                    bus: self.bus.clone(),
-                    feed: self.feed.clone(),
-                    hub: self.hub.clone(),
-                    engine: self.engine.clone(),
-                    settings: self.settings.clone(),
-                    fence: self.fence.clone(),
-                };
-                move |token| lead_work(parts.clone(), token)
-            },
-        )));
+        let parts = LeaderParts {
+            bus: self.bus.clone(),
+            feed: self.feed.clone(),
+            hub: self.hub.clone(),
+            engine: self.engine.clone(),
+            settings: self.settings.clone(),
+            fence: self.fence.clone(),
+        };
+        let work = move |token| lead_work(parts.clone(), token);
+        let leading = AbortOnDropHandle::new(match &self.db {
+            Database::Postgres(pool) => tokio::spawn(leader::lead(
+                pool.clone(),
+                leader::lock_key(&self.settings.database_schema, "leader"),
+                Duration::from_millis(self.settings.leader_poll_ms),
+                stop.clone(),
+                work,
+            )),
+            Database::Sqlite(_) => tokio::spawn(leader::lead_alone(stop.clone(), work)),
+        });
 
         // Only callers with the service token (gRPC, REST and WebSocket
         // alike), probes aside.
@@ -263,7 +328,7 @@ impl Application {
         let served = serve::serve(self.listener, router, shutdown).await;
         stop.cancel();
         let _ = leading.await;
-        self.pool.close().await;
+        self.db.close().await;
         tracing::info!("orchestrator stopped");
         served.map_err(StartupError::Serve)
     }

@@ -5,7 +5,18 @@ use kandev_e2e::{Feed, Options, Stack, eventually, is_turn_end, kind, serde_json
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_stops_the_agent_and_removes_its_container() {
-    let stack = Stack::start("cancel", Options::default()).await;
+    cancel_stops_the_agent_and_removes_its_container_on("cancel", Options::default()).await;
+}
+
+/// The same with every service on SQLite, as the one-machine `kandev` keeps
+/// its state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_the_agent_and_removes_its_container_on_sqlite() {
+    cancel_stops_the_agent_and_removes_its_container_on("cancel_sqlite", Options::sqlite()).await;
+}
+
+async fn cancel_stops_the_agent_and_removes_its_container_on(test: &str, options: Options) {
+    let stack = Stack::start(test, options).await;
     let api = stack.admin().await;
     let board = api.board("cancel").await;
     let task = api

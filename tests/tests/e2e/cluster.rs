@@ -66,6 +66,7 @@ async fn a_cluster_loses_a_manager_an_orchestrator_and_a_nats_node_and_nothing_e
                     hosts[0].clone(),
                 ),
             ],
+            ..Options::default()
         },
     )
     .await;

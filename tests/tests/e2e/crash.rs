@@ -5,7 +5,18 @@ use kandev_e2e::{Options, Stack, Svc, kind, replay, serde_json::json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashing_agent_is_retried_then_fails() {
-    let stack = Stack::start("crash", Options::default()).await;
+    crashing_agent_is_retried_then_fails_on("crash", Options::default()).await;
+}
+
+/// The same with every service on SQLite, as the one-machine `kandev` keeps
+/// its state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashing_agent_is_retried_then_fails_on_sqlite() {
+    crashing_agent_is_retried_then_fails_on("crash_sqlite", Options::sqlite()).await;
+}
+
+async fn crashing_agent_is_retried_then_fails_on(test: &str, options: Options) {
+    let stack = Stack::start(test, options).await;
     let api = stack.admin().await;
     let board = api.board("crash").await;
     let task = api

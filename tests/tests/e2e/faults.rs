@@ -27,13 +27,17 @@ enum Fault {
 }
 
 async fn survives(test: &str, fault: Fault) {
+    survives_on(test, fault, Options::default()).await;
+}
+
+async fn survives_on(test: &str, fault: Fault, options: Options) {
     let options = Options {
         nats_nodes: if matches!(fault, Fault::NatsNode) {
             3
         } else {
             1
         },
-        ..Options::default()
+        ..options
     };
     let mut stack = Stack::start(test, options).await;
     let api = stack.admin().await;
@@ -148,4 +152,24 @@ async fn fault_nats_restarted_mid_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_one_nats_cluster_node_killed_mid_run() {
     survives("fault_nats_node", Fault::NatsNode).await;
+}
+
+/// The services on SQLite files (the one-machine `kandev`'s storage),
+/// each SIGKILLed mid-run in turn: the feed stays exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_orchestrator_killed_mid_run_on_sqlite() {
+    let fault = Fault::Kill(Svc::Orchestrator);
+    survives_on("fault_orchestrator_sqlite", fault, Options::sqlite()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_agent_manager_killed_mid_run_on_sqlite() {
+    let fault = Fault::Kill(Svc::AgentManager);
+    survives_on("fault_agent_manager_sqlite", fault, Options::sqlite()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_task_service_killed_mid_run_on_sqlite() {
+    let fault = Fault::Kill(Svc::TaskService);
+    survives_on("fault_task_service_sqlite", fault, Options::sqlite()).await;
 }

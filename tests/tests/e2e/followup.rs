@@ -6,7 +6,18 @@ use kandev_e2e::{Feed, Options, Stack, is_turn_end, replay, serde_json::json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follow_up_prompt_resumes_the_session() {
-    let stack = Stack::start("follow_up", Options::default()).await;
+    follow_up_prompt_resumes_the_session_on("follow_up", Options::default()).await;
+}
+
+/// The same with every service on SQLite, as the one-machine `kandev` keeps
+/// its state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_up_prompt_resumes_the_session_on_sqlite() {
+    follow_up_prompt_resumes_the_session_on("follow_up_sqlite", Options::sqlite()).await;
+}
+
+async fn follow_up_prompt_resumes_the_session_on(test: &str, options: Options) {
+    let stack = Stack::start(test, options).await;
     let api = stack.admin().await;
     let board = api.board("follow-up").await;
     let repo = stack.git_repo("follow-up");

@@ -7,7 +7,19 @@ use kandev_e2e::{Feed, Options, Stack, is_turn_end, kind, replay, serde_json::js
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn happy_path_code_task_completes_with_the_full_stream() {
-    let stack = Stack::start("happy_path", Options::default()).await;
+    happy_path_code_task_completes_with_the_full_stream_on("happy_path", Options::default()).await;
+}
+
+/// The same with every service on SQLite, as the one-machine `kandev` keeps
+/// its state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn happy_path_code_task_completes_with_the_full_stream_on_sqlite() {
+    happy_path_code_task_completes_with_the_full_stream_on("happy_path_sqlite", Options::sqlite())
+        .await;
+}
+
+async fn happy_path_code_task_completes_with_the_full_stream_on(test: &str, options: Options) {
+    let stack = Stack::start(test, options).await;
     let api = stack.admin().await;
     let me = api.get("/api/v1/auth/me").await;
     assert_eq!(me.status, 200, "{}", me.body);

@@ -5,7 +5,18 @@ use kandev_e2e::{Feed, Options, Stack, is_turn_end, kind, serde_json::json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permission_ask_is_answered_over_the_websocket() {
-    let stack = Stack::start("permission", Options::default()).await;
+    permission_ask_is_answered_over_the_websocket_on("permission", Options::default()).await;
+}
+
+/// The same with every service on SQLite, as the one-machine `kandev` keeps
+/// its state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permission_ask_is_answered_over_the_websocket_on_sqlite() {
+    permission_ask_is_answered_over_the_websocket_on("permission_sqlite", Options::sqlite()).await;
+}
+
+async fn permission_ask_is_answered_over_the_websocket_on(test: &str, options: Options) {
+    let stack = Stack::start(test, options).await;
     let api = stack.admin().await;
     let made = api
         .post(
