@@ -12,11 +12,14 @@
 //! - [`agent`]: payloads of `agent.*` events and `acp.message.<task_id>`.
 //! - [`bus`]: the [`EventBus`] trait, its JetStream implementation and an
 //!   in-process one.
+//! - [`durable`]: durable streams and consumers behind [`durable::Streams`],
+//!   on JetStream or in one process (a SQLite file).
 //! - [`nats`]: connecting to NATS as one service, with its own user.
 //! - [`managers`]: how agent managers announce themselves to the pool.
 
 pub mod agent;
 pub mod bus;
+pub mod durable;
 pub mod managers;
 pub mod nats;
 pub mod state;

@@ -1,0 +1,175 @@
+//! [`Streams`] on NATS JetStream.
+
+use std::{sync::Arc, time::Duration};
+
+use async_nats::{
+    HeaderMap,
+    jetstream::{
+        self, AckKind,
+        consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull},
+    },
+};
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt as _;
+use uuid::Uuid;
+
+use super::{AckMode, Acker, Consumer, Delivered, Headers, Streams};
+use crate::{BusError, JetStreamBus};
+
+/// NATS JetStream, through a connected [`JetStreamBus`].
+#[derive(Debug, Clone)]
+pub struct JetStreamStreams {
+    bus: JetStreamBus,
+}
+
+impl JetStreamStreams {
+    pub fn new(bus: JetStreamBus) -> Self {
+        JetStreamStreams { bus }
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> BusError {
+    BusError::Unavailable(e.to_string())
+}
+
+#[async_trait]
+impl Streams for JetStreamStreams {
+    async fn publish_with(
+        &self,
+        subject: &str,
+        id: Uuid,
+        headers: &Headers,
+        payload: Bytes,
+    ) -> Result<(), BusError> {
+        let mut map = HeaderMap::new();
+        map.insert("Nats-Msg-Id", id.to_string().as_str());
+        for (k, v) in headers {
+            map.insert(k.as_str(), v.as_str());
+        }
+        let ack = self
+            .bus
+            .jetstream()
+            .publish_with_headers(subject.to_string(), map, payload)
+            .await
+            .map_err(unavailable)?;
+        ack.await.map(drop).map_err(unavailable)
+    }
+
+    async fn consumer(
+        &self,
+        stream: &str,
+        durable: &str,
+        filter: &str,
+        mode: AckMode,
+    ) -> Result<Box<dyn Consumer>, BusError> {
+        self.bus.ensure_streams().await?;
+        let stream = self
+            .bus
+            .jetstream()
+            .get_stream(stream)
+            .await
+            .map_err(unavailable)?;
+        // Re-created at its ack floor, so what was not acknowledged comes
+        // again at once and in order (not after the ack wait).
+        let deliver_policy = match stream.consumer_info(durable).await {
+            Ok(info) => {
+                let start = info.ack_floor.stream_sequence + 1;
+                stream.delete_consumer(durable).await.map_err(unavailable)?;
+                DeliverPolicy::ByStartSequence {
+                    start_sequence: start,
+                }
+            }
+            Err(_) => DeliverPolicy::All,
+        };
+        let consumer = stream
+            .create_consumer(pull::Config {
+                durable_name: Some(durable.to_string()),
+                filter_subject: filter.to_string(),
+                ack_policy: match mode {
+                    AckMode::Explicit => AckPolicy::Explicit,
+                    AckMode::All => AckPolicy::All,
+                },
+                ack_wait: Duration::from_secs(600),
+                max_ack_pending: 100_000,
+                deliver_policy,
+                ..Default::default()
+            })
+            .await
+            .map_err(unavailable)?;
+        Ok(Box::new(JsConsumer { consumer }))
+    }
+}
+
+struct JsConsumer {
+    consumer: PullConsumer,
+}
+
+/// The acknowledgement of one JetStream message.
+struct JsAcker(jetstream::message::Acker);
+
+#[async_trait]
+impl Acker for JsAcker {
+    async fn ack(&self, _: u64) -> Result<(), BusError> {
+        self.0
+            .double_ack_with(AckKind::Ack)
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn nak(&self, _: u64, delay: Duration) -> Result<(), BusError> {
+        self.0
+            .ack_with(AckKind::Nak(Some(delay)))
+            .await
+            .map_err(unavailable)
+    }
+}
+
+#[async_trait]
+impl Consumer for JsConsumer {
+    async fn fetch(
+        &mut self,
+        max: usize,
+        max_bytes: usize,
+        wait: Duration,
+    ) -> Result<Vec<Delivered>, BusError> {
+        let mut batch = self
+            .consumer
+            .fetch()
+            .max_messages(max.max(1))
+            .max_bytes(max_bytes.max(1))
+            .expires(wait.max(Duration::from_millis(10)))
+            .messages()
+            .await
+            .map_err(unavailable)?;
+        let mut out = Vec::new();
+        while let Some(message) = batch.next().await {
+            let message = message.map_err(unavailable)?;
+            let (stream_seq, delivered) = message
+                .info()
+                .map(|i| (i.stream_sequence, i.delivered as u64))
+                .map_err(unavailable)?;
+            let (message, acker) = message.split();
+            let headers = message
+                .headers
+                .iter()
+                .flat_map(|h| h.iter())
+                .filter(|(k, _)| AsRef::<str>::as_ref(k) != "Nats-Msg-Id")
+                .flat_map(|(k, values)| {
+                    values
+                        .iter()
+                        .map(move |v| (k.to_string(), v.as_str().to_string()))
+                })
+                .collect();
+            out.push(Delivered {
+                subject: message.subject.to_string(),
+                headers,
+                payload: message.payload,
+                stream_seq,
+                delivered,
+                acker: Arc::new(JsAcker(acker)),
+            });
+        }
+        Ok(out)
+    }
+}

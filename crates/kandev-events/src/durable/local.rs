@@ -1,0 +1,379 @@
+//! [`Streams`] in one process: messages kept in a SQLite file (so a
+//! restarted process finds them, and each consumer's ack floor), consumers
+//! woken in process when a message is stored.
+//!
+//! Within a run, a consumer remembers what it delivered and not yet
+//! acknowledged; its ack floor, stored with every acknowledgement, is the
+//! message before the first of those (or the last it read). A consumer
+//! opened again (after a restart) reads on from its floor.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use kandev_common::db::sqlite::now;
+use sqlx::{SqlitePool, types::Json};
+use tokio::{sync::watch, time::Instant};
+use uuid::Uuid;
+
+use super::{AckMode, Acker, Consumer, Delivered, Headers, Streams, stream_of};
+use crate::{BusError, EventBus, subjects};
+
+/// Rows read per query while skipping messages of other subjects.
+const SCAN: i64 = 512;
+
+/// The streams of one process, in a SQLite file.
+#[derive(Debug, Clone)]
+pub struct LocalStreams {
+    pool: SqlitePool,
+    /// The last stored seq of any stream: consumers wait for it to move.
+    stored: Arc<watch::Sender<u64>>,
+}
+
+fn storage(e: sqlx::Error) -> BusError {
+    BusError::Unavailable(format!("local streams: {e}"))
+}
+
+impl LocalStreams {
+    /// Opens (creating it when missing) the streams' file at `url`
+    /// (`sqlite:///path/streams.db`).
+    pub async fn open(url: &str) -> Result<Self, BusError> {
+        let pool = kandev_common::db::sqlite::connect(url, 4)
+            .await
+            .map_err(storage)?;
+        sqlx::migrate!("./migrations-sqlite")
+            .run(&pool)
+            .await
+            .map_err(|e| storage(e.into()))?;
+        Ok(LocalStreams {
+            pool,
+            stored: Arc::new(watch::channel(0).0),
+        })
+    }
+
+    /// Closes the file (at shutdown).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+#[async_trait]
+impl Streams for LocalStreams {
+    async fn publish_with(
+        &self,
+        subject: &str,
+        id: Uuid,
+        headers: &Headers,
+        payload: Bytes,
+    ) -> Result<(), BusError> {
+        let stream = stream_of(subject)?.name;
+        let seq: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO stream_messages (stream, seq, msg_id, subject, headers, payload, at)
+             VALUES (?1, (SELECT coalesce(max(seq), 0) + 1 FROM stream_messages WHERE stream = ?1),
+                     ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (stream, msg_id) DO NOTHING RETURNING seq",
+        )
+        .bind(stream)
+        .bind(id)
+        .bind(subject)
+        .bind(Json(headers))
+        .bind(payload.as_ref())
+        .bind(now())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(storage)?;
+        if let Some(seq) = seq {
+            self.stored.send_replace(seq as u64);
+        }
+        Ok(())
+    }
+
+    async fn consumer(
+        &self,
+        stream: &str,
+        durable: &str,
+        filter: &str,
+        mode: AckMode,
+    ) -> Result<Box<dyn Consumer>, BusError> {
+        sqlx::query(
+            "INSERT INTO stream_consumers (stream, durable, ack_floor) VALUES (?1, ?2, 0)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(stream)
+        .bind(durable)
+        .execute(&self.pool)
+        .await
+        .map_err(storage)?;
+        let floor: i64 = sqlx::query_scalar(
+            "SELECT ack_floor FROM stream_consumers WHERE stream = ?1 AND durable = ?2",
+        )
+        .bind(stream)
+        .bind(durable)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(storage)?;
+        let state = Arc::new(LocalAcks {
+            pool: self.pool.clone(),
+            stream: stream.to_string(),
+            durable: durable.to_string(),
+            mode,
+            books: Mutex::new(Books {
+                read: floor as u64,
+                floor: floor as u64,
+                ..Books::default()
+            }),
+        });
+        Ok(Box::new(LocalConsumer {
+            pool: self.pool.clone(),
+            filter: filter.to_string(),
+            stored: self.stored.subscribe(),
+            acks: state,
+        }))
+    }
+}
+
+#[async_trait]
+impl EventBus for LocalStreams {
+    async fn publish(&self, subject: &str, id: Uuid, payload: Bytes) -> Result<(), BusError> {
+        let mut headers = Headers::new();
+        if let Some(traceparent) = kandev_common::trace::current() {
+            headers.push((kandev_common::trace::TRACEPARENT.to_string(), traceparent));
+        }
+        self.publish_with(subject, id, &headers, payload).await
+    }
+
+    async fn last_message(&self, subject: &str) -> Result<Option<Bytes>, BusError> {
+        let stream = stream_of(subject)?.name;
+        let payload: Option<Vec<u8>> = sqlx::query_scalar(
+            "SELECT payload FROM stream_messages WHERE stream = ?1 AND subject = ?2
+             ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(stream)
+        .bind(subject)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(storage)?;
+        Ok(payload.map(Bytes::from))
+    }
+}
+
+/// What a consumer delivered and what was acknowledged.
+#[derive(Debug, Default)]
+struct Books {
+    /// The last seq read from the stream.
+    read: u64,
+    /// The stored ack floor.
+    floor: u64,
+    /// Delivered and not acknowledged yet.
+    pending: BTreeSet<u64>,
+    /// How many times each pending message was delivered.
+    deliveries: HashMap<u64, u64>,
+    /// Messages to deliver again, by when.
+    again: BTreeMap<(Instant, u64), ()>,
+}
+
+impl Books {
+    /// The floor these books allow: before the first pending message.
+    fn floor(&self) -> u64 {
+        self.pending
+            .first()
+            .map_or(self.read, |first| first.saturating_sub(1))
+    }
+}
+
+struct LocalAcks {
+    pool: SqlitePool,
+    stream: String,
+    durable: String,
+    mode: AckMode,
+    books: Mutex<Books>,
+}
+
+impl LocalAcks {
+    fn books(&self) -> std::sync::MutexGuard<'_, Books> {
+        self.books.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[async_trait]
+impl Acker for LocalAcks {
+    async fn ack(&self, seq: u64) -> Result<(), BusError> {
+        let floor = {
+            let mut books = self.books();
+            match self.mode {
+                AckMode::Explicit => {
+                    books.pending.remove(&seq);
+                }
+                AckMode::All => {
+                    let rest = books.pending.split_off(&(seq + 1));
+                    books.pending = rest;
+                }
+            }
+            let pending = books.pending.clone();
+            books.deliveries.retain(|s, _| pending.contains(s));
+            books.again.retain(|(_, s), _| pending.contains(s));
+            let floor = books.floor();
+            if floor <= books.floor {
+                return Ok(());
+            }
+            books.floor = floor;
+            floor
+        };
+        sqlx::query(
+            "UPDATE stream_consumers SET ack_floor = max(ack_floor, ?3)
+             WHERE stream = ?1 AND durable = ?2",
+        )
+        .bind(&self.stream)
+        .bind(&self.durable)
+        .bind(floor as i64)
+        .execute(&self.pool)
+        .await
+        .map_err(storage)?;
+        Ok(())
+    }
+
+    async fn nak(&self, seq: u64, delay: Duration) -> Result<(), BusError> {
+        let mut books = self.books();
+        if books.pending.contains(&seq) {
+            books.again.insert((Instant::now() + delay, seq), ());
+        }
+        Ok(())
+    }
+}
+
+struct LocalConsumer {
+    pool: SqlitePool,
+    filter: String,
+    stored: watch::Receiver<u64>,
+    acks: Arc<LocalAcks>,
+}
+
+type Row = (i64, String, Json<Headers>, Vec<u8>);
+
+impl LocalConsumer {
+    fn delivered(&self, row: Row) -> Delivered {
+        let (seq, subject, headers, payload) = row;
+        let seq = seq as u64;
+        let delivered = {
+            let mut books = self.acks.books();
+            books.pending.insert(seq);
+            let count = books.deliveries.entry(seq).or_insert(0);
+            *count += 1;
+            *count
+        };
+        Delivered {
+            subject,
+            headers: headers.0,
+            payload: Bytes::from(payload),
+            stream_seq: seq,
+            delivered,
+            acker: self.acks.clone(),
+        }
+    }
+
+    /// Messages whose redelivery is due, and when the next one is.
+    fn due(&self) -> (Vec<u64>, Option<Instant>) {
+        let mut books = self.acks.books();
+        let now = Instant::now();
+        let mut due = Vec::new();
+        while let Some((&(at, seq), _)) = books.again.first_key_value() {
+            if at > now {
+                return (due, Some(at));
+            }
+            books.again.remove(&(at, seq));
+            due.push(seq);
+        }
+        (due, None)
+    }
+
+    async fn row(&self, seq: u64) -> Result<Option<Row>, BusError> {
+        sqlx::query_as(
+            "SELECT seq, subject, headers, payload FROM stream_messages
+             WHERE stream = ?1 AND seq = ?2",
+        )
+        .bind(&self.acks.stream)
+        .bind(seq as i64)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(storage)
+    }
+
+    /// New messages of the filter after the last read, up to the limits.
+    async fn read_on(&self, max: usize, max_bytes: usize) -> Result<Vec<Delivered>, BusError> {
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        loop {
+            let after = self.acks.books().read;
+            let rows: Vec<Row> = sqlx::query_as(
+                "SELECT seq, subject, headers, payload FROM stream_messages
+                 WHERE stream = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+            )
+            .bind(&self.acks.stream)
+            .bind(after as i64)
+            .bind(SCAN)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(storage)?;
+            let scanned = rows.len() as i64;
+            for row in rows {
+                if out.len() >= max || (!out.is_empty() && bytes + row.3.len() > max_bytes) {
+                    return Ok(out);
+                }
+                self.acks.books().read = row.0 as u64;
+                if subjects::matches(&self.filter, &row.1) {
+                    bytes += row.3.len();
+                    out.push(self.delivered(row));
+                }
+            }
+            if scanned < SCAN || !out.is_empty() {
+                return Ok(out);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Consumer for LocalConsumer {
+    async fn fetch(
+        &mut self,
+        max: usize,
+        max_bytes: usize,
+        wait: Duration,
+    ) -> Result<Vec<Delivered>, BusError> {
+        let deadline = Instant::now() + wait;
+        loop {
+            // What is seen stored from here on wakes the wait below.
+            self.stored.borrow_and_update();
+            let (due, next) = self.due();
+            let mut out = Vec::new();
+            for seq in due {
+                if let Some(row) = self.row(seq).await? {
+                    out.push(self.delivered(row));
+                }
+            }
+            if out.len() < max {
+                out.extend(self.read_on(max - out.len(), max_bytes).await?);
+            }
+            if !out.is_empty() {
+                return Ok(out);
+            }
+            let until = next.map_or(deadline, |n| n.min(deadline));
+            tokio::select! {
+                changed = self.stored.changed() => {
+                    if changed.is_err() {
+                        return Ok(out);
+                    }
+                }
+                () = tokio::time::sleep_until(until) => {
+                    if Instant::now() >= deadline {
+                        return Ok(out);
+                    }
+                }
+            }
+        }
+    }
+}

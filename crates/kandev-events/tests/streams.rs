@@ -1,0 +1,368 @@
+//! The durable streams' contract (see `kandev_events::durable`), checked
+//! against each implementation: NATS JetStream (a `nats-server -js` of the
+//! test's own) and the in-process streams (a SQLite file of the test's own).
+
+use std::{sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use kandev_events::{
+    EventBus, JetStreamBus,
+    durable::{AckMode, Consumer, Delivered, Headers, JetStreamStreams, LocalStreams, Streams},
+};
+use kandev_testkit::OwnNats;
+use uuid::Uuid;
+
+const TASKS: &str = "KANDEV_TASKS";
+const WAIT: Duration = Duration::from_secs(2);
+
+/// One implementation, which can be restarted keeping what it stored.
+enum Backend {
+    JetStream {
+        nats: Box<OwnNats>,
+        bus: JetStreamBus,
+    },
+    Local {
+        dir: tempfile::TempDir,
+        streams: LocalStreams,
+    },
+}
+
+impl Backend {
+    async fn jetstream() -> Backend {
+        let nats = Box::new(OwnNats::start().await);
+        let bus = JetStreamBus::connect(&nats.url()).await.unwrap();
+        bus.ensure_streams().await.unwrap();
+        Backend::JetStream { nats, bus }
+    }
+
+    async fn local() -> Backend {
+        let dir = tempfile::tempdir().unwrap();
+        let streams = LocalStreams::open(&Self::local_url(&dir)).await.unwrap();
+        Backend::Local { dir, streams }
+    }
+
+    fn local_url(dir: &tempfile::TempDir) -> String {
+        format!("sqlite://{}", dir.path().join("streams.db").display())
+    }
+
+    fn streams(&self) -> Arc<dyn Streams> {
+        match self {
+            Backend::JetStream { bus, .. } => Arc::new(JetStreamStreams::new(bus.clone())),
+            Backend::Local { streams, .. } => Arc::new(streams.clone()),
+        }
+    }
+
+    fn events(&self) -> Arc<dyn EventBus> {
+        match self {
+            Backend::JetStream { bus, .. } => Arc::new(bus.clone()),
+            Backend::Local { streams, .. } => Arc::new(streams.clone()),
+        }
+    }
+
+    /// Stops and starts again on what was stored (a NATS server restarted
+    /// on its store; the process's file opened again).
+    async fn restart(&mut self) {
+        match self {
+            Backend::JetStream { nats, bus } => {
+                nats.restart().await;
+                *bus = JetStreamBus::connect(&nats.url()).await.unwrap();
+            }
+            Backend::Local { dir, streams } => {
+                streams.close().await;
+                *streams = LocalStreams::open(&Self::local_url(dir)).await.unwrap();
+            }
+        }
+    }
+}
+
+/// Runs each named check against both implementations.
+macro_rules! contract {
+    ($($check:ident),* $(,)?) => {
+        mod jetstream {
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    super::$check(super::Backend::jetstream().await).await;
+                }
+            )*
+        }
+        mod local {
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    super::$check(super::Backend::local().await).await;
+                }
+            )*
+        }
+    };
+}
+
+contract!(
+    messages_come_in_order_filtered_and_once,
+    what_is_not_acknowledged_comes_again_in_order,
+    acknowledging_one_acknowledges_those_before_in_ack_all,
+    a_nak_delivers_again_later_while_others_go_on,
+    consumers_of_different_names_are_independent,
+    messages_floors_and_ids_survive_a_restart,
+    a_fetch_waits_for_the_next_message,
+    the_last_message_of_a_subject_is_found,
+    concurrent_publishers_each_get_one_place,
+);
+
+async fn publish(streams: &dyn Streams, subject: &str, id: Uuid, text: &str) {
+    let headers: Headers = vec![("traceparent".into(), format!("tp-{text}"))];
+    streams
+        .publish_with(subject, id, &headers, Bytes::from(text.to_string()))
+        .await
+        .unwrap();
+}
+
+/// Publishes `texts` on `task.created`, each with an id of its own.
+async fn publish_all(streams: &dyn Streams, texts: &[&str]) -> Vec<Uuid> {
+    let mut ids = vec![];
+    for text in texts {
+        let id = Uuid::now_v7();
+        publish(streams, "task.created", id, text).await;
+        ids.push(id);
+    }
+    ids
+}
+
+fn texts(batch: &[Delivered]) -> Vec<String> {
+    batch
+        .iter()
+        .map(|d| String::from_utf8(d.payload.to_vec()).unwrap())
+        .collect()
+}
+
+/// Fetches until `n` messages came (or fails).
+async fn take(consumer: &mut dyn Consumer, n: usize) -> Vec<Delivered> {
+    let mut got = vec![];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while got.len() < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {n} messages came",
+            got.len()
+        );
+        got.extend(consumer.fetch(n - got.len(), 1 << 20, WAIT).await.unwrap());
+    }
+    got
+}
+
+async fn open(
+    streams: &dyn Streams,
+    durable: &str,
+    filter: &str,
+    mode: AckMode,
+) -> Box<dyn Consumer> {
+    streams
+        .consumer(TASKS, durable, filter, mode)
+        .await
+        .unwrap()
+}
+
+async fn messages_come_in_order_filtered_and_once(backend: Backend) {
+    let streams = backend.streams();
+    let first = Uuid::now_v7();
+    publish(streams.as_ref(), "task.created", first, "one").await;
+    publish(streams.as_ref(), "task.updated", Uuid::now_v7(), "two").await;
+    publish(
+        streams.as_ref(),
+        "agent.started",
+        Uuid::now_v7(),
+        "elsewhere",
+    )
+    .await;
+    // The same id again: dropped.
+    publish(streams.as_ref(), "task.created", first, "one again").await;
+    publish(streams.as_ref(), "task.created", Uuid::now_v7(), "three").await;
+
+    let mut all = open(streams.as_ref(), "all", "task.>", AckMode::Explicit).await;
+    let got = take(all.as_mut(), 3).await;
+    assert_eq!(texts(&got), ["one", "two", "three"]);
+    assert!(got.windows(2).all(|w| w[0].stream_seq < w[1].stream_seq));
+    assert_eq!(got[1].subject, "task.updated");
+    assert_eq!(got[0].header("traceparent"), Some("tp-one"));
+    assert!(got.iter().all(|d| d.delivered == 1));
+    assert!(
+        all.fetch(10, 1 << 20, Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let mut created = open(
+        streams.as_ref(),
+        "created",
+        "task.created",
+        AckMode::Explicit,
+    )
+    .await;
+    assert_eq!(texts(&take(created.as_mut(), 2).await), ["one", "three"]);
+}
+
+async fn what_is_not_acknowledged_comes_again_in_order(backend: Backend) {
+    let streams = backend.streams();
+    publish_all(streams.as_ref(), &["1", "2", "3", "4"]).await;
+    let mut consumer = open(streams.as_ref(), "c", "task.>", AckMode::Explicit).await;
+    let got = take(consumer.as_mut(), 4).await;
+    for i in [0, 1, 3] {
+        got[i].ack().await.unwrap();
+    }
+    drop(consumer);
+    let mut again = open(streams.as_ref(), "c", "task.>", AckMode::Explicit).await;
+    let redelivered = take(again.as_mut(), 1).await;
+    assert_eq!(texts(&redelivered)[0], "3", "after the floor, in order");
+    // Nothing before the floor comes again.
+    let rest = again
+        .fetch(10, 1 << 20, Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert!(texts(&rest).iter().all(|t| t == "4"), "{:?}", texts(&rest));
+}
+
+async fn acknowledging_one_acknowledges_those_before_in_ack_all(backend: Backend) {
+    let streams = backend.streams();
+    publish_all(streams.as_ref(), &["1", "2", "3", "4", "5"]).await;
+    let mut consumer = open(streams.as_ref(), "feed", "task.>", AckMode::All).await;
+    let got = take(consumer.as_mut(), 5).await;
+    got[2].ack().await.unwrap();
+    drop(consumer);
+    let mut again = open(streams.as_ref(), "feed", "task.>", AckMode::All).await;
+    assert_eq!(texts(&take(again.as_mut(), 2).await), ["4", "5"]);
+}
+
+async fn a_nak_delivers_again_later_while_others_go_on(backend: Backend) {
+    let streams = backend.streams();
+    publish_all(streams.as_ref(), &["failing", "fine"]).await;
+    let mut consumer = open(streams.as_ref(), "c", "task.>", AckMode::Explicit).await;
+    let got = take(consumer.as_mut(), 2).await;
+    got[0].nak(Duration::from_millis(300)).await.unwrap();
+    got[1].ack().await.unwrap();
+    publish_all(streams.as_ref(), &["next"]).await;
+    let mut later = take(consumer.as_mut(), 2).await;
+    later.sort_by_key(|d| d.stream_seq);
+    assert_eq!(texts(&later), ["failing", "next"]);
+    assert_eq!((later[0].delivered, later[1].delivered), (2, 1));
+    for d in &later {
+        d.ack().await.unwrap();
+    }
+    assert!(
+        consumer
+            .fetch(10, 1 << 20, Duration::from_millis(500))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn consumers_of_different_names_are_independent(backend: Backend) {
+    let streams = backend.streams();
+    publish_all(streams.as_ref(), &["a", "b"]).await;
+    let mut one = open(streams.as_ref(), "one", "task.>", AckMode::Explicit).await;
+    let mut two = open(streams.as_ref(), "two", "task.>", AckMode::Explicit).await;
+    for d in take(one.as_mut(), 2).await {
+        d.ack().await.unwrap();
+    }
+    assert_eq!(texts(&take(two.as_mut(), 2).await), ["a", "b"]);
+}
+
+async fn messages_floors_and_ids_survive_a_restart(mut backend: Backend) {
+    let streams = backend.streams();
+    let ids = publish_all(streams.as_ref(), &["1", "2", "3"]).await;
+    let mut consumer = open(streams.as_ref(), "c", "task.>", AckMode::All).await;
+    let got = take(consumer.as_mut(), 3).await;
+    got[0].ack().await.unwrap();
+    drop((consumer, got, streams));
+
+    backend.restart().await;
+    let streams = backend.streams();
+    // An id stored before the restart is still known.
+    publish(streams.as_ref(), "task.created", ids[1], "2 again").await;
+    publish_all(streams.as_ref(), &["4"]).await;
+    let mut again = open(streams.as_ref(), "c", "task.>", AckMode::All).await;
+    assert_eq!(texts(&take(again.as_mut(), 3).await), ["2", "3", "4"]);
+    assert!(
+        again
+            .fetch(10, 1 << 20, Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn a_fetch_waits_for_the_next_message(backend: Backend) {
+    let streams = backend.streams();
+    let mut consumer = open(streams.as_ref(), "c", "task.>", AckMode::Explicit).await;
+    assert!(
+        consumer
+            .fetch(10, 1 << 20, Duration::from_millis(200))
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing yet"
+    );
+    let publisher = streams.clone();
+    let later = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        publish_all(publisher.as_ref(), &["late"]).await;
+    });
+    let got = consumer
+        .fetch(1, 1 << 20, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(texts(&got), ["late"]);
+    later.await.unwrap();
+}
+
+async fn the_last_message_of_a_subject_is_found(backend: Backend) {
+    let events = backend.events();
+    let subject = format!("acp.message.{}", Uuid::now_v7());
+    assert_eq!(events.last_message(&subject).await.unwrap(), None);
+    for text in ["first", "last"] {
+        events
+            .publish(&subject, Uuid::now_v7(), Bytes::from(text))
+            .await
+            .unwrap();
+    }
+    events
+        .publish("acp.message.other", Uuid::now_v7(), Bytes::from("other"))
+        .await
+        .unwrap();
+    assert_eq!(
+        events.last_message(&subject).await.unwrap(),
+        Some(Bytes::from("last"))
+    );
+}
+
+async fn concurrent_publishers_each_get_one_place(backend: Backend) {
+    let streams = backend.streams();
+    let publishers = (0..8).map(|p| {
+        let streams = streams.clone();
+        tokio::spawn(async move {
+            for i in 0..25 {
+                let text = format!("{p}/{i}");
+                publish(streams.as_ref(), "task.updated", Uuid::now_v7(), &text).await;
+            }
+        })
+    });
+    for publisher in futures::future::join_all(publishers).await {
+        publisher.unwrap();
+    }
+    let mut consumer = open(streams.as_ref(), "c", "task.>", AckMode::Explicit).await;
+    let got = take(consumer.as_mut(), 200).await;
+    let mut seqs: Vec<u64> = got.iter().map(|d| d.stream_seq).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "in stream order");
+    seqs.dedup();
+    assert_eq!(seqs.len(), 200);
+    // Each publisher's messages in the order it sent them.
+    for p in 0..8 {
+        let mine: Vec<String> = texts(&got)
+            .into_iter()
+            .filter(|t| t.starts_with(&format!("{p}/")))
+            .collect();
+        let sent: Vec<String> = (0..25).map(|i| format!("{p}/{i}")).collect();
+        assert_eq!(mine, sent);
+    }
+}
