@@ -16,9 +16,11 @@ const TASKS: &str = "KANDEV_TASKS";
 const WAIT: Duration = Duration::from_secs(2);
 
 /// One implementation, which can be restarted keeping what it stored.
+/// (One per test: the size of its variants does not matter.)
+#[allow(clippy::large_enum_variant)]
 enum Backend {
     JetStream {
-        nats: Box<OwnNats>,
+        nats: OwnNats,
         bus: JetStreamBus,
     },
     Local {
@@ -29,7 +31,7 @@ enum Backend {
 
 impl Backend {
     async fn jetstream() -> Backend {
-        let nats = Box::new(OwnNats::start().await);
+        let nats = OwnNats::start().await;
         let bus = JetStreamBus::connect(&nats.url()).await.unwrap();
         bus.ensure_streams().await.unwrap();
         Backend::JetStream { nats, bus }
