@@ -1,17 +1,13 @@
-//! Durable JetStream consumers of `task.*` and `agent.*`: events that arrive
+//! Durable consumers of `task.*` and `agent.*` (on any [`Streams`]: JetStream,
+//! or the one process's own): events that arrive
 //! while the orchestrator is down wait in their streams and are handled when
 //! it comes back. Each message is acknowledged once the engine applied it;
 //! the engine dedupes by envelope id.
 
 use std::{sync::Arc, time::Duration};
 
-use async_nats::jetstream::{
-    AckKind,
-    consumer::{AckPolicy, DeliverPolicy, pull},
-};
-use futures::StreamExt;
 use kandev_common::CancellationToken;
-use kandev_events::JetStreamBus;
+use kandev_events::durable::{AckMode, Delivered, Streams};
 use tracing::Instrument as _;
 
 use crate::engine::Engine;
@@ -33,11 +29,14 @@ impl Source {
 }
 
 /// How often a message whose handling failed is tried before it is dropped.
-const MAX_DELIVER: i64 = 20;
+const MAX_DELIVER: u64 = 20;
+
+/// The most events one fetch takes.
+const FETCH: usize = 100;
 
 /// Runs one durable consumer until `stop` fires.
 pub async fn run(
-    bus: JetStreamBus,
+    streams: Arc<dyn Streams>,
     source: Source,
     durable: String,
     filter: String,
@@ -45,38 +44,11 @@ pub async fn run(
     stop: CancellationToken,
 ) {
     while !stop.is_cancelled() {
-        let attempt = async {
-            bus.ensure_streams().await.map_err(|e| e.to_string())?;
-            let stream = bus
-                .jetstream()
-                .get_stream(source.stream())
-                .await
-                .map_err(|e| e.to_string())?;
-            let consumer = stream
-                .get_or_create_consumer(
-                    &durable,
-                    pull::Config {
-                        durable_name: Some(durable.clone()),
-                        filter_subject: filter.clone(),
-                        ack_policy: AckPolicy::Explicit,
-                        ack_wait: Duration::from_secs(120),
-                        deliver_policy: DeliverPolicy::All,
-                        ..Default::default()
-                    },
-                )
-                .await
-                .map_err(|e| e.to_string())?;
-            consumer
-                .stream()
-                .max_messages_per_batch(100)
-                .heartbeat(Duration::from_secs(5))
-                .expires(Duration::from_secs(30))
-                .messages()
-                .await
-                .map_err(|e| e.to_string())
-        };
-        let mut messages = match attempt.await {
-            Ok(m) => m,
+        let opened = streams
+            .consumer(source.stream(), &durable, &filter, AckMode::Explicit)
+            .await;
+        let mut consumer = match opened {
+            Ok(c) => c,
             Err(err) => {
                 tracing::warn!(%err, ?source, "event consumer not ready, retrying");
                 tokio::select! {
@@ -85,62 +57,65 @@ pub async fn run(
                 }
             }
         };
+        let mut failures = 0u32;
         loop {
-            let next = tokio::select! {
+            let fetched = tokio::select! {
                 () = stop.cancelled() => return,
-                next = messages.next() => next,
+                fetched = consumer.fetch(FETCH, 1 << 20, Duration::from_secs(30)) => fetched,
             };
-            let msg = match next {
-                Some(Ok(msg)) => msg,
-                Some(Err(err)) => {
-                    tracing::warn!(%err, ?source, "event consumer stream error");
-                    continue;
-                }
-                None => break,
-            };
-            // Handled in the trace of whoever published the event.
-            let span = tracing::info_span!(
-                "event",
-                subject = %msg.subject,
-                trace_id = tracing::field::Empty,
-            );
-            kandev_common::trace::continue_from(
-                &span,
-                kandev_events::traceparent(msg.headers.as_ref()),
-            );
-            let result = match source {
-                Source::Tasks => {
-                    engine
-                        .handle_task_event(&msg.subject, &msg.payload)
-                        .instrument(span)
-                        .await
-                }
-                Source::Agents => {
-                    engine
-                        .handle_agent_event(&msg.payload)
-                        .instrument(span)
-                        .await
-                }
-            };
-            match result {
-                Ok(()) => {
-                    if let Err(err) = msg.ack().await {
-                        tracing::warn!(%err, "event ack failed");
-                    }
+            let batch = match fetched {
+                Ok(batch) => {
+                    failures = 0;
+                    batch
                 }
                 Err(err) => {
-                    let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
-                    if delivered >= MAX_DELIVER {
-                        tracing::error!(%err, subject = %msg.subject, "giving up on an event");
-                        let _ = msg.ack().await;
-                    } else {
-                        tracing::warn!(%err, subject = %msg.subject, "event handling failed, retrying");
-                        let _ = msg
-                            .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
-                            .await;
+                    failures += 1;
+                    tracing::warn!(%err, ?source, failures, "event consumer stream error");
+                    if failures >= 3 {
+                        // Opened again at the ack floor.
+                        break;
                     }
+                    continue;
                 }
+            };
+            for msg in batch {
+                handle(&engine, source, msg).await;
             }
+        }
+    }
+}
+
+/// Applies one event, then acknowledges it, or has it delivered again.
+async fn handle(engine: &Engine, source: Source, msg: Delivered) {
+    // Handled in the trace of whoever published the event.
+    let span = tracing::info_span!(
+        "event",
+        subject = %msg.subject,
+        trace_id = tracing::field::Empty,
+    );
+    kandev_common::trace::continue_from(&span, msg.header(kandev_common::trace::TRACEPARENT));
+    let result = match source {
+        Source::Tasks => {
+            engine
+                .handle_task_event(&msg.subject, &msg.payload)
+                .instrument(span)
+                .await
+        }
+        Source::Agents => engine.handle_agent_event(&msg.payload).instrument(span).await,
+    };
+    match result {
+        Ok(()) => {
+            if let Err(err) = msg.ack().await {
+                tracing::warn!(%err, "event ack failed");
+            }
+        }
+        Err(err) if msg.delivered >= MAX_DELIVER => {
+            tracing::error!(%err, subject = %msg.subject, "giving up on an event");
+            let _ = msg.ack().await;
+        }
+        Err(err) => {
+            tracing::warn!(%err, subject = %msg.subject, "event handling failed, retrying");
+            let _ = msg.nak(Duration::from_secs(1)).await;
         }
     }
 }

@@ -7,7 +7,10 @@ use kandev_common::{
     serve::{self, ReadinessCheck},
     service_auth,
 };
-use kandev_events::JetStreamBus;
+use kandev_events::{
+    JetStreamBus,
+    durable::{JetStreamStreams, Streams},
+};
 use kandev_proto::v1::orchestrator_server::OrchestratorServer;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
@@ -291,6 +294,7 @@ impl Application {
         });
         let parts = LeaderParts {
             bus: self.bus.clone(),
+            streams: Arc::new(JetStreamStreams::new(self.bus.clone())),
             feed: self.feed.clone(),
             hub: self.hub.clone(),
             engine: self.engine.clone(),
@@ -338,6 +342,7 @@ impl Application {
 #[derive(Clone)]
 struct LeaderParts {
     bus: JetStreamBus,
+    streams: Arc<dyn Streams>,
     feed: Arc<dyn FeedStore>,
     hub: Arc<FeedHub>,
     engine: Arc<Engine>,
@@ -350,6 +355,7 @@ struct LeaderParts {
 async fn lead_work(parts: LeaderParts, stop: CancellationToken) {
     let LeaderParts {
         bus,
+        streams,
         feed: store,
         hub,
         engine,
@@ -361,7 +367,8 @@ async fn lead_work(parts: LeaderParts, stop: CancellationToken) {
         FeedConsumer {
             store,
             hub,
-            bus: bus.clone(),
+            streams: streams.clone(),
+            bus,
             durable: c.acp_durable.clone(),
             filter: c.acp_filter.clone(),
             flush_every: Duration::from_millis(settings.feed_flush_ms),
@@ -371,7 +378,7 @@ async fn lead_work(parts: LeaderParts, stop: CancellationToken) {
         .run(stop.clone()),
     ));
     let tasks = AbortOnDropHandle::new(tokio::spawn(consumers::run(
-        bus.clone(),
+        streams.clone(),
         Source::Tasks,
         c.task_durable.clone(),
         c.task_filter.clone(),
@@ -379,7 +386,7 @@ async fn lead_work(parts: LeaderParts, stop: CancellationToken) {
         stop.clone(),
     )));
     let agents = AbortOnDropHandle::new(tokio::spawn(consumers::run(
-        bus,
+        streams,
         Source::Agents,
         c.agent_durable.clone(),
         c.agent_filter.clone(),

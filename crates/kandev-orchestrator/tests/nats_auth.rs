@@ -6,11 +6,11 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
 use bytes::Bytes;
 use futures::StreamExt;
 use kandev_events::{
     BusError, EventBus, JetStreamBus, NatsLogin,
+    durable::{AckMode, JetStreamStreams, Streams},
     nats::{self, NatsPassword},
     subjects,
 };
@@ -138,28 +138,27 @@ async fn each_service_user_can_do_what_its_service_does() {
     // Orchestrator: the feed's consumer, created and then re-created at its
     // ack floor (the code the feed runs), pulling and acknowledging.
     let orch = bus_as(&nats, "orchestrator").await;
+    let streams = JetStreamStreams::new(orch.clone());
+    let open = || {
+        streams.consumer(
+            kandev_orchestrator::feed::ACP_STREAM,
+            "orchestrator-acp",
+            "acp.message.>",
+            AckMode::All,
+        )
+    };
     for _ in 0..2 {
-        let consumer =
-            kandev_orchestrator::feed::acp_consumer(&orch, "orchestrator-acp", "acp.message.>")
-                .await
-                .expect("the orchestrator creates the ACP consumer");
+        let consumer = open()
+            .await
+            .expect("the orchestrator creates the ACP consumer");
         drop(consumer);
     }
-    let consumer =
-        kandev_orchestrator::feed::acp_consumer(&orch, "orchestrator-acp", "acp.message.>")
-            .await
-            .expect("ACP consumer");
-    let mut messages = consumer
-        .stream()
-        .max_messages_per_batch(10)
-        .messages()
+    let mut consumer = open().await.expect("ACP consumer");
+    let fetched = consumer
+        .fetch(10, 1 << 20, Duration::from_secs(10))
         .await
         .expect("the orchestrator pulls");
-    let msg = tokio::time::timeout(Duration::from_secs(10), messages.next())
-        .await
-        .expect("a message within 10 s")
-        .expect("stream open")
-        .expect("message");
+    let msg = fetched.first().expect("a message within 10 s");
     assert_eq!(msg.subject.as_str(), acp);
     msg.ack().await.expect("ack sent");
     let stream = orch
@@ -190,29 +189,24 @@ async fn each_service_user_can_do_what_its_service_does() {
             subjects::AGENT_STARTED,
         ),
     ] {
-        let consumer = orch
-            .jetstream()
-            .get_stream(stream)
+        // Opened twice: the second re-creates it at its ack floor.
+        for _ in 0..2 {
+            drop(
+                streams
+                    .consumer(stream, durable, filter, AckMode::Explicit)
+                    .await
+                    .unwrap_or_else(|e| panic!("the orchestrator opens {durable}: {e}")),
+            );
+        }
+        let mut consumer = streams
+            .consumer(stream, durable, filter, AckMode::Explicit)
             .await
-            .expect("stream")
-            .get_or_create_consumer(
-                durable,
-                pull::Config {
-                    durable_name: Some(durable.into()),
-                    filter_subject: filter.into(),
-                    ack_policy: AckPolicy::Explicit,
-                    deliver_policy: DeliverPolicy::All,
-                    ..Default::default()
-                },
-            )
+            .expect("consumer");
+        let fetched = consumer
+            .fetch(1, 1 << 20, Duration::from_secs(10))
             .await
-            .unwrap_or_else(|e| panic!("the orchestrator creates {durable}: {e}"));
-        let mut messages = consumer.messages().await.expect("pull");
-        let msg = tokio::time::timeout(Duration::from_secs(10), messages.next())
-            .await
-            .expect("an event within 10 s")
-            .expect("stream open")
-            .expect("event");
+            .expect("pull");
+        let msg = fetched.first().expect("an event within 10 s");
         assert_eq!(msg.subject.as_str(), subject);
         msg.ack().await.expect("ack");
     }

@@ -11,7 +11,7 @@ use async_nats::{
 };
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::StreamExt as _;
+use futures::{FutureExt as _, StreamExt as _};
 use uuid::Uuid;
 
 use super::{AckMode, Acker, Consumer, Delivered, Headers, Streams};
@@ -97,13 +97,22 @@ impl Streams for JetStreamStreams {
             })
             .await
             .map_err(unavailable)?;
-        Ok(Box::new(JsConsumer { consumer }))
+        Ok(Box::new(JsConsumer {
+            consumer,
+            messages: None,
+        }))
     }
 }
 
+/// A consumer reading one continuous pull (re-pulled by the client as each
+/// pull expires, with heartbeats), opened at the first fetch with its sizes.
 struct JsConsumer {
     consumer: PullConsumer,
+    messages: Option<pull::Stream>,
 }
+
+/// How long one pull lasts before the client renews it.
+const PULL_EXPIRES: Duration = Duration::from_secs(30);
 
 /// The acknowledgement of one JetStream message.
 struct JsAcker(jetstream::message::Acker);
@@ -125,6 +134,35 @@ impl Acker for JsAcker {
     }
 }
 
+impl JsConsumer {
+    fn delivered(message: jetstream::Message) -> Result<Delivered, BusError> {
+        let (stream_seq, delivered) = message
+            .info()
+            .map(|i| (i.stream_sequence, i.delivered as u64))
+            .map_err(unavailable)?;
+        let (message, acker) = message.split();
+        let headers = message
+            .headers
+            .iter()
+            .flat_map(|h| h.iter())
+            .filter(|(k, _)| AsRef::<str>::as_ref(k) != "Nats-Msg-Id")
+            .flat_map(|(k, values)| {
+                values
+                    .iter()
+                    .map(move |v| (k.to_string(), v.as_str().to_string()))
+            })
+            .collect();
+        Ok(Delivered {
+            subject: message.subject.to_string(),
+            headers,
+            payload: message.payload,
+            stream_seq,
+            delivered,
+            acker: Arc::new(JsAcker(acker)),
+        })
+    }
+}
+
 #[async_trait]
 impl Consumer for JsConsumer {
     async fn fetch(
@@ -133,42 +171,45 @@ impl Consumer for JsConsumer {
         max_bytes: usize,
         wait: Duration,
     ) -> Result<Vec<Delivered>, BusError> {
-        let mut batch = self
-            .consumer
-            .fetch()
-            .max_messages(max.max(1))
-            .max_bytes(max_bytes.max(1))
-            .expires(wait.max(Duration::from_millis(10)))
-            .messages()
-            .await
-            .map_err(unavailable)?;
-        let mut out = Vec::new();
-        while let Some(message) = batch.next().await {
-            let message = message.map_err(unavailable)?;
-            let (stream_seq, delivered) = message
-                .info()
-                .map(|i| (i.stream_sequence, i.delivered as u64))
-                .map_err(unavailable)?;
-            let (message, acker) = message.split();
-            let headers = message
-                .headers
-                .iter()
-                .flat_map(|h| h.iter())
-                .filter(|(k, _)| AsRef::<str>::as_ref(k) != "Nats-Msg-Id")
-                .flat_map(|(k, values)| {
-                    values
-                        .iter()
-                        .map(move |v| (k.to_string(), v.as_str().to_string()))
-                })
-                .collect();
-            out.push(Delivered {
-                subject: message.subject.to_string(),
-                headers,
-                payload: message.payload,
-                stream_seq,
-                delivered,
-                acker: Arc::new(JsAcker(acker)),
-            });
+        let messages = match &mut self.messages {
+            Some(messages) => messages,
+            None => self.messages.insert(
+                self.consumer
+                    .stream()
+                    .max_messages_per_batch(max.max(1))
+                    .max_bytes_per_batch(max_bytes.max(1))
+                    .heartbeat(Duration::from_secs(5))
+                    .expires(PULL_EXPIRES)
+                    .messages()
+                    .await
+                    .map_err(unavailable)?,
+            ),
+        };
+        let first = match tokio::time::timeout(wait, messages.next()).await {
+            Err(_) => return Ok(Vec::new()),
+            Ok(Some(Ok(message))) => message,
+            Ok(Some(Err(err))) => return Err(unavailable(err)),
+            Ok(None) => {
+                // Ended: the next fetch pulls again.
+                self.messages = None;
+                return Ok(Vec::new());
+            }
+        };
+        let mut bytes = first.payload.len();
+        let mut out = vec![Self::delivered(first)?];
+        // Then what is already here, without waiting.
+        while out.len() < max && bytes < max_bytes {
+            match messages.next().now_or_never() {
+                Some(Some(Ok(message))) => {
+                    bytes += message.payload.len();
+                    out.push(Self::delivered(message)?);
+                }
+                Some(None) => {
+                    self.messages = None;
+                    break;
+                }
+                Some(Some(Err(_))) | None => break,
+            }
         }
         Ok(out)
     }

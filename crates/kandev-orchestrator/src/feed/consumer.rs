@@ -3,31 +3,18 @@
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use async_nats::jetstream::{
-    self, AckKind,
-    consumer::{AckPolicy, DeliverPolicy, pull},
-};
-use futures::StreamExt;
 use kandev_common::CancellationToken;
-use kandev_events::{Envelope, JetStreamBus, agent::AcpBatchRef, subjects};
+use kandev_events::{
+    Envelope, JetStreamBus,
+    agent::AcpBatchRef,
+    durable::{AckMode, Consumer, Delivered, Streams},
+    subjects,
+};
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
 use uuid::Uuid;
 
 use super::{FeedHub, Frame, store::FeedStore};
-
-/// Why the feed consumer could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum FeedError {
-    #[error("jetstream: {0}")]
-    JetStream(String),
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
-}
-
-fn js_err(e: impl std::fmt::Display) -> FeedError {
-    FeedError::JetStream(e.to_string())
-}
 
 /// The most bus messages (each a batch of events) and bytes one pull asks
 /// for: what the consumer holds in memory before it is numbered.
@@ -37,53 +24,19 @@ const PULL_BYTES: usize = 4 * 1024 * 1024;
 /// The stream that holds `acp.message.>`.
 pub const ACP_STREAM: &str = "KANDEV_ACP";
 
-/// Creates the durable consumer, positioned at its ack floor: a consumer
-/// that existed is re-created to start at the first unacknowledged message,
-/// so redeliveries come first and in stream order.
-pub async fn acp_consumer(
-    bus: &JetStreamBus,
-    durable: &str,
-    filter: &str,
-) -> Result<jetstream::consumer::PullConsumer, FeedError> {
-    bus.ensure_streams().await.map_err(js_err)?;
-    let stream = bus
-        .jetstream()
-        .get_stream(ACP_STREAM)
-        .await
-        .map_err(js_err)?;
-    let deliver_policy = match stream.consumer_info(durable).await {
-        Ok(info) => {
-            let start = info.ack_floor.stream_sequence + 1;
-            stream.delete_consumer(durable).await.map_err(js_err)?;
-            DeliverPolicy::ByStartSequence {
-                start_sequence: start,
-            }
-        }
-        Err(_) => DeliverPolicy::All,
-    };
-    stream
-        .create_consumer(pull::Config {
-            durable_name: Some(durable.to_string()),
-            filter_subject: filter.to_string(),
-            ack_policy: AckPolicy::All,
-            ack_wait: Duration::from_secs(600),
-            max_ack_pending: 100_000,
-            deliver_policy,
-            ..Default::default()
-        })
-        .await
-        .map_err(js_err)
-}
-
 struct Batch {
     frames: Vec<Arc<Frame>>,
-    last: jetstream::Message,
+    /// Acknowledging it acknowledges the batch (and those before).
+    last: Delivered,
 }
 
 /// Numbers, broadcasts and stores `acp.message.*`.
 pub struct FeedConsumer {
     pub store: Arc<dyn FeedStore>,
     pub hub: Arc<FeedHub>,
+    /// Where `acp.message.*` is consumed from.
+    pub streams: Arc<dyn Streams>,
+    /// Where the live feed is published (core NATS).
     pub bus: JetStreamBus,
     pub durable: String,
     pub filter: String,
@@ -146,17 +99,21 @@ impl FeedConsumer {
         )));
         let mut counters = Counters::default();
         let mut frames: Vec<Arc<Frame>> = Vec::new();
-        let mut last: Option<jetstream::Message> = None;
+        let mut last: Option<Delivered> = None;
         let mut deadline = tokio::time::Instant::now() + self.flush_every;
-        let mut consumer: Option<jetstream::consumer::PullConsumer> = None;
+        let mut consumer: Option<Box<dyn Consumer>> = None;
         let mut failures = 0u32;
 
-        'outer: while !stop.is_cancelled() {
-            // (Re-)created at the ack floor: at start, and when pulling keeps
+        while !stop.is_cancelled() {
+            // (Re-)opened at the ack floor: at start, and when pulling keeps
             // failing (say NATS lost the consumer). Messages numbered but not
             // yet acknowledged come again and are skipped as duplicates.
             if consumer.is_none() || failures >= 3 {
-                match acp_consumer(&self.bus, &self.durable, &self.filter).await {
+                let opened = self
+                    .streams
+                    .consumer(ACP_STREAM, &self.durable, &self.filter, AckMode::All)
+                    .await;
+                match opened {
                     Ok(c) => {
                         consumer = Some(c);
                         failures = 0;
@@ -170,22 +127,25 @@ impl FeedConsumer {
                     }
                 }
             }
-            let Some(current) = consumer.as_ref() else {
+            let Some(current) = consumer.as_mut() else {
                 continue;
             };
-            let mut messages = match current
-                .stream()
+            // Until the batch in hand is due to be flushed, or a pull's length.
+            let wait = if last.is_some() {
+                deadline.saturating_duration_since(tokio::time::Instant::now())
+            } else {
+                Duration::from_secs(30)
+            };
+            let fetched = tokio::select! {
+                biased;
+                () = stop.cancelled() => break,
                 // Messages are batches of events: bound the pull by bytes.
-                .max_messages_per_batch(PULL_MESSAGES)
-                .max_bytes_per_batch(PULL_BYTES)
-                .heartbeat(Duration::from_secs(5))
-                .expires(Duration::from_secs(30))
-                .messages()
-                .await
-            {
-                Ok(m) => {
+                fetched = current.fetch(PULL_MESSAGES, PULL_BYTES, wait) => fetched,
+            };
+            let messages = match fetched {
+                Ok(messages) => {
                     failures = 0;
-                    m
+                    messages
                 }
                 Err(err) => {
                     failures += 1;
@@ -196,41 +156,25 @@ impl FeedConsumer {
                     }
                 }
             };
-            loop {
-                let flush_due = last.is_some();
-                tokio::select! {
-                    biased;
-                    () = stop.cancelled() => break 'outer,
-                    () = tokio::time::sleep_until(deadline), if flush_due => {
-                        send_batch(&batch_tx, &mut frames, &mut last).await;
-                    }
-                    next = messages.next() => match next {
-                        Some(Ok(msg)) => {
-                            if last.is_none() {
-                                deadline = tokio::time::Instant::now() + self.flush_every;
-                            }
-                            let numbered = self.number(&mut counters, &msg).await;
-                            if let Some(first) = numbered.first() {
-                                self.hub.publish(first.task_id, &numbered);
-                                self.publish_live(first.task_id, &numbered).await;
-                            }
-                            frames.extend(numbered);
-                            last = Some(msg);
-                            if frames.len() >= self.flush_max {
-                                send_batch(&batch_tx, &mut frames, &mut last).await;
-                            }
-                            // Let the clients' writers run between bursts.
-                            tokio::task::yield_now().await;
-                        }
-                        Some(Err(err)) => {
-                            tracing::warn!(%err, "acp consumer: stream error");
-                        }
-                        None => {
-                            tracing::warn!("acp consumer: stream ended, re-pulling");
-                            continue 'outer;
-                        }
-                    }
+            for msg in messages {
+                if last.is_none() {
+                    deadline = tokio::time::Instant::now() + self.flush_every;
                 }
+                let numbered = self.number(&mut counters, &msg).await;
+                if let Some(first) = numbered.first() {
+                    self.hub.publish(first.task_id, &numbered);
+                    self.publish_live(first.task_id, &numbered).await;
+                }
+                frames.extend(numbered);
+                last = Some(msg);
+                if frames.len() >= self.flush_max {
+                    send_batch(&batch_tx, &mut frames, &mut last).await;
+                }
+                // Let the clients' writers run between bursts.
+                tokio::task::yield_now().await;
+            }
+            if last.is_some() && tokio::time::Instant::now() >= deadline {
+                send_batch(&batch_tx, &mut frames, &mut last).await;
             }
         }
         send_batch(&batch_tx, &mut frames, &mut last).await;
@@ -269,7 +213,7 @@ impl FeedConsumer {
 
     /// Numbers the events of one batch that were not numbered before; none
     /// when the message is malformed or only repeats numbered events.
-    async fn number(&self, counters: &mut Counters, msg: &jetstream::Message) -> Vec<Arc<Frame>> {
+    async fn number(&self, counters: &mut Counters, msg: &Delivered) -> Vec<Arc<Frame>> {
         let envelope: Envelope<AcpBatchRef<'_>> = match serde_json::from_slice(&msg.payload) {
             Ok(e) => e,
             Err(err) => {
@@ -327,7 +271,7 @@ impl FeedConsumer {
 async fn send_batch(
     tx: &mpsc::Sender<Batch>,
     frames: &mut Vec<Arc<Frame>>,
-    last: &mut Option<jetstream::Message>,
+    last: &mut Option<Delivered>,
 ) {
     if let Some(last) = last.take() {
         let batch = Batch {
@@ -374,7 +318,7 @@ async fn write_batches(
             }
         }
         // Acknowledges every message up to the last (AckPolicy::All).
-        if let Err(err) = last.double_ack_with(AckKind::Ack).instrument(span).await {
+        if let Err(err) = last.ack().instrument(span).await {
             // Redelivered later and skipped as duplicates.
             tracing::warn!(%err, "feed ack failed");
         }

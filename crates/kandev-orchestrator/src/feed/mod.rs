@@ -23,7 +23,7 @@
 mod consumer;
 pub mod store;
 
-pub use consumer::{ACP_STREAM, FeedConsumer, FeedError, acp_consumer};
+pub use consumer::{ACP_STREAM, FeedConsumer};
 
 use std::{
     collections::{HashMap, VecDeque},
