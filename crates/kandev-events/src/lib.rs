@@ -14,12 +14,15 @@
 //!   in-process one.
 //! - [`durable`]: durable streams and consumers behind [`durable::Streams`],
 //!   on JetStream or in one process (a SQLite file).
+//! - [`live`]: live messages behind [`live::Live`] (at most once, never
+//!   stored), on core NATS or in one process.
 //! - [`nats`]: connecting to NATS as one service, with its own user.
 //! - [`managers`]: how agent managers announce themselves to the pool.
 
 pub mod agent;
 pub mod bus;
 pub mod durable;
+pub mod live;
 pub mod managers;
 pub mod nats;
 pub mod state;

@@ -291,7 +291,10 @@ async fn connect_nats(
                 reason: e.to_string(),
             },
         })?;
-    let live = LiveFeeds::new(nats.clone(), settings.stream_client_buffer);
+    let live = LiveFeeds::new(
+        Arc::new(kandev_events::live::NatsLive::new(nats.clone())),
+        settings.stream_client_buffer,
+    );
     let _ = feeds.set(live.clone());
     Ok((nats, live))
 }

@@ -101,7 +101,12 @@ async fn handle(engine: &Engine, source: Source, msg: Delivered) {
                 .instrument(span)
                 .await
         }
-        Source::Agents => engine.handle_agent_event(&msg.payload).instrument(span).await,
+        Source::Agents => {
+            engine
+                .handle_agent_event(&msg.payload)
+                .instrument(span)
+                .await
+        }
     };
     match result {
         Ok(()) => {

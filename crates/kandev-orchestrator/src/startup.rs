@@ -10,6 +10,7 @@ use kandev_common::{
 use kandev_events::{
     JetStreamBus,
     durable::{JetStreamStreams, Streams},
+    live::{Live, NatsLive},
 };
 use kandev_proto::v1::orchestrator_server::OrchestratorServer;
 use sqlx::PgPool;
@@ -293,7 +294,7 @@ impl Application {
             ))
         });
         let parts = LeaderParts {
-            bus: self.bus.clone(),
+            live: Arc::new(NatsLive::new(self.bus.client().clone())),
             streams: Arc::new(JetStreamStreams::new(self.bus.clone())),
             feed: self.feed.clone(),
             hub: self.hub.clone(),
@@ -341,7 +342,7 @@ impl Application {
 /// What the leader's work is made of; cheap to clone.
 #[derive(Clone)]
 struct LeaderParts {
-    bus: JetStreamBus,
+    live: Arc<dyn Live>,
     streams: Arc<dyn Streams>,
     feed: Arc<dyn FeedStore>,
     hub: Arc<FeedHub>,
@@ -354,7 +355,7 @@ struct LeaderParts {
 /// `agent.*` consumers and the scheduler, until `stop` fires.
 async fn lead_work(parts: LeaderParts, stop: CancellationToken) {
     let LeaderParts {
-        bus,
+        live,
         streams,
         feed: store,
         hub,
@@ -368,7 +369,7 @@ async fn lead_work(parts: LeaderParts, stop: CancellationToken) {
             store,
             hub,
             streams: streams.clone(),
-            bus,
+            live,
             durable: c.acp_durable.clone(),
             filter: c.acp_filter.clone(),
             flush_every: Duration::from_millis(settings.feed_flush_ms),

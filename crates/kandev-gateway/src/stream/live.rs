@@ -1,10 +1,11 @@
-//! The live feed of the tasks this gateway's clients watch: one NATS
-//! subscription to `feed.<task_id>` per task, whatever the number of
-//! clients, fanned out to each client's bounded queue.
+//! The live feed of the tasks this gateway's clients watch: one
+//! subscription to `feed.<task_id>` per task (on any [`Live`]: core NATS,
+//! or the one process's own channels), whatever the number of clients,
+//! fanned out to each client's bounded queue.
 //!
-//! Live frames are numbered by the orchestrator and may be missed (core
-//! NATS does not store them; a reconnect drops some): clients detect a gap
-//! by `seq` and read it from the orchestrator's stored feed.
+//! Live frames are numbered by the orchestrator and may be missed (nothing
+//! stores them; a NATS reconnect drops some): clients detect a gap by `seq`
+//! and read it from the orchestrator's stored feed.
 
 use std::{
     collections::HashMap,
@@ -15,10 +16,12 @@ use std::{
 };
 
 use axum::extract::ws::Utf8Bytes;
-use bytes::Bytes;
 use futures::StreamExt;
 use kandev_common::CancellationToken;
-use kandev_events::subjects;
+use kandev_events::{
+    live::{Live, LiveMessage},
+    subjects,
+};
 use tokio::sync::{mpsc, watch};
 use tokio_util::task::AbortOnDropHandle;
 use uuid::Uuid;
@@ -33,8 +36,9 @@ pub struct LiveBatch {
 impl LiveBatch {
     /// Reads a `feed.<task_id>` message: its seq headers and its frames,
     /// one per line. `None` when it is malformed.
-    pub fn parse(headers: Option<&async_nats::HeaderMap>, payload: &Bytes) -> Option<LiveBatch> {
-        let header = |name: &str| -> Option<i64> { headers?.get(name)?.as_str().parse().ok() };
+    pub fn parse(message: &LiveMessage) -> Option<LiveBatch> {
+        let payload = &message.payload;
+        let header = |name: &str| -> Option<i64> { message.header(name)?.parse().ok() };
         let first_seq = header(subjects::LIVE_FIRST_SEQ)?;
         let last_seq = header(subjects::LIVE_LAST_SEQ)?;
         let mut frames = Vec::with_capacity(usize::try_from(last_seq - first_seq + 1).ok()?);
@@ -64,7 +68,7 @@ struct TaskFeed {
 
 /// The live feeds of this gateway; cheap to share behind an `Arc`.
 pub struct LiveFeeds {
-    nats: async_nats::Client,
+    live: Arc<dyn Live>,
     tasks: Mutex<HashMap<Uuid, Arc<TaskFeed>>>,
     next_id: AtomicU64,
     /// Frames a client may have queued before it counts as lagging.
@@ -115,11 +119,11 @@ impl Drop for LiveSub {
 }
 
 impl LiveFeeds {
-    /// Feeds over `nats`; `reconnects` is bumped by the connection's
-    /// event callback (see [`LiveFeeds::reconnected`]).
-    pub fn new(nats: async_nats::Client, buffer: usize) -> Arc<LiveFeeds> {
+    /// Feeds over `live`; on NATS, `reconnects` is bumped by the
+    /// connection's event callback (see [`LiveFeeds::reconnected`]).
+    pub fn new(live: Arc<dyn Live>, buffer: usize) -> Arc<LiveFeeds> {
         Arc::new(LiveFeeds {
-            nats,
+            live,
             tasks: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
             buffer: buffer.max(1),
@@ -138,7 +142,7 @@ impl LiveFeeds {
     }
 
     /// Subscribes a client to the task's live feed and waits (briefly) until
-    /// the NATS subscription is in place.
+    /// the subscription is in place.
     pub async fn subscribe(self: &Arc<Self>, task_id: Uuid) -> LiveSub {
         let (tx, rx) = mpsc::unbounded_channel();
         let queued = Arc::new(AtomicUsize::new(0));
@@ -174,12 +178,12 @@ impl LiveFeeds {
 
     fn start(self: &Arc<Self>, task_id: Uuid) -> Arc<TaskFeed> {
         let (ready_tx, ready) = watch::channel(false);
-        let nats = self.nats.clone();
+        let live = self.live.clone();
         let feeds = Arc::downgrade(self);
         let buffer = self.buffer;
         let reader = tokio::spawn(async move {
             let subject = subjects::feed_live(&task_id);
-            let mut sub = match nats.subscribe(subject).await {
+            let mut sub = match live.subscribe(&subject).await {
                 Ok(sub) => sub,
                 Err(err) => {
                     tracing::warn!(%task_id, %err, "cannot subscribe to the live feed");
@@ -187,11 +191,9 @@ impl LiveFeeds {
                     return;
                 }
             };
-            // The subscription is in place once the server saw it.
-            let _ = nats.flush().await;
             let _ = ready_tx.send(true);
             while let Some(msg) = sub.next().await {
-                let Some(batch) = LiveBatch::parse(msg.headers.as_ref(), &msg.payload) else {
+                let Some(batch) = LiveBatch::parse(&msg) else {
                     tracing::warn!(%task_id, "skipping a malformed live feed message");
                     continue;
                 };
@@ -246,24 +248,33 @@ fn fan_out(feed: &TaskFeed, batch: Arc<LiveBatch>, buffer: usize) {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
 
-    fn headers(first: i64, last: i64) -> async_nats::HeaderMap {
-        let mut h = async_nats::HeaderMap::new();
-        h.insert(subjects::LIVE_FIRST_SEQ, first.to_string().as_str());
-        h.insert(subjects::LIVE_LAST_SEQ, last.to_string().as_str());
-        h
+    fn message(first: i64, last: i64, payload: &Bytes) -> LiveMessage {
+        LiveMessage {
+            headers: vec![
+                (subjects::LIVE_FIRST_SEQ.into(), first.to_string()),
+                (subjects::LIVE_LAST_SEQ.into(), last.to_string()),
+            ],
+            payload: payload.clone(),
+        }
     }
 
     #[test]
     fn a_live_message_splits_into_its_frames() {
         let payload = Bytes::from_static(b"{\"seq\":4}\n{\"seq\":5}\n{\"seq\":6}");
-        let batch = LiveBatch::parse(Some(&headers(4, 6)), &payload).unwrap();
+        let batch = LiveBatch::parse(&message(4, 6, &payload)).unwrap();
         assert_eq!(batch.first_seq, 4);
         let texts: Vec<&str> = batch.frames.iter().map(|f| f.as_str()).collect();
         assert_eq!(texts, vec![r#"{"seq":4}"#, r#"{"seq":5}"#, r#"{"seq":6}"#]);
         // Counts that disagree, or no headers, are refused.
-        assert!(LiveBatch::parse(Some(&headers(4, 7)), &payload).is_none());
-        assert!(LiveBatch::parse(None, &payload).is_none());
+        assert!(LiveBatch::parse(&message(4, 7, &payload)).is_none());
+        let headerless = LiveMessage {
+            headers: vec![],
+            payload,
+        };
+        assert!(LiveBatch::parse(&headerless).is_none());
     }
 }

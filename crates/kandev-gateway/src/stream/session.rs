@@ -433,6 +433,8 @@ mod tests {
     use kandev_testkit::OwnNats;
     use uuid::Uuid;
 
+    use kandev_events::live::NatsLive;
+
     use super::*;
     use crate::stream::live::LiveFeeds;
 
@@ -485,7 +487,7 @@ mod tests {
         async fn new(buffer: usize) -> Harness {
             let nats = OwnNats::start().await;
             let client = async_nats::connect(nats.url()).await.unwrap();
-            let feeds = LiveFeeds::new(client.clone(), buffer);
+            let feeds = LiveFeeds::new(Arc::new(NatsLive::new(client.clone())), buffer);
             Harness {
                 _nats: nats,
                 client,

@@ -5,9 +5,10 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use kandev_common::CancellationToken;
 use kandev_events::{
-    Envelope, JetStreamBus,
+    Envelope,
     agent::AcpBatchRef,
     durable::{AckMode, Consumer, Delivered, Streams},
+    live::Live,
     subjects,
 };
 use tokio::sync::mpsc;
@@ -36,8 +37,8 @@ pub struct FeedConsumer {
     pub hub: Arc<FeedHub>,
     /// Where `acp.message.*` is consumed from.
     pub streams: Arc<dyn Streams>,
-    /// Where the live feed is published (core NATS).
-    pub bus: JetStreamBus,
+    /// Where the live feed is published (`feed.<task_id>`).
+    pub live: Arc<dyn Live>,
     pub durable: String,
     pub filter: String,
     pub flush_every: Duration,
@@ -182,7 +183,7 @@ impl FeedConsumer {
         let _ = writer.await;
     }
 
-    /// Sends numbered frames to `feed.<task_id>` (core NATS, not stored):
+    /// Sends numbered frames to `feed.<task_id>` (live, not stored):
     /// the live feed every gateway fans out to its clients. Frames are
     /// joined by newlines (JSON text holds none); headers give the seqs.
     /// Lost live frames are no loss: readers fill gaps from `ReadFeed`.
@@ -198,13 +199,13 @@ impl FeedConsumer {
             }
             payload.extend_from_slice(f.text.as_bytes());
         }
-        let mut headers = async_nats::HeaderMap::new();
-        headers.insert(subjects::LIVE_FIRST_SEQ, first.seq.to_string().as_str());
-        headers.insert(subjects::LIVE_LAST_SEQ, last.seq.to_string().as_str());
+        let headers = vec![
+            (subjects::LIVE_FIRST_SEQ.to_string(), first.seq.to_string()),
+            (subjects::LIVE_LAST_SEQ.to_string(), last.seq.to_string()),
+        ];
         if let Err(err) = self
-            .bus
-            .client()
-            .publish_with_headers(subjects::feed_live(&task_id), headers, payload.into())
+            .live
+            .publish(&subjects::feed_live(&task_id), &headers, payload.into())
             .await
         {
             tracing::debug!(%err, "live feed not published");
