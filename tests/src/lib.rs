@@ -93,6 +93,11 @@ pub struct Options {
     /// Each service on a SQLite file of its own (in the stack's directory)
     /// instead of Postgres: the storage of the one-machine `kandev`.
     pub sqlite: bool,
+    /// The `kandev` binary (the four services in one process, SQLite and
+    /// in-process streams) instead of four processes, Postgres and NATS. It
+    /// is the stack's `Svc::Gateway` (its port is the gateway's); the other
+    /// services have no process of their own.
+    pub single: bool,
 }
 
 impl Options {
@@ -100,6 +105,15 @@ impl Options {
     pub fn sqlite() -> Options {
         Options {
             sqlite: true,
+            ..Options::default()
+        }
+    }
+
+    /// The default stack as the `kandev` binary.
+    pub fn single() -> Options {
+        Options {
+            sqlite: true,
+            single: true,
             ..Options::default()
         }
     }
@@ -112,7 +126,47 @@ impl Default for Options {
             env: Vec::new(),
             nats_nodes: 1,
             sqlite: false,
+            single: false,
         }
+    }
+}
+
+/// The `kandev` binary's one process, in place of the four `procs`: their
+/// settings in one environment (the gateway's listen address), without
+/// what `kandev` wires itself (databases, NATS, peers, the token).
+fn single_binary(procs: Vec<Proc>, port: u16, dir: &std::path::Path) -> Proc {
+    let wired = |k: &str| {
+        k.starts_with("KANDEV_NATS_")
+            || k.starts_with("KANDEV_DATABASE_")
+            || k == "KANDEV_SERVICE_TOKEN"
+            || [
+                "KANDEV_TASK_SERVICE_URL",
+                "KANDEV_AGENT_MANAGER_URL",
+                "KANDEV_ORCHESTRATOR_URL",
+            ]
+            .contains(&k)
+    };
+    let mut env: Vec<(String, String)> = Vec::new();
+    for proc in &procs {
+        for (k, v) in proc.env.iter().filter(|(k, _)| !wired(k)) {
+            match env.iter_mut().find(|(e, _)| e == k) {
+                Some(kept) if proc.svc == Svc::Gateway => kept.1 = v.clone(),
+                Some(_) => {}
+                None => env.push((k.clone(), v.clone())),
+            }
+        }
+    }
+    env.push((
+        "KANDEV_DATA_DIR".into(),
+        dir.join("data").display().to_string(),
+    ));
+    Proc {
+        svc: Svc::Gateway,
+        replica: 0,
+        port,
+        env,
+        child: None,
+        starts: 0,
     }
 }
 
@@ -150,6 +204,8 @@ fn profile_dir() -> PathBuf {
 
 /// The whole stack, as separate processes.
 pub struct Stack {
+    /// The `kandev` binary runs everything ([`Options::single`]).
+    single: bool,
     pub test: String,
     log_dir: PathBuf,
     db: Option<TestDb>,
@@ -312,7 +368,11 @@ impl Stack {
                 starts: 0,
             });
         }
+        if options.single {
+            procs = vec![single_binary(procs, ports[&Svc::Gateway], dir.path())];
+        }
         let mut stack = Stack {
+            single: options.single,
             test: test.into(),
             log_dir,
             db,
@@ -324,9 +384,16 @@ impl Stack {
             _permit: permit,
         };
         for svc in Svc::ALL {
-            stack.spawn(svc).await;
+            if !options.single || svc == Svc::Gateway {
+                stack.spawn(svc).await;
+            }
         }
         stack
+    }
+
+    /// The binary that runs `svc`: its own, or `kandev` for all.
+    fn bin(&self, svc: Svc) -> &'static str {
+        if self.single { "kandev" } else { svc.bin() }
     }
 
     fn proc(&mut self, svc: Svc) -> &mut Proc {
@@ -411,7 +478,7 @@ impl Stack {
 
     /// [`Self::spawn`] for replica `replica` of `svc`.
     pub async fn spawn_replica(&mut self, svc: Svc, replica: usize) {
-        let bin = profile_dir().join(svc.bin());
+        let bin = profile_dir().join(self.bin(svc));
         assert!(
             bin.exists(),
             "{} is missing: run `cargo build --workspace --bins` first",
@@ -486,8 +553,8 @@ impl Stack {
 
     fn log_path(&self, svc: Svc, replica: usize) -> PathBuf {
         match replica {
-            0 => self.log_dir.join(format!("{}.log", svc.bin())),
-            n => self.log_dir.join(format!("{}-{n}.log", svc.bin())),
+            0 => self.log_dir.join(format!("{}.log", self.bin(svc))),
+            n => self.log_dir.join(format!("{}-{n}.log", self.bin(svc))),
         }
     }
 

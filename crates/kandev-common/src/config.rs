@@ -52,7 +52,14 @@ where
 /// The figment that [`load`] extracts from, for services that add layers
 /// (command-line flags) on top.
 pub fn figment_for<T: Serialize + Default>(file: Option<&Path>) -> Result<Figment, ConfigError> {
-    let mut figment = Figment::from(Serialized::defaults(T::default()));
+    figment_over(Figment::from(Serialized::defaults(T::default())), file)
+}
+
+/// The file and the `KANDEV_*` variables over `base`: a service's defaults,
+/// with those of a way to run it on top (the `kandev` binary's data
+/// directory, say), which the file and the environment still override.
+pub fn figment_over(base: Figment, file: Option<&Path>) -> Result<Figment, ConfigError> {
+    let mut figment = base;
     let env_file = Env::var("KANDEV_CONFIG").map(PathBuf::from);
     if let Some(path) = file.map(Path::to_path_buf).or(env_file) {
         if !path.is_file() {

@@ -157,7 +157,26 @@ pub struct Application {
 }
 
 impl Application {
+    /// Follows the live feeds on NATS (`KANDEV_NATS_URL`).
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
+        let (nats, live) = connect_nats(&settings).await?;
+        let ready = kandev_common::serve::sync_check(move || {
+            if nats.connection_state() == async_nats::connection::State::Connected {
+                Ok(())
+            } else {
+                Err("nats not connected".to_string())
+            }
+        });
+        Self::build_on(settings, live, ("nats", ready)).await
+    }
+
+    /// Follows the live feeds on `live` (one process's own, in the
+    /// `kandev` binary); `bus` is its readiness check, by name.
+    pub async fn build_on(
+        settings: Settings,
+        live: Arc<LiveFeeds>,
+        bus: (&'static str, ReadinessCheck),
+    ) -> Result<Self, StartupError> {
         // The internal services answer only calls that carry it.
         let service_token = kandev_common::service_auth::check(&settings.service_token)
             .map_err(StartupError::Config)?
@@ -174,7 +193,6 @@ impl Application {
         let secret = signing_key(&settings)?;
         let jwt = JwtKeys::new(&secret, Duration::from_secs(settings.jwt_ttl_secs));
         let downstream = Downstream::new(&settings, &service_token)?;
-        let (nats, live) = connect_nats(&settings).await?;
         let limits = &settings.rate_limit;
         let state = AppState::new(
             users.clone(),
@@ -189,16 +207,7 @@ impl Application {
             settings.body_limit_bytes,
         );
         let mut checks = readiness(&users, settings.uses_sqlite(), &downstream);
-        checks.push((
-            "nats",
-            kandev_common::serve::sync_check(move || {
-                if nats.connection_state() == async_nats::connection::State::Connected {
-                    Ok(())
-                } else {
-                    Err("nats not connected".to_string())
-                }
-            }),
-        ));
+        checks.push(bus);
         let router = routes::router(state.clone(), &settings, checks);
 
         let listener = TcpListener::bind(&settings.listen_addr)

@@ -67,13 +67,26 @@ pub struct Application {
     db: Database,
     /// The stored feed.
     feed: Arc<dyn FeedStore>,
-    bus: JetStreamBus,
+    bus: EventStreams,
+    /// The NATS connection, when the streams are JetStream's: the pool of
+    /// agent managers is followed on it.
+    nats: Option<JetStreamBus>,
     hub: Arc<FeedHub>,
     engine: Arc<Engine>,
     settings: Arc<Settings>,
     fence: Arc<Fence>,
     /// The pool of announced agent managers, when built from settings.
     pool_of_managers: Option<Arc<ManagerPool>>,
+}
+
+/// What the orchestrator consumes and publishes on: its durable streams
+/// (`task.*`, `agent.*`, `acp.message.*`), the live feed, and whether they
+/// answer (`/readyz`).
+#[derive(Clone)]
+pub struct EventStreams {
+    pub streams: Arc<dyn Streams>,
+    pub live: Arc<dyn Live>,
+    pub ready: ReadinessCheck,
 }
 
 /// The orchestrator's database: Postgres, which replicas share, or a
@@ -182,21 +195,39 @@ impl Application {
         Ok(app)
     }
 
-    /// Builds with a given agent manager client.
+    /// Builds with a given agent manager client, on NATS JetStream.
     pub async fn build_with_agents(
         settings: Settings,
         agents: Arc<dyn AgentControl>,
     ) -> Result<Self, StartupError> {
-        let token = service_auth::check(&settings.service_token)
-            .map_err(StartupError::Config)?
-            .clone();
-        let settings = Arc::new(settings);
         let bus = JetStreamBus::connect_replicated(
             &settings.nats_url,
             &settings.nats_login(),
             settings.nats_stream_replicas,
         )
         .await?;
+        let ready_bus = bus.clone();
+        let streams = EventStreams {
+            streams: Arc::new(JetStreamStreams::new(bus.clone())),
+            live: Arc::new(NatsLive::new(bus.client().clone())),
+            ready: serve::sync_check(move || ready_bus.check_connected()),
+        };
+        let mut app = Self::build_on(settings, agents, streams).await?;
+        app.nats = Some(bus);
+        Ok(app)
+    }
+
+    /// Builds with a given agent manager client on given streams (one
+    /// process's own, in the `kandev` binary).
+    pub async fn build_on(
+        settings: Settings,
+        agents: Arc<dyn AgentControl>,
+        bus: EventStreams,
+    ) -> Result<Self, StartupError> {
+        let token = service_auth::check(&settings.service_token)
+            .map_err(StartupError::Config)?
+            .clone();
+        let settings = Arc::new(settings);
         let db = Database::open(&settings).await?;
         let tasks = clients::task_client(&settings.task_service_url, &token)
             .map_err(StartupError::Client)?;
@@ -224,6 +255,7 @@ impl Application {
             feed: db.feed(),
             db,
             bus,
+            nats: None,
             hub,
             engine,
             settings,
@@ -268,8 +300,7 @@ impl Application {
             let db = db.clone();
             Box::pin(async move { db.ping().await.map_err(|e| e.to_string()) })
         });
-        let ready_bus = self.bus.clone();
-        let bus_ready = serve::sync_check(move || ready_bus.check_connected());
+        let bus_ready = self.bus.ready.clone();
         let state = AppState {
             orchestration,
             hub: self.hub.clone(),
@@ -282,20 +313,22 @@ impl Application {
             .merge(http::routes(state))
             .merge(serve::health_routes(vec![
                 (self.db.kind(), db_ready),
-                ("nats", bus_ready),
+                (if self.nats.is_some() { "nats" } else { "bus" }, bus_ready),
             ]));
 
         // The leader's work; aborted with this future if it is dropped.
         let stop = CancellationToken::new();
         // Every replica follows the pool: each routes calls to managers.
-        let _pool_listener = self.pool_of_managers.clone().map(|pool| {
-            AbortOnDropHandle::new(tokio::spawn(
-                pool.listen(self.bus.client().clone(), stop.clone()),
-            ))
-        });
+        let _pool_listener = self
+            .pool_of_managers
+            .clone()
+            .zip(self.nats.as_ref().map(|bus| bus.client().clone()))
+            .map(|(pool, nats)| {
+                AbortOnDropHandle::new(tokio::spawn(pool.listen(nats, stop.clone())))
+            });
         let parts = LeaderParts {
-            live: Arc::new(NatsLive::new(self.bus.client().clone())),
-            streams: Arc::new(JetStreamStreams::new(self.bus.clone())),
+            live: self.bus.live.clone(),
+            streams: self.bus.streams.clone(),
             feed: self.feed.clone(),
             hub: self.hub.clone(),
             engine: self.engine.clone(),

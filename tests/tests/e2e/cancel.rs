@@ -15,6 +15,12 @@ async fn cancel_stops_the_agent_and_removes_its_container_on_sqlite() {
     cancel_stops_the_agent_and_removes_its_container_on("cancel_sqlite", Options::sqlite()).await;
 }
 
+/// The same through the `kandev` binary: the four services in one process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_the_agent_and_removes_its_container_single() {
+    cancel_stops_the_agent_and_removes_its_container_on("cancel_single", Options::single()).await;
+}
+
 async fn cancel_stops_the_agent_and_removes_its_container_on(test: &str, options: Options) {
     let stack = Stack::start(test, options).await;
     let api = stack.admin().await;

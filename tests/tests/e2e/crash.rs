@@ -15,6 +15,12 @@ async fn crashing_agent_is_retried_then_fails_on_sqlite() {
     crashing_agent_is_retried_then_fails_on("crash_sqlite", Options::sqlite()).await;
 }
 
+/// The same through the `kandev` binary: the four services in one process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashing_agent_is_retried_then_fails_single() {
+    crashing_agent_is_retried_then_fails_on("crash_single", Options::single()).await;
+}
+
 async fn crashing_agent_is_retried_then_fails_on(test: &str, options: Options) {
     let stack = Stack::start(test, options).await;
     let api = stack.admin().await;

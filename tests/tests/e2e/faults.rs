@@ -39,6 +39,8 @@ async fn survives_on(test: &str, fault: Fault, options: Options) {
         },
         ..options
     };
+    // Killing `kandev` kills its agent manager too.
+    let manager_restarted = matches!(fault, Fault::Kill(Svc::AgentManager)) || options.single;
     let mut stack = Stack::start(test, options).await;
     let api = stack.admin().await;
     let board = api.board(test).await;
@@ -80,7 +82,7 @@ async fn survives_on(test: &str, fault: Fault, options: Options) {
         end["event"]["raw"]["result"]["stopReason"], "end_turn",
         "{end}"
     );
-    if !matches!(fault, Fault::Kill(Svc::AgentManager)) {
+    if !manager_restarted {
         assert!(is_turn_end(&end), "{end}");
     }
     let done = api.wait_state(&task, &["COMPLETED"], 120).await;
@@ -172,4 +174,12 @@ async fn fault_agent_manager_killed_mid_run_on_sqlite() {
 async fn fault_task_service_killed_mid_run_on_sqlite() {
     let fault = Fault::Kill(Svc::TaskService);
     survives_on("fault_task_service_sqlite", fault, Options::sqlite()).await;
+}
+
+/// The `kandev` binary (the four services in one process) SIGKILLed
+/// mid-run and started again: the run goes on and the feed stays exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_kandev_killed_mid_run_single() {
+    let fault = Fault::Kill(Svc::Gateway);
+    survives_on("fault_kandev_single", fault, Options::single()).await;
 }

@@ -16,6 +16,12 @@ async fn follow_up_prompt_resumes_the_session_on_sqlite() {
     follow_up_prompt_resumes_the_session_on("follow_up_sqlite", Options::sqlite()).await;
 }
 
+/// The same through the `kandev` binary: the four services in one process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_up_prompt_resumes_the_session_single() {
+    follow_up_prompt_resumes_the_session_on("follow_up_single", Options::single()).await;
+}
+
 async fn follow_up_prompt_resumes_the_session_on(test: &str, options: Options) {
     let stack = Stack::start(test, options).await;
     let api = stack.admin().await;

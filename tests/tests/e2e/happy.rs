@@ -18,6 +18,13 @@ async fn happy_path_code_task_completes_with_the_full_stream_on_sqlite() {
         .await;
 }
 
+/// The same through the `kandev` binary: the four services in one process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn happy_path_code_task_completes_with_the_full_stream_single() {
+    happy_path_code_task_completes_with_the_full_stream_on("happy_path_single", Options::single())
+        .await;
+}
+
 async fn happy_path_code_task_completes_with_the_full_stream_on(test: &str, options: Options) {
     let stack = Stack::start(test, options).await;
     let api = stack.admin().await;

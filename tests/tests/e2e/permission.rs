@@ -15,6 +15,12 @@ async fn permission_ask_is_answered_over_the_websocket_on_sqlite() {
     permission_ask_is_answered_over_the_websocket_on("permission_sqlite", Options::sqlite()).await;
 }
 
+/// The same through the `kandev` binary: the four services in one process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permission_ask_is_answered_over_the_websocket_single() {
+    permission_ask_is_answered_over_the_websocket_on("permission_single", Options::single()).await;
+}
+
 async fn permission_ask_is_answered_over_the_websocket_on(test: &str, options: Options) {
     let stack = Stack::start(test, options).await;
     let api = stack.admin().await;

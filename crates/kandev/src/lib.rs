@@ -1,0 +1,249 @@
+//! Kandev in one process: the task service, the agent manager, the
+//! orchestrator and the gateway, each as it runs on its own, wired
+//! together on one machine:
+//!
+//! - state in SQLite files of one data directory (`tasks.db`, `agents.db`,
+//!   `orchestrator.db`, `gateway.db`), the outbox and the feed among it;
+//! - the durable streams (`task.*`, `agent.*`, `acp.message.*`) in
+//!   `streams.db` ([`LocalStreams`]: the same order and at-least-once
+//!   delivery as JetStream, kept across a restart), the live feed in
+//!   process ([`LocalLive`]);
+//! - the services' gRPC on loopback ports of their own, with a service
+//!   token made for this run; only the gateway's port (REST, WebSocket, UI)
+//!   is meant for users;
+//! - Docker, as ever, runs the agents.
+//!
+//! Configuration is the services' own (`KANDEV_*` variables and the TOML
+//! file), with the data directory's paths as defaults; what wires the parts
+//! together (listen addresses of the internal ports, databases, peers'
+//! URLs, the service token) is set here and not configurable.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use figment::{Figment, providers::Serialized};
+use kandev_common::{CancellationToken, config, serve};
+use kandev_events::{
+    EventBus,
+    durable::LocalStreams,
+    live::{Live, LocalLive},
+};
+use serde::{Serialize, de::DeserializeOwned};
+
+/// How many live messages a follower may fall behind before it misses
+/// some (and reads the gap from the stored feed).
+const LIVE_CAPACITY: usize = 4096;
+
+/// Why `kandev` could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("the data directory {path}: {source}")]
+    DataDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("configuration of the {part}: {source}")]
+    Config {
+        part: &'static str,
+        source: config::ConfigError,
+    },
+    #[error("the streams: {0}")]
+    Streams(#[from] kandev_events::BusError),
+    #[error("the task service: {0}")]
+    TaskService(#[from] kandev_task_service::startup::StartupError),
+    #[error("the agent manager: {0}")]
+    AgentManager(#[from] kandev_agent_manager::startup::StartupError),
+    #[error("the orchestrator: {0}")]
+    Orchestrator(#[from] kandev_orchestrator::startup::StartupError),
+    #[error("the gateway: {0}")]
+    Gateway(#[from] kandev_gateway::startup::StartupError),
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// The four parts, bound to their ports, not serving yet.
+pub struct Kandev {
+    data_dir: PathBuf,
+    streams: LocalStreams,
+    tasks: kandev_task_service::Application,
+    agents: kandev_agent_manager::Application,
+    orchestrator: kandev_orchestrator::Application,
+    gateway: kandev_gateway::Application,
+}
+
+/// One part's settings: its defaults, then `defaults` (the data
+/// directory's paths), then the file and `KANDEV_*`, then `wiring`.
+fn settings<T>(
+    part: &'static str,
+    file: Option<&Path>,
+    defaults: &[(&str, String)],
+    wiring: &[(&str, String)],
+) -> Result<T, Error>
+where
+    T: Serialize + DeserializeOwned + Default + config::Validate,
+{
+    let failed = |source| Error::Config { part, source };
+    let mut base = Figment::from(Serialized::defaults(T::default()));
+    for (key, value) in defaults {
+        base = base.merge(Serialized::default(key, value));
+    }
+    let mut figment = config::figment_over(base, file).map_err(failed)?;
+    for (key, value) in wiring {
+        figment = figment.merge(Serialized::default(key, value));
+    }
+    config::load_from(figment).map_err(failed)
+}
+
+fn sqlite(dir: &Path, file: &str) -> String {
+    format!("sqlite://{}", dir.join(file).display())
+}
+
+fn http(addr: SocketAddr) -> String {
+    format!("http://{addr}")
+}
+
+impl Kandev {
+    /// Builds every part on `data_dir` (created when missing), with the
+    /// configuration `file` if any, and binds their ports.
+    pub async fn build(data_dir: &Path, file: Option<&Path>) -> Result<Kandev, Error> {
+        std::fs::create_dir_all(data_dir).map_err(|source| Error::DataDir {
+            path: data_dir.to_path_buf(),
+            source,
+        })?;
+        let data_dir = data_dir.canonicalize().map_err(|source| Error::DataDir {
+            path: data_dir.to_path_buf(),
+            source,
+        })?;
+        let dir = data_dir.as_path();
+        let streams = LocalStreams::open(&sqlite(dir, "streams.db")).await?;
+        let live = LocalLive::new(LIVE_CAPACITY);
+        // The parts' own secret for this run: they restart together.
+        let token = format!(
+            "{}{}",
+            kandev_gateway::first_start::random_password(),
+            kandev_gateway::first_start::random_password()
+        );
+        let internal = |db: &str| {
+            vec![
+                ("listen_addr", "127.0.0.1:0".to_string()),
+                ("database_url", sqlite(dir, db)),
+                ("service_token", token.clone()),
+            ]
+        };
+        let always_ready = serve::sync_check(|| Ok(()));
+        let bus: Arc<dyn EventBus> = Arc::new(streams.clone());
+
+        let task_settings: kandev_task_service::Settings =
+            settings("task service", file, &[], &internal("tasks.db"))?;
+        let tasks = kandev_task_service::Application::build_with_bus(
+            task_settings,
+            bus.clone(),
+            always_ready.clone(),
+        )
+        .await?;
+
+        let workspaces = dir.join("workspaces").display().to_string();
+        let agent_settings: kandev_agent_manager::Settings = settings(
+            "agent manager",
+            file,
+            &[("workspaces_root", workspaces)],
+            &internal("agents.db"),
+        )?;
+        let agents = kandev_agent_manager::Application::build_with_bus(
+            agent_settings,
+            bus,
+            always_ready.clone(),
+        )
+        .await?;
+
+        let mut wiring = internal("orchestrator.db");
+        wiring.push(("task_service_url", http(tasks.local_addr())));
+        wiring.push(("agent_manager_url", http(agents.local_addr())));
+        let orchestrator_settings: kandev_orchestrator::Settings =
+            settings("orchestrator", file, &[], &wiring)?;
+        let control = kandev_orchestrator::pool::ManagerPool::new(
+            &http(agents.local_addr()),
+            &token.clone().into(),
+            Duration::from_millis(orchestrator_settings.manager_grace_ms),
+        )
+        .map_err(Error::Setup)?;
+        let live_dyn: Arc<dyn Live> = Arc::new(live.clone());
+        let orchestrator = kandev_orchestrator::Application::build_on(
+            orchestrator_settings,
+            Arc::new(control),
+            kandev_orchestrator::startup::EventStreams {
+                streams: Arc::new(streams.clone()),
+                live: live_dyn.clone(),
+                ready: always_ready.clone(),
+            },
+        )
+        .await?;
+
+        let gateway_settings: kandev_gateway::Settings = settings(
+            "gateway",
+            file,
+            &[("data_dir", dir.display().to_string())],
+            &[
+                ("database_url", sqlite(dir, "gateway.db")),
+                ("service_token", token.clone()),
+                ("task_service_url", http(tasks.local_addr())),
+                ("agent_manager_url", http(agents.local_addr())),
+                ("orchestrator_url", http(orchestrator.local_addr())),
+            ],
+        )?;
+        let feeds = kandev_gateway::stream::live::LiveFeeds::new(
+            live_dyn,
+            gateway_settings.stream_client_buffer,
+        );
+        let gateway =
+            kandev_gateway::Application::build_on(gateway_settings, feeds, ("bus", always_ready))
+                .await?;
+        Ok(Kandev {
+            data_dir,
+            streams,
+            tasks,
+            agents,
+            orchestrator,
+            gateway,
+        })
+    }
+
+    /// The gateway's address: the UI, the REST API and the WebSocket.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.gateway.local_addr()
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// Serves until `shutdown` fires: the gateway stops first, then the
+    /// orchestrator, then the agent manager and the task service, so every
+    /// part drains what the one before handed it.
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), Error> {
+        let inner = CancellationToken::new();
+        let tasks = tokio::spawn(self.tasks.run_until_stopped(inner.clone()));
+        let agents = tokio::spawn(self.agents.run_until_stopped(inner.clone()));
+        let orchestrator_stop = CancellationToken::new();
+        let orchestrator = tokio::spawn(
+            self.orchestrator
+                .run_until_stopped(orchestrator_stop.clone()),
+        );
+        let gateway = self.gateway.run_until_stopped(shutdown).await;
+        orchestrator_stop.cancel();
+        let orchestrator = orchestrator.await;
+        inner.cancel();
+        let (tasks, agents) = (tasks.await, agents.await);
+        self.streams.close().await;
+        let joined = |e: tokio::task::JoinError| Error::Setup(format!("a part panicked: {e}"));
+        gateway?;
+        orchestrator.map_err(joined)??;
+        agents.map_err(joined)??;
+        tasks.map_err(joined)??;
+        Ok(())
+    }
+}
