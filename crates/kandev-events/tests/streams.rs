@@ -368,3 +368,25 @@ async fn concurrent_publishers_each_get_one_place(backend: Backend) {
         assert_eq!(mine, sent);
     }
 }
+
+/// The in-process streams keep events as long as JetStream's do
+/// (`STREAM_MAX_AGE`), then drop them.
+#[tokio::test]
+async fn local_streams_drop_what_is_older_than_their_age() {
+    // (Its directory kept until the end.)
+    let Backend::Local { streams, dir: _dir } = Backend::local().await else {
+        unreachable!("a local backend")
+    };
+    publish_all(&streams, &["old", "older"]).await;
+    assert_eq!(
+        streams
+            .prune(kandev_events::bus::STREAM_MAX_AGE)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(streams.prune(Duration::ZERO).await.unwrap(), 2);
+    publish_all(&streams, &["new"]).await;
+    let mut consumer = open(&streams, "c", "task.>", AckMode::Explicit).await;
+    assert_eq!(texts(&take(consumer.as_mut(), 1).await), ["new"]);
+}

@@ -75,6 +75,23 @@ pub struct Kandev {
     gateway: kandev_gateway::Application,
 }
 
+/// Drops stream events older than JetStream keeps them, hourly.
+async fn prune(streams: LocalStreams, stop: CancellationToken) {
+    let mut hourly = tokio::time::interval(Duration::from_secs(3600));
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = hourly.tick() => {
+                match streams.prune(kandev_events::bus::STREAM_MAX_AGE).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(events = n, "dropped stream events older than 7 days"),
+                    Err(err) => tracing::warn!(%err, "pruning the streams failed"),
+                }
+            }
+        }
+    }
+}
+
 /// One part's settings: its defaults, then `defaults` (the data
 /// directory's paths), then the file and `KANDEV_*`, then `wiring`.
 fn settings<T>(
@@ -226,6 +243,7 @@ impl Kandev {
     /// part drains what the one before handed it.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), Error> {
         let inner = CancellationToken::new();
+        let pruning = tokio::spawn(prune(self.streams.clone(), inner.clone()));
         let tasks = tokio::spawn(self.tasks.run_until_stopped(inner.clone()));
         let agents = tokio::spawn(self.agents.run_until_stopped(inner.clone()));
         let orchestrator_stop = CancellationToken::new();
@@ -237,6 +255,7 @@ impl Kandev {
         orchestrator_stop.cancel();
         let orchestrator = orchestrator.await;
         inner.cancel();
+        let _ = pruning.await;
         let (tasks, agents) = (tasks.await, agents.await);
         self.streams.close().await;
         let joined = |e: tokio::task::JoinError| Error::Setup(format!("a part panicked: {e}"));

@@ -59,6 +59,20 @@ impl LocalStreams {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+
+    /// Drops messages stored more than `max_age` ago, as JetStream's
+    /// `max_age` does (consumers that were away longer miss them); returns
+    /// how many.
+    pub async fn prune(&self, max_age: Duration) -> Result<u64, BusError> {
+        let max_age = chrono::Duration::from_std(max_age).unwrap_or(chrono::Duration::MAX);
+        let cutoff = kandev_common::db::sqlite::time(chrono::Utc::now() - max_age);
+        let done = sqlx::query("DELETE FROM stream_messages WHERE at < ?1")
+            .bind(cutoff)
+            .execute(&self.pool)
+            .await
+            .map_err(storage)?;
+        Ok(done.rows_affected())
+    }
 }
 
 #[async_trait]
