@@ -188,7 +188,12 @@ impl Consumer for JsConsumer {
         let first = match tokio::time::timeout(wait, messages.next()).await {
             Err(_) => return Ok(Vec::new()),
             Ok(Some(Ok(message))) => message,
-            Ok(Some(Err(err))) => return Err(unavailable(err)),
+            // A pull's error (a missed heartbeat, say) is the client's to
+            // recover from, as it re-pulls: not a reason to re-open.
+            Ok(Some(Err(err))) => {
+                tracing::warn!(%err, "pull error; the client pulls again");
+                return Ok(Vec::new());
+            }
             Ok(None) => {
                 // Ended: the next fetch pulls again.
                 self.messages = None;

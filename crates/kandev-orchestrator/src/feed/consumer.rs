@@ -121,6 +121,8 @@ impl FeedConsumer {
                     }
                     Err(err) => {
                         tracing::warn!(%err, "acp consumer not ready, retrying");
+                        // What is numbered (and live) is stored meanwhile.
+                        send_batch(&batch_tx, &mut frames, &mut last).await;
                         tokio::select! {
                             () = stop.cancelled() => break,
                             () = tokio::time::sleep(Duration::from_secs(1)) => continue,
@@ -151,6 +153,7 @@ impl FeedConsumer {
                 Err(err) => {
                     failures += 1;
                     tracing::warn!(%err, failures, "acp consumer: cannot pull, retrying");
+                    send_batch(&batch_tx, &mut frames, &mut last).await;
                     tokio::select! {
                         () = stop.cancelled() => break,
                         () = tokio::time::sleep(Duration::from_secs(1)) => continue,
