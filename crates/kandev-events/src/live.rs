@@ -11,13 +11,15 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use async_nats::HeaderMap;
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::{StreamExt as _, stream::BoxStream};
 use tokio::sync::broadcast;
 
-use crate::{BusError, durable::Headers};
+use crate::{
+    BusError,
+    durable::{self, Headers},
+};
 
 /// One live message.
 #[derive(Debug, Clone)]
@@ -29,10 +31,7 @@ pub struct LiveMessage {
 impl LiveMessage {
     /// The value of header `name`, if it has one.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        durable::header(&self.headers, name)
     }
 }
 
@@ -70,12 +69,8 @@ impl Live for NatsLive {
         headers: &Headers,
         payload: Bytes,
     ) -> Result<(), BusError> {
-        let mut map = HeaderMap::new();
-        for (k, v) in headers {
-            map.insert(k.as_str(), v.as_str());
-        }
         self.client
-            .publish_with_headers(subject.to_string(), map, payload)
+            .publish_with_headers(subject.to_string(), durable::to_nats(headers), payload)
             .await
             .map_err(|e| BusError::Unavailable(e.to_string()))
     }
@@ -90,16 +85,7 @@ impl Live for NatsLive {
         let _ = self.client.flush().await;
         Ok(subscriber
             .map(|msg| LiveMessage {
-                headers: msg
-                    .headers
-                    .iter()
-                    .flat_map(|h| h.iter())
-                    .flat_map(|(k, values)| {
-                        values
-                            .iter()
-                            .map(move |v| (k.to_string(), v.as_str().to_string()))
-                    })
-                    .collect(),
+                headers: durable::from_nats(msg.headers.as_ref(), ""),
                 payload: msg.payload,
             })
             .boxed())

@@ -2,19 +2,16 @@
 
 use std::{sync::Arc, time::Duration};
 
-use async_nats::{
-    HeaderMap,
-    jetstream::{
-        self, AckKind,
-        consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull},
-    },
+use async_nats::jetstream::{
+    self, AckKind,
+    consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull},
 };
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::{FutureExt as _, StreamExt as _};
 use uuid::Uuid;
 
-use super::{AckMode, Acker, Consumer, Delivered, Headers, Streams};
+use super::{AckMode, Acker, Consumer, Delivered, Headers, Streams, from_nats, to_nats};
 use crate::{BusError, JetStreamBus};
 
 /// NATS JetStream, through a connected [`JetStreamBus`].
@@ -29,6 +26,9 @@ impl JetStreamStreams {
     }
 }
 
+/// The header JetStream deduplicates by.
+const MSG_ID: &str = "Nats-Msg-Id";
+
 fn unavailable(e: impl std::fmt::Display) -> BusError {
     BusError::Unavailable(e.to_string())
 }
@@ -42,11 +42,8 @@ impl Streams for JetStreamStreams {
         headers: &Headers,
         payload: Bytes,
     ) -> Result<(), BusError> {
-        let mut map = HeaderMap::new();
-        map.insert("Nats-Msg-Id", id.to_string().as_str());
-        for (k, v) in headers {
-            map.insert(k.as_str(), v.as_str());
-        }
+        let mut map = to_nats(headers);
+        map.insert(MSG_ID, id.to_string().as_str());
         let ack = self
             .bus
             .jetstream()
@@ -141,17 +138,7 @@ impl JsConsumer {
             .map(|i| (i.stream_sequence, i.delivered as u64))
             .map_err(unavailable)?;
         let (message, acker) = message.split();
-        let headers = message
-            .headers
-            .iter()
-            .flat_map(|h| h.iter())
-            .filter(|(k, _)| AsRef::<str>::as_ref(k) != "Nats-Msg-Id")
-            .flat_map(|(k, values)| {
-                values
-                    .iter()
-                    .map(move |v| (k.to_string(), v.as_str().to_string()))
-            })
-            .collect();
+        let headers = from_nats(message.headers.as_ref(), MSG_ID);
         Ok(Delivered {
             subject: message.subject.to_string(),
             headers,

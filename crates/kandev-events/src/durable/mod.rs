@@ -38,6 +38,37 @@ use crate::BusError;
 /// Headers of a message, in order.
 pub type Headers = Vec<(String, String)>;
 
+/// The value of header `name` (any case) in `headers`, if it has one.
+pub fn header<'a>(headers: &'a Headers, name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+/// `headers` as NATS sends them.
+pub(crate) fn to_nats(headers: &Headers) -> async_nats::HeaderMap {
+    let mut map = async_nats::HeaderMap::new();
+    for (k, v) in headers {
+        map.insert(k.as_str(), v.as_str());
+    }
+    map
+}
+
+/// The headers of a NATS message, but `skip`.
+pub(crate) fn from_nats(headers: Option<&async_nats::HeaderMap>, skip: &str) -> Headers {
+    headers
+        .iter()
+        .flat_map(|h| h.iter())
+        .filter(|(k, _)| AsRef::<str>::as_ref(k) != skip)
+        .flat_map(|(k, values)| {
+            values
+                .iter()
+                .map(move |v| (k.to_string(), v.as_str().to_string()))
+        })
+        .collect()
+}
+
 /// How a consumer's acknowledgements count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AckMode {
@@ -116,10 +147,7 @@ impl std::fmt::Debug for Delivered {
 impl Delivered {
     /// The value of header `name`, if it has one.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        header(&self.headers, name)
     }
 
     /// Acknowledges it (and, in [`AckMode::All`], those before it).
