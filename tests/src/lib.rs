@@ -189,6 +189,11 @@ pub fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
+/// The binary `name` of this build (`kandev`, `kandev-gateway`, ...).
+pub fn binary(name: &str) -> PathBuf {
+    profile_dir().join(name)
+}
+
 /// `target/<profile>`: where the service binaries of this build are, from
 /// the running binary's own path (a test in `target/<profile>/deps`, or a
 /// binary such as the benchmark in `target/<profile>`).
@@ -418,6 +423,16 @@ impl Stack {
             .find(|p| p.svc == svc && p.replica == replica)
             .map(|p| p.port)
             .expect("no such replica")
+    }
+
+    /// The database URL of a stack on Postgres.
+    pub fn database_url(&self) -> Option<&str> {
+        self.db.as_ref().map(|db| db.url.as_str())
+    }
+
+    /// The data directory of the `kandev` binary ([`Options::single`]).
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
     }
 
     /// The process id of `svc`, while it runs.

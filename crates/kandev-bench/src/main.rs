@@ -4,7 +4,8 @@
 //!
 //! It starts its own stack of the four service binaries found beside it
 //! (`target/release` when run with `cargo run --release`), a private NATS
-//! and a fresh database, like the end-to-end suite, and the mock agent's
+//! and a fresh database, like the end-to-end suite (or, with `--single`,
+//! the `kandev` binary on a fresh data directory), and the mock agent's
 //! `flood` scenario, whose chunks carry their send time. Readers are Rust
 //! and scan bytes instead of parsing JSON, so they are never the
 //! bottleneck. See `docs/performance.md` for the method and the figures.
@@ -99,6 +100,11 @@ struct StreamArgs {
     /// Also append the report (Markdown) to this file.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Measure the `kandev` binary (the four services in one process, with
+    /// SQLite and in-process streams: what `scripts/kandev` runs) instead
+    /// of the four services with Postgres and NATS.
+    #[arg(long)]
+    single: bool,
 }
 
 /// One line of a report table.
@@ -162,9 +168,11 @@ struct Bench {
     stack: Stack,
     api: Api,
     board: String,
-    /// The four services, then NATS, Postgres and dockerd.
+    /// The four services (or `kandev`), then NATS, Postgres and dockerd.
     watched: Vec<Watched>,
     services: Vec<String>,
+    /// The stack is the `kandev` binary.
+    single: bool,
 }
 
 /// CPU seconds and peak RSS of every watched process over `f`.
@@ -174,7 +182,7 @@ struct Cost {
 }
 
 impl Bench {
-    async fn start() -> Result<Bench> {
+    async fn start(single: bool) -> Result<Bench> {
         let options = Options {
             max_concurrent: 64,
             env: vec![
@@ -194,40 +202,72 @@ impl Bench {
                     "50".into(),
                 ),
             ],
+            sqlite: single,
+            single,
             ..Options::default()
         };
         let stack = Stack::start("bench", options).await;
         let api = stack.admin().await;
         let board = api.board("bench").await;
-        let mut watched: Vec<Watched> = Svc::ALL
-            .iter()
-            .map(|s| Watched {
-                name: s.bin().trim_start_matches("kandev-").to_string(),
-                pids: stack.pid(*s).into_iter().collect(),
-            })
-            .collect();
+        let mut watched: Vec<Watched> = if single {
+            vec![Watched {
+                name: "kandev".into(),
+                pids: stack.pid(Svc::Gateway).into_iter().collect(),
+            }]
+        } else {
+            Svc::ALL
+                .iter()
+                .map(|s| Watched {
+                    name: s.bin().trim_start_matches("kandev-").to_string(),
+                    pids: stack.pid(*s).into_iter().collect(),
+                })
+                .collect()
+        };
         let services = watched.iter().map(|w| w.name.clone()).collect();
-        watched.push(Watched {
-            name: "nats-server".into(),
-            pids: stack.nats.pid().into_iter().collect(),
-        });
+        if !single {
+            watched.push(Watched {
+                name: "nats-server".into(),
+                pids: stack.nats.pid().into_iter().collect(),
+            });
+        }
         Ok(Bench {
             stack,
             api,
             board,
             watched,
             services,
+            single,
         })
+    }
+
+    /// The process that serves WebSockets, and the one that numbers frames.
+    fn front(&self) -> &'static str {
+        if self.single { "kandev" } else { "gateway" }
+    }
+
+    fn back(&self) -> &'static str {
+        if self.single {
+            "kandev"
+        } else {
+            "orchestrator"
+        }
+    }
+
+    /// The process that runs `svc`: its own, or `kandev` for all.
+    fn pid(&self, svc: Svc) -> Option<u32> {
+        self.stack.pid(if self.single { Svc::Gateway } else { svc })
     }
 
     /// The watched processes, with Postgres backends and dockerd looked up
     /// now (backends come and go).
     fn watched_now(&self) -> Vec<Watched> {
         let mut w = self.watched.clone();
-        w.push(Watched {
-            name: "postgres".into(),
-            pids: procs::pids_named("postgres"),
-        });
+        if !self.single {
+            w.push(Watched {
+                name: "postgres".into(),
+                pids: procs::pids_named("postgres"),
+            });
+        }
         w.push(Watched {
             name: "dockerd".into(),
             pids: procs::pids_named("dockerd"),
@@ -267,13 +307,20 @@ impl Bench {
                 "",
             ));
         }
-        rows.push(row(
-            "CPU per message: the four services",
-            "—",
-            format!("{:.1} µs", per(total)),
-            "",
-        ));
-        for other in ["nats-server", "postgres", "dockerd"] {
+        if self.services.len() > 1 {
+            rows.push(row(
+                "CPU per message: the four services",
+                "—",
+                format!("{:.1} µs", per(total)),
+                "",
+            ));
+        }
+        let others: &[&str] = if self.single {
+            &["dockerd"]
+        } else {
+            &["nats-server", "postgres", "dockerd"]
+        };
+        for &other in others {
             let secs = cost.cpu.get(other).copied().unwrap_or(0.0);
             let bare = match (other, bare_dockerd) {
                 ("dockerd", Some(b)) => format!("{:.1} µs", per(b)),
@@ -481,11 +528,8 @@ impl Bench {
         for _ in 0..subs {
             sockets.push(kandev::connect(self.api.addr, &token, &task, after).await?);
         }
-        let gateway_pid = self.stack.pid(Svc::Gateway).context("gateway pid")?;
-        let orchestrator_pid = self
-            .stack
-            .pid(Svc::Orchestrator)
-            .context("orchestrator pid")?;
+        let gateway_pid = self.pid(Svc::Gateway).context("gateway pid")?;
+        let orchestrator_pid = self.pid(Svc::Orchestrator).context("orchestrator pid")?;
         let rss_idle = procs::rss_kb(gateway_pid);
         let deadline = Instant::now() + Duration::from_secs(args.fanout_secs * 3 + 120);
         let readers: Vec<_> = sockets
@@ -542,7 +586,7 @@ impl Bench {
             row("p99 latency", "—", ms(all.percentile(99.0)), ""),
             row("max latency", "—", ms(all.percentile(100.0)), ""),
             row(
-                "gateway RSS idle → peak (MiB)",
+                &format!("{} RSS idle → peak (MiB)", self.front()),
                 "—",
                 format!(
                     "{:.0} → {:.0}",
@@ -551,9 +595,14 @@ impl Bench {
                 ),
                 "",
             ),
-            row("gateway fds at peak", "—", format!("{peak_fds}"), ""),
             row(
-                "orchestrator RSS after (MiB)",
+                &format!("{} fds at peak", self.front()),
+                "—",
+                format!("{peak_fds}"),
+                "",
+            ),
+            row(
+                &format!("{} RSS after (MiB)", self.back()),
                 "—",
                 format!("{:.0}", procs::rss_kb(orchestrator_pid) as f64 / 1024.0),
                 "",
@@ -629,9 +678,14 @@ fn git(args: &[&str]) -> String {
 }
 
 async fn stream(args: StreamArgs) -> Result<()> {
-    let bench = Bench::start().await?;
+    let bench = Bench::start(args.single).await?;
     let mut out = format!(
-        "## Stream benchmark, {} (commit {}{})\n\n",
+        "## Stream benchmark{}, {} (commit {}{})\n\n",
+        if args.single {
+            " of the `kandev` binary"
+        } else {
+            ""
+        },
         git(&["log", "-1", "--format=%cd", "--date=short"]),
         git(&["rev-parse", "--short", "HEAD"]),
         if git(&["status", "--porcelain", "--untracked-files=no"]).is_empty() {

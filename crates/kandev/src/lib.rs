@@ -18,7 +18,10 @@
 //! together (listen addresses of the internal ports, databases, peers'
 //! URLs, the service token) is set here and not configurable.
 
+pub mod export;
+
 use std::{
+    fs::File,
     net::SocketAddr,
     path::{Path, PathBuf},
     sync::Arc,
@@ -61,12 +64,41 @@ pub enum Error {
     Orchestrator(#[from] kandev_orchestrator::startup::StartupError),
     #[error("the gateway: {0}")]
     Gateway(#[from] kandev_gateway::startup::StartupError),
+    #[error("another kandev runs on the data directory {0}")]
+    Locked(PathBuf),
     #[error("{0}")]
     Setup(String),
 }
 
+/// One `kandev` per data directory: an exclusive lock on its `kandev.lock`,
+/// held while the process runs (the system releases it however the process
+/// ends) and taken by `kandev export` too.
+#[derive(Debug)]
+pub struct DataDirLock(#[allow(dead_code)] File);
+
+impl DataDirLock {
+    pub fn acquire(dir: &Path) -> Result<DataDirLock, Error> {
+        let path = dir.join("kandev.lock");
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|source| Error::DataDir {
+                path: path.clone(),
+                source,
+            })?;
+        match file.try_lock() {
+            Ok(()) => Ok(DataDirLock(file)),
+            Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked(dir.to_path_buf())),
+            Err(std::fs::TryLockError::Error(source)) => Err(Error::DataDir { path, source }),
+        }
+    }
+}
+
 /// The four parts, bound to their ports, not serving yet.
 pub struct Kandev {
+    _lock: DataDirLock,
     data_dir: PathBuf,
     streams: LocalStreams,
     tasks: kandev_task_service::Application,
@@ -136,6 +168,7 @@ impl Kandev {
             source,
         })?;
         let dir = data_dir.as_path();
+        let lock = DataDirLock::acquire(dir)?;
         let streams = LocalStreams::open(&sqlite(dir, "streams.db")).await?;
         let live = LocalLive::new(LIVE_CAPACITY);
         // The parts' own secret for this run: they restart together.
@@ -220,6 +253,7 @@ impl Kandev {
             kandev_gateway::Application::build_on(gateway_settings, feeds, ("bus", always_ready))
                 .await?;
         Ok(Kandev {
+            _lock: lock,
             data_dir,
             streams,
             tasks,

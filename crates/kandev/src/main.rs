@@ -31,11 +31,30 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(name = "kandev", version)]
 struct Cli {
     /// Where Kandev keeps its state (created when missing).
-    #[arg(long, env = "KANDEV_DATA_DIR", value_name = "DIR")]
+    #[arg(long, env = "KANDEV_DATA_DIR", value_name = "DIR", global = true)]
     data_dir: Option<PathBuf>,
     /// A TOML configuration file.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Copies this installation's users, boards, tasks, runs and feeds into
+    /// the Postgres database of the four-service deployment (each service's
+    /// schema, made by its migrations). Stop kandev first. See
+    /// docs/deployment.md.
+    Export {
+        /// The deployment's database (its KANDEV_DATABASE_URL).
+        #[arg(value_name = "POSTGRES_URL")]
+        url: String,
+        /// Delete what the target's tables hold first (without it, a target
+        /// holding data is an error).
+        #[arg(long)]
+        replace: bool,
+    },
 }
 
 /// How the process logs (`KANDEV_LOG__FILTER`, `KANDEV_LOG__FORMAT`).
@@ -63,6 +82,20 @@ async fn main() -> anyhow::Result<()> {
         Some(dir) => dir,
         None => default_data_dir()?,
     };
+    if let Some(Command::Export { url, replace }) = cli.command {
+        let report = kandev::export::export(&data_dir, &url, replace)
+            .await
+            .context("exporting")?;
+        for (table, rows) in &report.rows {
+            println!("{table}: {rows} rows");
+        }
+        println!(
+            "Exported {} to Postgres. The deployment needs the same KANDEV_SECRETS_KEY \
+             (if one was set) to read the users' stored secrets; sessions start anew.",
+            data_dir.display()
+        );
+        return Ok(());
+    }
     let logging: Logging = config::load(cli.config.as_deref()).context("loading configuration")?;
     let _telemetry = telemetry::init("kandev", &logging.log);
     let shutdown = shutdown::on_signal();

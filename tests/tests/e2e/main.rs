@@ -7,6 +7,7 @@ mod changes;
 mod cluster;
 mod concurrency;
 mod crash;
+mod export;
 mod faults;
 mod followup;
 mod fuzz;
