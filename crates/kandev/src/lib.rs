@@ -37,6 +37,9 @@ use kandev_events::{
 };
 use serde::{Serialize, de::DeserializeOwned};
 
+/// The file of the key that seals users' secrets, in the data directory.
+pub const SECRETS_KEY_FILE: &str = "secrets-key";
+
 /// How many live messages a follower may fall behind before it misses
 /// some (and reads the gap from the stored feed).
 const LIVE_CAPACITY: usize = 4096;
@@ -151,6 +154,16 @@ fn sqlite(dir: &Path, file: &str) -> String {
     format!("sqlite://{}", dir.join(file).display())
 }
 
+/// 48 random letters and digits (about 280 bits): a secret of the 32
+/// bytes or more that service tokens and sealing keys need.
+fn long_secret() -> String {
+    format!(
+        "{}{}",
+        kandev_gateway::first_start::random_password(),
+        kandev_gateway::first_start::random_password()
+    )
+}
+
 fn http(addr: SocketAddr) -> String {
     format!("http://{addr}")
 }
@@ -172,11 +185,7 @@ impl Kandev {
         let streams = LocalStreams::open(&sqlite(dir, "streams.db")).await?;
         let live = LocalLive::new(LIVE_CAPACITY);
         // The parts' own secret for this run: they restart together.
-        let token = format!(
-            "{}{}",
-            kandev_gateway::first_start::random_password(),
-            kandev_gateway::first_start::random_password()
-        );
+        let token = long_secret();
         let internal = |db: &str| {
             vec![
                 ("listen_addr", "127.0.0.1:0".to_string()),
@@ -197,12 +206,22 @@ impl Kandev {
         .await?;
 
         let workspaces = dir.join("workspaces").display().to_string();
-        let agent_settings: kandev_agent_manager::Settings = settings(
+        let mut agent_settings: kandev_agent_manager::Settings = settings(
             "agent manager",
             file,
             &[("workspaces_root", workspaces)],
             &internal("agents.db"),
         )?;
+        // Users can store secrets: the key that seals them is made on first
+        // start and kept, unless KANDEV_SECRETS_KEY gives one.
+        if agent_settings.secrets_key.is_none() {
+            let (key, _) = kandev_gateway::first_start::kept(dir, SECRETS_KEY_FILE, long_secret)
+                .map_err(|source| Error::DataDir {
+                    path: dir.join(SECRETS_KEY_FILE),
+                    source,
+                })?;
+            agent_settings.secrets_key = Some(key);
+        }
         let agents = kandev_agent_manager::Application::build_with_bus(
             agent_settings,
             bus,

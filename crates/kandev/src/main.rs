@@ -90,9 +90,11 @@ async fn main() -> anyhow::Result<()> {
             println!("{table}: {rows} rows");
         }
         println!(
-            "Exported {} to Postgres. The deployment needs the same KANDEV_SECRETS_KEY \
-             (if one was set) to read the users' stored secrets; sessions start anew.",
-            data_dir.display()
+            "Exported {} to Postgres. To read the users' stored secrets the agent manager \
+             needs the key kandev sealed them with as its KANDEV_SECRETS_KEY (the one kandev \
+             was given, else the file {}); sessions start anew.",
+            data_dir.display(),
+            data_dir.join(kandev::SECRETS_KEY_FILE).display()
         );
         return Ok(());
     }

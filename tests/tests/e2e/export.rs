@@ -4,7 +4,7 @@
 use std::process::Output;
 
 use kandev_e2e::{
-    ADMIN_PASSWORD, Feed, Options, Stack, Svc, is_turn_end, replay, serde_json::json,
+    ADMIN_PASSWORD, Api, Feed, Options, Stack, Svc, is_turn_end, replay, serde_json::json,
 };
 
 /// Runs `kandev export` on `stack`'s data directory.
@@ -22,6 +22,22 @@ async fn export(stack: &Stack, url: &str, replace: bool) -> Output {
         .await
         .expect("the export ends within 2 min")
         .expect("kandev export runs")
+}
+
+/// A mock-agent task on `board`, run to its end; its id.
+async fn run_one(api: &Api, board: &str, title: &str) -> String {
+    let task = api
+        .task(
+            board,
+            json!({"title": title, "description": "scenario: echo hi",
+                   "agent_type": "mock-agent", "max_retries": 0}),
+        )
+        .await;
+    let mut feed = Feed::open(api, &task).await;
+    feed.wait_for(120, "the turn_end", is_turn_end).await;
+    feed.close().await;
+    api.wait_state(&task, &["COMPLETED", "REVIEW"], 60).await;
+    task
 }
 
 fn text(out: &Output) -> String {
@@ -55,17 +71,7 @@ async fn kandev_export_moves_an_installation_to_the_four_services() {
     assert_eq!(set.status, 200, "{}", set.body);
     let secrets = maria.get("/api/v1/users/me/secrets").await.body;
     let board = api.board("moving").await;
-    let task = api
-        .task(
-            &board,
-            json!({"title": "Before the move", "description": "scenario: echo moved",
-                   "agent_type": "mock-agent", "max_retries": 0}),
-        )
-        .await;
-    let mut feed = Feed::open(&api, &task).await;
-    feed.wait_for(120, "the turn_end", is_turn_end).await;
-    feed.close().await;
-    api.wait_state(&task, &["COMPLETED", "REVIEW"], 60).await;
+    let task = run_one(&api, &board, "Before the move").await;
     let stored = replay(&api, &task).await;
     let before = api.get(&format!("/api/v1/tasks/{task}")).await.body;
     let boards = api.get("/api/v1/boards").await.body;
@@ -123,17 +129,7 @@ async fn kandev_export_moves_an_installation_to_the_four_services() {
     assert!(secrets.to_string().contains("MARIA_TOKEN"), "{secrets}");
 
     // And goes on: a new task on the moved board runs, numbered afresh.
-    let next = moved
-        .task(
-            &board,
-            json!({"title": "After the move", "description": "scenario: echo again",
-                   "agent_type": "mock-agent", "max_retries": 0}),
-        )
-        .await;
-    let mut feed = Feed::open(&moved, &next).await;
-    feed.wait_for(120, "the turn_end", is_turn_end).await;
-    feed.close().await;
-    moved.wait_state(&next, &["COMPLETED", "REVIEW"], 60).await;
+    run_one(&moved, &board, "After the move").await;
     let listed = moved
         .get(&format!("/api/v1/boards/{board}/tasks"))
         .await
