@@ -46,12 +46,23 @@ pub mod sqlite {
         SqlitePool,
         sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
     };
+    use tracing::Instrument as _;
 
     /// How long a writer waits for another's transaction before failing.
     const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
     /// How often the write-ahead log is copied back into the database.
     const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+
+    /// Log frames (pages) past which a checkpoint also restarts the log.
+    /// A passive checkpoint never catches up with a writer that never
+    /// pauses, and SQLite only reuses the log from its start once a
+    /// checkpoint has: under a flood the log would grow without end, every
+    /// write extending the file and every lookup searching a larger index.
+    const RESTART_AT_FRAMES: i64 = 8192;
+
+    /// The log's size SQLite truncates it back to after a restart.
+    const LOG_SIZE_LIMIT: &str = "67108864";
 
     /// Opens the database file of `url` (`sqlite:///abs/path.db` or
     /// `sqlite:relative.db`), creating it when missing, in WAL mode (readers
@@ -70,7 +81,8 @@ pub mod sqlite {
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(BUSY_TIMEOUT)
-            .pragma("wal_autocheckpoint", "0");
+            .pragma("wal_autocheckpoint", "0")
+            .pragma("journal_size_limit", LOG_SIZE_LIMIT);
         let pool = SqlitePoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(super::ACQUIRE_TIMEOUT)
@@ -80,9 +92,12 @@ pub mod sqlite {
         Ok(pool)
     }
 
-    /// Checkpoints `pool`'s log every [`CHECKPOINT_EVERY`] (passively: it
-    /// copies what no reader still needs and never blocks a writer) until
-    /// the pool closes.
+    /// Checkpoints `pool`'s log every [`CHECKPOINT_EVERY`] until the pool
+    /// closes: passively (it copies what no reader still needs and never
+    /// blocks a writer), then, when the log holds more than
+    /// [`RESTART_AT_FRAMES`], once more in `RESTART` mode, which copies the
+    /// little the passive pass left (writers wait for that much) so the
+    /// next writer starts the log over.
     async fn checkpoints(pool: SqlitePool) {
         let mut every = tokio::time::interval(CHECKPOINT_EVERY);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -91,16 +106,28 @@ pub mod sqlite {
             if pool.is_closed() {
                 return;
             }
-            if let Err(err) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-                .execute(&pool)
-                .await
-            {
+            if let Err(err) = checkpoint(&pool).await {
                 if pool.is_closed() {
                     return;
                 }
                 tracing::warn!(%err, "checkpointing a SQLite log failed");
             }
         }
+    }
+
+    async fn checkpoint(pool: &SqlitePool) -> Result<(), sqlx::Error> {
+        // (busy, frames in the log, frames copied)
+        let (_, log, _): (i64, i64, i64) = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+            .fetch_one(pool)
+            .await?;
+        if log > RESTART_AT_FRAMES {
+            let span = tracing::debug_span!("sqlite_log_restart", frames = log);
+            sqlx::query("PRAGMA wal_checkpoint(RESTART)")
+                .execute(pool)
+                .instrument(span)
+                .await?;
+        }
+        Ok(())
     }
 
     /// How a timestamp is stored: RFC 3339 with six fixed fractional
@@ -159,6 +186,54 @@ pub mod sqlite {
                 (size >= 4 << 20).then_some(())
             })
             .await;
+            pool.close().await;
+        }
+
+        #[tokio::test]
+        async fn the_log_starts_over_while_a_writer_never_pauses() {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let file = dir.path().join("t.db");
+            let log = dir.path().join("t.db-wal");
+            let pool = connect(&format!("sqlite://{}", file.display()), 4)
+                .await
+                .expect("opens");
+            sqlx::query("CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB NOT NULL)")
+                .execute(&pool)
+                .await
+                .expect("table");
+            // A reader that never stops, as a stream's consumers do.
+            let reader = {
+                let pool = pool.clone();
+                tokio::spawn(async move {
+                    loop {
+                        let _: Option<i64> = sqlx::query_scalar("SELECT max(id) FROM t")
+                            .fetch_one(&pool)
+                            .await
+                            .expect("read");
+                        tokio::task::yield_now().await;
+                    }
+                })
+            };
+            // 768 MiB written, the oldest rows deleted as a stream prunes.
+            let mut largest = 0;
+            for i in 0..12288_i64 {
+                sqlx::query("INSERT INTO t (id, b) VALUES (?1, zeroblob(65536))")
+                    .bind(i)
+                    .execute(&pool)
+                    .await
+                    .expect("insert");
+                sqlx::query("DELETE FROM t WHERE id < ?1")
+                    .bind(i - 64)
+                    .execute(&pool)
+                    .await
+                    .expect("delete");
+                largest = largest.max(std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0));
+            }
+            reader.abort();
+            // 8,192 pages of 4 KiB and what a second or two of writing
+            // adds (about 200 MiB here); without restarts the log holds
+            // all that was written, more than 768 MiB.
+            assert!(largest < 384 << 20, "the log grew to {} MiB", largest >> 20);
             pool.close().await;
         }
     }

@@ -390,3 +390,41 @@ async fn local_streams_drop_what_is_older_than_their_age() {
     let mut consumer = open(&streams, "c", "task.>", AckMode::Explicit).await;
     assert_eq!(texts(&take(consumer.as_mut(), 1).await), ["new"]);
 }
+
+/// Acknowledged messages of a stream whose consumers are all known go, but
+/// the last of each subject: what is not acknowledged still comes, and the
+/// last message of a subject is still found.
+#[tokio::test]
+async fn local_streams_drop_what_every_consumer_acknowledged() {
+    let Backend::Local { streams, dir: _dir } = Backend::local().await else {
+        unreachable!("a local backend")
+    };
+    // No consumer yet: nothing goes.
+    publish_all(&streams, &["a", "b"]).await;
+    assert_eq!(streams.prune_consumed(TASKS).await.unwrap(), 0);
+
+    let mut first = open(&streams, "first", "task.>", AckMode::All).await;
+    let mut second = open(&streams, "second", "task.>", AckMode::All).await;
+    publish(&streams, "task.updated", Uuid::now_v7(), "c").await;
+    publish_all(&streams, &["d"]).await;
+    let got = take(first.as_mut(), 4).await;
+    assert_eq!(texts(&got), ["a", "b", "c", "d"]);
+    got[3].ack().await.unwrap();
+    // The second consumer acknowledged nothing: nothing goes.
+    assert_eq!(streams.prune_consumed(TASKS).await.unwrap(), 0);
+    let got = take(second.as_mut(), 4).await;
+    got[2].ack().await.unwrap();
+    // a and b go; c and d stay, the last of their subjects (and d is not
+    // acknowledged by the second).
+    assert_eq!(streams.prune_consumed(TASKS).await.unwrap(), 2);
+    assert_eq!(
+        streams.last_message("task.updated").await.unwrap(),
+        Some(Bytes::from("c"))
+    );
+    drop(second);
+    let mut second = open(&streams, "second", "task.>", AckMode::All).await;
+    assert_eq!(texts(&take(second.as_mut(), 1).await), ["d"]);
+    // A message of a stream no one consumes is kept.
+    publish(&streams, "agent.started", Uuid::now_v7(), "e").await;
+    assert_eq!(streams.prune_consumed("KANDEV_AGENTS").await.unwrap(), 0);
+}

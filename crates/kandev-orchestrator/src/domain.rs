@@ -69,6 +69,15 @@ impl ExecState {
         matches!(self, ExecState::Launching | ExecState::Running)
     }
 
+    /// Launching, running or waiting to retry: a run holds a container or
+    /// will take one.
+    pub fn is_in_flight(self) -> bool {
+        matches!(
+            self,
+            ExecState::Launching | ExecState::Running | ExecState::RetryWait
+        )
+    }
+
     pub fn to_proto(self) -> pb::ExecutionState {
         match self {
             ExecState::Idle => pb::ExecutionState::Idle,

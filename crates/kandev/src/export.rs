@@ -26,6 +26,7 @@ use std::{collections::BTreeMap, path::Path, str::FromStr};
 
 use anyhow::{Context, Result, bail};
 use futures::TryStreamExt;
+use kandev_orchestrator::ExecState;
 use sqlx::{
     Column, Postgres, Row, SqlitePool, TypeInfo, ValueRef,
     postgres::PgArguments,
@@ -33,13 +34,14 @@ use sqlx::{
     sqlite::{SqliteConnectOptions, SqlitePoolOptions, SqliteRow},
 };
 
+use crate::Part;
+
 /// Rows per `INSERT` (Postgres takes up to 65,535 parameters a statement).
 const BATCH: usize = 200;
 
-/// One service's state: its SQLite file and its Postgres schema.
-struct Part {
-    name: &'static str,
-    file: &'static str,
+/// What the copy needs to know of each part beyond its file.
+struct Target {
+    part: Part,
     schema: String,
     /// Tables whose rows the Postgres migrations insert (the export's rows
     /// replace them).
@@ -48,37 +50,27 @@ struct Part {
     sequences: &'static [(&'static str, &'static str, &'static str)],
 }
 
-fn parts() -> Vec<Part> {
-    vec![
-        Part {
-            name: "task service",
-            file: "tasks.db",
-            schema: kandev_task_service::Settings::default().database_schema,
+impl Target {
+    fn of(part: Part) -> Target {
+        let target = |schema: String| Target {
+            part,
+            schema,
             seeded: &[],
             sequences: &[],
-        },
-        Part {
-            name: "agent manager",
-            file: "agents.db",
-            schema: kandev_agent_manager::Settings::default().database_schema,
-            seeded: &["agent_types"],
-            sequences: &[],
-        },
-        Part {
-            name: "orchestrator",
-            file: "orchestrator.db",
-            schema: kandev_orchestrator::Settings::default().database_schema,
-            seeded: &[],
-            sequences: &[("queue_order", "executions", "queue_order")],
-        },
-        Part {
-            name: "gateway",
-            file: "gateway.db",
-            schema: kandev_gateway::Settings::default().database_schema,
-            seeded: &[],
-            sequences: &[],
-        },
-    ]
+        };
+        match part {
+            Part::TaskService => target(kandev_task_service::Settings::default().database_schema),
+            Part::AgentManager => Target {
+                seeded: &["agent_types"],
+                ..target(kandev_agent_manager::Settings::default().database_schema)
+            },
+            Part::Orchestrator => Target {
+                sequences: &[("queue_order", "executions", "queue_order")],
+                ..target(kandev_orchestrator::Settings::default().database_schema)
+            },
+            Part::Gateway => target(kandev_gateway::Settings::default().database_schema),
+        }
+    }
 }
 
 /// What was copied: rows per `schema.table`.
@@ -96,16 +88,16 @@ pub async fn export(data_dir: &Path, url: &str, replace: bool) -> Result<Report>
     }
     let _lock = crate::DataDirLock::acquire(data_dir)
         .map_err(|e| anyhow::anyhow!("{e}: stop kandev before exporting its data"))?;
-    let parts = parts();
+    let targets = Part::ALL.map(Target::of);
     let mut sources = Vec::new();
-    for part in &parts {
-        sources.push(open_sqlite(&data_dir.join(part.file)).await?);
+    for target in &targets {
+        sources.push(open_sqlite(&data_dir.join(target.part.file())).await?);
     }
-    let in_flight: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM executions WHERE state IN ('launching', 'running', 'retry_wait')",
-    )
-    .fetch_one(&sources[2])
-    .await?;
+    let orchestrator = Part::ALL
+        .iter()
+        .position(|p| *p == Part::Orchestrator)
+        .expect("the orchestrator is a part");
+    let in_flight = in_flight(&sources[orchestrator]).await?;
     if in_flight > 0 {
         bail!(
             "{in_flight} task(s) have a run in flight: start kandev, let the runs finish \
@@ -115,12 +107,12 @@ pub async fn export(data_dir: &Path, url: &str, replace: bool) -> Result<Report>
 
     let mut report = Report::default();
     let mut txs = Vec::new();
-    for (part, source) in parts.iter().zip(&sources) {
-        let pool = connect_target(part, url).await?;
+    for (target, source) in targets.iter().zip(&sources) {
+        let pool = connect_target(target.part, url).await?;
         let mut tx = pool.begin().await?;
-        copy_part(part, source, &mut tx, replace, &mut report)
+        copy_part(target, source, &mut tx, replace, &mut report)
             .await
-            .with_context(|| format!("copying the {}", part.name))?;
+            .with_context(|| format!("copying the {}", target.part.name()))?;
         txs.push(tx);
     }
     for tx in txs {
@@ -147,11 +139,28 @@ async fn open_sqlite(path: &Path) -> Result<SqlitePool> {
         .await?)
 }
 
+/// Runs of the orchestrator's executions that hold or will take a
+/// container.
+async fn in_flight(orchestrator: &SqlitePool) -> Result<i64> {
+    let states: Vec<(String, i64)> =
+        sqlx::query_as("SELECT state, count(*) FROM executions GROUP BY state")
+            .fetch_all(orchestrator)
+            .await?;
+    let mut in_flight = 0;
+    for (state, count) in states {
+        let state = ExecState::parse(&state).map_err(anyhow::Error::msg)?;
+        if state.is_in_flight() {
+            in_flight += count;
+        }
+    }
+    Ok(in_flight)
+}
+
 /// The part's schema, made and migrated by the service's own code.
-async fn connect_target(part: &Part, url: &str) -> Result<sqlx::PgPool> {
+async fn connect_target(part: Part, url: &str) -> Result<sqlx::PgPool> {
     let url = url.to_string();
-    let pool = match part.file {
-        "tasks.db" => {
+    let pool = match part {
+        Part::TaskService => {
             kandev_task_service::startup::connect_database(&kandev_task_service::Settings {
                 database_url: url,
                 database_max_connections: 1,
@@ -159,7 +168,7 @@ async fn connect_target(part: &Part, url: &str) -> Result<sqlx::PgPool> {
             })
             .await?
         }
-        "agents.db" => {
+        Part::AgentManager => {
             kandev_agent_manager::startup::connect_database(&kandev_agent_manager::Settings {
                 database_url: url,
                 database_max_connections: 1,
@@ -167,7 +176,7 @@ async fn connect_target(part: &Part, url: &str) -> Result<sqlx::PgPool> {
             })
             .await?
         }
-        "orchestrator.db" => {
+        Part::Orchestrator => {
             kandev_orchestrator::startup::connect_database(&kandev_orchestrator::Settings {
                 database_url: url,
                 database_max_connections: 1,
@@ -175,7 +184,7 @@ async fn connect_target(part: &Part, url: &str) -> Result<sqlx::PgPool> {
             })
             .await?
         }
-        _ => {
+        Part::Gateway => {
             kandev_gateway::startup::connect_database(&kandev_gateway::Settings {
                 database_url: url,
                 database_max_connections: 1,
@@ -220,7 +229,7 @@ async fn target_columns(
 }
 
 async fn copy_part(
-    part: &Part,
+    part: &Target,
     source: &SqlitePool,
     tx: &mut sqlx::PgConnection,
     replace: bool,

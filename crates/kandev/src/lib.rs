@@ -40,6 +40,52 @@ use serde::{Serialize, de::DeserializeOwned};
 /// The file of the key that seals users' secrets, in the data directory.
 pub const SECRETS_KEY_FILE: &str = "secrets-key";
 
+/// The parts whose state is a SQLite file of the data directory (the
+/// streams' file, `streams.db`, is not one: its content is in flight).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    TaskService,
+    AgentManager,
+    Orchestrator,
+    Gateway,
+}
+
+impl Part {
+    /// In the order they are built (and exported).
+    pub const ALL: [Part; 4] = [
+        Part::TaskService,
+        Part::AgentManager,
+        Part::Orchestrator,
+        Part::Gateway,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::TaskService => "task service",
+            Part::AgentManager => "agent manager",
+            Part::Orchestrator => "orchestrator",
+            Part::Gateway => "gateway",
+        }
+    }
+
+    /// Its SQLite file in the data directory.
+    pub fn file(self) -> &'static str {
+        match self {
+            Part::TaskService => "tasks.db",
+            Part::AgentManager => "agents.db",
+            Part::Orchestrator => "orchestrator.db",
+            Part::Gateway => "gateway.db",
+        }
+    }
+
+    fn database_url(self, dir: &Path) -> String {
+        sqlite(dir, self.file())
+    }
+}
+
+/// The file of the durable streams in the data directory.
+const STREAMS_FILE: &str = "streams.db";
+
 /// How many live messages a follower may fall behind before it misses
 /// some (and reads the gap from the stored feed).
 const LIVE_CAPACITY: usize = 4096;
@@ -110,12 +156,21 @@ pub struct Kandev {
     gateway: kandev_gateway::Application,
 }
 
-/// Drops stream events older than JetStream keeps them, hourly.
+/// Drops the agents' output once the feed stored it, every second (the
+/// feed is its one consumer here, known from the start), and stream events
+/// older than JetStream keeps them, hourly.
 async fn prune(streams: LocalStreams, stop: CancellationToken) {
+    let mut often = tokio::time::interval(Duration::from_secs(1));
+    often.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut hourly = tokio::time::interval(Duration::from_secs(3600));
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
+            _ = often.tick() => {
+                if let Err(err) = streams.prune_consumed(kandev_orchestrator::feed::ACP_STREAM).await {
+                    tracing::warn!(%err, "pruning the agents' stored output failed");
+                }
+            }
             _ = hourly.tick() => {
                 match streams.prune(kandev_events::bus::STREAM_MAX_AGE).await {
                     Ok(0) => {}
@@ -130,7 +185,7 @@ async fn prune(streams: LocalStreams, stop: CancellationToken) {
 /// One part's settings: its defaults, then `defaults` (the data
 /// directory's paths), then the file and `KANDEV_*`, then `wiring`.
 fn settings<T>(
-    part: &'static str,
+    part: Part,
     file: Option<&Path>,
     defaults: &[(&str, String)],
     wiring: &[(&str, String)],
@@ -138,7 +193,10 @@ fn settings<T>(
 where
     T: Serialize + DeserializeOwned + Default + config::Validate,
 {
-    let failed = |source| Error::Config { part, source };
+    let failed = |source| Error::Config {
+        part: part.name(),
+        source,
+    };
     let mut base = Figment::from(Serialized::defaults(T::default()));
     for (key, value) in defaults {
         base = base.merge(Serialized::default(key, value));
@@ -182,14 +240,14 @@ impl Kandev {
         })?;
         let dir = data_dir.as_path();
         let lock = DataDirLock::acquire(dir)?;
-        let streams = LocalStreams::open(&sqlite(dir, "streams.db")).await?;
+        let streams = LocalStreams::open(&sqlite(dir, STREAMS_FILE)).await?;
         let live = LocalLive::new(LIVE_CAPACITY);
         // The parts' own secret for this run: they restart together.
         let token = long_secret();
-        let internal = |db: &str| {
+        let internal = |part: Part| {
             vec![
                 ("listen_addr", "127.0.0.1:0".to_string()),
-                ("database_url", sqlite(dir, db)),
+                ("database_url", part.database_url(dir)),
                 ("service_token", token.clone()),
             ]
         };
@@ -197,7 +255,7 @@ impl Kandev {
         let bus: Arc<dyn EventBus> = Arc::new(streams.clone());
 
         let task_settings: kandev_task_service::Settings =
-            settings("task service", file, &[], &internal("tasks.db"))?;
+            settings(Part::TaskService, file, &[], &internal(Part::TaskService))?;
         let tasks = kandev_task_service::Application::build_with_bus(
             task_settings,
             bus.clone(),
@@ -207,10 +265,10 @@ impl Kandev {
 
         let workspaces = dir.join("workspaces").display().to_string();
         let mut agent_settings: kandev_agent_manager::Settings = settings(
-            "agent manager",
+            Part::AgentManager,
             file,
             &[("workspaces_root", workspaces)],
-            &internal("agents.db"),
+            &internal(Part::AgentManager),
         )?;
         // Users can store secrets: the key that seals them is made on first
         // start and kept, unless KANDEV_SECRETS_KEY gives one.
@@ -229,11 +287,11 @@ impl Kandev {
         )
         .await?;
 
-        let mut wiring = internal("orchestrator.db");
+        let mut wiring = internal(Part::Orchestrator);
         wiring.push(("task_service_url", http(tasks.local_addr())));
         wiring.push(("agent_manager_url", http(agents.local_addr())));
         let orchestrator_settings: kandev_orchestrator::Settings =
-            settings("orchestrator", file, &[], &wiring)?;
+            settings(Part::Orchestrator, file, &[], &wiring)?;
         let control = kandev_orchestrator::pool::ManagerPool::new(
             &http(agents.local_addr()),
             &token.clone().into(),
@@ -253,11 +311,11 @@ impl Kandev {
         .await?;
 
         let gateway_settings: kandev_gateway::Settings = settings(
-            "gateway",
+            Part::Gateway,
             file,
             &[("data_dir", dir.display().to_string())],
             &[
-                ("database_url", sqlite(dir, "gateway.db")),
+                ("database_url", Part::Gateway.database_url(dir)),
                 ("service_token", token.clone()),
                 ("task_service_url", http(tasks.local_addr())),
                 ("agent_manager_url", http(agents.local_addr())),

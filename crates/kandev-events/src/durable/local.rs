@@ -73,6 +73,28 @@ impl LocalStreams {
             .map_err(storage)?;
         Ok(done.rows_affected())
     }
+
+    /// Drops the messages of `stream` that every durable consumer of it
+    /// has acknowledged, but the last of each subject (which
+    /// [`EventBus::last_message`] answers with); returns how many. Nothing
+    /// goes while the stream has no consumer. For a stream whose consumers
+    /// are all known from the start (the agents' output, read by the
+    /// feed): it then holds what is in flight, not a copy of the feed, and
+    /// its file stops growing.
+    pub async fn prune_consumed(&self, stream: &str) -> Result<u64, BusError> {
+        let done = sqlx::query(
+            "DELETE FROM stream_messages
+             WHERE stream = ?1
+               AND seq <= (SELECT min(ack_floor) FROM stream_consumers WHERE stream = ?1)
+               AND seq NOT IN (SELECT max(seq) FROM stream_messages
+                               WHERE stream = ?1 GROUP BY subject)",
+        )
+        .bind(stream)
+        .execute(&self.pool)
+        .await
+        .map_err(storage)?;
+        Ok(done.rows_affected())
+    }
 }
 
 #[async_trait]
