@@ -47,8 +47,36 @@ pub trait FeedStore: Send + Sync + 'static {
 }
 
 /// A stored chunk as read back: `(first_seq, last_seq, instance_id,
-/// first_instance_seq, events)`.
-type ChunkRow = (i64, i64, Uuid, i64, String);
+/// first_instance_seq, events, events_lz4)`; the events are the JSON text of
+/// `events`, or of `events_lz4` when it is set.
+type ChunkRow = (i64, i64, Uuid, i64, String, Option<Vec<u8>>);
+
+/// The columns of [`ChunkRow`], for both backends' queries.
+const CHUNK_COLUMNS: &str =
+    "first_seq, last_seq, instance_id, first_instance_seq, events, events_lz4";
+
+/// The largest chunk text a compressed chunk may claim (a chunk holds at
+/// most [`CHUNK_BYTES`] and one event): more is a damaged row, refused
+/// before anything is allocated for it.
+const MAX_UNPACKED: usize = 64 << 20;
+
+/// A chunk's events as `events_lz4` keeps them.
+fn pack(events: &str) -> Vec<u8> {
+    lz4_flex::compress_prepend_size(events.as_bytes())
+}
+
+/// The text of `events_lz4`.
+fn unpack(packed: &[u8]) -> std::result::Result<String, String> {
+    let claimed = packed
+        .get(..4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        .ok_or("compressed events without their size")?;
+    if claimed > MAX_UNPACKED {
+        return Err(format!("compressed events claim {claimed} bytes"));
+    }
+    let bytes = lz4_flex::decompress_size_prepended(packed).map_err(|e| e.to_string())?;
+    String::from_utf8(bytes).map_err(|e| e.to_string())
+}
 
 /// The range of chunk starts that may hold `after+1..=after+limit`: seqs of
 /// a task are contiguous and a chunk holds at most [`CHUNK_EVENTS`].
@@ -60,11 +88,15 @@ fn chunk_starts(after: i64, limit: i64) -> (i64, i64) {
 /// `after < seq <= after + limit`.
 fn frames_of(task_id: Uuid, after: i64, limit: i64, rows: Vec<ChunkRow>) -> Result<Vec<Frame>> {
     let mut frames = Vec::new();
-    for (first_seq, last_seq, instance_id, first_instance_seq, events) in rows {
+    for (first_seq, last_seq, instance_id, first_instance_seq, events, packed) in rows {
         let bad = |what: String| {
             sqlx::Error::Decode(
                 format!("feed chunk of task {task_id} at seq {first_seq}: {what}").into(),
             )
+        };
+        let events = match packed {
+            Some(packed) => unpack(&packed).map_err(bad)?,
+            None => events,
         };
         let events: Vec<&RawValue> =
             serde_json::from_str(&events).map_err(|e| bad(e.to_string()))?;
@@ -183,6 +215,51 @@ fn chunks(frames: &[Arc<Frame>]) -> Vec<Chunk> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chunks_read_back_from_text_or_compressed() {
+        let task = Uuid::from_u128(1);
+        let instance = Uuid::from_u128(2);
+        let text = r#"[{"a":1},{"b":"two"}]"#;
+        let rows = vec![
+            (1, 2, instance, 1, text.to_string(), None),
+            (3, 4, instance, 3, String::new(), Some(pack(text))),
+        ];
+        let frames = frames_of(task, 0, 10, rows).expect("reads");
+        let got: Vec<(i64, i64, &str)> = frames
+            .iter()
+            .map(|f| (f.seq, f.instance_seq, f.event()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, 1, r#"{"a":1}"#),
+                (2, 2, r#"{"b":"two"}"#),
+                (3, 3, r#"{"a":1}"#),
+                (4, 4, r#"{"b":"two"}"#),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_damaged_compressed_chunk_is_an_error_not_an_allocation() {
+        assert!(unpack(&[1, 2]).is_err());
+        // Claims 4 GiB.
+        assert!(unpack(&[0xff, 0xff, 0xff, 0xff, 0]).is_err());
+        let mut packed = pack("[1,2,3]");
+        packed.truncate(packed.len() - 1);
+        assert!(unpack(&packed).is_err());
+        let row = (
+            1,
+            1,
+            Uuid::nil(),
+            1,
+            String::new(),
+            Some(vec![3, 0, 0, 0, 0x30, 1, 2]),
+        );
+        let err = frames_of(Uuid::nil(), 0, 10, vec![row]).unwrap_err();
+        assert!(err.to_string().contains("feed chunk"), "{err}");
+    }
 
     fn frame(task: u128, seq: i64, instance: u128, iseq: i64) -> Arc<Frame> {
         Arc::new(Frame::new(

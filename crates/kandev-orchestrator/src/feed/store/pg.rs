@@ -6,7 +6,9 @@ use async_trait::async_trait;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::{ChunkRow, FeedStore, Result, appended, chunk_starts, chunks, frames_of};
+use super::{
+    CHUNK_COLUMNS, ChunkRow, FeedStore, Result, appended, chunk_starts, chunks, frames_of,
+};
 use crate::feed::Frame;
 
 /// The orchestrator's feed tables in Postgres.
@@ -25,11 +27,11 @@ impl PgFeedStore {
 impl FeedStore for PgFeedStore {
     async fn history(&self, task_id: Uuid, after: i64, limit: i64) -> Result<Vec<Frame>> {
         let (from, to) = chunk_starts(after, limit);
-        let rows: Vec<ChunkRow> = sqlx::query_as(
-            "SELECT first_seq, last_seq, instance_id, first_instance_seq, events FROM feed_chunks
+        let rows: Vec<ChunkRow> = sqlx::query_as(&format!(
+            "SELECT {CHUNK_COLUMNS} FROM feed_chunks
              WHERE task_id = $1 AND first_seq > $2 AND first_seq <= $3 AND last_seq > $4
-             ORDER BY first_seq",
-        )
+             ORDER BY first_seq"
+        ))
         .bind(task_id)
         .bind(from)
         .bind(to)

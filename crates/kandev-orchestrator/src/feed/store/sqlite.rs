@@ -1,5 +1,6 @@
 //! The feed in a SQLite file: the chunks of a batch written in one
-//! transaction.
+//! transaction, each compressed (`events_lz4`: SQLite stores text as it
+//! is, and the feed's text was most of what a flood wrote).
 
 use std::sync::Arc;
 
@@ -7,7 +8,9 @@ use async_trait::async_trait;
 use sqlx::SqlitePool;
 use uuid::Uuid;
 
-use super::{ChunkRow, FeedStore, Result, appended, chunk_starts, chunks, frames_of};
+use super::{
+    CHUNK_COLUMNS, ChunkRow, FeedStore, Result, appended, chunk_starts, chunks, frames_of, pack,
+};
 use crate::feed::Frame;
 
 /// The orchestrator's feed tables in SQLite.
@@ -27,11 +30,11 @@ impl SqliteFeedStore {
 impl FeedStore for SqliteFeedStore {
     async fn history(&self, task_id: Uuid, after: i64, limit: i64) -> Result<Vec<Frame>> {
         let (from, to) = chunk_starts(after, limit);
-        let rows: Vec<ChunkRow> = sqlx::query_as(
-            "SELECT first_seq, last_seq, instance_id, first_instance_seq, events FROM feed_chunks
+        let rows: Vec<ChunkRow> = sqlx::query_as(&format!(
+            "SELECT {CHUNK_COLUMNS} FROM feed_chunks
              WHERE task_id = ?1 AND first_seq > ?2 AND first_seq <= ?3 AND last_seq > ?4
-             ORDER BY first_seq",
-        )
+             ORDER BY first_seq"
+        ))
         .bind(task_id)
         .bind(from)
         .bind(to)
@@ -77,15 +80,16 @@ impl FeedStore for SqliteFeedStore {
         for chunk in chunks(frames) {
             sqlx::query(
                 "INSERT INTO feed_chunks
-                   (task_id, first_seq, last_seq, instance_id, first_instance_seq, events, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
+                   (task_id, first_seq, last_seq, instance_id, first_instance_seq, events,
+                    events_lz4, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, '', ?6, ?7) ON CONFLICT DO NOTHING",
             )
             .bind(chunk.task_id)
             .bind(chunk.first_seq)
             .bind(chunk.last_seq)
             .bind(chunk.instance_id)
             .bind(chunk.first_instance_seq)
-            .bind(&chunk.events)
+            .bind(pack(&chunk.events))
             .bind(kandev_common::db::sqlite::now())
             .execute(&mut *tx)
             .await?;
