@@ -61,16 +61,21 @@ impl LocalStreams {
     }
 
     /// Drops messages stored more than `max_age` ago, as JetStream's
-    /// `max_age` does (consumers that were away longer miss them); returns
-    /// how many.
+    /// `max_age` does (consumers that were away longer miss them), but the
+    /// last of each stream: the next message is numbered after it, so it
+    /// must stay for numbering to go on above every consumer's floor.
+    /// Returns how many went.
     pub async fn prune(&self, max_age: Duration) -> Result<u64, BusError> {
         let max_age = chrono::Duration::from_std(max_age).unwrap_or(chrono::Duration::MAX);
         let cutoff = kandev_common::db::sqlite::time(chrono::Utc::now() - max_age);
-        let done = sqlx::query("DELETE FROM stream_messages WHERE at < ?1")
-            .bind(cutoff)
-            .execute(&self.pool)
-            .await
-            .map_err(storage)?;
+        let done = sqlx::query(
+            "DELETE FROM stream_messages AS m WHERE at < ?1
+               AND seq < (SELECT max(seq) FROM stream_messages WHERE stream = m.stream)",
+        )
+        .bind(cutoff)
+        .execute(&self.pool)
+        .await
+        .map_err(storage)?;
         Ok(done.rows_affected())
     }
 
