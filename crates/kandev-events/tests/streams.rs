@@ -439,3 +439,38 @@ async fn local_streams_drop_what_every_consumer_acknowledged() {
     publish(&streams, "agent.started", Uuid::now_v7(), "e").await;
     assert_eq!(streams.prune_consumed("KANDEV_AGENTS").await.unwrap(), 0);
 }
+
+/// A consumer far behind reads from the file what no longer fits in
+/// memory, then goes on from memory: every message once, in order.
+#[tokio::test]
+async fn local_consumers_far_behind_read_from_the_file() {
+    let Backend::Local { streams, dir: _dir } = Backend::local().await else {
+        unreachable!("a local backend")
+    };
+    let mut consumer = open(&streams, "behind", "task.>", AckMode::All).await;
+    // 48 MiB, more than the streams keep in memory.
+    let big = "x".repeat(1 << 20);
+    for i in 0..48 {
+        publish(
+            &streams,
+            "task.created",
+            Uuid::now_v7(),
+            &format!("{i}:{big}"),
+        )
+        .await;
+    }
+    let mut got = Vec::new();
+    while got.len() < 48 {
+        got.extend(take(consumer.as_mut(), 1).await);
+    }
+    publish(&streams, "task.created", Uuid::now_v7(), "48:").await;
+    got.extend(take(consumer.as_mut(), 1).await);
+    let order: Vec<String> = texts(&got)
+        .iter()
+        .map(|t| t.split(':').next().unwrap().to_string())
+        .collect();
+    let expected: Vec<String> = (0..49).map(|i| i.to_string()).collect();
+    assert_eq!(order, expected);
+    let seqs: Vec<u64> = got.iter().map(|d| d.stream_seq).collect();
+    assert_eq!(seqs, (1..=49).collect::<Vec<u64>>());
+}

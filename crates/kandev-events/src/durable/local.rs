@@ -32,6 +32,75 @@ pub struct LocalStreams {
     pool: SqlitePool,
     /// The last stored seq of any stream: consumers wait for it to move.
     stored: Arc<watch::Sender<u64>>,
+    /// What was stored last, so consumers that keep up do not read it back.
+    recent: Arc<Mutex<Recent>>,
+}
+
+/// Bytes of payload kept in memory per stream (the newest messages).
+const RECENT_BYTES: usize = 32 << 20;
+
+/// A stored message.
+#[derive(Debug, Clone)]
+struct Stored {
+    seq: u64,
+    subject: String,
+    headers: Headers,
+    payload: Bytes,
+}
+
+/// The newest stored messages of each stream, by seq, up to
+/// [`RECENT_BYTES`] each. A consumer reads from here while the seqs it
+/// needs next are all here, and from the file otherwise (after a restart,
+/// or when it fell behind): both hold the same messages.
+#[derive(Debug, Default)]
+struct Recent {
+    streams: HashMap<String, RecentStream>,
+}
+
+#[derive(Debug, Default)]
+struct RecentStream {
+    messages: BTreeMap<u64, Stored>,
+    bytes: usize,
+}
+
+impl RecentStream {
+    /// Drops the messages up to `seq`.
+    fn forget_to(&mut self, seq: u64) {
+        let rest = self.messages.split_off(&(seq + 1));
+        let gone = std::mem::replace(&mut self.messages, rest);
+        self.bytes -= gone.values().map(|m| m.payload.len()).sum::<usize>();
+    }
+}
+
+impl Recent {
+    fn keep(&mut self, stream: &str, message: Stored) {
+        let recent = match self.streams.get_mut(stream) {
+            Some(r) => r,
+            None => self.streams.entry(stream.to_string()).or_default(),
+        };
+        recent.bytes += message.payload.len();
+        recent.messages.insert(message.seq, message);
+        while recent.bytes > RECENT_BYTES {
+            let Some((_, old)) = recent.messages.pop_first() else {
+                break;
+            };
+            recent.bytes -= old.payload.len();
+        }
+    }
+
+    /// The messages of `stream` from `after + 1` on, while their seqs
+    /// follow one another; empty when `after + 1` is not here.
+    fn after(&self, stream: &str, after: u64, max: usize) -> Vec<Stored> {
+        let Some(recent) = self.streams.get(stream) else {
+            return Vec::new();
+        };
+        (after + 1..)
+            .zip(recent.messages.range(after + 1..))
+            .take_while(|(next, (seq, _))| *next == **seq)
+            .take(max)
+            .map(|(_, (_, message))| message.clone())
+            .collect()
+    }
 }
 
 fn storage(e: sqlx::Error) -> BusError {
@@ -52,6 +121,7 @@ impl LocalStreams {
         Ok(LocalStreams {
             pool,
             stored: Arc::new(watch::channel(0).0),
+            recent: Arc::default(),
         })
     }
 
@@ -76,7 +146,15 @@ impl LocalStreams {
         .execute(&self.pool)
         .await
         .map_err(storage)?;
+        if done.rows_affected() > 0 {
+            // Rare (hourly, a week on): what memory held is read again.
+            self.recent().streams.clear();
+        }
         Ok(done.rows_affected())
+    }
+
+    fn recent(&self) -> std::sync::MutexGuard<'_, Recent> {
+        self.recent.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Drops the messages of `stream` that every durable consumer of it
@@ -87,17 +165,31 @@ impl LocalStreams {
     /// feed): it then holds what is in flight, not a copy of the feed, and
     /// its file stops growing.
     pub async fn prune_consumed(&self, stream: &str) -> Result<u64, BusError> {
+        let floor: Option<i64> =
+            sqlx::query_scalar("SELECT min(ack_floor) FROM stream_consumers WHERE stream = ?1")
+                .bind(stream)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(storage)?;
+        let Some(floor) = floor else {
+            return Ok(0);
+        };
         let done = sqlx::query(
             "DELETE FROM stream_messages
-             WHERE stream = ?1
-               AND seq <= (SELECT min(ack_floor) FROM stream_consumers WHERE stream = ?1)
+             WHERE stream = ?1 AND seq <= ?2
                AND seq NOT IN (SELECT max(seq) FROM stream_messages
                                WHERE stream = ?1 GROUP BY subject)",
         )
         .bind(stream)
+        .bind(floor)
         .execute(&self.pool)
         .await
         .map_err(storage)?;
+        // Memory holds no message the file lost: a consumer new to the
+        // stream reads the kept ones from the file.
+        if let Some(recent) = self.recent().streams.get_mut(stream) {
+            recent.forget_to(floor as u64);
+        }
         Ok(done.rows_affected())
     }
 }
@@ -128,6 +220,15 @@ impl Streams for LocalStreams {
         .await
         .map_err(storage)?;
         if let Some(seq) = seq {
+            self.recent.lock().unwrap_or_else(|e| e.into_inner()).keep(
+                stream,
+                Stored {
+                    seq: seq as u64,
+                    subject: subject.to_string(),
+                    headers: headers.clone(),
+                    payload,
+                },
+            );
             self.stored.send_replace(seq as u64);
         }
         Ok(())
@@ -170,6 +271,7 @@ impl Streams for LocalStreams {
         });
         Ok(Box::new(LocalConsumer {
             pool: self.pool.clone(),
+            recent: self.recent.clone(),
             filter: filter.to_string(),
             stored: self.stored.subscribe(),
             acks: state,
@@ -288,6 +390,7 @@ impl Acker for LocalAcks {
 
 struct LocalConsumer {
     pool: SqlitePool,
+    recent: Arc<Mutex<Recent>>,
     filter: String,
     stored: watch::Receiver<u64>,
     acks: Arc<LocalAcks>,
@@ -295,10 +398,25 @@ struct LocalConsumer {
 
 type Row = (i64, String, Json<Headers>, Vec<u8>);
 
+impl From<Row> for Stored {
+    fn from((seq, subject, headers, payload): Row) -> Stored {
+        Stored {
+            seq: seq as u64,
+            subject,
+            headers: headers.0,
+            payload: Bytes::from(payload),
+        }
+    }
+}
+
 impl LocalConsumer {
-    fn delivered(&self, row: Row) -> Delivered {
-        let (seq, subject, headers, payload) = row;
-        let seq = seq as u64;
+    fn delivered(&self, message: Stored) -> Delivered {
+        let Stored {
+            seq,
+            subject,
+            headers,
+            payload,
+        } = message;
         let delivered = {
             let mut books = self.acks.books();
             books.pending.insert(seq);
@@ -308,8 +426,8 @@ impl LocalConsumer {
         };
         Delivered {
             subject,
-            headers: headers.0,
-            payload: Bytes::from(payload),
+            headers,
+            payload,
             stream_seq: seq,
             delivered,
             acker: self.acks.clone(),
@@ -331,8 +449,8 @@ impl LocalConsumer {
         (due, None)
     }
 
-    async fn row(&self, seq: u64) -> Result<Option<Row>, BusError> {
-        sqlx::query_as(
+    async fn row(&self, seq: u64) -> Result<Option<Stored>, BusError> {
+        let row: Option<Row> = sqlx::query_as(
             "SELECT seq, subject, headers, payload FROM stream_messages
              WHERE stream = ?1 AND seq = ?2",
         )
@@ -340,7 +458,8 @@ impl LocalConsumer {
         .bind(seq as i64)
         .fetch_optional(&self.pool)
         .await
-        .map_err(storage)
+        .map_err(storage)?;
+        Ok(row.map(Stored::from))
     }
 
     /// New messages of the filter after the last read, up to the limits.
@@ -349,24 +468,24 @@ impl LocalConsumer {
         let mut bytes = 0;
         loop {
             let after = self.acks.books().read;
-            let rows: Vec<Row> = sqlx::query_as(
-                "SELECT seq, subject, headers, payload FROM stream_messages
-                 WHERE stream = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-            )
-            .bind(&self.acks.stream)
-            .bind(after as i64)
-            .bind(SCAN)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(storage)?;
+            let kept = self.recent.lock().unwrap_or_else(|e| e.into_inner()).after(
+                &self.acks.stream,
+                after,
+                SCAN as usize,
+            );
+            let rows: Vec<Stored> = if kept.is_empty() {
+                self.stored_after(after).await?
+            } else {
+                kept
+            };
             let scanned = rows.len() as i64;
             for row in rows {
-                if out.len() >= max || (!out.is_empty() && bytes + row.3.len() > max_bytes) {
+                if out.len() >= max || (!out.is_empty() && bytes + row.payload.len() > max_bytes) {
                     return Ok(out);
                 }
-                self.acks.books().read = row.0 as u64;
-                if subjects::matches(&self.filter, &row.1) {
-                    bytes += row.3.len();
+                self.acks.books().read = row.seq;
+                if subjects::matches(&self.filter, &row.subject) {
+                    bytes += row.payload.len();
                     out.push(self.delivered(row));
                 }
             }
@@ -374,6 +493,21 @@ impl LocalConsumer {
                 return Ok(out);
             }
         }
+    }
+
+    /// Up to [`SCAN`] stored messages after `after`, from the file.
+    async fn stored_after(&self, after: u64) -> Result<Vec<Stored>, BusError> {
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT seq, subject, headers, payload FROM stream_messages
+                 WHERE stream = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+        )
+        .bind(&self.acks.stream)
+        .bind(after as i64)
+        .bind(SCAN)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(storage)?;
+        Ok(rows.into_iter().map(Stored::from).collect())
     }
 }
 
