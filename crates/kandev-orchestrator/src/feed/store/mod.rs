@@ -67,14 +67,12 @@ fn pack(events: &str) -> Vec<u8> {
 
 /// The text of `events_lz4`.
 fn unpack(packed: &[u8]) -> std::result::Result<String, String> {
-    let claimed = packed
-        .get(..4)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
-        .ok_or("compressed events without their size")?;
+    let (claimed, block) = lz4_flex::block::uncompressed_size(packed)
+        .map_err(|e| format!("compressed events without their size: {e}"))?;
     if claimed > MAX_UNPACKED {
         return Err(format!("compressed events claim {claimed} bytes"));
     }
-    let bytes = lz4_flex::decompress_size_prepended(packed).map_err(|e| e.to_string())?;
+    let bytes = lz4_flex::decompress(block, claimed).map_err(|e| e.to_string())?;
     String::from_utf8(bytes).map_err(|e| e.to_string())
 }
 
