@@ -9,7 +9,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
 
@@ -103,6 +103,11 @@ impl Recent {
     }
 }
 
+/// The lock's value, even after a panic poisoned it.
+fn unpoisoned<T>(lock: &Mutex<T>) -> MutexGuard<'_, T> {
+    lock.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn storage(e: sqlx::Error) -> BusError {
     BusError::Unavailable(format!("local streams: {e}"))
 }
@@ -153,8 +158,8 @@ impl LocalStreams {
         Ok(done.rows_affected())
     }
 
-    fn recent(&self) -> std::sync::MutexGuard<'_, Recent> {
-        self.recent.lock().unwrap_or_else(|e| e.into_inner())
+    fn recent(&self) -> MutexGuard<'_, Recent> {
+        unpoisoned(&self.recent)
     }
 
     /// Drops the messages of `stream` that every durable consumer of it
@@ -220,7 +225,7 @@ impl Streams for LocalStreams {
         .await
         .map_err(storage)?;
         if let Some(seq) = seq {
-            self.recent.lock().unwrap_or_else(|e| e.into_inner()).keep(
+            self.recent().keep(
                 stream,
                 Stored {
                     seq: seq as u64,
@@ -337,8 +342,8 @@ struct LocalAcks {
 }
 
 impl LocalAcks {
-    fn books(&self) -> std::sync::MutexGuard<'_, Books> {
-        self.books.lock().unwrap_or_else(|e| e.into_inner())
+    fn books(&self) -> MutexGuard<'_, Books> {
+        unpoisoned(&self.books)
     }
 }
 
@@ -468,11 +473,7 @@ impl LocalConsumer {
         let mut bytes = 0;
         loop {
             let after = self.acks.books().read;
-            let kept = self.recent.lock().unwrap_or_else(|e| e.into_inner()).after(
-                &self.acks.stream,
-                after,
-                SCAN as usize,
-            );
+            let kept = unpoisoned(&self.recent).after(&self.acks.stream, after, SCAN as usize);
             let rows: Vec<Stored> = if kept.is_empty() {
                 self.stored_after(after).await?
             } else {
