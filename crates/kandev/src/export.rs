@@ -93,11 +93,12 @@ pub async fn export(data_dir: &Path, url: &str, replace: bool) -> Result<Report>
     for target in &targets {
         sources.push(open_sqlite(&data_dir.join(target.part.file())).await?);
     }
-    let orchestrator = Part::ALL
+    let (_, orchestrator) = targets
         .iter()
-        .position(|p| *p == Part::Orchestrator)
+        .zip(&sources)
+        .find(|(target, _)| target.part == Part::Orchestrator)
         .expect("the orchestrator is a part");
-    let in_flight = in_flight(&sources[orchestrator]).await?;
+    let in_flight = in_flight(orchestrator).await?;
     if in_flight > 0 {
         bail!(
             "{in_flight} task(s) have a run in flight: start kandev, let the runs finish \
