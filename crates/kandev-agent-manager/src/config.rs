@@ -111,7 +111,10 @@ pub struct Settings {
     pub max_log_lines: i64,
     /// How often the last published `seq` and the progress are stored, in ms.
     pub seq_flush_ms: u64,
-    /// Capacity of the per-instance publish queue.
+    /// Capacity of the per-instance publish queue, in events. A few full
+    /// batches (a batch is at most 256 KiB): when the bus is slower than
+    /// the agent, its output waits in its pipe beyond them, not in memory
+    /// (8192 held ~20 MiB per flooding agent).
     pub publish_queue: usize,
     /// Seconds a turn waits for a Docker engine that stopped answering
     /// (restarting, say) before it fails (`KANDEV_ENGINE_GRACE_SECS`).
@@ -189,7 +192,7 @@ impl Default for Settings {
             permission_timeout_secs: 300,
             max_log_lines: 1000,
             seq_flush_ms: 500,
-            publish_queue: 8192,
+            publish_queue: 1024,
             engine_grace_secs: 60,
             agent_env: BTreeMap::new(),
             host_env: BTreeMap::new(),

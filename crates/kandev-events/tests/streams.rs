@@ -447,8 +447,8 @@ async fn local_consumers_far_behind_read_from_the_file() {
     let Backend::Local { streams, dir: _dir } = Backend::local().await else {
         unreachable!("a local backend")
     };
-    let mut consumer = open(&streams, "behind", "task.>", AckMode::All).await;
-    // 48 MiB, more than the streams keep in memory.
+    // 48 MiB, more than the streams keep in memory, stored before the
+    // consumer opens (an open one would have the publisher wait for it).
     let big = "x".repeat(1 << 20);
     for i in 0..48 {
         publish(
@@ -459,6 +459,7 @@ async fn local_consumers_far_behind_read_from_the_file() {
         )
         .await;
     }
+    let mut consumer = open(&streams, "behind", "task.>", AckMode::All).await;
     let mut got = Vec::new();
     while got.len() < 48 {
         got.extend(take(consumer.as_mut(), 1).await);
@@ -473,4 +474,93 @@ async fn local_consumers_far_behind_read_from_the_file() {
     assert_eq!(order, expected);
     let seqs: Vec<u64> = got.iter().map(|d| d.stream_seq).collect();
     assert_eq!(seqs, (1..=49).collect::<Vec<u64>>());
+}
+
+/// Messages of 1 MiB published by a task of their own, counting each once
+/// stored.
+fn publish_in_background(
+    streams: &LocalStreams,
+    count: usize,
+) -> (
+    Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
+    let stored = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let publisher = tokio::spawn({
+        let streams = streams.clone();
+        let stored = stored.clone();
+        async move {
+            let big = "x".repeat(1 << 20);
+            for i in 0..count {
+                publish(
+                    &streams,
+                    "task.created",
+                    Uuid::now_v7(),
+                    &format!("{i}:{big}"),
+                )
+                .await;
+                stored.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    });
+    (stored, publisher)
+}
+
+fn order(got: &[Delivered]) -> Vec<usize> {
+    texts(got)
+        .iter()
+        .map(|t| t.split(':').next().unwrap().parse().unwrap())
+        .collect()
+}
+
+/// A publisher that outruns an open consumer waits for it once memory
+/// holds all it keeps, rather than push out what the consumer has not
+/// read, and goes on as the consumer reads: every message once, in order.
+#[tokio::test]
+async fn local_publishers_wait_for_an_open_consumer_to_read() {
+    let Backend::Local { streams, dir: _dir } = Backend::local().await else {
+        unreachable!("a local backend")
+    };
+    // A bound no test machine reaches: the wait is the consumer's doing.
+    let streams = streams.with_room_wait(Duration::from_secs(120));
+    let mut consumer = open(&streams, "slow", "task.>", AckMode::All).await;
+    let (stored, publisher) = publish_in_background(&streams, 48);
+    // 32 MiB are kept in memory: the 32nd message of 1 MiB and a bit
+    // waits for the consumer.
+    let count = || stored.load(std::sync::atomic::Ordering::SeqCst);
+    kandev_testkit::eventually(30, "31 messages stored", || async {
+        (count() >= 31).then_some(())
+    })
+    .await;
+    // Nothing moves it on but the consumer (an observation window: it can
+    // only make this test pass wrongly, never fail it wrongly).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(count(), 31, "stored while the consumer read nothing");
+    let mut got = Vec::new();
+    while got.len() < 48 {
+        got.extend(take(consumer.as_mut(), 1).await);
+    }
+    publisher.await.unwrap();
+    assert_eq!(order(&got), (0..48).collect::<Vec<_>>());
+}
+
+/// A consumer that stops reading delays publishers by the bound and stops
+/// nothing: what it did not read in time it reads from the file later.
+#[tokio::test]
+async fn local_publishers_go_on_when_a_consumer_stopped_reading() {
+    let Backend::Local { streams, dir: _dir } = Backend::local().await else {
+        unreachable!("a local backend")
+    };
+    let streams = streams.with_room_wait(Duration::from_millis(20));
+    let mut consumer = open(&streams, "stopped", "task.>", AckMode::All).await;
+    let (_, publisher) = publish_in_background(&streams, 40);
+    tokio::time::timeout(Duration::from_secs(60), publisher)
+        .await
+        .expect("every publish ends within its bound")
+        .unwrap();
+    let mut got = Vec::new();
+    while got.len() < 40 {
+        got.extend(take(consumer.as_mut(), 1).await);
+    }
+    assert_eq!(order(&got), (0..40).collect::<Vec<_>>());
 }

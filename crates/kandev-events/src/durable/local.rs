@@ -9,7 +9,10 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{
+        Arc, Mutex, MutexGuard, Weak,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
@@ -34,10 +37,19 @@ pub struct LocalStreams {
     stored: Arc<watch::Sender<u64>>,
     /// What was stored last, so consumers that keep up do not read it back.
     recent: Arc<Mutex<Recent>>,
+    /// Bumped each time a consumer read on: publishers waiting for room
+    /// in memory look again.
+    reads: Arc<watch::Sender<u64>>,
+    /// The longest a publish waits for room (see [`LocalStreams::room`]).
+    room_wait: Duration,
 }
 
 /// Bytes of payload kept in memory per stream (the newest messages).
 const RECENT_BYTES: usize = 32 << 20;
+
+/// The longest a publish waits for an open consumer to read what storing
+/// it would push out of memory (see [`LocalStreams::room`]).
+const ROOM_WAIT: Duration = Duration::from_secs(1);
 
 /// A stored message.
 #[derive(Debug, Clone)]
@@ -55,6 +67,9 @@ struct Stored {
 #[derive(Debug, Default)]
 struct Recent {
     streams: HashMap<String, RecentStream>,
+    /// The read position of each consumer open now, per stream (gone when
+    /// the consumer is dropped).
+    readers: HashMap<String, Vec<Weak<AtomicU64>>>,
 }
 
 #[derive(Debug, Default)]
@@ -86,6 +101,41 @@ impl Recent {
             };
             recent.bytes -= old.payload.len();
         }
+    }
+
+    /// Whether keeping `bytes` more of `stream` would push out of memory a
+    /// message an open consumer has not read: that consumer would then
+    /// read it back from the file.
+    fn would_drop_unread(&mut self, stream: &str, bytes: usize) -> bool {
+        let Some(recent) = self.streams.get(stream) else {
+            return false;
+        };
+        let Some(mut excess) = (recent.bytes + bytes).checked_sub(RECENT_BYTES) else {
+            return false;
+        };
+        let Some(readers) = self.readers.get_mut(stream) else {
+            return false;
+        };
+        readers.retain(|r| r.strong_count() > 0);
+        let Some(slowest) = readers
+            .iter()
+            .filter_map(|r| r.upgrade())
+            .map(|r| r.load(Ordering::Relaxed))
+            .min()
+        else {
+            return false;
+        };
+        // The oldest messages go first, until the excess is gone.
+        for (seq, message) in &recent.messages {
+            if *seq > slowest {
+                return true;
+            }
+            excess = excess.saturating_sub(message.payload.len());
+            if excess == 0 {
+                return false;
+            }
+        }
+        false
     }
 
     /// The messages of `stream` from `after + 1` on, while their seqs
@@ -127,7 +177,16 @@ impl LocalStreams {
             pool,
             stored: Arc::new(watch::channel(0).0),
             recent: Arc::default(),
+            reads: Arc::new(watch::channel(0).0),
+            room_wait: ROOM_WAIT,
         })
+    }
+
+    /// The same streams, whose publishes wait at most `wait` for an open
+    /// consumer to read what they would push out of memory.
+    pub fn with_room_wait(mut self, wait: Duration) -> Self {
+        self.room_wait = wait;
+        self
     }
 
     /// Closes the file (at shutdown).
@@ -160,6 +219,31 @@ impl LocalStreams {
 
     fn recent(&self) -> MutexGuard<'_, Recent> {
         unpoisoned(&self.recent)
+    }
+
+    /// Waits, at most [`ROOM_WAIT`] (or as set), until keeping `bytes`
+    /// more of `stream` in memory no longer pushes out a message an open
+    /// consumer has not read. Publishers that outrun a consumer are slowed
+    /// to its pace (an agent's output waits in its pipe, as it would for
+    /// any reader) instead of growing a backlog the consumer then reads
+    /// back from the file, at twice the cost; a consumer that stopped
+    /// reading delays each publish by the bound, and stops nothing.
+    async fn room(&self, stream: &str, bytes: usize) {
+        let mut reads = self.reads.subscribe();
+        let deadline = Instant::now() + self.room_wait;
+        loop {
+            reads.borrow_and_update();
+            if !self.recent().would_drop_unread(stream, bytes) {
+                return;
+            }
+            match tokio::time::timeout_at(deadline, reads.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => {
+                    metrics::counter!("kandev_local_streams_room_timeouts_total").increment(1);
+                    return;
+                }
+            }
+        }
     }
 
     /// Drops the messages of `stream` that every durable consumer of it
@@ -209,6 +293,7 @@ impl Streams for LocalStreams {
         payload: Bytes,
     ) -> Result<(), BusError> {
         let stream = stream_of(subject)?.name;
+        self.room(stream, payload.len()).await;
         let seq: Option<i64> = sqlx::query_scalar(
             "INSERT INTO stream_messages (stream, seq, msg_id, subject, headers, payload, at)
              VALUES (?1, (SELECT coalesce(max(seq), 0) + 1 FROM stream_messages WHERE stream = ?1),
@@ -274,12 +359,20 @@ impl Streams for LocalStreams {
                 ..Books::default()
             }),
         });
+        let position = Arc::new(AtomicU64::new(floor as u64));
+        self.recent()
+            .readers
+            .entry(stream.to_string())
+            .or_default()
+            .push(Arc::downgrade(&position));
         Ok(Box::new(LocalConsumer {
             pool: self.pool.clone(),
             recent: self.recent.clone(),
             filter: filter.to_string(),
             stored: self.stored.subscribe(),
             acks: state,
+            position,
+            reads: self.reads.clone(),
         }))
     }
 }
@@ -399,6 +492,9 @@ struct LocalConsumer {
     filter: String,
     stored: watch::Receiver<u64>,
     acks: Arc<LocalAcks>,
+    /// The last seq read, as publishers see it (see [`LocalStreams::room`]).
+    position: Arc<AtomicU64>,
+    reads: Arc<watch::Sender<u64>>,
 }
 
 type Row = (i64, String, Json<Headers>, Vec<u8>);
@@ -467,8 +563,19 @@ impl LocalConsumer {
         Ok(row.map(Stored::from))
     }
 
-    /// New messages of the filter after the last read, up to the limits.
+    /// New messages of the filter after the last read, up to the limits;
+    /// tells waiting publishers how far it read.
     async fn read_on(&self, max: usize, max_bytes: usize) -> Result<Vec<Delivered>, BusError> {
+        let out = self.scan_on(max, max_bytes).await;
+        let read = self.acks.books().read;
+        if self.position.swap(read, Ordering::Relaxed) != read {
+            self.reads.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        out
+    }
+
+    /// [`Self::read_on`] without telling publishers.
+    async fn scan_on(&self, max: usize, max_bytes: usize) -> Result<Vec<Delivered>, BusError> {
         let mut out = Vec::new();
         let mut bytes = 0;
         loop {
