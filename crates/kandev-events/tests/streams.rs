@@ -449,31 +449,28 @@ async fn local_consumers_far_behind_read_from_the_file() {
     };
     // 48 MiB, more than the streams keep in memory, stored before the
     // consumer opens (an open one would have the publisher wait for it).
-    let big = "x".repeat(1 << 20);
     for i in 0..48 {
-        publish(
-            &streams,
-            "task.created",
-            Uuid::now_v7(),
-            &format!("{i}:{big}"),
-        )
-        .await;
+        publish_mib(&streams, i).await;
     }
     let mut consumer = open(&streams, "behind", "task.>", AckMode::All).await;
-    let mut got = Vec::new();
-    while got.len() < 48 {
-        got.extend(take(consumer.as_mut(), 1).await);
-    }
+    let mut got = take_each(consumer.as_mut(), 48).await;
     publish(&streams, "task.created", Uuid::now_v7(), "48:").await;
     got.extend(take(consumer.as_mut(), 1).await);
-    let order: Vec<String> = texts(&got)
-        .iter()
-        .map(|t| t.split(':').next().unwrap().to_string())
-        .collect();
-    let expected: Vec<String> = (0..49).map(|i| i.to_string()).collect();
-    assert_eq!(order, expected);
+    assert_eq!(order(&got), (0..49).collect::<Vec<_>>());
     let seqs: Vec<u64> = got.iter().map(|d| d.stream_seq).collect();
     assert_eq!(seqs, (1..=49).collect::<Vec<u64>>());
+}
+
+/// Message `i`: `i:` and 1 MiB of text.
+async fn publish_mib(streams: &LocalStreams, i: usize) {
+    let big = "x".repeat(1 << 20);
+    publish(
+        streams,
+        "task.created",
+        Uuid::now_v7(),
+        &format!("{i}:{big}"),
+    )
+    .await;
 }
 
 /// Messages of 1 MiB published by a task of their own, counting each once
@@ -490,20 +487,36 @@ fn publish_in_background(
         let streams = streams.clone();
         let stored = stored.clone();
         async move {
-            let big = "x".repeat(1 << 20);
             for i in 0..count {
-                publish(
-                    &streams,
-                    "task.created",
-                    Uuid::now_v7(),
-                    &format!("{i}:{big}"),
-                )
-                .await;
+                publish_mib(&streams, i).await;
                 stored.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
         }
     });
     (stored, publisher)
+}
+
+/// In-process streams whose publishes wait at most `wait` for room, and a
+/// consumer open on them (the directory goes with the first).
+async fn paced(
+    wait: Duration,
+    durable: &str,
+) -> (tempfile::TempDir, LocalStreams, Box<dyn Consumer>) {
+    let Backend::Local { streams, dir } = Backend::local().await else {
+        unreachable!("a local backend")
+    };
+    let streams = streams.with_room_wait(wait);
+    let consumer = open(&streams, durable, "task.>", AckMode::All).await;
+    (dir, streams, consumer)
+}
+
+/// Fetches one message at a time until `n` came.
+async fn take_each(consumer: &mut dyn Consumer, n: usize) -> Vec<Delivered> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        got.extend(take(consumer, 1).await);
+    }
+    got
 }
 
 fn order(got: &[Delivered]) -> Vec<usize> {
@@ -518,12 +531,8 @@ fn order(got: &[Delivered]) -> Vec<usize> {
 /// read, and goes on as the consumer reads: every message once, in order.
 #[tokio::test]
 async fn local_publishers_wait_for_an_open_consumer_to_read() {
-    let Backend::Local { streams, dir: _dir } = Backend::local().await else {
-        unreachable!("a local backend")
-    };
     // A bound no test machine reaches: the wait is the consumer's doing.
-    let streams = streams.with_room_wait(Duration::from_secs(120));
-    let mut consumer = open(&streams, "slow", "task.>", AckMode::All).await;
+    let (_dir, streams, mut consumer) = paced(Duration::from_secs(120), "slow").await;
     let (stored, publisher) = publish_in_background(&streams, 48);
     // 32 MiB are kept in memory: the 32nd message of 1 MiB and a bit
     // waits for the consumer.
@@ -536,10 +545,7 @@ async fn local_publishers_wait_for_an_open_consumer_to_read() {
     // only make this test pass wrongly, never fail it wrongly).
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(count(), 31, "stored while the consumer read nothing");
-    let mut got = Vec::new();
-    while got.len() < 48 {
-        got.extend(take(consumer.as_mut(), 1).await);
-    }
+    let got = take_each(consumer.as_mut(), 48).await;
     publisher.await.unwrap();
     assert_eq!(order(&got), (0..48).collect::<Vec<_>>());
 }
@@ -548,19 +554,12 @@ async fn local_publishers_wait_for_an_open_consumer_to_read() {
 /// nothing: what it did not read in time it reads from the file later.
 #[tokio::test]
 async fn local_publishers_go_on_when_a_consumer_stopped_reading() {
-    let Backend::Local { streams, dir: _dir } = Backend::local().await else {
-        unreachable!("a local backend")
-    };
-    let streams = streams.with_room_wait(Duration::from_millis(20));
-    let mut consumer = open(&streams, "stopped", "task.>", AckMode::All).await;
+    let (_dir, streams, mut consumer) = paced(Duration::from_millis(20), "stopped").await;
     let (_, publisher) = publish_in_background(&streams, 40);
     tokio::time::timeout(Duration::from_secs(60), publisher)
         .await
         .expect("every publish ends within its bound")
         .unwrap();
-    let mut got = Vec::new();
-    while got.len() < 40 {
-        got.extend(take(consumer.as_mut(), 1).await);
-    }
+    let got = take_each(consumer.as_mut(), 40).await;
     assert_eq!(order(&got), (0..40).collect::<Vec<_>>());
 }
