@@ -67,8 +67,8 @@ struct Stored {
 #[derive(Debug, Default)]
 struct Recent {
     streams: HashMap<String, RecentStream>,
-    /// The read position of each consumer open now, per stream (gone when
-    /// the consumer is dropped).
+    /// The read position of each open consumer, per stream (a dropped
+    /// consumer's is skipped, and removed when the stream's next opens).
     readers: HashMap<String, Vec<Weak<AtomicU64>>>,
 }
 
@@ -106,17 +106,16 @@ impl Recent {
     /// Whether keeping `bytes` more of `stream` would push out of memory a
     /// message an open consumer has not read: that consumer would then
     /// read it back from the file.
-    fn would_drop_unread(&mut self, stream: &str, bytes: usize) -> bool {
+    fn would_drop_unread(&self, stream: &str, bytes: usize) -> bool {
         let Some(recent) = self.streams.get(stream) else {
             return false;
         };
         let Some(mut excess) = (recent.bytes + bytes).checked_sub(RECENT_BYTES) else {
             return false;
         };
-        let Some(readers) = self.readers.get_mut(stream) else {
+        let Some(readers) = self.readers.get(stream) else {
             return false;
         };
-        readers.retain(|r| r.strong_count() > 0);
         let Some(slowest) = readers
             .iter()
             .filter_map(|r| r.upgrade())
@@ -360,11 +359,13 @@ impl Streams for LocalStreams {
             }),
         });
         let position = Arc::new(AtomicU64::new(floor as u64));
-        self.recent()
-            .readers
-            .entry(stream.to_string())
-            .or_default()
-            .push(Arc::downgrade(&position));
+        {
+            let mut recent = self.recent();
+            let readers = recent.readers.entry(stream.to_string()).or_default();
+            // Those of consumers dropped since go as a new one comes.
+            readers.retain(|r| r.strong_count() > 0);
+            readers.push(Arc::downgrade(&position));
+        }
         Ok(Box::new(LocalConsumer {
             pool: self.pool.clone(),
             recent: self.recent.clone(),
