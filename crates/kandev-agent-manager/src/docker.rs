@@ -18,7 +18,8 @@ use bollard::{
     errors::Error as BollardError,
     models::EventMessage,
     models::{
-        ContainerCreateBody, ContainerSummary, HostConfig, Mount, MountType, MountVolumeOptions,
+        ContainerCreateBody, ContainerSummary, HostConfig, HostConfigLogConfig, Mount, MountType,
+        MountVolumeOptions,
     },
     query_parameters::{
         AttachContainerOptions, CreateContainerOptions, CreateImageOptions, EventsOptions,
@@ -308,7 +309,8 @@ impl Docker {
         Ok(())
     }
 
-    /// Creates the container (not started).
+    /// Creates the container (not started), logging as
+    /// [`agent_log_config`] says.
     pub async fn create(&self, spec: &ContainerSpec) -> Result<String, DockerError> {
         let host_config = HostConfig {
             binds: Some(spec.binds.clone()),
@@ -332,6 +334,7 @@ impl Docker {
             security_opt: Some(vec!["no-new-privileges:true".into()]),
             cap_drop: Some(vec!["ALL".into()]),
             network_mode: Some(spec.network_mode.clone()),
+            log_config: Some(agent_log_config()),
             ..Default::default()
         };
         let body = ContainerCreateBody {
@@ -599,5 +602,29 @@ impl Docker {
             c.list_containers(Some(options)).await
         })
         .await
+    }
+}
+
+/// How agent containers log, whatever the engine's defaults: their log is
+/// where a restarted manager reads the output back from the start (lines
+/// counted), so it must exist and must not lose its first lines to
+/// rotation. Docker's `local` driver (its most efficient one that `docker
+/// logs` reads), every option set so that none of the engine's defaults is
+/// merged in: rotation only past 10 files of 1 GiB, rotated files not
+/// compressed.
+pub fn agent_log_config() -> HostConfigLogConfig {
+    let options = [
+        ("max-size", "1g"),
+        ("max-file", "10"),
+        ("compress", "false"),
+    ];
+    HostConfigLogConfig {
+        typ: Some("local".into()),
+        config: Some(
+            options
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        ),
     }
 }

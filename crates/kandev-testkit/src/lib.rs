@@ -566,12 +566,18 @@ impl OwnDocker {
     /// Starts the engine; with `live_restore`, its containers keep running
     /// while it is down.
     pub fn start(live_restore: bool) -> OwnDocker {
+        OwnDocker::start_configured(live_restore, "{}")
+    }
+
+    /// [`OwnDocker::start`] with `daemon_json` as the engine's
+    /// configuration file (say, other logging defaults).
+    pub fn start_configured(live_restore: bool, daemon_json: &str) -> OwnDocker {
         let dir = PathBuf::from(format!(
             "/tmp/kd-{}",
             &Uuid::new_v4().simple().to_string()[..10]
         ));
         std::fs::create_dir_all(&dir).expect("create the engine's directory");
-        std::fs::write(dir.join("daemon.json"), "{}").expect("write daemon.json");
+        std::fs::write(dir.join("daemon.json"), daemon_json).expect("write daemon.json");
         let mut engine = OwnDocker {
             dir,
             live_restore,

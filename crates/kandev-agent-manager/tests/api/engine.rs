@@ -7,17 +7,29 @@ use std::{sync::Arc, time::Duration};
 use kandev_proto::v1 as pb;
 use uuid::Uuid;
 
+use kandev_agent_manager::{
+    Application, domain::InstanceStatus, manager::LaunchRequest, workspace::WorkspaceSource,
+};
+
 use crate::helpers::{
-    MOCK_IMAGE, OwnDocker, TaskWatch, TestApp, assert_slow_stream_complete, git_repo,
-    spawn_app_with,
+    MOCK_IMAGE, OwnDocker, TaskWatch, TestApp, TestDb, assert_slow_stream_complete, git_repo,
+    settings, spawn_app_with,
 };
 
 /// A private engine holding the mock-agent image, shared with blocking
 /// calls.
 async fn own_engine(live_restore: bool) -> Arc<std::sync::Mutex<OwnDocker>> {
+    own_engine_configured(live_restore, "{}").await
+}
+
+/// [`own_engine`] with `daemon_json` as the engine's configuration.
+async fn own_engine_configured(
+    live_restore: bool,
+    daemon_json: &'static str,
+) -> Arc<std::sync::Mutex<OwnDocker>> {
     tokio::task::spawn_blocking(move || {
         kandev_testkit::ensure_docker();
-        let engine = OwnDocker::start(live_restore);
+        let engine = OwnDocker::start_configured(live_restore, daemon_json);
         engine.load_image(MOCK_IMAGE);
         Arc::new(std::sync::Mutex::new(engine))
     })
@@ -295,4 +307,83 @@ async fn a_container_stopped_from_outside_fails_the_turn_saying_so() {
     assert_eq!(status.status, pb::AgentStatus::Failed as i32);
     until_no_container(&engine, &instance.id).await;
     app.stop().await;
+}
+
+/// The agent's output is read back from the engine's log after a restart
+/// of the manager, so agent containers log with settings of their own, not
+/// the engine's defaults: an engine that rotates every container's log
+/// after 1 KiB (the first lines gone when the manager comes back), or that
+/// keeps no log at all, still gives every seq once, in order.
+#[tokio::test]
+async fn a_restarted_manager_reads_all_the_output_whatever_the_engine_logs_by_default() {
+    for daemon in [
+        r#"{"log-driver": "json-file", "log-opts": {"max-size": "1k", "max-file": "2"}}"#,
+        r#"{"log-driver": "local", "log-opts": {"max-size": "1k", "max-file": "2"}}"#,
+        r#"{"log-driver": "none"}"#,
+    ] {
+        let engine = own_engine_configured(false, daemon).await;
+        let db = TestDb::create().await;
+        let dir = tempfile::tempdir().unwrap();
+        for sub in ["workspaces", "allowed", "home", "repos"] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        let mut settings = settings(&db, dir.path());
+        settings.docker_host = engine.lock().unwrap().host();
+        let repo = git_repo(dir.path());
+        let task = Uuid::new_v4();
+        let mut watch = TaskWatch::start(task).await;
+
+        let first = settings.clone();
+        let id = std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(async move {
+                let app = Application::build(first).await.unwrap();
+                let manager = app.manager();
+                let instance = manager
+                    .launch(LaunchRequest {
+                        task_id: task,
+                        agent_type: "mock-agent".into(),
+                        workspace: WorkspaceSource::Git {
+                            url: repo,
+                            branch: "main".into(),
+                            title: String::new(),
+                        },
+                        env: Default::default(),
+                        prompt: "slow 40 50".into(),
+                        resume_session_id: None,
+                        priority: 0,
+                        metadata: Default::default(),
+                        home_scope: String::new(),
+                    })
+                    .await
+                    .unwrap();
+                // Mid-turn, with more than 2 KiB of output written.
+                for _ in 0..400 {
+                    let now = manager.get_instance(instance.id).await.unwrap();
+                    if now.status == InstanceStatus::Running && now.last_seq >= 15 {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                instance.id
+            })
+            // The runtime drops here: the manager dies mid-turn.
+        })
+        .join()
+        .unwrap();
+
+        let app = Application::build(settings).await.unwrap();
+        let done = watch.until("agent.completed", 0).await;
+        assert_eq!(done["stop_reason"], "end_turn", "engine {daemon}");
+        let last = assert_slow_stream_complete(&watch.events, 40);
+        let resumed = app.manager().get_instance(id).await.unwrap();
+        assert_eq!(resumed.status, InstanceStatus::Completed, "engine {daemon}");
+        assert_eq!(resumed.last_seq, last as i64);
+        drop(app);
+        db.drop_db().await;
+        with_engine(&engine, |_| ()).await;
+        tokio::task::spawn_blocking(move || drop(engine))
+            .await
+            .unwrap();
+    }
 }
