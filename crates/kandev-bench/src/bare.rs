@@ -29,10 +29,15 @@ pub struct BareRun {
 }
 
 /// Runs one agent with `prompt` and reads its output until the turn ends.
-pub async fn run(image: &str, prompt: &str) -> Result<BareRun> {
+/// `log_driver` replaces the engine's default log driver.
+pub async fn run(image: &str, prompt: &str, log_driver: Option<&str>) -> Result<BareRun> {
     let started = Instant::now();
-    let mut child = Command::new("docker")
-        .args(["run", "-i", "--rm", "--network", "none", "--label", LABEL])
+    let mut docker = Command::new("docker");
+    docker.args(["run", "-i", "--rm", "--network", "none", "--label", LABEL]);
+    if let Some(driver) = log_driver {
+        docker.args(["--log-driver", driver]);
+    }
+    let mut child = docker
         .arg(image)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -18,19 +18,17 @@
 
 mod bare;
 mod kandev;
+mod loads;
 mod procs;
 mod stats;
 mod wire;
 
-use std::{collections::BTreeMap, fmt::Write as _, path::PathBuf, time::Duration};
+use std::{collections::BTreeMap, fmt::Write as _, path::PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
-use futures::future::join_all;
 use kandev_e2e::{Api, Options, Stack, Svc};
 use procs::Watched;
-use stats::{Stats, ms};
-use tokio::time::Instant;
 
 const IMAGE: &str = "kandev/mock-agent:latest";
 
@@ -59,6 +57,9 @@ enum Load {
     Fanout,
     /// Create task → first frame.
     Startup,
+    /// The bare attach alone under each Docker log driver: what the
+    /// engine's log costs per line (Kandev is not run).
+    Logs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -139,6 +140,8 @@ fn pct(kandev: f64, bare: f64) -> String {
 
 struct Section {
     title: String,
+    /// The headers of the three value columns.
+    columns: [&'static str; 3],
     rows: Vec<Row>,
     notes: Vec<String>,
 }
@@ -146,8 +149,8 @@ struct Section {
 impl Section {
     fn markdown(&self) -> String {
         let mut out = format!(
-            "### {}\n\n| metric | bare `docker run -i` | through Kandev | Kandev / bare |\n|---|---|---|---|\n",
-            self.title
+            "### {}\n\n| metric | {} | {} | {} |\n|---|---|---|---|\n",
+            self.title, self.columns[0], self.columns[1], self.columns[2]
         );
         for r in &self.rows {
             let _ = writeln!(
@@ -162,6 +165,9 @@ impl Section {
         out
     }
 }
+
+/// The columns of a load that compares Kandev with the bare attach.
+const VERSUS: [&str; 3] = ["bare `docker run -i`", "through Kandev", "Kandev / bare"];
 
 /// The stack and everything the loads share.
 struct Bench {
@@ -342,330 +348,22 @@ impl Bench {
         rows
     }
 
-    async fn bare_measured(&self, prompt: &str) -> Result<(bare::BareRun, f64)> {
+    /// The bare run of `prompt` (under `log_driver`, or the engine's
+    /// default) and dockerd's CPU seconds meanwhile.
+    async fn bare_measured(
+        &self,
+        prompt: &str,
+        log_driver: Option<&str>,
+    ) -> Result<(bare::BareRun, f64)> {
         let dockerd = vec![Watched {
             name: "dockerd".into(),
             pids: procs::pids_named("dockerd"),
         }];
         let before = procs::snapshot(&dockerd);
-        let run = bare::run(IMAGE, prompt).await?;
+        let run = bare::run(IMAGE, prompt, log_driver).await?;
         let used = procs::snapshot(&dockerd).since(&before);
         Ok((run, used.get("dockerd").copied().unwrap_or(0.0)))
     }
-
-    async fn full(&self, args: &StreamArgs) -> Result<Section> {
-        let n = args.messages;
-        let prompt = format!("scenario: flood {n} {}", args.size);
-        let (mut bare, bare_dockerd) = self.bare_measured(&prompt).await?;
-        let (watch, cost) = self
-            .measured(kandev::run_task(
-                &self.api,
-                &self.board,
-                &prompt,
-                Duration::from_secs(600),
-            ))
-            .await;
-        let (_, mut watch) = watch?;
-        let exact = watch.exact(n);
-        let mut rows = vec![
-            row(
-                "messages/s",
-                format!("{:.0}", bare.stats.rate()),
-                format!("{:.0}", watch.stats.rate()),
-                pct(watch.stats.rate(), bare.stats.rate()),
-            ),
-            row(
-                "p50 latency (send → receipt)",
-                ms(bare.stats.percentile(50.0)),
-                ms(watch.stats.percentile(50.0)),
-                "",
-            ),
-            row(
-                "p99 latency",
-                ms(bare.stats.percentile(99.0)),
-                ms(watch.stats.percentile(99.0)),
-                "",
-            ),
-            row(
-                "feed exact (every seq once, in order)",
-                "—",
-                format!("{exact} ({} of {n} chunks)", watch.stats.count()),
-                "",
-            ),
-        ];
-        rows.extend(self.cost_rows(&cost, n, Some(bare_dockerd)));
-        Ok(Section {
-            title: format!(
-                "One agent, as fast as it can ({n} chunks of {} bytes)",
-                args.size
-            ),
-            rows,
-            notes: error_notes(&[&watch]),
-        })
-    }
-
-    async fn paced(&self, args: &StreamArgs) -> Result<Section> {
-        let n = args.paced_rate * args.paced_secs;
-        let prompt = format!("scenario: flood {n} {} {}", args.size, args.paced_rate);
-        let (mut bare, _) = self.bare_measured(&prompt).await?;
-        let (watch, cost) = self
-            .measured(kandev::run_task(
-                &self.api,
-                &self.board,
-                &prompt,
-                Duration::from_secs(600),
-            ))
-            .await;
-        let (_, mut watch) = watch?;
-        let mut rows = vec![row(
-            "messages/s (paced)",
-            format!("{:.0}", bare.stats.rate()),
-            format!("{:.0}", watch.stats.rate()),
-            pct(watch.stats.rate(), bare.stats.rate()),
-        )];
-        for p in [50.0, 90.0, 99.0, 99.9] {
-            rows.push(row(
-                &format!("p{p} latency"),
-                ms(bare.stats.percentile(p)),
-                ms(watch.stats.percentile(p)),
-                "",
-            ));
-        }
-        rows.push(row(
-            "max latency",
-            ms(bare.stats.percentile(100.0)),
-            ms(watch.stats.percentile(100.0)),
-            "",
-        ));
-        rows.push(row(
-            "feed exact",
-            "—",
-            format!("{} ({} of {n})", watch.exact(n), watch.stats.count()),
-            "",
-        ));
-        rows.extend(self.cost_rows(&cost, n, None));
-        Ok(Section {
-            title: format!(
-                "One agent at {} chunks/s for {} s",
-                args.paced_rate, args.paced_secs
-            ),
-            rows,
-            notes: error_notes(&[&watch]),
-        })
-    }
-
-    async fn many(&self, args: &StreamArgs) -> Result<Section> {
-        let (agents, n) = (args.agents, args.agent_messages);
-        let prompt = format!("scenario: flood {n} {}", args.size);
-        let bare_runs = join_all((0..agents).map(|_| bare::run(IMAGE, &prompt))).await;
-        let mut bare = Stats::default();
-        for r in bare_runs {
-            bare.merge(r?.stats);
-        }
-        let run_all = async {
-            join_all((0..agents).map(|_| {
-                kandev::run_task(&self.api, &self.board, &prompt, Duration::from_secs(900))
-            }))
-            .await
-        };
-        let (watches, cost) = self.measured(run_all).await;
-        let watches: Vec<kandev::Watch> = watches
-            .into_iter()
-            .map(|w| w.map(|(_, w)| w))
-            .collect::<Result<_>>()?;
-        let exact = watches.iter().filter(|w| w.exact(n)).count();
-        let mut all = Stats::default();
-        for w in &watches {
-            all.merge(w.stats.clone());
-        }
-        let mut rows = vec![
-            row(
-                "aggregate messages/s",
-                format!("{:.0}", bare.rate()),
-                format!("{:.0}", all.rate()),
-                pct(all.rate(), bare.rate()),
-            ),
-            row(
-                "p50 latency",
-                ms(bare.percentile(50.0)),
-                ms(all.percentile(50.0)),
-                "",
-            ),
-            row(
-                "p99 latency",
-                ms(bare.percentile(99.0)),
-                ms(all.percentile(99.0)),
-                "",
-            ),
-            row("feeds exact", "—", format!("{exact} of {agents}"), ""),
-        ];
-        rows.extend(self.cost_rows(&cost, n * agents as u64, None));
-        Ok(Section {
-            title: format!("{agents} agents at once, {n} chunks each at full speed"),
-            rows,
-            notes: error_notes(&watches.iter().collect::<Vec<_>>()),
-        })
-    }
-
-    async fn fanout(&self, args: &StreamArgs) -> Result<Section> {
-        let subs = args.subscribers;
-        let n = args.fanout_rate * args.fanout_secs;
-        // A first turn makes the task and its session; the subscribers
-        // join after it, and the flood is its follow-up.
-        let (task, first) = kandev::run_task(
-            &self.api,
-            &self.board,
-            "scenario: echo ready",
-            Duration::from_secs(120),
-        )
-        .await?;
-        self.api
-            .wait_state(&task, &["COMPLETED", "REVIEW"], 60)
-            .await;
-        let after = first.last_seq;
-        let token = self.api.token.clone().context("token")?;
-        let mut sockets = Vec::with_capacity(subs);
-        for _ in 0..subs {
-            sockets.push(kandev::connect(self.api.addr, &token, &task, after).await?);
-        }
-        let gateway_pid = self.pid(Svc::Gateway).context("gateway pid")?;
-        let orchestrator_pid = self.pid(Svc::Orchestrator).context("orchestrator pid")?;
-        let rss_idle = procs::rss_kb(gateway_pid);
-        let deadline = Instant::now() + Duration::from_secs(args.fanout_secs * 3 + 120);
-        let readers: Vec<_> = sockets
-            .into_iter()
-            .map(|ws| tokio::spawn(kandev::watch(ws, after, 1, deadline)))
-            .collect();
-        let prompt = format!("scenario: flood {n} {} {}", args.size, args.fanout_rate);
-        let go = async {
-            let r = self
-                .api
-                .post(
-                    &format!("/api/v1/orchestrator/tasks/{task}/start"),
-                    serde_json::json!({ "prompt": prompt }),
-                )
-                .await;
-            if r.status != 200 {
-                bail!("follow-up prompt: {} {}", r.status, r.body);
-            }
-            let mut peak_rss = 0u64;
-            let mut peak_fds = 0usize;
-            let sample = async {
-                loop {
-                    peak_rss = peak_rss.max(procs::rss_kb(gateway_pid));
-                    peak_fds = peak_fds.max(procs::fds(gateway_pid));
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            };
-            let done = join_all(readers);
-            let watches = tokio::select! {
-                w = done => w,
-                () = sample => unreachable!("sampling never ends"),
-            };
-            let watches: Vec<kandev::Watch> =
-                watches.into_iter().map(|w| w.unwrap_or_default()).collect();
-            Ok((watches, peak_rss, peak_fds))
-        };
-        let (result, cost) = self.measured(go).await;
-        let (watches, peak_rss, peak_fds) = result?;
-        let exact = watches.iter().filter(|w| w.exact(n)).count();
-        let mut all = Stats::default();
-        for w in &watches {
-            all.merge(w.stats.clone());
-        }
-        let frames: u64 = watches.iter().map(|w| w.frames).sum();
-        let mut rows = vec![
-            row(
-                "subscribers with every seq exactly once",
-                "—",
-                format!("{exact} of {subs}"),
-                "",
-            ),
-            row("frames delivered", "—", format!("{frames}"), ""),
-            row("p50 latency", "—", ms(all.percentile(50.0)), ""),
-            row("p99 latency", "—", ms(all.percentile(99.0)), ""),
-            row("max latency", "—", ms(all.percentile(100.0)), ""),
-            row(
-                &format!("{} RSS idle → peak (MiB)", self.front()),
-                "—",
-                format!(
-                    "{:.0} → {:.0}",
-                    rss_idle as f64 / 1024.0,
-                    peak_rss as f64 / 1024.0
-                ),
-                "",
-            ),
-            row(
-                &format!("{} fds at peak", self.front()),
-                "—",
-                format!("{peak_fds}"),
-                "",
-            ),
-            row(
-                &format!("{} RSS after (MiB)", self.back()),
-                "—",
-                format!("{:.0}", procs::rss_kb(orchestrator_pid) as f64 / 1024.0),
-                "",
-            ),
-        ];
-        rows.extend(self.cost_rows(&cost, frames, None));
-        Ok(Section {
-            title: format!(
-                "{subs} subscribers on one task at {} chunks/s for {} s",
-                args.fanout_rate, args.fanout_secs
-            ),
-            rows,
-            notes: error_notes(&watches.iter().collect::<Vec<_>>()),
-        })
-    }
-
-    async fn startup(&self, args: &StreamArgs) -> Result<Section> {
-        let mut bare = Vec::new();
-        let mut kandev = Vec::new();
-        for _ in 0..args.startups {
-            bare.push(bare::run(IMAGE, "scenario: echo hi").await?.first_line);
-            let t0 = Instant::now();
-            let task = kandev::create_task(&self.api, &self.board, "scenario: echo hi").await?;
-            let token = self.api.token.clone().context("token")?;
-            let ws = kandev::connect(self.api.addr, &token, &task, 0).await?;
-            let w = kandev::watch(ws, 0, 1, Instant::now() + Duration::from_secs(60)).await;
-            let first = w.first_frame.context("no frame came")?;
-            kandev.push(first.duration_since(t0));
-        }
-        let med = |v: &mut Vec<Duration>| {
-            v.sort();
-            v[v.len() / 2]
-        };
-        let range = |v: &[Duration]| format!("{}–{}", ms(v[0]), ms(v[v.len() - 1]));
-        let (bm, km) = (med(&mut bare), med(&mut kandev));
-        Ok(Section {
-            title: format!(
-                "Start: `docker run` → first agent line, create task → first frame ({} runs)",
-                args.startups
-            ),
-            rows: vec![
-                row(
-                    "median",
-                    ms(bm),
-                    ms(km),
-                    format!("{:+.0} ms", (km.as_secs_f64() - bm.as_secs_f64()) * 1000.0),
-                ),
-                row("range", range(&bare), range(&kandev), ""),
-            ],
-            notes: vec![],
-        })
-    }
-}
-
-fn error_notes(watches: &[&kandev::Watch]) -> Vec<String> {
-    let mut errors: Vec<String> = watches.iter().filter_map(|w| w.error.clone()).collect();
-    errors.sort();
-    errors.dedup();
-    errors
-        .into_iter()
-        .take(5)
-        .map(|e| format!("Reader error: {e}"))
-        .collect()
 }
 
 fn git(args: &[&str]) -> String {
@@ -722,11 +420,13 @@ async fn stream(args: StreamArgs) -> Result<()> {
             Load::Many => bench.many(&args).await,
             Load::Fanout => bench.fanout(&args).await,
             Load::Startup => bench.startup(&args).await,
+            Load::Logs => bench.logs(&args).await,
         };
         let section = match section {
             Ok(s) => s,
             Err(e) => Section {
                 title: format!("{load:?}"),
+                columns: VERSUS,
                 rows: vec![],
                 notes: vec![format!("The load failed: {e:#}")],
             },
