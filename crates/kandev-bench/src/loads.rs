@@ -9,24 +9,35 @@ use kandev_e2e::Svc;
 use tokio::time::Instant;
 
 use crate::{
-    Bench, IMAGE, Section, StreamArgs, VERSUS, bare, kandev, pct, procs, row,
+    Bench, Cost, IMAGE, Section, StreamArgs, VERSUS, bare, kandev, pct, procs, row,
     stats::{Stats, ms},
 };
 
 impl Bench {
-    pub(crate) async fn full(&self, args: &StreamArgs) -> Result<Section> {
-        let n = args.messages;
-        let prompt = format!("scenario: flood {n} {}", args.size);
-        let (mut bare, bare_dockerd) = self.bare_measured(&prompt, None).await?;
+    /// The bare run of `prompt` (and dockerd's CPU seconds meanwhile), then
+    /// the same prompt as a task through Kandev, read as it streams, and
+    /// what every watched process spent on it.
+    async fn side_by_side(
+        &self,
+        prompt: &str,
+    ) -> Result<(bare::BareRun, f64, kandev::Watch, Cost)> {
+        let (bare, bare_dockerd) = self.bare_measured(prompt, None).await?;
         let (watch, cost) = self
             .measured(kandev::run_task(
                 &self.api,
                 &self.board,
-                &prompt,
+                prompt,
                 Duration::from_secs(600),
             ))
             .await;
-        let (_, mut watch) = watch?;
+        let (_, watch) = watch?;
+        Ok((bare, bare_dockerd, watch, cost))
+    }
+
+    pub(crate) async fn full(&self, args: &StreamArgs) -> Result<Section> {
+        let n = args.messages;
+        let prompt = format!("scenario: flood {n} {}", args.size);
+        let (mut bare, bare_dockerd, mut watch, cost) = self.side_by_side(&prompt).await?;
         let exact = watch.exact(n);
         let mut rows = vec![
             row(
@@ -69,16 +80,7 @@ impl Bench {
     pub(crate) async fn paced(&self, args: &StreamArgs) -> Result<Section> {
         let n = args.paced_rate * args.paced_secs;
         let prompt = format!("scenario: flood {n} {} {}", args.size, args.paced_rate);
-        let (mut bare, _) = self.bare_measured(&prompt, None).await?;
-        let (watch, cost) = self
-            .measured(kandev::run_task(
-                &self.api,
-                &self.board,
-                &prompt,
-                Duration::from_secs(600),
-            ))
-            .await;
-        let (_, mut watch) = watch?;
+        let (mut bare, _, mut watch, cost) = self.side_by_side(&prompt).await?;
         let mut rows = vec![row(
             "messages/s (paced)",
             format!("{:.0}", bare.stats.rate()),

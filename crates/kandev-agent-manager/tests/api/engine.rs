@@ -7,13 +7,11 @@ use std::{sync::Arc, time::Duration};
 use kandev_proto::v1 as pb;
 use uuid::Uuid;
 
-use kandev_agent_manager::{
-    Application, domain::InstanceStatus, manager::LaunchRequest, workspace::WorkspaceSource,
-};
+use kandev_agent_manager::{Application, domain::InstanceStatus};
 
 use crate::helpers::{
     MOCK_IMAGE, OwnDocker, TaskWatch, TestApp, TestDb, assert_slow_stream_complete, git_repo,
-    settings, spawn_app_with,
+    manager_dir, mock_launch, settings, spawn_app_with,
 };
 
 /// A private engine holding the mock-agent image, shared with blocking
@@ -323,10 +321,7 @@ async fn a_restarted_manager_reads_all_the_output_whatever_the_engine_logs_by_de
     ] {
         let engine = own_engine_configured(false, daemon).await;
         let db = TestDb::create().await;
-        let dir = tempfile::tempdir().unwrap();
-        for sub in ["workspaces", "allowed", "home", "repos"] {
-            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
-        }
+        let dir = manager_dir();
         let mut settings = settings(&db, dir.path());
         settings.docker_host = engine.lock().unwrap().host();
         let repo = git_repo(dir.path());
@@ -340,21 +335,7 @@ async fn a_restarted_manager_reads_all_the_output_whatever_the_engine_logs_by_de
                 let app = Application::build(first).await.unwrap();
                 let manager = app.manager();
                 let instance = manager
-                    .launch(LaunchRequest {
-                        task_id: task,
-                        agent_type: "mock-agent".into(),
-                        workspace: WorkspaceSource::Git {
-                            url: repo,
-                            branch: "main".into(),
-                            title: String::new(),
-                        },
-                        env: Default::default(),
-                        prompt: "slow 40 50".into(),
-                        resume_session_id: None,
-                        priority: 0,
-                        metadata: Default::default(),
-                        home_scope: String::new(),
-                    })
+                    .launch(mock_launch(task, &repo, "slow 40 50"))
                     .await
                     .unwrap();
                 // Mid-turn, with more than 2 KiB of output written.

@@ -6,7 +6,9 @@ use std::{
 };
 
 use futures::StreamExt;
-use kandev_agent_manager::{Application, Settings};
+use kandev_agent_manager::{
+    Application, Settings, manager::LaunchRequest, workspace::WorkspaceSource,
+};
 use kandev_common::{
     CancellationToken,
     trace::{TracedChannel, traced},
@@ -78,14 +80,40 @@ pub async fn spawn_app() -> TestApp {
     spawn_app_with(|_| {}).await
 }
 
-pub async fn spawn_app_with(customize: impl FnOnce(&mut Settings)) -> TestApp {
-    LazyLock::force(&TRACING);
-    tokio::task::spawn_blocking(ensure_docker).await.unwrap();
-    let db = TestDb::create().await;
+/// A manager's directory: its workspaces, allowed roots, credentials home
+/// and repositories, as [`settings`] expects them.
+pub fn manager_dir() -> TempDir {
     let dir = tempfile::tempdir().unwrap();
     for sub in ["workspaces", "allowed", "home", "repos"] {
         std::fs::create_dir_all(dir.path().join(sub)).unwrap();
     }
+    dir
+}
+
+/// A launch of the mock agent on `repo`'s `main` with `prompt`.
+pub fn mock_launch(task_id: Uuid, repo: &str, prompt: &str) -> LaunchRequest {
+    LaunchRequest {
+        task_id,
+        agent_type: "mock-agent".into(),
+        workspace: WorkspaceSource::Git {
+            url: repo.into(),
+            branch: "main".into(),
+            title: String::new(),
+        },
+        env: Default::default(),
+        prompt: prompt.into(),
+        resume_session_id: None,
+        priority: 0,
+        metadata: Default::default(),
+        home_scope: String::new(),
+    }
+}
+
+pub async fn spawn_app_with(customize: impl FnOnce(&mut Settings)) -> TestApp {
+    LazyLock::force(&TRACING);
+    tokio::task::spawn_blocking(ensure_docker).await.unwrap();
+    let db = TestDb::create().await;
+    let dir = manager_dir();
     let mut settings = settings(&db, dir.path());
     customize(&mut settings);
     let app = Application::build(settings).await.expect("app builds");

@@ -1,13 +1,11 @@
-use std::{collections::BTreeMap, time::Duration};
+use std::time::Duration;
 
-use kandev_agent_manager::{
-    Application, domain::InstanceStatus, manager::LaunchRequest, workspace::WorkspaceSource,
-};
+use kandev_agent_manager::{Application, domain::InstanceStatus};
 use uuid::Uuid;
 
 use crate::helpers::{
     TaskWatch, TestDb, assert_slow_stream_complete, containers_of, ensure_docker, git_repo,
-    settings,
+    manager_dir, mock_launch, settings,
 };
 
 /// A manager that dies without any cleanup (its runtime is dropped, as with
@@ -20,10 +18,7 @@ use crate::helpers::{
 async fn restart_resumes_running_agents_and_reconciles_exited_ones() {
     tokio::task::spawn_blocking(ensure_docker).await.unwrap();
     let db = TestDb::create().await;
-    let dir = tempfile::tempdir().unwrap();
-    for sub in ["workspaces", "allowed", "home", "repos"] {
-        std::fs::create_dir_all(dir.path().join(sub)).unwrap();
-    }
+    let dir = manager_dir();
     let settings = settings(&db, dir.path());
     let repo = git_repo(dir.path());
     let slow_task = Uuid::new_v4();
@@ -47,21 +42,7 @@ async fn restart_resumes_running_agents_and_reconciles_exited_ones() {
                 (done_task, "slow 20 100"),
             ] {
                 let instance = manager
-                    .launch(LaunchRequest {
-                        task_id,
-                        agent_type: "mock-agent".into(),
-                        workspace: WorkspaceSource::Git {
-                            url: repo.clone(),
-                            branch: "main".into(),
-                            title: String::new(),
-                        },
-                        env: BTreeMap::new(),
-                        prompt: prompt.into(),
-                        resume_session_id: None,
-                        priority: 0,
-                        metadata: Default::default(),
-                        home_scope: String::new(),
-                    })
+                    .launch(mock_launch(task_id, &repo, prompt))
                     .await
                     .unwrap();
                 ids.push(instance.id);
