@@ -357,9 +357,10 @@ impl Bench {
             columns: ["messages/s", "dockerd CPU per message", "p99 latency"],
             rows,
             notes: vec![format!(
-                "Kandev's agent containers log with the engine's default driver \
-                 (`{default}` here): their output after a restart of the agent \
-                 manager is read back from it."
+                "The engine's default driver is `{default}` here (the bare \
+                 baseline of the other loads logs with it). Kandev's agent \
+                 containers log with `local` whatever the default: a restarted \
+                 agent manager reads their output back from that log."
             )],
         })
     }
