@@ -339,13 +339,16 @@ async fn a_restarted_manager_reads_all_the_output_whatever_the_engine_logs_by_de
                     .await
                     .unwrap();
                 // Mid-turn, with more than 2 KiB of output written.
+                let mut mid_turn = false;
                 for _ in 0..400 {
                     let now = manager.get_instance(instance.id).await.unwrap();
                     if now.status == InstanceStatus::Running && now.last_seq >= 15 {
+                        mid_turn = true;
                         break;
                     }
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
+                assert!(mid_turn, "the turn did not get to its 15th event in 8 s");
                 instance.id
             })
             // The runtime drops here: the manager dies mid-turn.
@@ -362,7 +365,7 @@ async fn a_restarted_manager_reads_all_the_output_whatever_the_engine_logs_by_de
         assert_eq!(resumed.last_seq, last as i64);
         drop(app);
         db.drop_db().await;
-        with_engine(&engine, |_| ()).await;
+        // Its last reference: the engine stops (blocking) as it drops.
         tokio::task::spawn_blocking(move || drop(engine))
             .await
             .unwrap();
