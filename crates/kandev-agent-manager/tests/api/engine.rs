@@ -11,7 +11,7 @@ use kandev_agent_manager::{Application, domain::InstanceStatus};
 
 use crate::helpers::{
     MOCK_IMAGE, OwnDocker, TaskWatch, TestApp, TestDb, assert_slow_stream_complete, git_repo,
-    manager_dir, mock_launch, settings, spawn_app_with,
+    launch_then_die, manager_dir, mock_launch, settings, spawn_app_with,
 };
 
 /// A private engine holding the mock-agent image, shared with blocking
@@ -328,33 +328,9 @@ async fn a_restarted_manager_reads_all_the_output_whatever_the_engine_logs_by_de
         let task = Uuid::new_v4();
         let mut watch = TaskWatch::start(task).await;
 
-        let first = settings.clone();
-        let id = std::thread::spawn(move || {
-            let rt = tokio::runtime::Runtime::new().unwrap();
-            rt.block_on(async move {
-                let app = Application::build(first).await.unwrap();
-                let manager = app.manager();
-                let instance = manager
-                    .launch(mock_launch(task, &repo, "slow 40 50"))
-                    .await
-                    .unwrap();
-                // Mid-turn, with more than 2 KiB of output written.
-                let mut mid_turn = false;
-                for _ in 0..400 {
-                    let now = manager.get_instance(instance.id).await.unwrap();
-                    if now.status == InstanceStatus::Running && now.last_seq >= 15 {
-                        mid_turn = true;
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                assert!(mid_turn, "the turn did not get to its 15th event in 8 s");
-                instance.id
-            })
-            // The runtime drops here: the manager dies mid-turn.
-        })
-        .join()
-        .unwrap();
+        // Mid-turn, with more than 2 KiB of output written.
+        let launch = mock_launch(task, &repo, "slow 40 50");
+        let id = launch_then_die(settings.clone(), vec![launch], 15)[0];
 
         let app = Application::build(settings).await.unwrap();
         let done = watch.until("agent.completed", 0).await;

@@ -7,7 +7,8 @@ use std::{
 
 use futures::StreamExt;
 use kandev_agent_manager::{
-    Application, Settings, manager::LaunchRequest, workspace::WorkspaceSource,
+    Application, Settings, domain::InstanceStatus, manager::LaunchRequest,
+    workspace::WorkspaceSource,
 };
 use kandev_common::{
     CancellationToken,
@@ -107,6 +108,47 @@ pub fn mock_launch(task_id: Uuid, repo: &str, prompt: &str) -> LaunchRequest {
         metadata: Default::default(),
         home_scope: String::new(),
     }
+}
+
+/// Starts a manager on a runtime of its own, launches `launches` in order,
+/// waits until every one runs and the first has published `first_events`
+/// events (and stored `last_seq`), then drops the runtime: the manager
+/// dies mid-turn with no cleanup, as with SIGKILL, and its agents run on.
+/// The instances' ids, in launch order.
+pub fn launch_then_die(
+    settings: Settings,
+    launches: Vec<LaunchRequest>,
+    first_events: i64,
+) -> Vec<Uuid> {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            let app = Application::build(settings).await.unwrap();
+            let manager = &app.manager();
+            let mut ids = Vec::new();
+            for launch in launches {
+                ids.push(manager.launch(launch).await.unwrap().id);
+            }
+            for &id in &ids {
+                kandev_testkit::eventually(30, "every agent running", || async move {
+                    let now = manager.get_instance(id).await.unwrap();
+                    (now.status == InstanceStatus::Running).then_some(())
+                })
+                .await;
+            }
+            let first = ids[0];
+            kandev_testkit::eventually(30, "the first turn halfway", || async move {
+                let now = manager.get_instance(first).await.unwrap();
+                (now.status == InstanceStatus::Running && now.last_seq >= first_events)
+                    .then_some(())
+            })
+            .await;
+            ids
+        })
+        // The runtime drops here: the manager dies mid-turn, no cleanup.
+    })
+    .join()
+    .unwrap()
 }
 
 pub async fn spawn_app_with(customize: impl FnOnce(&mut Settings)) -> TestApp {

@@ -5,7 +5,7 @@ use uuid::Uuid;
 
 use crate::helpers::{
     TaskWatch, TestDb, assert_slow_stream_complete, containers_of, ensure_docker, git_repo,
-    manager_dir, mock_launch, settings,
+    launch_then_die, manager_dir, mock_launch, settings,
 };
 
 /// A manager that dies without any cleanup (its runtime is dropped, as with
@@ -28,48 +28,16 @@ async fn restart_resumes_running_agents_and_reconciles_exited_ones() {
     let mut watch = TaskWatch::start(slow_task).await;
     let mut cancel_watch = TaskWatch::start(cancel_task).await;
 
-    let first = settings.clone();
-    let ids = std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async move {
-            let app = Application::build(first).await.unwrap();
-            let manager = app.manager();
-            let mut ids = vec![];
-            for (task_id, prompt) in [
-                (slow_task, "slow 60 100"),
-                (Uuid::new_v4(), "wait-cancel"),
-                (cancel_task, "wait-cancel"),
-                (done_task, "slow 20 100"),
-            ] {
-                let instance = manager
-                    .launch(mock_launch(task_id, &repo, prompt))
-                    .await
-                    .unwrap();
-                ids.push(instance.id);
-            }
-            // Mid-turn: every agent runs, some chunks are out, and last_seq
-            // was stored.
-            for id in &ids[1..] {
-                for _ in 0..200 {
-                    if manager.get_instance(*id).await.unwrap().status == InstanceStatus::Running {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-            for _ in 0..200 {
-                let now = manager.get_instance(ids[0]).await.unwrap();
-                if now.status == InstanceStatus::Running && now.last_seq >= 12 {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            ids
-        })
-        // The runtime drops here: the manager dies mid-turn, no cleanup.
-    })
-    .join()
-    .unwrap();
+    let launches = [
+        (slow_task, "slow 60 100"),
+        (Uuid::new_v4(), "wait-cancel"),
+        (cancel_task, "wait-cancel"),
+        (done_task, "slow 20 100"),
+    ]
+    .map(|(task, prompt)| mock_launch(task, &repo, prompt));
+    // Mid-turn: every agent runs, some chunks are out, and last_seq was
+    // stored.
+    let ids = launch_then_die(settings.clone(), launches.into(), 12);
 
     for id in &ids {
         assert_eq!(
