@@ -280,6 +280,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn large_batches_are_packed_and_unpack_to_the_same_json() {
+        let events: Vec<Value> = (0..500)
+            .map(|i| serde_json::json!({"seq": i, "kind": "message_chunk", "data": {"text": format!("chunk {i} of a long message")}}))
+            .collect();
+        let batch = AcpBatch {
+            task_id: Uuid::from_u128(1),
+            instance_id: Uuid::from_u128(2),
+            first_seq: 1,
+            cursor: OutputCursor::default(),
+            events,
+        };
+        let (_, json) = batch.encode();
+        assert!(json.len() > crate::pack::PACK_ABOVE);
+        let packed = crate::pack::pack(json.clone());
+        assert!(packed.starts_with(b"KLZ4"));
+        assert!(
+            packed.len() * 4 < json.len(),
+            "{} of {}",
+            packed.len(),
+            json.len()
+        );
+        assert_eq!(
+            crate::pack::unpack(&packed).unwrap().as_ref(),
+            json.as_slice()
+        );
+    }
+
+    #[test]
     fn batch_ids_are_stable_and_distinct() {
         let i = Uuid::from_u128(7);
         assert_eq!(batch_id(&i, 1, 5), batch_id(&i, 1, 5));

@@ -25,6 +25,7 @@ pub mod durable;
 pub mod live;
 pub mod managers;
 pub mod nats;
+pub mod pack;
 pub mod state;
 pub mod subjects;
 pub mod task;

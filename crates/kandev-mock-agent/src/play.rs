@@ -499,24 +499,117 @@ async fn permission(turn: &Turn, file: &str) -> TurnEnd {
 }
 
 /// The fixed part of an ACP flood line, up to the index value.
-fn flood_head(session_id: &str, message_id: &str, text: &str, count: u64) -> String {
-    // Ids are `[A-Za-z0-9_-]` and the text is `x`s, so nothing needs escaping.
-    format!(
-        concat!(
-            r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"{}","update":{{"#,
-            r#""sessionUpdate":"agent_message_chunk","messageId":"{}","content":{{"type":"text","text":"{}"}},"#,
-            r#""_meta":{{"kandev/count":{},"kandev/index":"#
-        ),
-        session_id, message_id, text, count
-    )
+/// Words the flood's text is made of: plain ASCII, nothing to escape.
+const FLOOD_WORDS: &[&str] = &[
+    "the",
+    "function",
+    "returns",
+    "a",
+    "value",
+    "when",
+    "file",
+    "is",
+    "read",
+    "and",
+    "we",
+    "update",
+    "tests",
+    "for",
+    "error",
+    "handling",
+    "in",
+    "module",
+    "config",
+    "parser",
+    "should",
+    "check",
+    "this",
+    "path",
+    "before",
+    "writing",
+    "output",
+    "to",
+    "disk",
+    "then",
+    "run",
+    "cargo",
+    "build",
+    "again",
+    "with",
+    "new",
+    "flag",
+    "struct",
+    "field",
+    "missing",
+    "import",
+    "fix",
+    "type",
+    "mismatch",
+    "line",
+    "42",
+    "src/lib.rs",
+    "let",
+    "me",
+    "look",
+    "at",
+    "it",
+];
+
+/// A fixed text of words in a fixed pseudo-random order (the same in every
+/// run), that flood chunks are cut from: chunks read like prose and differ
+/// from one another, as an agent's do, so no hop gains from repeated text.
+fn flood_corpus(len: usize) -> String {
+    let mut corpus = String::with_capacity(len + 16);
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    while corpus.len() < len {
+        // xorshift64: deterministic, no dependency.
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        corpus.push_str(FLOOD_WORDS[(x % FLOOD_WORDS.len() as u64) as usize]);
+        corpus.push(' ');
+    }
+    corpus
 }
 
-fn flood_line(head: &str, index: u64, sent_at: u64) -> Vec<u8> {
-    let mut line = Vec::with_capacity(head.len() + 48);
-    line.extend_from_slice(head.as_bytes());
-    // Closes _meta, update, params and the message.
-    let _ = write!(line, r#"{index},"kandev/sentAtNanos":{sent_at}}}}}}}}}"#);
-    line
+/// The `size` bytes of text of flood chunk `index`.
+fn flood_text(corpus: &str, size: usize, index: u64) -> &str {
+    let starts = corpus.len().saturating_sub(size).max(1) as u64;
+    let start = (index.wrapping_mul(7919) % starts) as usize;
+    // The corpus is ASCII: every index is a char boundary.
+    &corpus[start..(start + size).min(corpus.len())]
+}
+
+/// The parts of a flood line around its text and index.
+struct FloodLine {
+    head: String,
+    middle: String,
+}
+
+impl FloodLine {
+    fn new(session_id: &str, message_id: &str, count: u64) -> Self {
+        // Ids are `[A-Za-z0-9_-]` and the text is words, so nothing needs escaping.
+        FloodLine {
+            head: format!(
+                concat!(
+                    r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"{}","update":{{"#,
+                    r#""sessionUpdate":"agent_message_chunk","messageId":"{}","content":{{"type":"text","text":""#
+                ),
+                session_id, message_id
+            ),
+            middle: format!(r#""}},"_meta":{{"kandev/count":{count},"kandev/index":"#),
+        }
+    }
+
+    fn line(&self, text: &str, index: u64, sent_at: u64) -> Vec<u8> {
+        let mut line = Vec::with_capacity(self.head.len() + text.len() + self.middle.len() + 48);
+        line.extend_from_slice(self.head.as_bytes());
+        line.extend_from_slice(text.as_bytes());
+        line.extend_from_slice(self.middle.as_bytes());
+        // Closes _meta, update, params and the message.
+        let _ = write!(line, r#"{index},"kandev/sentAtNanos":{sent_at}}}}}}}}}"#);
+        line
+    }
 }
 
 /// `count` chunks of `size` bytes, each stamped with its index and send
@@ -524,9 +617,9 @@ fn flood_line(head: &str, index: u64, sent_at: u64) -> Vec<u8> {
 /// chunk is due at `start + index / rate`, so a late one does not slow the
 /// rest).
 async fn flood(turn: &Turn, count: u64, size: usize, rate: u64) -> TurnEnd {
-    let text = "x".repeat(size);
+    let corpus = flood_corpus(64 * 1024 + size);
     let message_id = turn.new_message_id();
-    let head = flood_head(&turn.session_id, &message_id, &text, count);
+    let lines = FloodLine::new(&turn.session_id, &message_id, count);
     let start = tokio::time::Instant::now();
     for index in 0..count {
         if let Some(nanos) = index.saturating_mul(1_000_000_000).checked_div(rate) {
@@ -538,13 +631,14 @@ async fn flood(turn: &Turn, count: u64, size: usize, rate: u64) -> TurnEnd {
         } else if index % 256 == 0 && turn.is_cancelled() {
             return TurnEnd::cancelled();
         }
+        let text = flood_text(&corpus, size, index);
         if turn.dialect == Dialect::Acp {
             turn.ctx
                 .out
-                .raw(flood_line(&head, index, unix_nanos()))
+                .raw(lines.line(text, index, unix_nanos()))
                 .await;
         } else {
-            let mut update = chunk("agent_message_chunk", &text, Some(&message_id));
+            let mut update = chunk("agent_message_chunk", text, Some(&message_id));
             update["_meta"] = json!({ "kandev/count": count, "kandev/index": index, "kandev/sentAtNanos": unix_nanos() });
             turn.update(update).await;
         }
@@ -691,8 +785,7 @@ mod tests {
 
     #[test]
     fn flood_lines_are_valid_json() {
-        let head = flood_head("sess_1", "msg_1", "xxx", 2);
-        let line = flood_line(&head, 1, 42);
+        let line = FloodLine::new("sess_1", "msg_1", 2).line("two words", 1, 42);
         let v: Value = serde_json::from_slice(&line).expect("valid JSON");
         assert_eq!(
             v,
@@ -704,11 +797,31 @@ mod tests {
                     "update": {
                         "sessionUpdate": "agent_message_chunk",
                         "messageId": "msg_1",
-                        "content": { "type": "text", "text": "xxx" },
+                        "content": { "type": "text", "text": "two words" },
                         "_meta": { "kandev/count": 2, "kandev/index": 1, "kandev/sentAtNanos": 42 },
                     },
                 },
             })
+        );
+    }
+
+    #[test]
+    fn flood_texts_have_their_size_differ_and_need_no_escaping() {
+        let corpus = flood_corpus(64 * 1024 + 200);
+        let texts: Vec<&str> = (0..1000).map(|i| flood_text(&corpus, 200, i)).collect();
+        assert!(texts.iter().all(|t| t.len() == 200));
+        assert!(
+            texts
+                .iter()
+                .all(|t| t.bytes().all(|b| b.is_ascii_graphic() || b == b' ')
+                    && !t.contains(['"', '\\']))
+        );
+        let distinct: std::collections::HashSet<&&str> = texts.iter().collect();
+        assert_eq!(distinct.len(), texts.len(), "every chunk differs");
+        assert_eq!(
+            flood_corpus(1000),
+            flood_corpus(1000),
+            "the same in every run"
         );
     }
 

@@ -398,7 +398,14 @@ pub async fn resume_point(bus: &dyn EventBus, instance: &mut AgentInstance) {
             return;
         }
     };
-    let Ok(envelope) = serde_json::from_slice::<Envelope<AcpBatchRef<'_>>>(&last) else {
+    let json = match kandev_events::pack::unpack(&last) {
+        Ok(json) => json,
+        Err(e) => {
+            tracing::warn!(error = %e, "the last published batch is damaged; resuming from the stored position");
+            return;
+        }
+    };
+    let Ok(envelope) = serde_json::from_slice::<Envelope<AcpBatchRef<'_>>>(&json) else {
         return;
     };
     let batch = envelope.data;

@@ -396,6 +396,7 @@ async fn publisher(
             }
         }
         let count = last_seq + 1 - first_seq;
+        let bytes = kandev_events::pack::pack(bytes);
         let size = bytes.len();
         let started = std::time::Instant::now();
         publish_retrying(bus.as_ref(), &subject, id, bytes.into(), &stop).await;

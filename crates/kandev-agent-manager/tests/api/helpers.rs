@@ -361,7 +361,8 @@ impl TaskWatch {
     /// Takes the events of one `acp.message` batch, checking that their
     /// seqs run from `first_seq`.
     fn add_batch(&mut self, payload: &[u8]) {
-        let env: serde_json::Value = serde_json::from_slice(payload).unwrap();
+        let json = kandev_events::pack::unpack(payload).unwrap();
+        let env: serde_json::Value = serde_json::from_slice(&json).unwrap();
         let first = env["data"]["first_seq"].as_u64().unwrap();
         for (i, event) in env["data"]["events"].as_array().unwrap().iter().enumerate() {
             assert_eq!(event["seq"].as_u64(), Some(first + i as u64), "{env}");

@@ -218,7 +218,14 @@ impl FeedConsumer {
     /// Numbers the events of one batch that were not numbered before; none
     /// when the message is malformed or only repeats numbered events.
     async fn number(&self, counters: &mut Counters, msg: &Delivered) -> Vec<Arc<Frame>> {
-        let envelope: Envelope<AcpBatchRef<'_>> = match serde_json::from_slice(&msg.payload) {
+        let json = match kandev_events::pack::unpack(&msg.payload) {
+            Ok(json) => json,
+            Err(err) => {
+                tracing::warn!(%err, subject = %msg.subject, "skipping a damaged acp batch");
+                return Vec::new();
+            }
+        };
+        let envelope: Envelope<AcpBatchRef<'_>> = match serde_json::from_slice(&json) {
             Ok(e) => e,
             Err(err) => {
                 tracing::warn!(%err, subject = %msg.subject, "skipping a malformed acp batch");

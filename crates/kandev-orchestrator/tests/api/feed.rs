@@ -184,6 +184,28 @@ async fn overlapping_batches_number_each_event_once() {
     app.stop().await;
 }
 
+/// Large batches come compressed (`KLZ4`), small ones as JSON: both make
+/// one feed; a damaged compressed batch is skipped and the feed goes on.
+#[tokio::test]
+async fn compressed_and_plain_batches_make_one_feed() {
+    let app = spawn_app().await;
+    let task = Uuid::new_v4();
+    let instance = Uuid::new_v4();
+    let mut ws = ws_connect(&app.ws_url(task, None)).await;
+    publish_acp_packed(&app.bus, &acp_batch(task, instance, 1..=300)).await;
+    publish_acp_damaged(&app.bus, task).await;
+    publish_acp(&app.bus, &[acp_batch(task, instance, 301..=305)]).await;
+    let frames = ws_frames(&mut ws, 305).await;
+    assert_eq!(seqs(&frames), (1..=305).collect::<Vec<_>>());
+    assert_eq!(frames[199]["event"]["data"]["text"], "chunk 200");
+    assert_eq!(frames[304]["event"]["data"]["text"], "chunk 305");
+    eventually(10, "stored", || async {
+        (stored(&app.db, task).await.len() == 305).then_some(())
+    })
+    .await;
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn a_slow_consumer_is_dropped_while_the_others_keep_up() {
     let app = spawn_app_with(Options {

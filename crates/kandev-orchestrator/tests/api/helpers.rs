@@ -391,6 +391,28 @@ pub async fn publish_acp(bus: &JetStreamBus, batches: &[AcpBatch]) {
     }
 }
 
+/// Publishes a batch compressed, as the agent manager publishes large ones.
+pub async fn publish_acp_packed(bus: &JetStreamBus, b: &AcpBatch) {
+    let (id, bytes) = b.encode();
+    let packed = kandev_events::pack::pack(bytes);
+    assert!(
+        packed.starts_with(b"KLZ4"),
+        "the batch is large enough to pack"
+    );
+    publish_acp_bytes(bus, b, id, packed).await;
+}
+
+/// Publishes a payload that claims to be a compressed batch but is not one.
+pub async fn publish_acp_damaged(bus: &JetStreamBus, task_id: Uuid) {
+    let subject = subjects::acp_message(&task_id);
+    let mut payload = b"KLZ4".to_vec();
+    payload.extend_from_slice(&1000u32.to_le_bytes());
+    payload.extend_from_slice(b"not lz4 at all");
+    bus.publish(&subject, Uuid::new_v4(), Bytes::from(payload))
+        .await
+        .expect("publish a damaged batch");
+}
+
 /// Publishes a batch under another envelope id than its own.
 pub async fn publish_acp_with_id(bus: &JetStreamBus, b: &AcpBatch, id: Uuid) {
     let (_, bytes) = b.encode();
