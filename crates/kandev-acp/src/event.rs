@@ -90,6 +90,79 @@ impl Serialize for AcpEvent {
     }
 }
 
+impl AcpEvent {
+    /// Appends the event's JSON to `buf`: the same bytes as
+    /// `serde_json::to_writer`, written directly for message and thought
+    /// chunks read from the wire (the bulk of a stream), whose strings rarely
+    /// need escaping; serde's escaping walks every byte through a table and
+    /// its timestamp goes through `fmt` one char at a time.
+    pub fn write_json(&self, buf: &mut Vec<u8>) -> serde_json::Result<()> {
+        let (EventKind::MessageChunk(chunk) | EventKind::ThoughtChunk(chunk), Some(raw)) =
+            (&self.kind, &self.raw_json)
+        else {
+            return serde_json::to_writer(&mut *buf, self);
+        };
+        buf.extend_from_slice(br#"{"seq":"#);
+        serde_json::to_writer(&mut *buf, &self.seq)?;
+        buf.extend_from_slice(br#","timestamp":""#);
+        buf.extend_from_slice(
+            self.timestamp
+                .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+                .as_bytes(),
+        );
+        buf.extend_from_slice(br#"","direction":""#);
+        buf.extend_from_slice(match self.direction {
+            Direction::ToAgent => b"to_agent",
+            Direction::FromAgent => b"from_agent",
+            Direction::Local => b"local",
+        });
+        buf.push(b'"');
+        if let Some(session_id) = &self.session_id {
+            buf.extend_from_slice(br#","session_id":"#);
+            write_str(buf, session_id)?;
+        }
+        buf.extend_from_slice(br#","kind":""#);
+        buf.extend_from_slice(self.kind.name().as_bytes());
+        buf.extend_from_slice(br#"","data":{"role":""#);
+        buf.extend_from_slice(match chunk.role {
+            ChunkRole::Agent => b"agent",
+            ChunkRole::User => b"user",
+        });
+        buf.push(b'"');
+        if let Some(text) = &chunk.text {
+            buf.extend_from_slice(br#","text":"#);
+            write_str(buf, text)?;
+        }
+        buf.extend_from_slice(br#","content_type":"#);
+        write_str(buf, &chunk.content_type)?;
+        if let Some(message_id) = &chunk.message_id {
+            buf.extend_from_slice(br#","message_id":"#);
+            write_str(buf, message_id)?;
+        }
+        buf.extend_from_slice(br#"},"raw":"#);
+        buf.extend_from_slice(raw.get().as_bytes());
+        buf.push(b'}');
+        Ok(())
+    }
+}
+
+/// Writes `s` as a JSON string, as serde_json does: only `"`, `\` and
+/// control characters are escaped, so a string without them is copied as
+/// it is (checked without branching per byte, which vectorizes).
+fn write_str(buf: &mut Vec<u8>, s: &str) -> serde_json::Result<()> {
+    let needs_escape = s.bytes().fold(false, |acc, b| {
+        acc | (b < 0x20) | (b == b'"') | (b == b'\\')
+    });
+    if needs_escape {
+        return serde_json::to_writer(&mut *buf, s);
+    }
+    buf.reserve(s.len() + 2);
+    buf.push(b'"');
+    buf.extend_from_slice(s.as_bytes());
+    buf.push(b'"');
+    Ok(())
+}
+
 /// Who sent the message an event describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -419,4 +492,95 @@ pub struct OtherData {
     /// The JSON-RPC id for requests and responses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone as _;
+
+    use super::*;
+
+    fn chunk_event(
+        kind: fn(ChunkData) -> EventKind,
+        text: Option<&str>,
+        message_id: Option<&str>,
+        session_id: Option<&str>,
+        nanos: u32,
+    ) -> AcpEvent {
+        let raw = serde_json::json!({"jsonrpc": "2.0", "method": "session/update",
+            "params": {"sessionId": "s", "update": {"text": text}}});
+        let raw_text = serde_json::to_string(&raw).unwrap();
+        AcpEvent {
+            seq: 42,
+            timestamp: Utc.timestamp_opt(1_764_911_400, nanos).single().unwrap(),
+            direction: Direction::FromAgent,
+            session_id: session_id.map(str::to_owned),
+            kind: kind(ChunkData {
+                role: ChunkRole::Agent,
+                text: text.map(str::to_owned),
+                content_type: "text".into(),
+                message_id: message_id.map(str::to_owned),
+            }),
+            raw,
+            raw_json: Some(RawValue::from_string(raw_text).unwrap()),
+        }
+    }
+
+    #[test]
+    fn write_json_writes_what_serde_writes() {
+        let texts = [
+            None,
+            Some(""),
+            Some("plain words, and more words"),
+            Some("quotes \" and \\ backslashes"),
+            Some("a tab\t, a newline\n, a bell \u{7}"),
+            Some("non-ASCII: é, 漢字, 🦀, and DEL \u{7f}"),
+        ];
+        let mut cases = Vec::new();
+        for text in texts {
+            for message_id in [None, Some("msg_1"), Some("id \"quoted\"")] {
+                for session_id in [None, Some("sess_1")] {
+                    // No fraction, milliseconds, microseconds, nanoseconds.
+                    for nanos in [0, 123_000_000, 123_456_000, 123_456_789] {
+                        cases.push(chunk_event(
+                            EventKind::MessageChunk,
+                            text,
+                            message_id,
+                            session_id,
+                            nanos,
+                        ));
+                        cases.push(chunk_event(
+                            EventKind::ThoughtChunk,
+                            text,
+                            message_id,
+                            session_id,
+                            nanos,
+                        ));
+                    }
+                }
+            }
+        }
+        let mut user = chunk_event(EventKind::MessageChunk, Some("hi"), None, None, 5);
+        if let EventKind::MessageChunk(c) = &mut user.kind {
+            c.role = ChunkRole::User;
+        }
+        user.direction = Direction::ToAgent;
+        cases.push(user);
+        // Not a chunk, or no wire text: serde's way.
+        let mut plan = chunk_event(EventKind::MessageChunk, Some("x"), None, None, 0);
+        plan.kind = EventKind::Plan(PlanData { entries: vec![] });
+        cases.push(plan);
+        let mut no_raw = chunk_event(EventKind::MessageChunk, Some("x"), None, None, 0);
+        no_raw.raw_json = None;
+        cases.push(no_raw);
+        for event in cases {
+            let mut fast = b"prefix".to_vec();
+            event.write_json(&mut fast).unwrap();
+            let serde = [b"prefix".as_slice(), &serde_json::to_vec(&event).unwrap()].concat();
+            assert_eq!(
+                String::from_utf8(fast).unwrap(),
+                String::from_utf8(serde).unwrap()
+            );
+        }
+    }
 }

@@ -314,7 +314,7 @@ async fn drain(
 /// `"truncated"` with the original size; the rest of the feed is intact.
 fn write_event(buf: &mut Vec<u8>, event: &AcpEvent, max: usize) -> serde_json::Result<()> {
     let mark = buf.len();
-    serde_json::to_writer(&mut *buf, event)?;
+    event.write_json(buf)?;
     let size = buf.len() - mark;
     if size <= max {
         return Ok(());
