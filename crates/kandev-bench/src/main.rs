@@ -75,8 +75,10 @@ struct StreamArgs {
     /// Text bytes per chunk.
     #[arg(long, default_value_t = 200)]
     size: usize,
-    /// Chunks of the full-speed load.
-    #[arg(long, default_value_t = 100_000)]
+    /// Chunks of the full-speed load: enough for a few seconds on each
+    /// side, so the rate is the steady one rather than the start-up's
+    /// (with 100,000 the bare attach is over in well under half a second).
+    #[arg(long, default_value_t = 1_000_000)]
     messages: u64,
     /// Chunks per second of the paced load, and its length in seconds.
     #[arg(long, default_value_t = 1000)]
