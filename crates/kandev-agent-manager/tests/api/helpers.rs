@@ -290,6 +290,8 @@ pub struct TaskWatch {
     task_id: Uuid,
     /// ACP events seen so far (the `event` JSON of each message).
     pub events: Vec<serde_json::Value>,
+    /// How many `acp.message` batches came compressed.
+    pub packed_batches: usize,
     /// `agent.*` events seen so far, as (subject, data).
     pub lifecycle: Vec<(String, serde_json::Value)>,
 }
@@ -310,6 +312,7 @@ impl TaskWatch {
             agent,
             task_id,
             events: vec![],
+            packed_batches: 0,
             lifecycle: vec![],
         }
     }
@@ -361,6 +364,7 @@ impl TaskWatch {
     /// Takes the events of one `acp.message` batch, checking that their
     /// seqs run from `first_seq`.
     fn add_batch(&mut self, payload: &[u8]) {
+        self.packed_batches += usize::from(payload.starts_with(b"KLZ4"));
         let json = kandev_events::pack::unpack(payload).unwrap();
         let env: serde_json::Value = serde_json::from_slice(&json).unwrap();
         let first = env["data"]["first_seq"].as_u64().unwrap();
