@@ -117,10 +117,7 @@ impl AcpEvent {
             Direction::Local => b"local",
         });
         buf.push(b'"');
-        if let Some(session_id) = &self.session_id {
-            buf.extend_from_slice(br#","session_id":"#);
-            write_str(buf, session_id)?;
-        }
+        write_opt(buf, br#","session_id":"#, self.session_id.as_deref())?;
         buf.extend_from_slice(br#","kind":""#);
         buf.extend_from_slice(self.kind.name().as_bytes());
         buf.extend_from_slice(br#"","data":{"role":""#);
@@ -129,21 +126,25 @@ impl AcpEvent {
             ChunkRole::User => b"user",
         });
         buf.push(b'"');
-        if let Some(text) = &chunk.text {
-            buf.extend_from_slice(br#","text":"#);
-            write_str(buf, text)?;
-        }
+        write_opt(buf, br#","text":"#, chunk.text.as_deref())?;
         buf.extend_from_slice(br#","content_type":"#);
         write_str(buf, &chunk.content_type)?;
-        if let Some(message_id) = &chunk.message_id {
-            buf.extend_from_slice(br#","message_id":"#);
-            write_str(buf, message_id)?;
-        }
+        write_opt(buf, br#","message_id":"#, chunk.message_id.as_deref())?;
         buf.extend_from_slice(br#"},"raw":"#);
         buf.extend_from_slice(raw.get().as_bytes());
         buf.push(b'}');
         Ok(())
     }
+}
+
+/// Writes `key` (`,"name":`) and `value` when there is one, as serde's
+/// `skip_serializing_if = "Option::is_none"` does.
+fn write_opt(buf: &mut Vec<u8>, key: &[u8], value: Option<&str>) -> serde_json::Result<()> {
+    if let Some(value) = value {
+        buf.extend_from_slice(key);
+        write_str(buf, value)?;
+    }
+    Ok(())
 }
 
 /// Writes `s` as a JSON string, as serde_json does: only `"`, `\` and
