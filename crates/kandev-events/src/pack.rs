@@ -13,10 +13,10 @@ const MAX_UNPACKED: usize = 64 << 20;
 
 /// What goes on the bus for `json`, an `acp.message` envelope: `json`
 /// itself up to [`PACK_ABOVE`] bytes or when it does not compress, else
-/// `KLZ4`, its length and an LZ4 block. Events repeat their field names, ids and the
-/// chunk's text (in `data` and in `raw`), so a flood's batch shrinks several
-/// times, and with it what NATS copies, stores and delivers; LZ4 costs far
-/// less per byte than those copies. (The live `feed.<task_id>` messages
+/// `KLZ4`, its length and an LZ4 block. Events repeat their field names,
+/// ids and the chunk's text (in `data` and in `raw`), so a flood's batch
+/// shrinks several times, and with it what NATS copies, stores and
+/// delivers; LZ4 costs far less per byte than those copies. (The live `feed.<task_id>` messages
 /// are not compressed: measured, the orchestrator's and the gateway's LZ4
 /// cost as much as NATS saved on that hop.)
 pub fn pack(json: Vec<u8>) -> Vec<u8> {
@@ -47,15 +47,15 @@ pub fn unpack(payload: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, String> {
     };
     let (len, block) = rest
         .split_first_chunk::<4>()
-        .ok_or("a compressed payload without its length")?;
+        .ok_or("a compressed batch without its length")?;
     let len = u32::from_le_bytes(*len) as usize;
     if len > MAX_UNPACKED {
-        return Err(format!("a compressed payload claims {len} bytes"));
+        return Err(format!("a compressed batch claims {len} bytes"));
     }
     let json = lz4_flex::block::decompress(block, len).map_err(|e| e.to_string())?;
     if json.len() != len {
         return Err(format!(
-            "a compressed payload of {} bytes claims {len}",
+            "a compressed batch of {} bytes claims {len}",
             json.len()
         ));
     }
