@@ -39,6 +39,11 @@ pub fn pack(json: Vec<u8>) -> Vec<u8> {
     }
 }
 
+/// Whether `payload` is a batch compressed by [`pack`].
+pub fn is_packed(payload: &[u8]) -> bool {
+    payload.starts_with(PACKED_TAG)
+}
+
 /// The JSON of an `acp.message` payload, compressed by [`pack`] or not.
 pub fn unpack(payload: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, String> {
     use std::borrow::Cow;

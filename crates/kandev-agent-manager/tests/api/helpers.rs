@@ -364,7 +364,7 @@ impl TaskWatch {
     /// Takes the events of one `acp.message` batch, checking that their
     /// seqs run from `first_seq`.
     fn add_batch(&mut self, payload: &[u8]) {
-        self.packed_batches += usize::from(payload.starts_with(b"KLZ4"));
+        self.packed_batches += usize::from(kandev_events::pack::is_packed(payload));
         let json = kandev_events::pack::unpack(payload).unwrap();
         let env: serde_json::Value = serde_json::from_slice(&json).unwrap();
         let first = env["data"]["first_seq"].as_u64().unwrap();

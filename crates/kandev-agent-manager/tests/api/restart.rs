@@ -1,6 +1,7 @@
 use std::time::Duration;
 
 use kandev_agent_manager::{Application, domain::InstanceStatus};
+use kandev_events::subjects;
 use uuid::Uuid;
 
 use crate::helpers::{
@@ -132,18 +133,15 @@ async fn a_manager_killed_mid_flood_resumes_after_its_last_compressed_batch() {
     let ids = launch_then_die(settings.clone(), vec![launch], 5_000);
 
     // What the bus holds last for the task: a compressed batch.
-    let client = async_nats::connect(crate::helpers::NATS_URL.as_str())
+    let bus = kandev_events::JetStreamBus::connect(crate::helpers::NATS_URL.as_str())
         .await
         .unwrap();
-    let last = async_nats::jetstream::new(client)
-        .get_stream("KANDEV_ACP")
+    let last = kandev_events::EventBus::last_message(&bus, &subjects::acp_message(&task))
         .await
         .unwrap()
-        .get_last_raw_message_by_subject(&format!("acp.message.{task}"))
-        .await
-        .unwrap();
+        .expect("the flood published batches");
     assert!(
-        last.payload.starts_with(b"KLZ4"),
+        kandev_events::pack::is_packed(&last),
         "the manager died after a compressed batch"
     );
 

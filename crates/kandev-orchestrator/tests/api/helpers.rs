@@ -396,7 +396,7 @@ pub async fn publish_acp_packed(bus: &JetStreamBus, b: &AcpBatch) {
     let (id, bytes) = b.encode();
     let packed = kandev_events::pack::pack(bytes);
     assert!(
-        packed.starts_with(b"KLZ4"),
+        kandev_events::pack::is_packed(&packed),
         "the batch is large enough to pack"
     );
     publish_acp_bytes(bus, b, id, packed).await;
