@@ -26,9 +26,13 @@ pub async fn connect(addr: SocketAddr, token: &str, task_id: &str, after: u64) -
         "sec-websocket-protocol",
         format!("kandev.bearer, {token}").parse()?,
     );
+    // Tungstenite zeroes its whole read buffer before each read (128 KiB by
+    // default): 500 readers of small frames would spend a core on it, on
+    // the machine under test. 16 KiB is a dozen frames per read.
+    let config = tg::protocol::WebSocketConfig::default().read_buffer_size(16 * 1024);
     let (ws, _) = tokio::time::timeout(
         Duration::from_secs(30),
-        tokio_tungstenite::connect_async_with_config(req, None, true),
+        tokio_tungstenite::connect_async_with_config(req, Some(config), true),
     )
     .await
     .map_err(|_| anyhow!("connecting the stream timed out"))??;

@@ -155,5 +155,7 @@ async fn stream(
     let task_id = parse_task_id(&task_id)?;
     let Query(query) = query.map_err(|e| OrchestratorError::BadRequest(e.body_text()))?;
     let after = query.after.unwrap_or(0).max(0);
-    Ok(upgrade.on_upgrade(move |socket| ws::session(state, task_id, after, socket)))
+    Ok(upgrade
+        .read_buffer_size(kandev_common::serve::WS_READ_BUFFER)
+        .on_upgrade(move |socket| ws::session(state, task_id, after, socket)))
 }

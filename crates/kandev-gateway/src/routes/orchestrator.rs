@@ -167,6 +167,7 @@ pub async fn stream(
     let task_uuid = uuid::Uuid::parse_str(&task.id)
         .map_err(|_| ApiError::internal(format!("task id {:?} is not a uuid", task.id)))?;
     Ok(upgrade
+        .read_buffer_size(kandev_common::serve::WS_READ_BUFFER)
         .max_message_size(max)
         .max_frame_size(max)
         .on_upgrade(move |socket| async move {

@@ -298,6 +298,25 @@ async fn stack_a_rest_task_reaches_the_orchestrator_and_streams_through_the_gate
         answer["type"] == "ack" || answer["type"] == "error",
         "{answer}"
     );
+    // A command larger than the socket's read buffer is read whole.
+    let long = "more details ".repeat(2 * kandev_common::serve::WS_READ_BUFFER / 13 * 3);
+    assert!(long.len() > 5 * kandev_common::serve::WS_READ_BUFFER);
+    ws.send(tg::Message::text(
+        json!({"type": "prompt", "text": long, "id": "c-2"}).to_string(),
+    ))
+    .await
+    .unwrap();
+    let answer = loop {
+        let frame = next_json(&mut ws).await;
+        if frame.get("seq").is_none() {
+            break frame;
+        }
+    };
+    assert_eq!(answer["id"], "c-2", "{answer}");
+    assert!(
+        answer["type"] == "ack" || answer["type"] == "error",
+        "{answer}"
+    );
 
     // Admin changes to the registry reach the agent manager.
     let new_type =
