@@ -282,41 +282,31 @@ async fn stack_a_rest_task_reaches_the_orchestrator_and_streams_through_the_gate
 
     // A command from the client reaches the orchestrator; its answer comes
     // back (ack, or an error when no follow-up is possible).
-    ws.send(tg::Message::text(
-        json!({"type": "prompt", "text": "thanks", "id": "c-1"}).to_string(),
-    ))
-    .await
-    .unwrap();
-    let answer = loop {
-        let frame = next_json(&mut ws).await;
-        if frame.get("seq").is_none() {
-            break frame;
-        }
-    };
-    assert_eq!(answer["id"], "c-1", "{answer}");
-    assert!(
-        answer["type"] == "ack" || answer["type"] == "error",
-        "{answer}"
-    );
-    // A command larger than the socket's read buffer is read whole.
-    let long = "more details ".repeat(2 * kandev_common::serve::WS_READ_BUFFER / 13 * 3);
-    assert!(long.len() > 5 * kandev_common::serve::WS_READ_BUFFER);
-    ws.send(tg::Message::text(
-        json!({"type": "prompt", "text": long, "id": "c-2"}).to_string(),
-    ))
-    .await
-    .unwrap();
-    let answer = loop {
-        let frame = next_json(&mut ws).await;
-        if frame.get("seq").is_none() {
-            break frame;
-        }
-    };
-    assert_eq!(answer["id"], "c-2", "{answer}");
-    assert!(
-        answer["type"] == "ack" || answer["type"] == "error",
-        "{answer}"
-    );
+    for (id, text) in [
+        ("c-1", "thanks".to_owned()),
+        // A command larger than the socket's read buffer is read whole.
+        (
+            "c-2",
+            "more details ".repeat(2 * kandev_common::serve::WS_READ_BUFFER / 13 * 3),
+        ),
+    ] {
+        ws.send(tg::Message::text(
+            json!({"type": "prompt", "text": text, "id": id}).to_string(),
+        ))
+        .await
+        .unwrap();
+        let answer = loop {
+            let frame = next_json(&mut ws).await;
+            if frame.get("seq").is_none() {
+                break frame;
+            }
+        };
+        assert_eq!(answer["id"], id, "{answer}");
+        assert!(
+            answer["type"] == "ack" || answer["type"] == "error",
+            "{answer}"
+        );
+    }
 
     // Admin changes to the registry reach the agent manager.
     let new_type =
