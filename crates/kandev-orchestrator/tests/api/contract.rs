@@ -450,6 +450,20 @@ async fn the_feed_keeps_every_seq_once_in_order(stores: &Stores) {
         after = last.seq;
     }
     assert_eq!(after, 5000);
+
+    // Many tasks in one batch (more chunks than one statement writes),
+    // committed twice: each task's frames once.
+    let tasks: Vec<(Uuid, Uuid)> = (0..70).map(|_| (Uuid::now_v7(), Uuid::now_v7())).collect();
+    let wide: Vec<_> = (1..=2)
+        .flat_map(|s| tasks.iter().map(move |&(t, i)| frame(t, s, i, s)))
+        .collect();
+    feed.append(&wide).await.unwrap();
+    feed.append(&wide).await.unwrap();
+    for &(t, i) in &tasks {
+        let frames = feed.history(t, 0, 10).await.unwrap();
+        assert_eq!(seqs(&frames), [(1, i, 1), (2, i, 2)]);
+        assert_eq!(frames[1].event(), batch_event(2));
+    }
 }
 
 fn batch_event(seq: i64) -> String {

@@ -1,4 +1,5 @@
-//! The feed in Postgres: chunks written in one `UNNEST` statement per batch.
+//! The feed in Postgres: chunks written as the rows of one `INSERT` per
+//! batch (per 32 chunks).
 
 use std::sync::Arc;
 
@@ -74,24 +75,52 @@ impl FeedStore for PgFeedStore {
         }
         let started = std::time::Instant::now();
         let chunks = chunks(frames);
-        let col = |f: fn(&super::Chunk) -> i64| chunks.iter().map(f).collect::<Vec<i64>>();
-        let task_ids: Vec<Uuid> = chunks.iter().map(|c| c.task_id).collect();
-        let instance_ids: Vec<Uuid> = chunks.iter().map(|c| c.instance_id).collect();
-        let events: Vec<&str> = chunks.iter().map(|c| c.events.as_str()).collect();
-        sqlx::query(
-            "INSERT INTO feed_chunks (task_id, first_seq, last_seq, instance_id, first_instance_seq, events)
-             SELECT * FROM UNNEST($1::uuid[], $2::int8[], $3::int8[], $4::uuid[], $5::int8[], $6::text[])
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(task_ids)
-        .bind(col(|c| c.first_seq))
-        .bind(col(|c| c.last_seq))
-        .bind(instance_ids)
-        .bind(col(|c| c.first_instance_seq))
-        .bind(events)
-        .execute(&self.pool)
-        .await?;
+        // Rows as parameters of a `VALUES` list, not arrays to `UNNEST`:
+        // Postgres copied each chunk's text five times on that way (the
+        // array read, its elements, the function's result set). Statements
+        // run in the chunks' order, so what a failure leaves written is a
+        // prefix of each task's chunks, and the retry (the same frames make
+        // the same chunks) skips it.
+        for rows in chunks.chunks(ROWS_PER_INSERT) {
+            let mut query = sqlx::query(insert_sql(rows.len()));
+            for c in rows {
+                query = query
+                    .bind(c.task_id)
+                    .bind(c.first_seq)
+                    .bind(c.last_seq)
+                    .bind(c.instance_id)
+                    .bind(c.first_instance_seq)
+                    .bind(c.events.as_str());
+            }
+            query.execute(&self.pool).await?;
+        }
         appended(frames.len(), started);
         Ok(())
     }
+}
+
+/// The most chunks one `INSERT` writes (six parameters each).
+const ROWS_PER_INSERT: usize = 32;
+
+/// `INSERT … VALUES` of `rows` chunks; one text per row count, made once.
+fn insert_sql(rows: usize) -> &'static str {
+    static SQL: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+        (0..=ROWS_PER_INSERT)
+            .map(|n| {
+                let values: Vec<String> = (0..n)
+                    .map(|row| {
+                        let params: Vec<String> =
+                            (1..=6).map(|k| format!("${}", row * 6 + k)).collect();
+                        format!("({})", params.join(", "))
+                    })
+                    .collect();
+                format!(
+                    "INSERT INTO feed_chunks (task_id, first_seq, last_seq, instance_id, first_instance_seq, events)
+                     VALUES {} ON CONFLICT DO NOTHING",
+                    values.join(", ")
+                )
+            })
+            .collect()
+    });
+    &SQL[rows]
 }
