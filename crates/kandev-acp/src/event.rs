@@ -41,7 +41,40 @@ pub struct AcpEvent {
     /// serializes it as it is instead of printing `raw` again (the same
     /// JSON, without escaping every string a second time).
     #[serde(skip)]
-    pub raw_json: Option<Box<RawValue>>,
+    pub raw_json: Option<RawJson>,
+}
+
+/// The text of one JSON value, known to be valid: a message as it was read,
+/// which an event writes as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawJson(Box<str>);
+
+impl RawJson {
+    /// `text` when it holds one JSON value (surrounding whitespace dropped).
+    pub fn parse(text: &str) -> serde_json::Result<Self> {
+        let value: &RawValue = serde_json::from_str(text)?;
+        Ok(RawJson(value.get().into()))
+    }
+
+    /// `text`, which a typed `serde_json::from_str` of the whole of it has
+    /// just accepted (such a parse checks every byte, the values it skips
+    /// included): kept without reading it a second time.
+    pub(crate) fn parsed(text: &str) -> Self {
+        RawJson(text.trim_matches([' ', '\t', '\n', '\r']).into())
+    }
+
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Serialize for RawJson {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // Valid by construction; borrowed, so nothing is copied.
+        let raw: &RawValue = serde_json::from_str(&self.0).map_err(serde::ser::Error::custom)?;
+        raw.serialize(serializer)
+    }
 }
 
 impl PartialEq for AcpEvent {
@@ -61,7 +94,7 @@ impl Serialize for AcpEvent {
         #[derive(Serialize)]
         #[serde(untagged)]
         enum Raw<'a> {
-            Text(&'a RawValue),
+            Text(&'a RawJson),
             Value(&'a Value),
         }
         #[derive(Serialize)]
@@ -523,7 +556,7 @@ mod tests {
                 message_id: message_id.map(str::to_owned),
             }),
             raw,
-            raw_json: Some(RawValue::from_string(raw_text).unwrap()),
+            raw_json: Some(RawJson::parse(&raw_text).unwrap()),
         }
     }
 

@@ -513,6 +513,43 @@ mod tests {
 
     /// The direct reading of text chunks gives what the typed schema gives.
     #[test]
+    fn a_line_read_as_a_chunk_is_valid_json() {
+        // The client keeps a chunk's line as its `raw` on this parse alone,
+        // without reading it as JSON again: any damage, in a field the
+        // chunk skips as much as in one it reads, must make it refuse.
+        let good = r#"{"jsonrpc":"2.0","method":"session/update","x":[1,{"y":"z"}],"params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}}}"#;
+        assert!(fast_text_chunk(good).is_some());
+        assert!(fast_text_chunk(&format!(" {good}\r")).is_some());
+        for (damage, line) in [
+            ("trailing text", format!("{good} x")),
+            ("two values", format!("{good}{good}")),
+            (
+                "a bad escape in a skipped field",
+                good.replace(r#""y":"z""#, r#""y":"\q""#),
+            ),
+            (
+                "a control character in a skipped field",
+                good.replace(r#""y":"z""#, "\"y\":\"a\u{1}b\""),
+            ),
+            (
+                "a bad number in a skipped field",
+                good.replace("[1,", "[01,"),
+            ),
+            (
+                "an unclosed array in a skipped field",
+                good.replace(r#"[1,{"y":"z"}]"#, r#"[1,{"y":"z"}"#),
+            ),
+            ("cut short", good[..good.len() - 1].to_owned()),
+        ] {
+            assert!(crate::RawJson::parse(&line).is_err(), "{damage}: not JSON");
+            assert!(
+                fast_text_chunk(&line).is_none(),
+                "{damage}: read as a chunk"
+            );
+        }
+    }
+
+    #[test]
     fn text_chunks_read_directly_match_the_schema() {
         for update in [
             json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a \"q\" é"},"messageId":"m1"}),

@@ -884,7 +884,7 @@ fn events_round_trip_through_json() {
     // The wire text, when kept, is written as it came and reads back the same.
     let wire = r#"{"jsonrpc": "2.0", "id": 1, "result": {"stopReason": "end_turn"}}"#;
     let with_text = AcpEvent {
-        raw_json: Some(serde_json::value::RawValue::from_string(wire.into()).unwrap()),
+        raw_json: Some(kandev_acp::RawJson::parse(wire).unwrap()),
         ..event.clone()
     };
     let text = serde_json::to_string(&with_text).expect("serialize");

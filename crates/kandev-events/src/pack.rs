@@ -20,22 +20,38 @@ const MAX_UNPACKED: usize = 64 << 20;
 /// are not compressed: measured, the orchestrator's and the gateway's LZ4
 /// cost as much as NATS saved on that hop.)
 pub fn pack(json: Vec<u8>) -> Vec<u8> {
-    let Ok(len) = u32::try_from(json.len()) else {
-        return json;
-    };
-    if json.len() <= PACK_ABOVE {
-        return json;
-    }
-    let head = PACKED_TAG.len() + 4;
-    let mut packed = vec![0; head + lz4_flex::block::get_maximum_output_size(json.len())];
-    packed[..PACKED_TAG.len()].copy_from_slice(PACKED_TAG);
-    packed[PACKED_TAG.len()..head].copy_from_slice(&len.to_le_bytes());
-    match lz4_flex::block::compress_into(&json, &mut packed[head..]) {
-        Ok(n) if head + n < json.len() => {
-            packed.truncate(head + n);
-            packed
+    Packer::default().pack(json)
+}
+
+/// [`pack`] for a publisher that packs one batch after another: LZ4 writes
+/// into an initialized buffer at least as large as its worst case, which
+/// is kept from one batch to the next instead of zeroed again for each;
+/// each batch gets only its packed bytes.
+#[derive(Debug, Default)]
+pub struct Packer {
+    scratch: Vec<u8>,
+}
+
+impl Packer {
+    /// What goes on the bus for `json` (see [`pack`]).
+    pub fn pack(&mut self, json: Vec<u8>) -> Vec<u8> {
+        let Ok(len) = u32::try_from(json.len()) else {
+            return json;
+        };
+        if json.len() <= PACK_ABOVE {
+            return json;
         }
-        _ => json,
+        let head = PACKED_TAG.len() + 4;
+        let worst = head + lz4_flex::block::get_maximum_output_size(json.len());
+        if self.scratch.len() < worst {
+            self.scratch.resize(worst, 0);
+        }
+        self.scratch[..PACKED_TAG.len()].copy_from_slice(PACKED_TAG);
+        self.scratch[PACKED_TAG.len()..head].copy_from_slice(&len.to_le_bytes());
+        match lz4_flex::block::compress_into(&json, &mut self.scratch[head..]) {
+            Ok(n) if head + n < json.len() => self.scratch[..head + n].to_vec(),
+            _ => json,
+        }
     }
 }
 
@@ -89,6 +105,29 @@ mod tests {
             .collect();
         let json = format!(r#"["{noise}"]"#).into_bytes();
         assert_eq!(pack(json.clone()), json);
+    }
+
+    #[test]
+    fn one_packer_packs_batches_of_any_size_in_turn() {
+        let batch = |events: usize, word: &str| -> Vec<u8> {
+            let events: Vec<String> = (0..events)
+                .map(|i| format!(r#"{{"seq":{i},"text":"{word} {i}"}}"#))
+                .collect();
+            format!(r#"{{"data":{{"events":[{}]}}}}"#, events.join(",")).into_bytes()
+        };
+        let mut packer = Packer::default();
+        // Large, then smaller (the buffer keeps the larger batch's bytes
+        // past the smaller one's end), then small enough to stay JSON.
+        for json in [batch(4000, "alpha"), batch(900, "beta"), batch(3, "gamma")] {
+            let packed = packer.pack(json.clone());
+            assert_eq!(
+                packed,
+                pack(json.clone()),
+                "the same as a packer of its own"
+            );
+            assert_eq!(is_packed(&packed), json.len() > PACK_ABOVE);
+            assert_eq!(unpack(&packed).unwrap().as_ref(), json.as_slice());
+        }
     }
 
     #[test]

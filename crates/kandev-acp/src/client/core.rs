@@ -14,7 +14,7 @@ use std::{
 
 use agent_client_protocol::v1::schema::InitializeResponse;
 use chrono::Utc;
-use serde_json::{Value, json, value::RawValue};
+use serde_json::{Value, json};
 use tokio::{
     io::{AsyncWrite, AsyncWriteExt},
     sync::{Semaphore, mpsc, oneshot, watch},
@@ -24,7 +24,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use super::{ClientOptions, Dialect, lifecycle, lock, other};
 use crate::{
     error::{AcpError, RpcError},
-    event::{AcpEvent, Direction, EventKind, LifecyclePhase, PermissionResponseData},
+    event::{AcpEvent, Direction, EventKind, LifecyclePhase, PermissionResponseData, RawJson},
     normalize::TurnSignal,
 };
 
@@ -123,7 +123,7 @@ impl Inner {
         session_id: Option<String>,
         kind: EventKind,
         raw: Value,
-        raw_json: Option<Box<RawValue>>,
+        raw_json: Option<RawJson>,
     ) {
         let mut emitter = self.emitter.lock().await;
         let event = AcpEvent {

@@ -15,7 +15,7 @@ use agent_client_protocol::v1::schema::{
 };
 use futures::FutureExt;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json, value::RawValue};
+use serde_json::{Value, json};
 use tokio::io::{AsyncRead, BufReader};
 
 use super::{
@@ -25,7 +25,7 @@ use super::{
 };
 use crate::{
     error::{RpcError, codes},
-    event::{ConfigChangeData, Direction, EventKind, LifecyclePhase, TurnEndData},
+    event::{ConfigChangeData, Direction, EventKind, LifecyclePhase, RawJson, TurnEndData},
     framing::{Frame, LineReader},
     normalize,
     permission::PermissionDecision,
@@ -34,7 +34,7 @@ use crate::{
 };
 
 /// The wire text of a message, kept for its event.
-type RawJson = Option<Box<RawValue>>;
+type RawText = Option<RawJson>;
 
 pub(super) async fn read_loop(inner: Arc<Inner>, reader: impl AsyncRead + Send + Unpin) {
     let max = inner.options.max_line_bytes;
@@ -89,15 +89,10 @@ async fn handle_line(inner: &Arc<Inner>, bytes: Vec<u8>) {
         Ok(text) => text,
         Err(e) => return bad(format!("line is not valid UTF-8: {e}"), &bytes).await,
     };
-    // The text as it came, for the event's `raw`: printed again, the value
-    // would cost a second escaping of every string.
-    let Ok(wire) = serde_json::from_str::<&RawValue>(text) else {
-        let e = serde_json::from_str::<Value>(text).err();
-        let why = e.map_or_else(|| "not JSON".to_owned(), |e| e.to_string());
-        return bad(format!("line is not valid JSON: {why}"), &bytes).await;
-    };
+    // A text chunk (what an agent sends most) is read once: that typed
+    // parse checks the whole line, which is then the event's `raw` as it is.
     if !inner.options.parse_raw
-        && let Some((session_id, kind)) = normalize::fast_text_chunk(wire.get())
+        && let Some((session_id, kind)) = normalize::fast_text_chunk(text)
     {
         inner
             .emit_wire(
@@ -105,17 +100,24 @@ async fn handle_line(inner: &Arc<Inner>, bytes: Vec<u8>) {
                 Some(session_id),
                 kind,
                 Value::Null,
-                Some(wire.to_owned()),
+                Some(RawJson::parsed(text)),
             )
             .await;
         return;
     }
+    // The text as it came, for the event's `raw`: printed again, the value
+    // would cost a second escaping of every string.
+    let Ok(wire) = RawJson::parse(text) else {
+        let e = serde_json::from_str::<Value>(text).err();
+        let why = e.map_or_else(|| "not JSON".to_owned(), |e| e.to_string());
+        return bad(format!("line is not valid JSON: {why}"), &bytes).await;
+    };
     let value: Value = match serde_json::from_str(wire.get()) {
         Ok(Value::Object(map)) => Value::Object(map),
         Ok(_) => return bad("line is not a JSON object".to_owned(), &bytes).await,
         Err(e) => return bad(format!("line is not valid JSON: {e}"), &bytes).await,
     };
-    let raw_json = Some(wire.to_owned());
+    let raw_json = Some(wire);
     let method = value
         .get("method")
         .and_then(Value::as_str)
@@ -145,7 +147,7 @@ async fn handle_line(inner: &Arc<Inner>, bytes: Vec<u8>) {
     }
 }
 
-async fn handle_response(inner: &Arc<Inner>, id: Value, value: Value, raw_json: RawJson) {
+async fn handle_response(inner: &Arc<Inner>, id: Value, value: Value, raw_json: RawText) {
     let reply: Reply = match value.get("error") {
         Some(error) => Err(Failure::Rpc(
             serde_json::from_value(error.clone())
@@ -206,7 +208,7 @@ async fn handle_response(inner: &Arc<Inner>, id: Value, value: Value, raw_json: 
     let _ = pending.tx.send(reply);
 }
 
-async fn handle_notification(inner: &Arc<Inner>, method: &str, value: Value, raw_json: RawJson) {
+async fn handle_notification(inner: &Arc<Inner>, method: &str, value: Value, raw_json: RawText) {
     let params = value.get("params").unwrap_or(&Value::Null);
     if method != "session/update" {
         let session = params
@@ -229,7 +231,7 @@ async fn handle_notification(inner: &Arc<Inner>, method: &str, value: Value, raw
     emit_from_agent(inner, normalized, value, raw_json).await;
 }
 
-async fn handle_legacy(inner: &Arc<Inner>, value: Value, raw_json: RawJson) {
+async fn handle_legacy(inner: &Arc<Inner>, value: Value, raw_json: RawText) {
     if inner.set_dialect(Dialect::Legacy) {
         inner
             .emit(
@@ -250,7 +252,7 @@ async fn emit_from_agent(
     inner: &Arc<Inner>,
     normalized: normalize::Normalized,
     value: Value,
-    raw_json: RawJson,
+    raw_json: RawText,
 ) {
     let session = normalized.session_id.or_else(|| inner.current_session());
     inner
@@ -282,7 +284,7 @@ async fn handle_agent_request(
     id: Value,
     method: String,
     value: Value,
-    raw_json: RawJson,
+    raw_json: RawText,
 ) {
     let params = value.get("params").cloned().unwrap_or(Value::Null);
     let session = params

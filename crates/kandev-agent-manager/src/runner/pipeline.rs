@@ -51,6 +51,8 @@ const MAX_BATCH_EVENTS: usize = 4096;
 const MAX_BATCH_BYTES: usize = 256 * 1024;
 /// Room left in a bus message for the batch's envelope.
 const ENVELOPE_ROOM: usize = 4 * 1024;
+/// What a new batch has room for beyond the size of the last one.
+const BATCH_ROOM: usize = 16 * 1024;
 /// How much of an oversized event's wire message is kept.
 const OVERSIZED_PREVIEW: usize = 4 * 1024;
 /// The longest agent message kept for the turn's summary.
@@ -370,7 +372,13 @@ async fn publisher(
     let mut batch: Option<Batch> = None;
     // The largest event leaves room for the envelope.
     let max_event = max_bytes.saturating_sub(ENVELOPE_ROOM);
-    let send = async |batch: Batch, sync: bool| {
+    // A new batch starts as large as the last one was, with room for the
+    // event that fills it: a flood's batches are written without growing
+    // (each growth copies what is there), a slow agent's stay small.
+    let mut capacity = BATCH_ROOM;
+    let next_capacity = |sent: usize| (sent + BATCH_ROOM).min(max_bytes + BATCH_ROOM);
+    let mut packer = kandev_events::pack::Packer::default();
+    let mut send = async |batch: Batch, sync: bool| {
         let first_seq = batch.writer.first_seq();
         let last_seq = first_seq + batch.writer.count() as u64 - 1;
         let (id, bytes) =
@@ -396,7 +404,7 @@ async fn publisher(
             }
         }
         let count = last_seq + 1 - first_seq;
-        let bytes = kandev_events::pack::pack(bytes);
+        let bytes = packer.pack(bytes);
         let size = bytes.len();
         let started = std::time::Instant::now();
         publish_retrying(bus.as_ref(), &subject, id, bytes.into(), &stop).await;
@@ -412,7 +420,7 @@ async fn publisher(
     while rx.recv_many(&mut queued, MAX_BATCH_EVENTS).await > 0 {
         for (event, line) in queued.drain(..) {
             let b = batch.get_or_insert_with(|| Batch {
-                writer: BatchWriter::new(event.seq, max_bytes.min(64 * 1024)),
+                writer: BatchWriter::new(event.seq, capacity),
                 cursor,
             });
             let mark = b.writer.len();
@@ -427,9 +435,10 @@ async fn publisher(
                 // Full: send it without this event, which starts the next.
                 b.writer.pop_to(mark);
                 if let Some(full) = batch.take() {
+                    capacity = next_capacity(full.writer.len());
                     send(full, false).await;
                 }
-                let mut next = BatchWriter::new(event.seq, max_bytes.min(64 * 1024));
+                let mut next = BatchWriter::new(event.seq, capacity);
                 if let Err(e) = next.push_with(|buf| write_event(buf, &event, max_event)) {
                     tracing::error!(error = %e, seq = event.seq, "cannot serialize an acp event");
                     continue;
@@ -444,10 +453,12 @@ async fn publisher(
                 line.advance(&mut cursor);
                 b.cursor = cursor;
             } else if let Some(b) = batch.take() {
+                capacity = next_capacity(b.writer.len());
                 send(b, true).await;
             }
         }
         if let Some(b) = batch.take() {
+            capacity = next_capacity(b.writer.len());
             send(b, false).await;
         }
     }

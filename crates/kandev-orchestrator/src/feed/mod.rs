@@ -53,12 +53,20 @@ pub struct Frame {
 impl Frame {
     /// A frame around `event`, the event's JSON text.
     pub fn new(task_id: Uuid, seq: i64, instance_id: Uuid, instance_seq: i64, event: &str) -> Self {
-        use std::fmt::Write;
+        // Written piece by piece: through `fmt`, the numbers and ids cost
+        // more than copying the event.
+        let mut number = itoa::Buffer::new();
+        let mut id = Uuid::encode_buffer();
         let mut text = String::with_capacity(event.len() + 160);
-        let _ = write!(
-            text,
-            r#"{{"seq":{seq},"task_id":"{task_id}","instance_id":"{instance_id}","instance_seq":{instance_seq},"event":"#
-        );
+        text.push_str(r#"{"seq":"#);
+        text.push_str(number.format(seq));
+        text.push_str(r#","task_id":""#);
+        text.push_str(task_id.hyphenated().encode_lower(&mut id));
+        text.push_str(r#"","instance_id":""#);
+        text.push_str(instance_id.hyphenated().encode_lower(&mut id));
+        text.push_str(r#"","instance_seq":"#);
+        text.push_str(number.format(instance_seq));
+        text.push_str(r#","event":"#);
         let event_start = text.len();
         text.push_str(event);
         text.push('}');
@@ -305,5 +313,30 @@ impl FeedReader {
             .max(1);
         frames.truncate(keep);
         Ok(frames)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_is_the_documented_text_around_its_event() {
+        let task = Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
+        let instance = Uuid::from_u128(u128::MAX);
+        let event = r#"{"seq":3,"kind":"message_chunk"}"#;
+        for (seq, instance_seq) in [(1, 1), (-7, i64::MAX), (i64::MIN, 0)] {
+            let frame = Frame::new(task, seq, instance, instance_seq, event);
+            assert_eq!(
+                frame.text.as_str(),
+                format!(
+                    r#"{{"seq":{seq},"task_id":"{task}","instance_id":"{instance}","instance_seq":{instance_seq},"event":{event}}}"#
+                )
+            );
+            assert_eq!(frame.event(), event);
+            let parsed: serde_json::Value = serde_json::from_str(frame.text.as_str()).unwrap();
+            assert_eq!(parsed["task_id"], task.to_string());
+            assert_eq!(parsed["instance_seq"], instance_seq);
+        }
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sqlx::PgPool;
+use sqlx::{Arguments as _, PgPool, postgres::PgArguments};
 use uuid::Uuid;
 
 use super::{
@@ -82,21 +82,34 @@ impl FeedStore for PgFeedStore {
         // prefix of each task's chunks, and the retry (the same frames make
         // the same chunks) skips it.
         for rows in chunks.chunks(ROWS_PER_INSERT) {
-            let mut query = sqlx::query(insert_sql(rows.len()));
+            // Sized once: grown as rows are added, the arguments would be
+            // copied at each doubling.
+            let mut args = PgArguments::default();
+            let bytes = rows.iter().map(|c| c.events.len() + 64).sum();
+            args.reserve(rows.len() * 6, bytes);
             for c in rows {
-                query = query
-                    .bind(c.task_id)
-                    .bind(c.first_seq)
-                    .bind(c.last_seq)
-                    .bind(c.instance_id)
-                    .bind(c.first_instance_seq)
-                    .bind(c.events.as_str());
+                add(&mut args, c.task_id)?;
+                add(&mut args, c.first_seq)?;
+                add(&mut args, c.last_seq)?;
+                add(&mut args, c.instance_id)?;
+                add(&mut args, c.first_instance_seq)?;
+                add(&mut args, c.events.as_str())?;
             }
-            query.execute(&self.pool).await?;
+            sqlx::query_with(insert_sql(rows.len()), args)
+                .execute(&self.pool)
+                .await?;
         }
         appended(frames.len(), started);
         Ok(())
     }
+}
+
+/// Adds one parameter.
+fn add<'q, T>(args: &mut PgArguments, value: T) -> Result<()>
+where
+    T: sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + 'q,
+{
+    args.add(value).map_err(sqlx::Error::Encode)
 }
 
 /// The most chunks one `INSERT` writes (six parameters each).
