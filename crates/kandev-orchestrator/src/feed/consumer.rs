@@ -15,7 +15,10 @@ use tokio::sync::mpsc;
 use tracing::Instrument as _;
 use uuid::Uuid;
 
-use super::{FeedHub, Frame, store::FeedStore};
+use super::{
+    FeedHub, Frame,
+    store::{self, FeedStore},
+};
 
 /// The most bus messages (each a batch of events) and bytes one pull asks
 /// for: what the consumer holds in memory before it is numbered.
@@ -263,19 +266,31 @@ impl FeedConsumer {
             if instance_seq <= last {
                 continue;
             }
-            frames.push(Arc::new(Frame::new(
+            frames.push(Frame::new(
                 b.task_id,
                 seq,
                 b.instance_id,
                 instance_seq,
                 event.get(),
-            )));
+            ));
             seq += 1;
             last = instance_seq;
         }
         counters.instance_last.insert(b.instance_id, last);
         counters.next_seq.insert(b.task_id, seq);
+        // A packed batch numbered whole is stored as it came.
+        let whole = frames.len() == b.events.len()
+            && store::is_one_chunk(frames.len())
+            && kandev_events::pack::is_packed(&msg.payload);
         frames
+            .into_iter()
+            .map(|mut frame| {
+                if whole {
+                    frame.batch = Some(msg.payload.clone());
+                }
+                Arc::new(frame)
+            })
+            .collect()
     }
 }
 

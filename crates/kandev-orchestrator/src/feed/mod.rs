@@ -48,6 +48,11 @@ pub struct Frame {
     pub text: Utf8Bytes,
     /// Where the event's JSON starts in `text` (it ends before the last `}`).
     event_start: usize,
+    /// The agent manager's packed batch (`kandev_events::pack`) that held
+    /// this frame's event, when its events are exactly the frames numbered
+    /// from it: the feed stores such a batch as it came (one chunk, not
+    /// compressed again). Shared by the batch's frames.
+    pub batch: Option<bytes::Bytes>,
 }
 
 impl Frame {
@@ -77,6 +82,15 @@ impl Frame {
             instance_seq,
             text: text.into(),
             event_start,
+            batch: None,
+        }
+    }
+
+    /// Whether this frame's event came in the same packed batch as `other`'s.
+    pub fn same_batch(&self, other: &Frame) -> bool {
+        match (&self.batch, &other.batch) {
+            (Some(a), Some(b)) => a.as_ptr() == b.as_ptr() && a.len() == b.len(),
+            _ => false,
         }
     }
 

@@ -104,6 +104,7 @@ contract!(
     finished_workspaces_are_due_after_their_retention,
     events_are_applied_once,
     the_feed_keeps_every_seq_once_in_order,
+    a_packed_batch_is_stored_as_it_came,
 );
 
 fn enqueue(task_id: Uuid, agent_type: &str, priority: i32) -> Enqueue<'_> {
@@ -464,6 +465,83 @@ async fn the_feed_keeps_every_seq_once_in_order(stores: &Stores) {
         assert_eq!(seqs(&frames), [(1, i, 1), (2, i, 2)]);
         assert_eq!(frames[1].event(), batch_event(2));
     }
+}
+
+/// Frames numbered `first_seq..` from one packed `acp.message` batch of
+/// `n` events of `instance` from `first_instance_seq`, marked as its frames
+/// (as the consumer marks a batch it numbered whole).
+fn packed_frames(
+    task: Uuid,
+    first_seq: i64,
+    instance: Uuid,
+    first_instance_seq: i64,
+    n: i64,
+) -> Vec<Arc<Frame>> {
+    let events: Vec<serde_json::Value> = (0..n)
+        .map(|i| serde_json::json!({"n": first_instance_seq + i, "text": "some words of prose ".repeat(8)}))
+        .collect();
+    let batch = kandev_events::agent::AcpBatch {
+        task_id: task,
+        instance_id: instance,
+        first_seq: first_instance_seq as u64,
+        cursor: Default::default(),
+        events: events.clone(),
+    };
+    let packed = bytes::Bytes::from(kandev_events::pack::pack(batch.encode().1));
+    assert!(
+        kandev_events::pack::is_packed(&packed),
+        "large enough to pack"
+    );
+    events
+        .iter()
+        .enumerate()
+        .map(|(i, event)| {
+            let i = i as i64;
+            let mut f = Frame::new(
+                task,
+                first_seq + i,
+                instance,
+                first_instance_seq + i,
+                &event.to_string(),
+            );
+            f.batch = Some(packed.clone());
+            Arc::new(f)
+        })
+        .collect()
+}
+
+async fn a_packed_batch_is_stored_as_it_came(stores: &Stores) {
+    let feed = &stores.feed;
+    let (task, instance) = (Uuid::now_v7(), Uuid::now_v7());
+    // Text chunks before and after the batch, in one append; the batch
+    // alone in the next; then all again (a commit whose answer was lost).
+    let mut first = vec![frame(task, 1, instance, 1)];
+    first.extend(packed_frames(task, 2, instance, 2, 150));
+    first.push(frame(task, 152, instance, 152));
+    let second = packed_frames(task, 153, instance, 153, 200);
+    for _ in 0..2 {
+        feed.append(&first).await.unwrap();
+        feed.append(&second).await.unwrap();
+    }
+    let want: Vec<_> = first.iter().chain(&second).collect();
+    // Read whole, and in pages that start and end inside the batches.
+    let all = feed.history(task, 0, 1000).await.unwrap();
+    assert_eq!(all.len(), want.len());
+    for (got, want) in all.iter().zip(&want) {
+        assert_eq!(
+            (got.seq, got.instance_id, got.instance_seq, got.event()),
+            (want.seq, want.instance_id, want.instance_seq, want.event())
+        );
+        assert_eq!(got.text, want.text);
+    }
+    let mut after = 0;
+    while let Some(last) = feed.history(task, after, 37).await.unwrap().last() {
+        assert_eq!(last.seq, (after + 37).min(352));
+        after = last.seq;
+    }
+    assert_eq!(after, 352);
+    assert_eq!(feed.last_seq(task).await.unwrap(), 352);
+    assert_eq!(feed.instance_last_seq(instance).await.unwrap(), 352);
 }
 
 fn batch_event(seq: i64) -> String {

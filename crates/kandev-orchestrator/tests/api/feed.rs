@@ -203,6 +203,10 @@ async fn compressed_and_plain_batches_make_one_feed() {
         (stored(&app.db, task).await.len() == 305).then_some(())
     })
     .await;
+    // Read back from the store (the packed batch is kept as it came): the
+    // same frames.
+    let mut replay = ws_connect(&app.ws_url(task, Some(0))).await;
+    assert_eq!(ws_frames(&mut replay, 305).await, frames);
     app.stop().await;
 }
 

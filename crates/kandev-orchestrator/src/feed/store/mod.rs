@@ -3,14 +3,17 @@
 //! each a run of consecutive
 //! events of one task from one agent instance (`first_seq..=last_seq`,
 //! numbered from `first_instance_seq` within the instance), their JSON
-//! texts in one array.
+//! texts in one array, or the agent manager's packed batch that held
+//! exactly those events, kept as it came (a flood's batches: not
+//! compressed a second time, and a seventh of the bytes to write).
 //!
 //! A row per event would cost a heap tuple and two index entries per
 //! message; a chunk costs them once per write batch, and Postgres stores
 //! the array compressed. The chunking and the reading of chunks back are
-//! here, once; the backends only read and write rows. Chunks of a task never overlap: the consumer
-//! numbers each event once, and a chunk written twice (a commit whose
-//! answer was lost) has the same `(task_id, first_seq)` and is dropped.
+//! here, once; the backends only read and write rows. Chunks of a task
+//! never overlap: the consumer numbers each event once, and a chunk written
+//! twice (a commit whose answer was lost) has the same `(task_id,
+//! first_seq)` and is dropped.
 
 mod pg;
 mod sqlite;
@@ -18,6 +21,7 @@ mod sqlite;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use kandev_events::{Envelope, agent::AcpBatchRef, pack};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
@@ -48,7 +52,10 @@ pub trait FeedStore: Send + Sync + 'static {
 
 /// A stored chunk as read back: `(first_seq, last_seq, instance_id,
 /// first_instance_seq, events, events_lz4)`; the events are the JSON text of
-/// `events`, or of `events_lz4` when it is set.
+/// `events`, or of `events_lz4` when it is set: an array compressed here, or
+/// the agent manager's whole `acp.message` batch as it came (packed by
+/// `kandev_events::pack`, which starts `KLZ4`: read as a size, more than
+/// any chunk may claim, so the two never mix up).
 type ChunkRow = (i64, i64, Uuid, i64, String, Option<Vec<u8>>);
 
 /// The columns of [`ChunkRow`], for both backends' queries.
@@ -82,6 +89,25 @@ fn chunk_starts(after: i64, limit: i64) -> (i64, i64) {
     (after - CHUNK_EVENTS as i64, after + limit)
 }
 
+/// The events of a chunk stored as the agent manager's batch, which must
+/// be of `instance_id` from `first_instance_seq`.
+fn batch_events(
+    json: &[u8],
+    instance_id: Uuid,
+    first_instance_seq: i64,
+) -> std::result::Result<Vec<&RawValue>, String> {
+    let batch: Envelope<AcpBatchRef<'_>> =
+        serde_json::from_slice(json).map_err(|e| e.to_string())?;
+    let b = batch.data;
+    if b.instance_id != instance_id || i64::try_from(b.first_seq) != Ok(first_instance_seq) {
+        return Err(format!(
+            "a batch of instance {} from {} stored as {instance_id} from {first_instance_seq}",
+            b.instance_id, b.first_seq
+        ));
+    }
+    Ok(b.events)
+}
+
 /// The frames of `rows` (chunks of `task_id` in `first_seq` order) with
 /// `after < seq <= after + limit`.
 fn frames_of(task_id: Uuid, after: i64, limit: i64, rows: Vec<ChunkRow>) -> Result<Vec<Frame>> {
@@ -92,12 +118,19 @@ fn frames_of(task_id: Uuid, after: i64, limit: i64, rows: Vec<ChunkRow>) -> Resu
                 format!("feed chunk of task {task_id} at seq {first_seq}: {what}").into(),
             )
         };
-        let events = match packed {
-            Some(packed) => unpack(&packed).map_err(bad)?,
+        let batch = match &packed {
+            Some(p) if pack::is_packed(p) => Some(pack::unpack(p).map_err(bad)?.into_owned()),
+            _ => None,
+        };
+        let events = match &packed {
+            Some(_) if batch.is_some() => String::new(),
+            Some(p) => unpack(p).map_err(bad)?,
             None => events,
         };
-        let events: Vec<&RawValue> =
-            serde_json::from_str(&events).map_err(|e| bad(e.to_string()))?;
+        let events: Vec<&RawValue> = match &batch {
+            Some(json) => batch_events(json, instance_id, first_instance_seq).map_err(bad)?,
+            None => serde_json::from_str(&events).map_err(|e| bad(e.to_string()))?,
+        };
         if events.len() as i64 != last_seq - first_seq + 1 {
             return Err(bad(format!(
                 "{} events for seqs up to {last_seq}",
@@ -132,6 +165,11 @@ fn appended(frames: usize, started: std::time::Instant) {
 const CHUNK_EVENTS: usize = 2048;
 const CHUNK_BYTES: usize = 512 * 1024;
 
+/// Whether `events` events may make one chunk (a batch stored whole).
+pub(crate) fn is_one_chunk(events: usize) -> bool {
+    events <= CHUNK_EVENTS
+}
+
 /// One chunk to write.
 #[derive(Debug, Default)]
 struct Chunk {
@@ -141,11 +179,31 @@ struct Chunk {
     pub instance_id: Uuid,
     pub first_instance_seq: i64,
     last_instance_seq: i64,
+    /// The events' JSON array; empty when the chunk is `batch`.
     pub events: String,
+    /// The agent manager's packed batch the chunk's frames are exactly the
+    /// events of: stored as it came.
+    pub batch: Option<bytes::Bytes>,
     count: usize,
 }
 
 impl Chunk {
+    /// The chunk of `frames`, every event of one packed batch.
+    fn whole_batch(frames: &[Arc<Frame>], batch: bytes::Bytes) -> Chunk {
+        let (first, last) = (&frames[0], &frames[frames.len() - 1]);
+        Chunk {
+            task_id: first.task_id,
+            first_seq: first.seq,
+            last_seq: last.seq,
+            instance_id: first.instance_id,
+            first_instance_seq: first.instance_seq,
+            last_instance_seq: last.instance_seq,
+            events: String::new(),
+            batch: Some(batch),
+            count: frames.len(),
+        }
+    }
+
     fn start(frame: &Frame, capacity: usize) -> Chunk {
         let mut events = String::with_capacity(capacity.min(CHUNK_BYTES) + 2);
         events.push('[');
@@ -158,6 +216,7 @@ impl Chunk {
             first_instance_seq: frame.instance_seq,
             last_instance_seq: frame.instance_seq,
             events,
+            batch: None,
             count: 1,
         }
     }
@@ -193,7 +252,24 @@ fn chunks(frames: &[Arc<Frame>]) -> Vec<Chunk> {
     };
     let mut open: Vec<Chunk> = Vec::new();
     let mut done: Vec<Chunk> = Vec::new();
-    for frame in frames {
+    let mut i = 0;
+    while i < frames.len() {
+        let frame = &frames[i];
+        if let Some(batch) = &frame.batch {
+            // The batch's frames follow one another (numbered together);
+            // the task's open chunk comes before them.
+            let n = frames[i..]
+                .iter()
+                .take_while(|f| f.same_batch(frame))
+                .count();
+            if let Some(at) = open.iter().position(|c| c.task_id == frame.task_id) {
+                done.push(open.remove(at));
+            }
+            done.push(Chunk::whole_batch(&frames[i..i + n], batch.clone()));
+            i += n;
+            continue;
+        }
+        i += 1;
         match open.iter_mut().position(|c| c.task_id == frame.task_id) {
             Some(i) if open[i].extend(frame) => {}
             Some(i) => {
@@ -204,7 +280,7 @@ fn chunks(frames: &[Arc<Frame>]) -> Vec<Chunk> {
         }
     }
     done.extend(open);
-    for c in &mut done {
+    for c in done.iter_mut().filter(|c| c.batch.is_none()) {
         c.events.push(']');
     }
     done
@@ -267,6 +343,74 @@ mod tests {
             iseq,
             &format!(r#"{{"seq":{iseq}}}"#),
         ))
+    }
+
+    #[test]
+    fn a_batch_is_one_chunk_in_its_place_and_must_match_its_row() {
+        let (task, instance) = (Uuid::from_u128(1), Uuid::from_u128(10));
+        let events: Vec<serde_json::Value> = (2..=301)
+            .map(|n| serde_json::json!({"seq": n, "text": "words ".repeat(20)}))
+            .collect();
+        let batch = kandev_events::agent::AcpBatch {
+            task_id: task,
+            instance_id: instance,
+            first_seq: 2,
+            cursor: Default::default(),
+            events: events.clone(),
+        };
+        let packed = bytes::Bytes::from(pack::pack(batch.encode().1));
+        assert!(pack::is_packed(&packed));
+        let mut frames = vec![frame(1, 1, 10, 1), frame(2, 1, 20, 1)];
+        for (i, event) in events.iter().enumerate() {
+            let n = 2 + i as i64;
+            let mut f = Frame::new(task, n, instance, n, &event.to_string());
+            f.batch = Some(packed.clone());
+            frames.push(Arc::new(f));
+        }
+        frames.push(frame(1, 302, 10, 302));
+        let c = chunks(&frames);
+        let summary: Vec<(u128, i64, i64, bool)> = c
+            .iter()
+            .map(|c| {
+                (
+                    c.task_id.as_u128(),
+                    c.first_seq,
+                    c.last_seq,
+                    c.batch.is_some(),
+                )
+            })
+            .collect();
+        // Task 1's first frame, its batch, its last frame; task 2's frame.
+        assert_eq!(
+            summary,
+            vec![
+                (1, 1, 1, false),
+                (1, 2, 301, true),
+                (2, 1, 1, false),
+                (1, 302, 302, false)
+            ]
+        );
+        assert!(c[1].events.is_empty());
+
+        let row = |instance, first_instance_seq| {
+            (
+                2,
+                301,
+                instance,
+                first_instance_seq,
+                String::new(),
+                Some(packed.to_vec()),
+            )
+        };
+        let back = frames_of(task, 0, 1000, vec![row(instance, 2)]).expect("reads");
+        assert_eq!(back.len(), 300);
+        for (got, want) in back.iter().zip(&frames[2..302]) {
+            assert_eq!(got.text, want.text);
+        }
+        for wrong in [row(Uuid::from_u128(11), 2), row(instance, 3)] {
+            let err = frames_of(task, 0, 1000, vec![wrong]).unwrap_err();
+            assert!(err.to_string().contains("a batch of instance"), "{err}");
+        }
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! The feed in Postgres: chunks written as the rows of one `INSERT` per
-//! batch (per 32 chunks).
+//! batch (per 32 chunks). A chunk's text is compressed by Postgres; a
+//! chunk that is an agent manager's packed batch goes to `events_lz4` as it
+//! came (stored as it is: see migration 0008).
 
 use std::sync::Arc;
 
@@ -85,8 +87,11 @@ impl FeedStore for PgFeedStore {
             // Sized once: grown as rows are added, the arguments would be
             // copied at each doubling.
             let mut args = PgArguments::default();
-            let bytes = rows.iter().map(|c| c.events.len() + 64).sum();
-            args.reserve(rows.len() * 6, bytes);
+            let bytes = rows
+                .iter()
+                .map(|c| c.events.len() + c.batch.as_ref().map_or(0, |b| b.len()) + 64)
+                .sum();
+            args.reserve(rows.len() * COLUMNS, bytes);
             for c in rows {
                 add(&mut args, c.task_id)?;
                 add(&mut args, c.first_seq)?;
@@ -94,6 +99,7 @@ impl FeedStore for PgFeedStore {
                 add(&mut args, c.instance_id)?;
                 add(&mut args, c.first_instance_seq)?;
                 add(&mut args, c.events.as_str())?;
+                add(&mut args, c.batch.as_deref())?;
             }
             sqlx::query_with(insert_sql(rows.len()), args)
                 .execute(&self.pool)
@@ -112,8 +118,10 @@ where
     args.add(value).map_err(sqlx::Error::Encode)
 }
 
-/// The most chunks one `INSERT` writes (six parameters each).
+/// The most chunks one `INSERT` writes.
 const ROWS_PER_INSERT: usize = 32;
+/// Parameters of one chunk.
+const COLUMNS: usize = 7;
 
 /// `INSERT … VALUES` of `rows` chunks; one text per row count, made once.
 fn insert_sql(rows: usize) -> &'static str {
@@ -123,12 +131,12 @@ fn insert_sql(rows: usize) -> &'static str {
                 let values: Vec<String> = (0..n)
                     .map(|row| {
                         let params: Vec<String> =
-                            (1..=6).map(|k| format!("${}", row * 6 + k)).collect();
+                            (1..=COLUMNS).map(|k| format!("${}", row * COLUMNS + k)).collect();
                         format!("({})", params.join(", "))
                     })
                     .collect();
                 format!(
-                    "INSERT INTO feed_chunks (task_id, first_seq, last_seq, instance_id, first_instance_seq, events)
+                    "INSERT INTO feed_chunks (task_id, first_seq, last_seq, instance_id, first_instance_seq, events, events_lz4)
                      VALUES {} ON CONFLICT DO NOTHING",
                     values.join(", ")
                 )

@@ -89,7 +89,10 @@ impl FeedStore for SqliteFeedStore {
             .bind(chunk.last_seq)
             .bind(chunk.instance_id)
             .bind(chunk.first_instance_seq)
-            .bind(pack(&chunk.events))
+            .bind(match &chunk.batch {
+                Some(batch) => batch.to_vec(),
+                None => pack(&chunk.events),
+            })
             .bind(kandev_common::db::sqlite::now())
             .execute(&mut *tx)
             .await?;
