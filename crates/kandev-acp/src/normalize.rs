@@ -511,7 +511,6 @@ mod tests {
         );
     }
 
-    /// The direct reading of text chunks gives what the typed schema gives.
     #[test]
     fn a_line_read_as_a_chunk_is_valid_json() {
         // The client keeps a chunk's line as its `raw` on this parse alone,
@@ -549,6 +548,7 @@ mod tests {
         }
     }
 
+    /// The direct reading of text chunks gives what the typed schema gives.
     #[test]
     fn text_chunks_read_directly_match_the_schema() {
         for update in [

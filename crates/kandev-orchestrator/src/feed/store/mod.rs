@@ -118,18 +118,22 @@ fn frames_of(task_id: Uuid, after: i64, limit: i64, rows: Vec<ChunkRow>) -> Resu
                 format!("feed chunk of task {task_id} at seq {first_seq}: {what}").into(),
             )
         };
-        let batch = match &packed {
-            Some(p) if pack::is_packed(p) => Some(pack::unpack(p).map_err(bad)?.into_owned()),
-            _ => None,
+        enum Stored {
+            Array(String),
+            Batch(Vec<u8>),
+        }
+        let stored = match packed {
+            Some(p) if pack::is_packed(&p) => {
+                Stored::Batch(pack::unpack(&p).map_err(bad)?.into_owned())
+            }
+            Some(p) => Stored::Array(unpack(&p).map_err(bad)?),
+            None => Stored::Array(events),
         };
-        let events = match &packed {
-            Some(_) if batch.is_some() => String::new(),
-            Some(p) => unpack(p).map_err(bad)?,
-            None => events,
-        };
-        let events: Vec<&RawValue> = match &batch {
-            Some(json) => batch_events(json, instance_id, first_instance_seq).map_err(bad)?,
-            None => serde_json::from_str(&events).map_err(|e| bad(e.to_string()))?,
+        let events: Vec<&RawValue> = match &stored {
+            Stored::Batch(json) => {
+                batch_events(json, instance_id, first_instance_seq).map_err(bad)?
+            }
+            Stored::Array(text) => serde_json::from_str(text).map_err(|e| bad(e.to_string()))?,
         };
         if events.len() as i64 != last_seq - first_seq + 1 {
             return Err(bad(format!(
@@ -252,24 +256,24 @@ fn chunks(frames: &[Arc<Frame>]) -> Vec<Chunk> {
     };
     let mut open: Vec<Chunk> = Vec::new();
     let mut done: Vec<Chunk> = Vec::new();
-    let mut i = 0;
-    while i < frames.len() {
-        let frame = &frames[i];
+    let mut next = 0;
+    while next < frames.len() {
+        let frame = &frames[next];
         if let Some(batch) = &frame.batch {
             // The batch's frames follow one another (numbered together);
             // the task's open chunk comes before them.
-            let n = frames[i..]
+            let n = frames[next..]
                 .iter()
                 .take_while(|f| f.same_batch(frame))
                 .count();
             if let Some(at) = open.iter().position(|c| c.task_id == frame.task_id) {
                 done.push(open.remove(at));
             }
-            done.push(Chunk::whole_batch(&frames[i..i + n], batch.clone()));
-            i += n;
+            done.push(Chunk::whole_batch(&frames[next..next + n], batch.clone()));
+            next += n;
             continue;
         }
-        i += 1;
+        next += 1;
         match open.iter_mut().position(|c| c.task_id == frame.task_id) {
             Some(i) if open[i].extend(frame) => {}
             Some(i) => {
