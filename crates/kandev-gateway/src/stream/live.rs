@@ -110,6 +110,22 @@ impl LiveSub {
         self.queued.fetch_sub(batch.frames.len(), Ordering::Relaxed);
         Some(batch)
     }
+
+    /// The next batch and those queued behind it, up to about `frames`
+    /// frames (at least one batch): a client that fell behind catches up
+    /// in one write. `None` when the feed ended.
+    pub async fn recv_burst(&mut self, frames: usize) -> Option<Vec<Arc<LiveBatch>>> {
+        let first = self.recv().await?;
+        let mut taken = first.frames.len();
+        let mut burst = vec![first];
+        while taken < frames {
+            let Ok(batch) = self.rx.try_recv() else { break };
+            self.queued.fetch_sub(batch.frames.len(), Ordering::Relaxed);
+            taken += batch.frames.len();
+            burst.push(batch);
+        }
+        Some(burst)
+    }
 }
 
 impl Drop for LiveSub {
@@ -260,6 +276,53 @@ mod tests {
             ],
             payload: payload.clone(),
         }
+    }
+
+    #[tokio::test]
+    async fn a_burst_takes_the_batches_queued_up_to_its_frames() {
+        let local = Arc::new(kandev_events::live::LocalLive::new(64));
+        let feeds = LiveFeeds::new(local.clone(), 1000);
+        let task = Uuid::new_v4();
+        let mut sub = feeds.subscribe(task).await;
+        let publish = |first: i64, last: i64| {
+            let payload: Vec<String> = (first..=last)
+                .map(|s| format!(r#"{{"seq":{s}}}"#))
+                .collect();
+            let m = message(first, last, &Bytes::from(payload.join("\n")));
+            let local = local.clone();
+            async move {
+                local
+                    .publish(&subjects::feed_live(&task), &m.headers, m.payload)
+                    .await
+                    .unwrap();
+            }
+        };
+        // Four batches of 3 frames, queued before the client reads.
+        for first in [1, 4, 7, 10] {
+            publish(first, first + 2).await;
+        }
+        kandev_testkit::eventually(10, "12 frames queued", || {
+            let queued = sub.queued.load(Ordering::Relaxed);
+            async move { (queued == 12).then_some(()) }
+        })
+        .await;
+        let firsts =
+            |burst: &[Arc<LiveBatch>]| burst.iter().map(|b| b.first_seq).collect::<Vec<_>>();
+        // Batches are whole: the burst stops at the first to reach 5 frames.
+        let burst = sub.recv_burst(5).await.unwrap();
+        assert_eq!(firsts(&burst), vec![1, 4]);
+        let burst = sub.recv_burst(100).await.unwrap();
+        assert_eq!(
+            firsts(&burst),
+            vec![7, 10],
+            "whatever is queued, no waiting"
+        );
+        assert_eq!(sub.queued.load(Ordering::Relaxed), 0);
+        // One batch is taken even when it alone is over the limit.
+        publish(13, 20).await;
+        let burst = sub.recv_burst(1).await.unwrap();
+        assert_eq!(firsts(&burst), vec![13]);
+        assert_eq!(burst[0].frames.len(), 8);
     }
 
     #[test]

@@ -30,6 +30,10 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// orchestrator stores within its flush interval; a restarted one within
 /// seconds) before the client is told to reconnect.
 const GAP_PATIENCE: Duration = Duration::from_secs(30);
+/// The most live frames one write takes when a client's queue has several
+/// batches: one send per burst instead of one per batch, so a client that
+/// fell behind (the machine busy) catches up at a fraction of the cost.
+const BURST_FRAMES: usize = 4096;
 
 /// Where the stored feed is read, and where commands go: the orchestrator,
 /// or a stand-in in tests.
@@ -256,6 +260,7 @@ where
 {
     let mut last = after;
     let lagged = live.lagged.clone();
+    let delivered = metrics::counter!("kandev_acp_messages_total", "hop" => "gateway");
     metrics::gauge!("kandev_ws_clients").increment(1.0);
     let outcome = 'run: {
         // The stored feed, then the live one.
@@ -270,31 +275,33 @@ where
                 biased;
                 () = stop.cancelled() => break 'run Outcome::Stopped,
                 () = lagged.cancelled() => break 'run Outcome::Lagged,
-                batch = live.recv() => {
-                    let Some(batch) = batch else { break 'run Outcome::Stopped };
-                    let mut msgs = Vec::with_capacity(batch.frames.len());
-                    for (i, frame) in batch.frames.iter().enumerate() {
-                        let seq = batch.first_seq + i as i64;
-                        if seq <= last {
-                            continue;
-                        }
-                        if seq > last + 1 {
-                            // Missed frames: send what is queued, read the gap.
-                            if !send_all(&mut sink, std::mem::take(&mut msgs), &lagged).await {
-                                break 'run Outcome::Closed;
+                // Batches queued meanwhile go in the same write.
+                burst = live.recv_burst(BURST_FRAMES) => {
+                    let Some(burst) = burst else { break 'run Outcome::Stopped };
+                    let mut msgs = Vec::with_capacity(burst.iter().map(|b| b.frames.len()).sum());
+                    for batch in &burst {
+                        for (i, frame) in batch.frames.iter().enumerate() {
+                            let seq = batch.first_seq + i as i64;
+                            if seq <= last {
+                                continue;
                             }
-                            match fill_gap(&mut sink, upstream, last, seq - 1, &lagged).await {
-                                // Filled up to `seq - 1`, which comes next.
-                                Ok(Some(_)) => {}
-                                Ok(None) => break 'run Outcome::Closed,
-                                Err(why) => break 'run Outcome::Broken(why),
+                            if seq > last + 1 {
+                                // Missed frames: send what is queued, read the gap.
+                                if !send_all(&mut sink, std::mem::take(&mut msgs), &lagged).await {
+                                    break 'run Outcome::Closed;
+                                }
+                                match fill_gap(&mut sink, upstream, last, seq - 1, &lagged).await {
+                                    // Filled up to `seq - 1`, which comes next.
+                                    Ok(Some(_)) => {}
+                                    Ok(None) => break 'run Outcome::Closed,
+                                    Err(why) => break 'run Outcome::Broken(why),
+                                }
                             }
+                            last = seq;
+                            msgs.push(Message::Text(frame.clone()));
                         }
-                        last = seq;
-                        msgs.push(Message::Text(frame.clone()));
                     }
-                    metrics::counter!("kandev_acp_messages_total", "hop" => "gateway")
-                        .increment(msgs.len() as u64);
+                    delivered.increment(msgs.len() as u64);
                     if !msgs.is_empty() && !send_all(&mut sink, msgs, &lagged).await {
                         break 'run if lagged.is_cancelled() { Outcome::Lagged } else { Outcome::Closed };
                     }
