@@ -55,7 +55,7 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
                     None => Some(self.finish_line()),
                 });
             }
-            let (chunk, found_newline) = match available.iter().position(|b| *b == b'\n') {
+            let (chunk, found_newline) = match memchr::memchr(b'\n', available) {
                 Some(pos) => (&available[..pos], true),
                 None => (available, false),
             };

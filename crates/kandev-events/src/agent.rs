@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, value::RawValue};
 use uuid::Uuid;
 
+use crate::Envelope;
+
 /// Namespace of derived event ids.
 const ID_NAMESPACE: Uuid = Uuid::from_u128(0x6b61_6e64_6576_4556_454e_5453_0000_0001);
 
@@ -40,17 +42,100 @@ pub struct AcpBatch {
     pub events: Vec<Value>,
 }
 
-/// [`AcpBatch`] as a consumer reads it: the events stay JSON text, borrowed
-/// from the message.
-#[derive(Debug, Deserialize)]
+/// [`AcpBatch`] as a consumer reads it ([`read_batch`]): the events stay
+/// JSON text, borrowed from the message.
+#[derive(Debug)]
 pub struct AcpBatchRef<'a> {
     pub task_id: Uuid,
     pub instance_id: Uuid,
     pub first_seq: u64,
-    #[serde(default)]
     pub cursor: OutputCursor,
+    pub events: Vec<&'a str>,
+}
+
+/// [`AcpBatchRef`] as JSON: each event checked as a JSON value.
+#[derive(Deserialize)]
+struct BatchFields<'a> {
+    task_id: Uuid,
+    instance_id: Uuid,
+    first_seq: u64,
+    #[serde(default)]
+    cursor: OutputCursor,
     #[serde(borrow)]
-    pub events: Vec<&'a RawValue>,
+    events: Vec<&'a RawValue>,
+}
+
+/// The fields of an [`AcpBatchRef`] but its events.
+#[derive(Deserialize)]
+struct BatchMeta {
+    task_id: Uuid,
+    instance_id: Uuid,
+    first_seq: u64,
+    #[serde(default)]
+    cursor: OutputCursor,
+}
+
+impl BatchMeta {
+    fn with_events(self, events: Vec<&str>) -> AcpBatchRef<'_> {
+        AcpBatchRef {
+            task_id: self.task_id,
+            instance_id: self.instance_id,
+            first_seq: self.first_seq,
+            cursor: self.cursor,
+            events,
+        }
+    }
+}
+
+/// Reads an `acp.message` envelope (its JSON, unpacked). A batch written
+/// by [`BatchWriter`] has each event on a line of its own (JSON text holds
+/// a raw newline only between tokens, and events are written compact), so
+/// its events are found by their line breaks instead of by scanning every
+/// byte of them as JSON; the envelope's other fields are parsed as usual.
+/// Any other JSON (a batch written before events had lines of their own,
+/// or by hand) is parsed whole.
+pub fn read_batch(json: &[u8]) -> serde_json::Result<Envelope<AcpBatchRef<'_>>> {
+    if let Some(read) = read_lines(json) {
+        return read;
+    }
+    let envelope: Envelope<BatchFields<'_>> = serde_json::from_slice(json)?;
+    Ok(envelope.map(|b| AcpBatchRef {
+        task_id: b.task_id,
+        instance_id: b.instance_id,
+        first_seq: b.first_seq,
+        cursor: b.cursor,
+        events: b.events.into_iter().map(RawValue::get).collect(),
+    }))
+}
+
+/// [`read_batch`] of a batch laid out as [`BatchWriter`] writes it:
+/// `{"data":{"events":[`, then each event after a newline (all but the
+/// last followed by a comma), then a newline and `]` before the other
+/// fields. `None` when `json` is not laid out so.
+fn read_lines(json: &[u8]) -> Option<serde_json::Result<Envelope<AcpBatchRef<'_>>>> {
+    let body = std::str::from_utf8(json.strip_prefix(BATCH_HEAD)?).ok()?;
+    let mut events = Vec::new();
+    let mut rest = body.strip_prefix('\n')?;
+    let tail = loop {
+        if let Some(tail) = rest.strip_prefix(']') {
+            break tail;
+        }
+        let (line, after) = rest.split_once('\n')?;
+        let event = line.strip_suffix(',').unwrap_or(line);
+        if !(event.starts_with('{') && event.ends_with('}')) {
+            return None;
+        }
+        events.push(event);
+        rest = after;
+    };
+    let mut fields = String::with_capacity(BATCH_HEAD.len() + 1 + tail.len());
+    fields.push_str(std::str::from_utf8(BATCH_HEAD).ok()?);
+    fields.push(']');
+    fields.push_str(tail);
+    Some(
+        serde_json::from_str::<Envelope<BatchMeta>>(&fields)
+            .map(|envelope| envelope.map(|meta| meta.with_events(events))),
+    )
 }
 
 impl AcpBatchRef<'_> {
@@ -121,6 +206,8 @@ impl BatchWriter {
         if self.count > 0 {
             self.buf.push(b',');
         }
+        // Each event on a line of its own: see [`read_batch`].
+        self.buf.push(b'\n');
         match write(&mut self.buf) {
             Ok(()) => {
                 self.count += 1;
@@ -155,6 +242,8 @@ impl BatchWriter {
         let last = (first + self.count as u64).saturating_sub(1);
         let id = batch_id(instance_id, first, last);
         let subject = crate::subjects::acp_message(task_id);
+        // The closing bracket on a line of its own: see [`read_batch`].
+        self.buf.push(b'\n');
         // Every value written here is a uuid, a number, a subject of uuid
         // characters or an RFC 3339 time: nothing needs escaping.
         let _ = write!(
@@ -338,9 +427,75 @@ mod tests {
             "acp.message.00000000-0000-0000-0000-000000000001"
         );
         assert_eq!(env.data, batch);
-        let borrowed: crate::Envelope<AcpBatchRef<'_>> = serde_json::from_slice(&bytes).unwrap();
+        let borrowed = read_batch(&bytes).unwrap();
+        assert_eq!(borrowed.id, id);
         assert_eq!(borrowed.data.last_seq(), 5);
-        assert_eq!(borrowed.data.events[1].get(), r#"{"seq":5}"#);
+        assert_eq!(borrowed.data.cursor, batch.cursor);
+        assert_eq!(borrowed.data.events[1], r#"{"seq":5}"#);
         assert_eq!(id, batch_id(&batch.instance_id, 4, 5));
+    }
+
+    /// A batch whose events hold what could pass for separators inside
+    /// their strings: escaped newlines, `},{`, brackets.
+    fn tricky_batch(events: usize) -> AcpBatch {
+        AcpBatch {
+            task_id: Uuid::from_u128(1),
+            instance_id: Uuid::from_u128(2),
+            first_seq: 1,
+            cursor: OutputCursor {
+                stdout_lines: 3,
+                stderr_lines: 0,
+            },
+            events: (0..events)
+                .map(|i| serde_json::json!({"seq": i + 1, "text": "a\n},\n{\"x\":[1]}\n]", "n": [i, {"k": "]"}]}))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_written_batch_is_read_by_its_lines_and_reads_as_json_would() {
+        for events in [0, 1, 3] {
+            let batch = tricky_batch(events);
+            let (id, bytes) = batch.encode();
+            assert!(read_lines(&bytes).is_some(), "laid out one event per line");
+            let read = read_batch(&bytes).unwrap();
+            // The same bytes read as plain JSON (what an older reader does).
+            let json: crate::Envelope<AcpBatch> = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(read.id, id);
+            assert_eq!(read.data.task_id, json.data.task_id);
+            assert_eq!(read.data.instance_id, json.data.instance_id);
+            assert_eq!(read.data.first_seq, 1);
+            assert_eq!(read.data.cursor, batch.cursor);
+            let parsed: Vec<Value> = read
+                .data
+                .events
+                .iter()
+                .map(|e| serde_json::from_str(e).unwrap())
+                .collect();
+            assert_eq!(parsed, json.data.events);
+            assert_eq!(parsed, batch.events);
+        }
+    }
+
+    #[test]
+    fn a_batch_not_laid_out_by_lines_is_parsed_whole() {
+        let batch = tricky_batch(2);
+        // As written before events had lines of their own: compact JSON.
+        let compact = serde_json::to_vec(&crate::Envelope::new("acp.message.x", &batch)).unwrap();
+        assert!(read_lines(&compact).is_none());
+        let read = read_batch(&compact).unwrap();
+        assert_eq!(read.data.events.len(), 2);
+        let first: Value = serde_json::from_str(read.data.events[0]).unwrap();
+        assert_eq!(first, batch.events[0]);
+        // Laid out by lines but a line is not an object: parsed whole,
+        // and refused as the JSON it is not.
+        let (_, bytes) = batch.encode();
+        let text = String::from_utf8(bytes).unwrap();
+        let broken = text.replacen("\n{", "\n[", 1);
+        assert!(read_lines(broken.as_bytes()).is_none());
+        assert!(read_batch(broken.as_bytes()).is_err());
+        // Damaged after its events: the envelope's fields do not parse.
+        let cut = &text[..text.len() - 10];
+        assert!(read_batch(cut.as_bytes()).is_err());
     }
 }

@@ -50,6 +50,18 @@ pub struct Envelope<T> {
     pub data: T,
 }
 
+impl<T> Envelope<T> {
+    /// The same envelope around `f(data)`.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Envelope<U> {
+        Envelope {
+            id: self.id,
+            event_type: self.event_type,
+            occurred_at: self.occurred_at,
+            data: f(self.data),
+        }
+    }
+}
+
 impl<T: Serialize> Envelope<T> {
     /// A new envelope with a fresh time-ordered id.
     pub fn new(event_type: impl Into<String>, data: T) -> Self {

@@ -16,7 +16,7 @@ use agent_client_protocol::v1::schema::{
 use futures::FutureExt;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use tokio::io::{AsyncRead, BufReader};
+use tokio::io::AsyncBufRead;
 
 use super::{
     Dialect, EARLY_RESPONSES,
@@ -36,9 +36,9 @@ use crate::{
 /// The wire text of a message, kept for its event.
 type RawText = Option<RawJson>;
 
-pub(super) async fn read_loop(inner: Arc<Inner>, reader: impl AsyncRead + Send + Unpin) {
+pub(super) async fn read_loop(inner: Arc<Inner>, reader: impl AsyncBufRead + Send + Unpin) {
     let max = inner.options.max_line_bytes;
-    let mut lines = LineReader::new(BufReader::new(reader), max);
+    let mut lines = LineReader::new(reader, max);
     let reason = loop {
         let frame = tokio::select! {
             biased;

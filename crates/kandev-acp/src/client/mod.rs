@@ -35,7 +35,7 @@ use futures::Stream;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::Value;
 use tokio::{
-    io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader},
+    io::{AsyncBufRead, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader},
     sync::{Semaphore, mpsc, watch},
 };
 use tokio_util::{
@@ -286,6 +286,21 @@ impl AcpClient {
     pub fn connect<R, W>(reader: R, writer: W, options: ClientOptions) -> (Self, EventStream)
     where
         R: AsyncRead + Send + Unpin + 'static,
+        W: AsyncWrite + Send + 'static,
+    {
+        Self::connect_buffered(BufReader::new(reader), writer, options)
+    }
+
+    /// [`AcpClient::connect`] over a stdout that is already buffered (say
+    /// a `StreamReader` of received chunks): lines are read from its
+    /// buffer, without copying each byte through another one first.
+    pub fn connect_buffered<R, W>(
+        reader: R,
+        writer: W,
+        options: ClientOptions,
+    ) -> (Self, EventStream)
+    where
+        R: AsyncBufRead + Send + Unpin + 'static,
         W: AsyncWrite + Send + 'static,
     {
         let (tx, rx) = mpsc::channel(options.event_capacity.max(1));

@@ -35,7 +35,7 @@ use kandev_acp::{
 };
 use kandev_events::{
     Envelope, EventBus,
-    agent::{AcpBatchRef, AgentEventKind, AgentLifecycle},
+    agent::{AgentEventKind, AgentLifecycle},
     subjects,
 };
 use tokio::sync::{mpsc, watch};
@@ -405,7 +405,7 @@ pub async fn resume_point(bus: &dyn EventBus, instance: &mut AgentInstance) {
             return;
         }
     };
-    let Ok(envelope) = serde_json::from_slice::<Envelope<AcpBatchRef<'_>>>(&json) else {
+    let Ok(envelope) = kandev_events::agent::read_batch(&json) else {
         return;
     };
     let batch = envelope.data;

@@ -80,7 +80,7 @@ fn connect(
         ..ClientOptions::default()
     };
     let max_line = options.max_line_bytes;
-    let (client, events) = AcpClient::connect(reader, input, options);
+    let (client, events) = AcpClient::connect_buffered(reader, input, options);
     let lines = LineQueue::default();
     let drain = pipeline.drain(events, lines.clone(), turn_end);
     *lock(&handle.client) = Some(client.clone());

@@ -279,27 +279,27 @@ where
                 burst = live.recv_burst(BURST_FRAMES) => {
                     let Some(burst) = burst else { break 'run Outcome::Stopped };
                     let mut msgs = Vec::with_capacity(burst.iter().map(|b| b.frames.len()).sum());
-                    for batch in &burst {
-                        for (i, frame) in batch.frames.iter().enumerate() {
-                            let seq = batch.first_seq + i as i64;
-                            if seq <= last {
-                                continue;
-                            }
-                            if seq > last + 1 {
-                                // Missed frames: send what is queued, read the gap.
-                                if !send_all(&mut sink, std::mem::take(&mut msgs), &lagged).await {
-                                    break 'run Outcome::Closed;
-                                }
-                                match fill_gap(&mut sink, upstream, last, seq - 1, &lagged).await {
-                                    // Filled up to `seq - 1`, which comes next.
-                                    Ok(Some(_)) => {}
-                                    Ok(None) => break 'run Outcome::Closed,
-                                    Err(why) => break 'run Outcome::Broken(why),
-                                }
-                            }
-                            last = seq;
-                            msgs.push(Message::Text(frame.clone()));
+                    let numbered = burst.iter().flat_map(|batch| {
+                        (batch.first_seq..).zip(batch.frames.iter())
+                    });
+                    for (seq, frame) in numbered {
+                        if seq <= last {
+                            continue;
                         }
+                        if seq > last + 1 {
+                            // Missed frames: send what is queued, read the gap.
+                            if !send_all(&mut sink, std::mem::take(&mut msgs), &lagged).await {
+                                break 'run Outcome::Closed;
+                            }
+                            match fill_gap(&mut sink, upstream, last, seq - 1, &lagged).await {
+                                // Filled up to `seq - 1`, which comes next.
+                                Ok(Some(_)) => {}
+                                Ok(None) => break 'run Outcome::Closed,
+                                Err(why) => break 'run Outcome::Broken(why),
+                            }
+                        }
+                        last = seq;
+                        msgs.push(Message::Text(frame.clone()));
                     }
                     delivered.increment(msgs.len() as u64);
                     if !msgs.is_empty() && !send_all(&mut sink, msgs, &lagged).await {

@@ -5,8 +5,6 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use kandev_common::CancellationToken;
 use kandev_events::{
-    Envelope,
-    agent::AcpBatchRef,
     durable::{AckMode, Consumer, Delivered, Streams},
     live::Live,
     subjects,
@@ -228,7 +226,7 @@ impl FeedConsumer {
                 return Vec::new();
             }
         };
-        let envelope: Envelope<AcpBatchRef<'_>> = match serde_json::from_slice(&json) {
+        let envelope = match kandev_events::agent::read_batch(&json) {
             Ok(e) => e,
             Err(err) => {
                 tracing::warn!(%err, subject = %msg.subject, "skipping a malformed acp batch");
@@ -271,7 +269,7 @@ impl FeedConsumer {
                 seq,
                 b.instance_id,
                 instance_seq,
-                event.get(),
+                event,
             ));
             seq += 1;
             last = instance_seq;

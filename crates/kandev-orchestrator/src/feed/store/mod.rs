@@ -21,7 +21,7 @@ mod sqlite;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use kandev_events::{Envelope, agent::AcpBatchRef, pack};
+use kandev_events::pack;
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
@@ -95,9 +95,8 @@ fn batch_events(
     json: &[u8],
     instance_id: Uuid,
     first_instance_seq: i64,
-) -> std::result::Result<Vec<&RawValue>, String> {
-    let batch: Envelope<AcpBatchRef<'_>> =
-        serde_json::from_slice(json).map_err(|e| e.to_string())?;
+) -> std::result::Result<Vec<&str>, String> {
+    let batch = kandev_events::agent::read_batch(json).map_err(|e| e.to_string())?;
     let b = batch.data;
     if b.instance_id != instance_id || i64::try_from(b.first_seq) != Ok(first_instance_seq) {
         return Err(format!(
@@ -129,11 +128,15 @@ fn frames_of(task_id: Uuid, after: i64, limit: i64, rows: Vec<ChunkRow>) -> Resu
             Some(p) => Stored::Array(unpack(&p).map_err(bad)?),
             None => Stored::Array(events),
         };
-        let events: Vec<&RawValue> = match &stored {
+        let events: Vec<&str> = match &stored {
             Stored::Batch(json) => {
                 batch_events(json, instance_id, first_instance_seq).map_err(bad)?
             }
-            Stored::Array(text) => serde_json::from_str(text).map_err(|e| bad(e.to_string()))?,
+            Stored::Array(text) => serde_json::from_str::<Vec<&RawValue>>(text)
+                .map_err(|e| bad(e.to_string()))?
+                .into_iter()
+                .map(RawValue::get)
+                .collect(),
         };
         if events.len() as i64 != last_seq - first_seq + 1 {
             return Err(bad(format!(
@@ -149,7 +152,7 @@ fn frames_of(task_id: Uuid, after: i64, limit: i64, rows: Vec<ChunkRow>) -> Resu
                     seq,
                     instance_id,
                     first_instance_seq + i as i64,
-                    event.get(),
+                    event,
                 ));
             }
         }
