@@ -5,7 +5,7 @@
 //! window and every consumer drop the copy.
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, de::IgnoredAny};
 use serde_json::{Value, value::RawValue};
 use uuid::Uuid;
 
@@ -53,36 +53,27 @@ pub struct AcpBatchRef<'a> {
     pub events: Vec<&'a str>,
 }
 
-/// [`AcpBatchRef`] as JSON: each event checked as a JSON value.
+/// [`AcpBatchRef`] as JSON, its events read as `E`: each checked as a JSON
+/// value (`Vec<&RawValue>`), or skipped when they were found otherwise.
 #[derive(Deserialize)]
-struct BatchFields<'a> {
+struct BatchFields<E> {
     task_id: Uuid,
     instance_id: Uuid,
     first_seq: u64,
     #[serde(default)]
     cursor: OutputCursor,
-    #[serde(borrow)]
-    events: Vec<&'a RawValue>,
+    events: E,
 }
 
-/// The fields of an [`AcpBatchRef`] but its events.
-#[derive(Deserialize)]
-struct BatchMeta {
-    task_id: Uuid,
-    instance_id: Uuid,
-    first_seq: u64,
-    #[serde(default)]
-    cursor: OutputCursor,
-}
-
-impl BatchMeta {
-    fn with_events(self, events: Vec<&str>) -> AcpBatchRef<'_> {
+impl<E> BatchFields<E> {
+    /// The batch, its events' text taken from what was read as `E`.
+    fn into_ref<'a>(self, events: impl FnOnce(E) -> Vec<&'a str>) -> AcpBatchRef<'a> {
         AcpBatchRef {
             task_id: self.task_id,
             instance_id: self.instance_id,
             first_seq: self.first_seq,
             cursor: self.cursor,
-            events,
+            events: events(self.events),
         }
     }
 }
@@ -98,14 +89,8 @@ pub fn read_batch(json: &[u8]) -> serde_json::Result<Envelope<AcpBatchRef<'_>>> 
     if let Some(read) = read_lines(json) {
         return read;
     }
-    let envelope: Envelope<BatchFields<'_>> = serde_json::from_slice(json)?;
-    Ok(envelope.map(|b| AcpBatchRef {
-        task_id: b.task_id,
-        instance_id: b.instance_id,
-        first_seq: b.first_seq,
-        cursor: b.cursor,
-        events: b.events.into_iter().map(RawValue::get).collect(),
-    }))
+    let envelope: Envelope<BatchFields<Vec<&RawValue>>> = serde_json::from_slice(json)?;
+    Ok(envelope.map(|b| b.into_ref(|raw| raw.into_iter().map(RawValue::get).collect())))
 }
 
 /// [`read_batch`] of a batch laid out as [`BatchWriter`] writes it:
@@ -128,13 +113,11 @@ fn read_lines(json: &[u8]) -> Option<serde_json::Result<Envelope<AcpBatchRef<'_>
         events.push(event);
         rest = after;
     };
-    let mut fields = String::with_capacity(BATCH_HEAD.len() + 1 + tail.len());
-    fields.push_str(std::str::from_utf8(BATCH_HEAD).ok()?);
-    fields.push(']');
-    fields.push_str(tail);
+    // The envelope without its events: `{"data":{"events":[]` and the rest.
+    let fields = [BATCH_HEAD, b"]", tail.as_bytes()].concat();
     Some(
-        serde_json::from_str::<Envelope<BatchMeta>>(&fields)
-            .map(|envelope| envelope.map(|meta| meta.with_events(events))),
+        serde_json::from_slice::<Envelope<BatchFields<IgnoredAny>>>(&fields)
+            .map(|envelope| envelope.map(|b| b.into_ref(|_| events))),
     )
 }
 
