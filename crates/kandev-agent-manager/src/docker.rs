@@ -349,6 +349,12 @@ impl Docker {
             open_stdin: Some(true),
             stdin_once: Some(false),
             tty: Some(false),
+            // With no network the engine joins no network at all: no
+            // endpoint on its `none` network, whose locks in Docker 20.10's
+            // libnetwork can deadlock the engine when containers start and
+            // exit at once (seen in the soak test). The container still has
+            // a network namespace of its own holding only `lo`.
+            network_disabled: (spec.network_mode == "none").then_some(true),
             host_config: Some(host_config),
             ..Default::default()
         };

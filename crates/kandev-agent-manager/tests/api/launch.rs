@@ -298,6 +298,24 @@ async fn limits_and_read_only_credentials_are_applied_then_stop_removes() {
     assert_eq!(host["NanoCpus"], 500_000_000);
     assert_eq!(host["PidsLimit"], 32);
     assert_eq!(host["NetworkMode"], "none");
+    assert_eq!(info["Config"]["NetworkDisabled"], true);
+    assert_eq!(
+        info["NetworkSettings"]["Networks"],
+        serde_json::json!({}),
+        "joined to no network"
+    );
+    // A network namespace of its own, with only the loopback device.
+    let pid = info["State"]["Pid"].as_i64().unwrap();
+    let netns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap();
+    assert_ne!(netns(&pid.to_string()), netns("self"));
+    let devices = std::fs::read_to_string(format!("/proc/{pid}/net/dev")).unwrap();
+    let devices: Vec<_> = devices
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split(':').next())
+        .map(str::trim)
+        .collect();
+    assert_eq!(devices, ["lo"]);
     assert_eq!(host["CapDrop"], serde_json::json!(["ALL"]));
     assert!(
         host["SecurityOpt"]
