@@ -6,17 +6,22 @@
 //! Names follow Prometheus conventions: `kandev_` for Kandev's own,
 //! `_total` for counters, base units (`_seconds`, `_bytes`).
 
-use std::{sync::OnceLock, time::Duration, time::Instant};
+use std::{
+    collections::HashSet,
+    sync::{LazyLock, OnceLock},
+    time::{Duration, Instant},
+};
 
 use axum::{
     Router,
     extract::{MatchedPath, Request},
-    http::{HeaderMap, StatusCode, header},
+    http::{HeaderMap, Method, StatusCode, header},
     middleware::{self, Next},
     response::{IntoResponse, Response},
     routing::get,
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use prost::Message as _;
 
 /// Buckets for request and work latencies, in seconds.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -148,47 +153,112 @@ pub fn instrument(service: &'static str, router: Router, scrape: Scrape) -> Rout
     router.layer(middleware::from_fn(track))
 }
 
-/// Counts and times one request. gRPC calls are labelled by their RPC path
-/// (`/kandev.v1.TaskService/CreateTask`) and gRPC status, HTTP requests by
-/// their route template (never the raw path: bounded label values).
+/// Counts and times one request. Every label value comes from a fixed
+/// set, whatever the request says (a made-up method or path must not add a
+/// series: the registry keeps every series it ever saw): the method is one
+/// of [`method_label`]'s, an HTTP request is labelled by its route template
+/// (`unmatched` without one), a gRPC call by its RPC path only when it is a
+/// method this port serves ([`rpc_label`]), and its gRPC status by code.
 async fn track(request: Request, next: Next) -> Response {
     let started = Instant::now();
-    let method = request.method().to_string();
-    let grpc = is_grpc(request.headers());
+    let method = method_label(request.method());
     let route = request
         .extensions()
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_owned());
-    let rpc = grpc.then(|| request.uri().path().to_owned());
+    let rpc = is_grpc(request.headers()).then(|| rpc_label(request.uri().path(), route.is_some()));
     let response = next.run(request).await;
-    let (route, status) = if let Some(rpc) = rpc {
-        let code = response
-            .headers()
-            .get("grpc-status")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("0")
-            .to_owned();
-        // An unknown method would make its path a label value: name it once.
-        let route = if code == "12" {
-            "unknown".to_owned()
-        } else {
-            rpc
-        };
-        (route, format!("grpc_{code}"))
-    } else {
-        let route = route.unwrap_or_else(|| "unmatched".to_owned());
-        (route, response.status().as_u16().to_string())
+    let (route, status) = match rpc {
+        Some(rpc) => (rpc.to_owned(), grpc_status_label(&response)),
+        None => (
+            route.unwrap_or_else(|| "unmatched".to_owned()),
+            response.status().as_u16().to_string(),
+        ),
     };
     if route != "/metrics" {
-        let labels = [("method", method.clone()), ("route", route.clone())];
+        metrics::histogram!("http_request_duration_seconds", "method" => method, "route" => route.clone())
+            .record(started.elapsed().as_secs_f64());
         metrics::counter!("http_requests_total", "method" => method, "route" => route, "status" => status)
             .increment(1);
-        metrics::histogram!("http_request_duration_seconds", &labels)
-            .record(started.elapsed().as_secs_f64());
     }
     response
 }
 
+/// The `method` label: one of the methods the services answer, else
+/// `other`.
+pub fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
+/// The gRPC methods a Kandev port can serve (`/package.Service/Method`):
+/// every method of the descriptors compiled in, Kandev's own, the health
+/// service's and reflection's. Known at build time, so bounded.
+static KNOWN_RPCS: LazyLock<HashSet<String>> = LazyLock::new(|| {
+    [
+        kandev_proto::FILE_DESCRIPTOR_SET,
+        tonic_health::pb::FILE_DESCRIPTOR_SET,
+        tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET,
+    ]
+    .into_iter()
+    .flat_map(rpc_paths)
+    .collect()
+});
+
+/// The method paths of an encoded `FileDescriptorSet`.
+fn rpc_paths(encoded: &[u8]) -> Vec<String> {
+    let set = match prost_types::FileDescriptorSet::decode(encoded) {
+        Ok(set) => set,
+        Err(err) => {
+            tracing::error!(%err, "cannot decode a compiled-in descriptor set");
+            return Vec::new();
+        }
+    };
+    let mut paths = Vec::new();
+    for file in &set.file {
+        for service in &file.service {
+            let name = match file.package() {
+                "" => service.name().to_owned(),
+                package => format!("{package}.{}", service.name()),
+            };
+            for method in &service.method {
+                paths.push(format!("/{name}/{}", method.name()));
+            }
+        }
+    }
+    paths
+}
+
+/// The `route` label of a gRPC call to `path`: the path itself when it is
+/// a known method of a service this port serves (`served`: the router
+/// matched it), else `unknown`.
+pub fn rpc_label(path: &str, served: bool) -> &'static str {
+    match KNOWN_RPCS.get(path) {
+        Some(known) if served => known.as_str(),
+        _ => "unknown",
+    }
+}
+
+/// The `status` label of a gRPC answer: `grpc_<code>` for the 17 codes
+/// (no `grpc-status` header: 0, as tonic sends it in the trailers), else
+/// `grpc_unknown`.
+fn grpc_status_label(response: &Response) -> String {
+    let code = response.headers().get("grpc-status").map_or(Some(0), |v| {
+        v.to_str().ok().and_then(|v| v.parse::<u8>().ok())
+    });
+    match code {
+        Some(code) if code <= 16 => format!("grpc_{code}"),
+        _ => "grpc_unknown".to_owned(),
+    }
+}
 fn is_grpc(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
@@ -326,6 +396,40 @@ impl Sample {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn labels_come_from_fixed_sets() {
+        assert_eq!(method_label(&Method::PATCH), "PATCH");
+        for made_up in ["FOO", "GETT", "X1234", "CONNECT", "TRACE"] {
+            let method = Method::from_bytes(made_up.as_bytes()).unwrap();
+            assert_eq!(method_label(&method), "other", "{made_up}");
+        }
+        // Served and known; known but not served here; made up.
+        assert_eq!(
+            rpc_label("/kandev.v1.TaskService/CreateTask", true),
+            "/kandev.v1.TaskService/CreateTask"
+        );
+        assert_eq!(
+            rpc_label("/grpc.health.v1.Health/Check", true),
+            "/grpc.health.v1.Health/Check"
+        );
+        assert_eq!(
+            rpc_label("/kandev.v1.TaskService/CreateTask", false),
+            "unknown"
+        );
+        assert_eq!(rpc_label("/kandev.v1.TaskService/Nope", true), "unknown");
+        assert_eq!(rpc_label("/evil.Service/Method", true), "unknown");
+        let status = |code: &str| {
+            let mut response = Response::new(axum::body::Body::empty());
+            response
+                .headers_mut()
+                .insert("grpc-status", code.parse().unwrap());
+            grpc_status_label(&response)
+        };
+        assert_eq!(status("16"), "grpc_16");
+        assert_eq!(status("17"), "grpc_unknown");
+        assert_eq!(status("x"), "grpc_unknown");
+    }
 
     #[test]
     fn the_text_format_parses_with_labels_and_escapes() {
