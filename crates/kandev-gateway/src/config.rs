@@ -59,6 +59,10 @@ pub struct Settings {
     /// an idle keep-alive connection stays open, in seconds: a client that
     /// trickles bytes (slowloris) is disconnected after it.
     pub header_read_timeout_secs: u64,
+    /// How long a client may take to send a request's whole body, in
+    /// seconds, counted from its headers: a client that trickles its body
+    /// is answered 408 and disconnected (see [`crate::body_deadline`]).
+    pub body_read_timeout_secs: u64,
     /// HS256 signing key, at least 32 bytes (`KANDEV_JWT_SECRET`).
     #[serde(skip_serializing)]
     pub jwt_secret: Option<SecretString>,
@@ -171,6 +175,7 @@ impl Default for Settings {
             downstream_connect_timeout_ms: 2000,
             downstream_timeout_ms: 10_000,
             header_read_timeout_secs: 30,
+            body_read_timeout_secs: 30,
             jwt_secret: None,
             dev_random_jwt_secret: false,
             data_dir: String::new(),
@@ -253,6 +258,9 @@ impl Validate for Settings {
         }
         if self.header_read_timeout_secs == 0 {
             return Err("header_read_timeout_secs must be at least 1".into());
+        }
+        if self.body_read_timeout_secs == 0 {
+            return Err("body_read_timeout_secs must be at least 1".into());
         }
         let r = &self.rate_limit;
         if r.login_per_minute == 0

@@ -37,7 +37,8 @@ pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
     pub details: Option<Value>,
-    /// Overrides the table's HTTP status (413 for a body over the limit).
+    /// Overrides the table's HTTP status (413 for a body over the limit, 408
+    /// for one not received in time).
     pub status: Option<StatusCode>,
     /// Sent as `Retry-After`, in seconds.
     pub retry_after: Option<u64>,

@@ -19,11 +19,13 @@
 //! - [`openapi`]: the generated document (`docs/openapi.yaml`).
 //! - [`stream`]: the task stream WebSocket (history over gRPC, live frames
 //!   from NATS).
-//! - [`server`]: the HTTP server with a public port's timeouts.
+//! - [`server`]: the HTTP server with a public port's timeouts;
+//!   [`body_deadline`]: the deadline for a request's whole body.
 //! - [`web`]: the embedded browser UI.
 
 pub mod api;
 pub mod auth;
+pub mod body_deadline;
 pub mod clients;
 pub mod config;
 pub mod error;

@@ -20,13 +20,38 @@ pub fn parse_id(what: &str, id: &str) -> ApiResult<String> {
         .map_err(|_| ApiError::bad_request(format!("{what} id {id:?} is not a UUID")))
 }
 
-/// Maps a task service error, turning its not-found into ours.
+/// Maps a task service error.
 pub fn task_err(status: tonic::Status) -> ApiError {
     ApiError::from_status(TASK_SERVICE, status)
 }
 
 pub fn agent_err(status: tonic::Status) -> ApiError {
     ApiError::from_status(AGENT_MANAGER, status)
+}
+
+/// The one answer for a board the caller may not see, whether it is
+/// someone else's or does not exist: the same status and body (no id, no
+/// downstream wording), so a 404 never tells which.
+fn board_not_found() -> ApiError {
+    ApiError::not_found("board not found")
+}
+
+fn task_not_found() -> ApiError {
+    ApiError::not_found("task not found")
+}
+
+fn instance_not_found() -> ApiError {
+    ApiError::not_found("agent instance not found")
+}
+
+/// `err`, with a not-found (a missing resource, or one not visible) made
+/// into `hidden`.
+fn hide_not_found(err: ApiError, hidden: fn() -> ApiError) -> ApiError {
+    if err.code == ErrorCode::NotFound {
+        hidden()
+    } else {
+        err
+    }
 }
 
 /// The board, when the caller may see it.
@@ -38,12 +63,12 @@ pub async fn visible_board(state: &AppState, user: &CurrentUser, id: &str) -> Ap
         .clone()
         .get_board(pb::GetBoardRequest { id })
         .await
-        .map_err(task_err)?
+        .map_err(|status| hide_not_found(task_err(status), board_not_found))?
         .into_inner();
     if user.can_access(&board.owner) {
         Ok(board)
     } else {
-        Err(ApiError::not_found("board not found"))
+        Err(board_not_found())
     }
 }
 
@@ -56,16 +81,15 @@ pub async fn visible_task(state: &AppState, user: &CurrentUser, id: &str) -> Api
         .clone()
         .get_task(pb::GetTaskRequest { id })
         .await
-        .map_err(task_err)?
+        .map_err(|status| hide_not_found(task_err(status), task_not_found))?
         .into_inner();
     if user.is_admin {
         return Ok(task);
     }
-    match visible_board(state, user, &task.board_id).await {
-        Ok(_) => Ok(task),
-        Err(e) if e.code == ErrorCode::NotFound => Err(ApiError::not_found("task not found")),
-        Err(e) => Err(e),
-    }
+    visible_board(state, user, &task.board_id)
+        .await
+        .map(|_| task)
+        .map_err(|e| hide_not_found(e, task_not_found))
 }
 
 /// The agent instance, when the caller may see its task.
@@ -83,16 +107,14 @@ pub async fn visible_instance(
         .clone()
         .get_status(pb::GetStatusRequest { instance_id })
         .await
-        .map_err(agent_err)?
+        .map_err(|status| hide_not_found(agent_err(status), instance_not_found))?
         .into_inner();
     if user.is_admin {
         return Ok(instance);
     }
     match visible_task(state, user, &instance.task_id).await {
         Ok(_) => Ok(instance),
-        Err(e) if matches!(e.code, ErrorCode::NotFound | ErrorCode::BadRequest) => {
-            Err(ApiError::not_found("agent instance not found"))
-        }
-        Err(e) => Err(e),
+        Err(e) if e.code == ErrorCode::BadRequest => Err(instance_not_found()),
+        Err(e) => Err(hide_not_found(e, instance_not_found)),
     }
 }

@@ -23,7 +23,10 @@ use tower_http::{
     set_header::SetResponseHeaderLayer,
 };
 
-use crate::{auth::require_auth, config::Settings, error::ApiError, openapi, state::AppState, web};
+use crate::{
+    auth::require_auth, body_deadline, config::Settings, error::ApiError, openapi, state::AppState,
+    web,
+};
 
 pub mod access;
 pub mod agent_types;
@@ -192,7 +195,12 @@ pub fn router(
         .nest("/api/v1", api(state.clone()))
         .fallback(web::serve)
         .with_state(state)
-        .merge(health_routes(readiness));
+        .merge(health_routes(readiness))
+        // Inside the metrics layer, so a 408 is counted as one.
+        .layer(middleware::from_fn_with_state(
+            Duration::from_secs(settings.body_read_timeout_secs),
+            body_deadline::enforce,
+        ));
     // The gateway's port is public: /metrics only with the scrape token.
     // An empty token is no token: never a scrape with an empty bearer.
     let scrape = match &settings.metrics_token {

@@ -290,3 +290,71 @@ async fn clients_that_trickle_their_headers_are_disconnected() {
     );
     app.stop().await;
 }
+
+/// Issue 37: a body sent one byte a second is refused with 408 (in the
+/// error shape) once the body deadline passes, and its connection is
+/// closed, while the server goes on answering.
+#[tokio::test]
+async fn a_body_trickled_past_its_deadline_is_refused_with_408() {
+    use std::time::{Duration, Instant};
+    use tokio::{
+        io::{AsyncReadExt, AsyncWriteExt},
+        net::TcpStream,
+    };
+
+    let mut app = spawn_app_with(|s| s.body_read_timeout_secs = 2).await;
+    let alice = app.token("alice", false);
+    let addr = app.serve();
+
+    let socket = TcpStream::connect(addr).await.unwrap();
+    let (mut reader, mut writer) = socket.into_split();
+    let head = format!(
+        "POST /api/v1/boards HTTP/1.1\r\nHost: kandev\r\nAuthorization: Bearer {alice}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
+    );
+    writer.write_all(head.as_bytes()).await.unwrap();
+    let started = Instant::now();
+    // The attack's pace: one byte a second, for longer than any deadline.
+    let trickle = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        for _ in 0..99 {
+            tick.tick().await;
+            if writer.write_all(b" ").await.is_err() {
+                return;
+            }
+        }
+    });
+    // Read until the server closes (EOF, or a reset for the unread bytes).
+    let mut answer = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(20), async {
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = reader.read(&mut buf).await {
+            answer.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the connection stayed open");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("connection: close"),
+        "{text}"
+    );
+    let body: serde_json::Value =
+        serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["error"], "bad_request", "{body}");
+    assert_eq!(body["http_status"], 408, "{body}");
+    trickle.abort();
+
+    // The server is fine: a whole request on a new connection is answered.
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    client
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: kandev\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    client.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    app.stop().await;
+}

@@ -8,6 +8,7 @@
 //!   (mock agent in Docker): the integration test of those routes.
 //! - `binary`: the built binary, its key checks and a graceful stop.
 //! - `contract`: the users' storage contract, on Postgres and on SQLite.
+//! - `not_found`: someone else's resources answer exactly like missing ones.
 
 mod agents;
 mod auth;
@@ -16,6 +17,7 @@ mod boards;
 mod contract;
 mod hardening;
 mod helpers;
+mod not_found;
 mod openapi;
 mod orchestrator;
 mod stack;
