@@ -45,7 +45,8 @@ impl Bench {
                 format!("{:.0}", bare.stats.rate()),
                 format!("{:.0}", watch.stats.rate()),
                 pct(watch.stats.rate(), bare.stats.rate()),
-            ),
+            )
+            .key(),
             row(
                 "p50 latency (send → receipt)",
                 ms(bare.stats.percentile(50.0)),
@@ -57,13 +58,15 @@ impl Bench {
                 ms(bare.stats.percentile(99.0)),
                 ms(watch.stats.percentile(99.0)),
                 "",
-            ),
+            )
+            .key(),
             row(
                 "feed exact (every seq once, in order)",
                 "—",
                 format!("{exact} ({} of {n} chunks)", watch.stats.count()),
                 "",
-            ),
+            )
+            .key(),
         ];
         rows.extend(self.cost_rows(&cost, n, Some(bare_dockerd)));
         Ok(Section {
@@ -88,12 +91,13 @@ impl Bench {
             pct(watch.stats.rate(), bare.stats.rate()),
         )];
         for p in [50.0, 90.0, 99.0, 99.9] {
-            rows.push(row(
+            let r = row(
                 &format!("p{p} latency"),
                 ms(bare.stats.percentile(p)),
                 ms(watch.stats.percentile(p)),
                 "",
-            ));
+            );
+            rows.push(if p == 99.0 { r.key() } else { r });
         }
         rows.push(row(
             "max latency",
@@ -101,12 +105,15 @@ impl Bench {
             ms(watch.stats.percentile(100.0)),
             "",
         ));
-        rows.push(row(
-            "feed exact",
-            "—",
-            format!("{} ({} of {n})", watch.exact(n), watch.stats.count()),
-            "",
-        ));
+        rows.push(
+            row(
+                "feed exact",
+                "—",
+                format!("{} ({} of {n})", watch.exact(n), watch.stats.count()),
+                "",
+            )
+            .key(),
+        );
         rows.extend(self.cost_rows(&cost, n, None));
         Ok(Section {
             columns: VERSUS,
@@ -149,7 +156,8 @@ impl Bench {
                 format!("{:.0}", bare.rate()),
                 format!("{:.0}", all.rate()),
                 pct(all.rate(), bare.rate()),
-            ),
+            )
+            .key(),
             row(
                 "p50 latency",
                 ms(bare.percentile(50.0)),
@@ -161,8 +169,9 @@ impl Bench {
                 ms(bare.percentile(99.0)),
                 ms(all.percentile(99.0)),
                 "",
-            ),
-            row("feeds exact", "—", format!("{exact} of {agents}"), ""),
+            )
+            .key(),
+            row("feeds exact", "—", format!("{exact} of {agents}"), "").key(),
         ];
         rows.extend(self.cost_rows(&cost, n * agents as u64, None));
         Ok(Section {
@@ -246,10 +255,11 @@ impl Bench {
                 "—",
                 format!("{exact} of {subs}"),
                 "",
-            ),
+            )
+            .key(),
             row("frames delivered", "—", format!("{frames}"), ""),
             row("p50 latency", "—", ms(all.percentile(50.0)), ""),
-            row("p99 latency", "—", ms(all.percentile(99.0)), ""),
+            row("p99 latency", "—", ms(all.percentile(99.0)), "").key(),
             row("max latency", "—", ms(all.percentile(100.0)), ""),
             row(
                 &format!("{} RSS idle → peak (MiB)", self.front()),
@@ -260,7 +270,8 @@ impl Bench {
                     peak_rss as f64 / 1024.0
                 ),
                 "",
-            ),
+            )
+            .key(),
             row(
                 &format!("{} fds at peak", self.front()),
                 "—",
@@ -321,7 +332,8 @@ impl Bench {
                     ms(bm),
                     ms(km),
                     format!("{:+.0} ms", (km.as_secs_f64() - bm.as_secs_f64()) * 1000.0),
-                ),
+                )
+                .key(),
                 row("range", range(&bare), range(&kandev), ""),
             ],
             notes: vec![],

@@ -100,7 +100,9 @@ struct StreamArgs {
     /// Runs of the startup load.
     #[arg(long, default_value_t = 5)]
     startups: usize,
-    /// Also append the report (Markdown) to this file.
+    /// Also write the figures table (the key rows of each load, Markdown)
+    /// into this file, in place of the last one of the same deployment
+    /// (see `splice_report`).
     #[arg(long)]
     report: Option<PathBuf>,
     /// Measure the `kandev` binary (the four services in one process, with
@@ -111,11 +113,14 @@ struct StreamArgs {
 }
 
 /// One line of a report table.
+#[derive(Clone)]
 struct Row {
     metric: String,
     bare: String,
     kandev: String,
     ratio: String,
+    /// Also a line of the figures table that `--report` writes.
+    key: bool,
 }
 
 fn row(
@@ -129,6 +134,14 @@ fn row(
         bare: bare.into(),
         kandev: kandev.into(),
         ratio: ratio.into(),
+        key: false,
+    }
+}
+
+impl Row {
+    /// Marks a row for the figures table.
+    fn key(self) -> Row {
+        Row { key: true, ..self }
     }
 }
 
@@ -295,6 +308,8 @@ impl Bench {
         (out, cost)
     }
 
+    /// Two rows of CPU per message (the services, then NATS, Postgres and
+    /// dockerd, against the bare run's dockerd) and one of peak RSS.
     fn cost_rows(&self, cost: &Cost, messages: u64, bare_dockerd: Option<f64>) -> Vec<Row> {
         let per = |secs: f64| {
             if messages == 0 {
@@ -303,51 +318,43 @@ impl Bench {
                 secs * 1e6 / messages as f64
             }
         };
-        let mut rows = Vec::new();
-        let mut total = 0.0;
-        for s in &self.services {
-            let secs = cost.cpu.get(s).copied().unwrap_or(0.0);
-            total += secs;
-            rows.push(row(
-                &format!("CPU per message: {s}"),
-                "—",
-                format!("{:.1} µs", per(secs)),
-                "",
-            ));
-        }
-        if self.services.len() > 1 {
-            rows.push(row(
-                "CPU per message: the four services",
-                "—",
-                format!("{:.1} µs", per(total)),
-                "",
-            ));
-        }
-        let others: &[&str] = if self.single {
-            &["dockerd"]
-        } else {
-            &["nats-server", "postgres", "dockerd"]
+        let cpu = |name: &str| per(cost.cpu.get(name).copied().unwrap_or(0.0));
+        let listed = |names: &[&str]| {
+            names
+                .iter()
+                .map(|n| format!("{n} {:.1}", cpu(n)))
+                .collect::<Vec<_>>()
+                .join(", ")
         };
-        for &other in others {
-            let secs = cost.cpu.get(other).copied().unwrap_or(0.0);
-            let bare = match (other, bare_dockerd) {
-                ("dockerd", Some(b)) => format!("{:.1} µs", per(b)),
-                _ => "—".into(),
-            };
-            rows.push(row(
-                &format!("CPU per message: {other}"),
-                bare,
-                format!("{:.1} µs", per(secs)),
-                "",
-            ));
-        }
+        let services: Vec<&str> = self.services.iter().map(String::as_str).collect();
+        let total: f64 = services.iter().map(|s| cpu(s)).sum();
+        let (label, ours) = if self.single {
+            ("CPU per message: kandev", format!("{total:.1} µs"))
+        } else {
+            (
+                "CPU per message: the four services",
+                format!("{total:.1} µs ({})", listed(&services)),
+            )
+        };
+        let (others_label, others): (&str, &[&str]) = if self.single {
+            ("CPU per message: dockerd (µs)", &["dockerd"])
+        } else {
+            (
+                "CPU per message: NATS, Postgres, dockerd (µs)",
+                &["nats-server", "postgres", "dockerd"],
+            )
+        };
+        let bare = bare_dockerd.map_or_else(|| "—".into(), |b| format!("dockerd {:.1}", per(b)));
         let peaks: Vec<String> = self
             .services
             .iter()
             .map(|s| format!("{s} {:.0}", cost.peak_mib.get(s).copied().unwrap_or(0.0)))
             .collect();
-        rows.push(row("peak RSS (MiB)", "—", peaks.join(", "), ""));
-        rows
+        vec![
+            row(label, "—", ours, "").key(),
+            row(others_label, bare, listed(others), "").key(),
+            row("peak RSS (MiB)", "—", peaks.join(", "), ""),
+        ]
     }
 
     /// The bare run of `prompt` (under `log_driver`, or the engine's
@@ -377,26 +384,83 @@ fn git(args: &[&str]) -> String {
         .unwrap_or_default()
 }
 
+/// Whether the work tree differs from HEAD, the report file aside (a
+/// report written into a tracked file is not a change to what it measures).
+fn local_changes(report: Option<&std::path::Path>) -> bool {
+    let status = ["status", "--porcelain", "--untracked-files=no"];
+    if let Some(path) = report {
+        let exclude = format!(":(exclude){}", path.display());
+        let out = std::process::Command::new("git")
+            .args(status)
+            .args(["--", ":/", &exclude])
+            .output();
+        // A report outside the repository is no pathspec git takes.
+        if let Ok(out) = out
+            && out.status.success()
+        {
+            return !out.stdout.is_empty();
+        }
+    }
+    !git(&status).is_empty()
+}
+
+/// Where `marker` stands on a line of its own in `doc`, from `from` on (a
+/// marker quoted in the text is not one).
+fn line_at(doc: &str, marker: &str, from: usize) -> Option<usize> {
+    doc[from..]
+        .match_indices(marker)
+        .map(|(i, _)| from + i)
+        .find(|&i| {
+            (i == 0 || doc[..i].ends_with('\n'))
+                && matches!(doc[i + marker.len()..].chars().next(), None | Some('\n'))
+        })
+}
+
+/// `doc` with `report` between the markers of its deployment (`key`), in
+/// place of the report there, or appended with its markers when there is
+/// none: a file keeps the latest report of each deployment instead of
+/// growing by one per run.
+fn splice_report(doc: &str, key: &str, report: &str) -> String {
+    let begin = format!("<!-- kandev-bench report: {key} -->");
+    let end = format!("<!-- end of kandev-bench report: {key} -->");
+    let block = format!("{begin}\n\n{}\n\n{end}\n", report.trim_end());
+    if let Some(b) = line_at(doc, &begin, 0)
+        && let Some(e) = line_at(doc, &end, b)
+    {
+        let after = &doc[e + end.len()..];
+        return format!(
+            "{}{block}{}",
+            &doc[..b],
+            after.strip_prefix('\n').unwrap_or(after)
+        );
+    }
+    let mut out = doc.trim_end().to_string();
+    if !out.is_empty() {
+        out.push_str("\n\n");
+    }
+    out.push_str(&block);
+    out
+}
+
 async fn stream(args: StreamArgs) -> Result<()> {
     let bench = Bench::start(args.single).await?;
-    let mut out = format!(
-        "## Stream benchmark{}, {} (commit {}{})\n\n",
+    let title = format!(
+        "Stream benchmark of {}, {} (commit {}{})",
         if args.single {
-            " of the `kandev` binary"
+            "the `kandev` binary"
         } else {
-            ""
+            "the four services"
         },
         git(&["log", "-1", "--format=%cd", "--date=short"]),
         git(&["rev-parse", "--short", "HEAD"]),
-        if git(&["status", "--porcelain", "--untracked-files=no"]).is_empty() {
-            ""
-        } else {
+        if local_changes(args.report.as_deref()) {
             ", with local changes"
+        } else {
+            ""
         },
     );
-    let _ = writeln!(
-        out,
-        "Machine: {} cores, {}. Chunks carry {} bytes of text; an agent line is about {} bytes.\n",
+    let machine = format!(
+        "Machine: {} cores, {}. Chunks carry {} bytes of text; an agent line is about {} bytes.",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         std::fs::read_to_string("/proc/meminfo")
             .ok()
@@ -413,6 +477,15 @@ async fn stream(args: StreamArgs) -> Result<()> {
         args.size,
         args.size + 230,
     );
+    println!("## {title}\n\n{machine}\n");
+    // The key rows of every load (the bare attach's `logs` aside: other
+    // columns), for `--report`.
+    let mut figures = Section {
+        title,
+        columns: VERSUS,
+        rows: vec![],
+        notes: vec![machine],
+    };
     for load in &args.loads {
         bare::cleanup().await;
         eprintln!("running {load:?}…");
@@ -433,19 +506,33 @@ async fn stream(args: StreamArgs) -> Result<()> {
                 notes: vec![format!("The load failed: {e:#}")],
             },
         };
-        let text = section.markdown();
-        println!("{text}");
-        out.push_str(&text);
-        out.push('\n');
+        println!("{}", section.markdown());
+        if *load != Load::Logs {
+            let name = format!("{load:?}").to_lowercase();
+            figures
+                .rows
+                .extend(section.rows.iter().filter(|r| r.key).map(|r| Row {
+                    metric: format!("`{name}`: {}", r.metric),
+                    ..r.clone()
+                }));
+            figures
+                .notes
+                .extend(section.notes.iter().map(|n| format!("`{name}`: {n}")));
+        }
     }
     bare::cleanup().await;
     if let Some(path) = &args.report {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
-        f.write_all(out.as_bytes())?;
+        let doc = match std::fs::read_to_string(path) {
+            Ok(doc) => doc,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(e.into()),
+        };
+        let key = if args.single {
+            "kandev"
+        } else {
+            "four-services"
+        };
+        std::fs::write(path, splice_report(&doc, key, &figures.markdown()))?;
     }
     bench.stack.stop().await;
     Ok(())
@@ -458,5 +545,48 @@ fn main() -> Result<()> {
         .build()?;
     match cli.cmd {
         Cmd::Stream(args) => rt.block_on(stream(args)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::splice_report;
+
+    #[test]
+    fn a_report_replaces_the_last_one_of_its_deployment() {
+        let first = splice_report("# Performance\n\nText.\n", "four-services", "## Run 1\n");
+        assert_eq!(
+            first,
+            "# Performance\n\nText.\n\n<!-- kandev-bench report: four-services -->\n\n\
+             ## Run 1\n\n<!-- end of kandev-bench report: four-services -->\n"
+        );
+        let both = splice_report(&first, "kandev", "## Single 1\n");
+        let doc = format!("{both}\n## After\n");
+        let next = splice_report(&doc, "four-services", "## Run 2\n\n");
+        assert!(!next.contains("Run 1"));
+        assert!(next.contains("## Run 2\n\n<!-- end of kandev-bench report: four-services -->"));
+        assert!(next.contains("## Single 1"));
+        assert!(next.starts_with("# Performance\n\nText.\n\n"));
+        assert!(next.ends_with("\n## After\n"));
+        assert_eq!(next.len(), doc.len());
+        assert_eq!(splice_report(&next, "four-services", "## Run 2\n"), next);
+    }
+
+    #[test]
+    fn a_marker_quoted_in_the_text_is_not_one() {
+        let doc = "Between `<!-- kandev-bench report: kandev -->` and its end.\n";
+        let once = splice_report(doc, "kandev", "## R1\n");
+        assert!(once.starts_with(doc));
+        let twice = splice_report(&once, "kandev", "## R2\n");
+        assert_eq!(twice, once.replace("R1", "R2"));
+    }
+
+    #[test]
+    fn a_report_goes_into_an_empty_file() {
+        assert_eq!(
+            splice_report("", "kandev", "## R\n"),
+            "<!-- kandev-bench report: kandev -->\n\n## R\n\n\
+             <!-- end of kandev-bench report: kandev -->\n"
+        );
     }
 }
