@@ -67,6 +67,9 @@ pub struct Workspace {
     host_root: PathBuf,
     agent_root: PathBuf,
     max_read_bytes: u64,
+    /// Who owns what `fs/write_text_file` creates: the agent's user, when
+    /// the host process (root) is not that user.
+    owner: Option<(u32, u32)>,
 }
 
 impl Workspace {
@@ -80,6 +83,7 @@ impl Workspace {
             host_root: std::fs::canonicalize(host_root)?,
             agent_root: agent_root.into(),
             max_read_bytes: DEFAULT_MAX_READ_BYTES,
+            owner: None,
         })
     }
 
@@ -91,7 +95,17 @@ impl Workspace {
             agent_root: host_root.clone(),
             host_root,
             max_read_bytes: DEFAULT_MAX_READ_BYTES,
+            owner: None,
         })
+    }
+
+    /// Gives what `fs/write_text_file` writes to `(uid, gid)`: the agent's
+    /// user, so files written for it stay its own (for a host process
+    /// running as root).
+    #[must_use]
+    pub fn with_owner(mut self, owner: Option<(u32, u32)>) -> Self {
+        self.owner = owner;
+        self
     }
 
     /// Changes the largest file `fs/read_text_file` returns.
@@ -239,7 +253,8 @@ impl Workspace {
         let root = self.host_root.clone();
         let content = request.content.clone();
         let agent_path = request.path.clone();
-        tokio::task::spawn_blocking(move || beneath::write(&root, &rel, content.as_bytes()))
+        let owner = self.owner;
+        tokio::task::spawn_blocking(move || beneath::write(&root, &rel, content.as_bytes(), owner))
             .await
             .map_err(|e| FsError::Io {
                 path: agent_path.clone(),
@@ -310,8 +325,9 @@ mod beneath {
 
     use nix::{
         errno::Errno,
-        fcntl::{OFlag, OpenHow, ResolveFlag, openat2},
+        fcntl::{AtFlags, OFlag, OpenHow, ResolveFlag, openat2},
         sys::stat::{Mode, mkdirat},
+        unistd::{Gid, Uid},
     };
 
     use super::FsError;
@@ -401,10 +417,15 @@ mod beneath {
 
     /// Writes a regular file, creating missing parent directories, all
     /// beneath the root.
-    pub(super) fn write(root: &Path, rel: &Path, content: &[u8]) -> Result<(), Failure> {
+    pub(super) fn write(
+        root: &Path,
+        rel: &Path,
+        content: &[u8],
+        owner: Option<(u32, u32)>,
+    ) -> Result<(), Failure> {
         let dir = root_fd(root)?;
         if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
-            make_dirs(&dir, parent)?;
+            make_dirs(&dir, parent, owner)?;
         }
         let fd = openat2(
             &dir,
@@ -416,13 +437,16 @@ mod beneath {
         if !file.metadata().map_err(Failure::Io)?.is_file() {
             return Err(Failure::NotRegular);
         }
+        if let Some((uid, gid)) = owner {
+            nix::unistd::fchown(&file, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))?;
+        }
         file.set_len(0).map_err(Failure::Io)?;
         file.write_all(content).map_err(Failure::Io)
     }
 
     /// Creates each missing directory of `parent`, each in a directory
     /// opened beneath the root.
-    fn make_dirs(dir: &OwnedFd, parent: &Path) -> Result<(), Failure> {
+    fn make_dirs(dir: &OwnedFd, parent: &Path, owner: Option<(u32, u32)>) -> Result<(), Failure> {
         let mut prefix = PathBuf::new();
         for component in parent.components() {
             let here = prefix.clone();
@@ -441,12 +465,22 @@ mod beneath {
                     how(OFlag::O_PATH | OFlag::O_DIRECTORY),
                 )?)
             };
-            let made = match &parent_fd {
-                Some(fd) => mkdirat(fd, component.as_os_str(), Mode::from_bits_truncate(0o755)),
-                None => mkdirat(dir, component.as_os_str(), Mode::from_bits_truncate(0o755)),
-            };
-            match made {
-                Ok(()) | Err(Errno::EEXIST) => {}
+            let at = parent_fd.as_ref().unwrap_or(dir);
+            match mkdirat(at, component.as_os_str(), Mode::from_bits_truncate(0o755)) {
+                Ok(()) => {
+                    if let Some((uid, gid)) = owner {
+                        // Not following: at worst a link the agent swapped in
+                        // is given to it.
+                        nix::unistd::fchownat(
+                            at,
+                            component.as_os_str(),
+                            Some(Uid::from_raw(uid)),
+                            Some(Gid::from_raw(gid)),
+                            AtFlags::AT_SYMLINK_NOFOLLOW,
+                        )?;
+                    }
+                }
+                Err(Errno::EEXIST) => {}
                 Err(e) => return Err(e.into()),
             }
         }

@@ -103,6 +103,12 @@ pub struct Settings {
     /// Where the credential files appear in the container: the home of the
     /// non-root `agent` user of the images under `dockerfiles/`.
     pub container_home: String,
+    /// The user agents run as, `uid:gid` (`KANDEV_AGENT_USER`): never root.
+    /// Empty: the manager's own user when it is not root, else `1000:1000`
+    /// (the `agent` user of the images under `dockerfiles/`). A manager
+    /// running as root gives each clone to this user; one that is not root
+    /// can only run agents as itself.
+    pub agent_user: String,
     /// Seconds to wait for the agent's `initialize` answer.
     pub initialize_timeout_secs: u64,
     /// Seconds an `ask` permission request waits for `RespondPermission`.
@@ -188,6 +194,7 @@ impl Default for Settings {
             workspace_policy: WorkspacePolicy::Keep,
             credentials_home: String::new(),
             container_home: "/home/agent".into(),
+            agent_user: String::new(),
             initialize_timeout_secs: 30,
             permission_timeout_secs: 300,
             max_log_lines: 1000,
@@ -211,6 +218,41 @@ impl Settings {
     }
 
     /// The value configured for an agent env variable, if any.
+    /// Whom files Kandev makes for an agent are given to: its user, when the
+    /// manager runs as root (it can give files away); otherwise the
+    /// manager's own files are the agent's already.
+    pub fn file_owner(&self) -> Option<(u32, u32)> {
+        if nix::unistd::geteuid().is_root() {
+            self.agent_owner().ok()
+        } else {
+            None
+        }
+    }
+
+    /// The `(uid, gid)` agents run as (see [`Settings::agent_user`]).
+    pub fn agent_owner(&self) -> Result<(u32, u32), String> {
+        let spec = self.agent_user.trim();
+        if spec.is_empty() {
+            let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
+            return Ok(if uid.is_root() {
+                (1000, 1000)
+            } else {
+                (uid.as_raw(), gid.as_raw())
+            });
+        }
+        let (uid, gid) = spec.split_once(':').unwrap_or((spec, spec));
+        let parse = |s: &str| s.trim().parse::<u32>().ok();
+        match (parse(uid), parse(gid)) {
+            (Some(0), _) | (_, Some(0)) => {
+                Err("agent_user must not be root (uid or gid 0)".to_string())
+            }
+            (Some(uid), Some(gid)) => Ok((uid, gid)),
+            _ => Err(format!(
+                "agent_user must be numeric `uid:gid` (or `uid`), not {spec:?}"
+            )),
+        }
+    }
+
     pub fn agent_env_value(&self, name: &str) -> Option<&SecretString> {
         find_env(&self.agent_env, name)
     }
@@ -262,6 +304,7 @@ impl Validate for Settings {
         if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
             return Err("advertise_url must be an http:// or https:// URL".into());
         }
+        self.agent_owner()?;
         if !Path::new(&self.workspaces_root).is_absolute() {
             return Err("workspaces_root must be an absolute path".into());
         }

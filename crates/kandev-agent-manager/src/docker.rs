@@ -114,6 +114,8 @@ pub struct ContainerSpec {
     /// Entrypoint and arguments; empty keeps the image's own.
     pub command: Vec<String>,
     pub working_dir: String,
+    /// `uid:gid` the agent runs as: never root.
+    pub user: String,
     /// `KEY=VALUE`; may hold secrets, so never logged.
     pub env: Vec<String>,
     /// `host:container:ro|rw`.
@@ -341,6 +343,7 @@ impl Docker {
             image: Some(spec.image.clone()),
             entrypoint: (!spec.command.is_empty()).then(|| spec.command.clone()),
             working_dir: Some(spec.working_dir.clone()),
+            user: Some(spec.user.clone()),
             env: Some(spec.env.clone()),
             labels: Some(spec.labels.clone()),
             attach_stdin: Some(true),

@@ -16,6 +16,7 @@ use crate::{
     changes,
     config::Settings,
     credentials::SecretEntry,
+    delivery,
     domain::{
         AgentError, AgentInstance, AgentType, CredentialMounts, InstanceStatus,
         PermissionPolicyKind, invalid, parse_id,
@@ -72,6 +73,7 @@ fn instance_to_proto(i: AgentInstance, manager_id: &str) -> pb::AgentInstance {
         last_seq: i.last_seq,
         priority: i.priority,
         metadata_json: serde_json::Value::Object(i.metadata).to_string(),
+        run_as: i.home_scope,
     }
 }
 
@@ -398,13 +400,13 @@ impl AgentManagerRpc for GrpcAgentAdapter {
         let root = Path::new(&self.manager.settings().workspaces_root);
         let repo = changes::task_repo(root, task_id).await.map_err(status)?;
         let c = changes::changes(&repo).await.map_err(status)?;
-        let dir = repo.work_tree().to_path_buf();
+        let dir = repo.workspace().to_path_buf();
         let disk_bytes = tokio::task::spawn_blocking(move || changes::disk_usage(&dir))
             .await
             .unwrap_or(0);
         Ok(Response::new(pb::Changes {
             task_id: task_id.to_string(),
-            workspace_path: repo.work_tree().display().to_string(),
+            workspace_path: repo.workspace().display().to_string(),
             branch: c.branch,
             base_branch: c.base_branch,
             base_commit: c.base_commit,
@@ -465,7 +467,7 @@ impl AgentManagerRpc for GrpcAgentAdapter {
         let repo = changes::task_repo(Path::new(&settings.workspaces_root), task_id)
             .await
             .map_err(status)?;
-        let author = changes::Author {
+        let author = delivery::Author {
             name: Some(r.author_name)
                 .filter(|n| !n.trim().is_empty())
                 .unwrap_or_else(|| "Kandev".into()),
@@ -474,12 +476,12 @@ impl AgentManagerRpc for GrpcAgentAdapter {
                 .unwrap_or_else(|| "kandev@localhost".into()),
         };
         let how = match (r.merge, r.push) {
-            (true, _) => changes::Ship::Merge,
-            (false, true) => changes::Ship::Push,
-            (false, false) => changes::Ship::Commit,
+            (true, _) => delivery::Ship::Merge,
+            (false, true) => delivery::Ship::Push,
+            (false, false) => delivery::Ship::Commit,
         };
         let push_auth = Some(r.push_auth.as_str()).filter(|a| !a.is_empty());
-        let d = changes::deliver(&repo, settings, &r.message, &author, how, push_auth)
+        let d = delivery::deliver(&repo, settings, &r.message, &author, how, push_auth)
             .await
             .map_err(status)?;
         Ok(Response::new(pb::Delivery {

@@ -11,12 +11,15 @@
 //! - [`docker`]: bollard: images, containers with limits and labels,
 //!   attach, exit codes.
 //! - [`exec`]: `terminal/*` as `docker exec` in the agent's container.
-//! - [`workspace`]: git clone into `<workspaces_root>/<task_id>`, or an
-//!   allowed host directory; [`repository`]: which repository URLs may be
-//!   cloned.
-//! - [`git`]: git on the host, hardened against the agent's repository
-//!   configuration; [`changes`]: a task's branch and its changes against
-//!   the base.
+//! - [`workspace`]: a task's clone: Kandev's own repository under
+//!   `<workspaces_root>/.kandev/<task_id>` and the agent's copy at
+//!   `<workspaces_root>/<task_id>`, or an allowed host directory;
+//!   [`repository`]: which repository URLs may be cloned.
+//! - [`mirror`]: copying the agent's work tree into Kandev's own without
+//!   following or interpreting anything the agent wrote.
+//! - [`git`]: git on the host, only ever in Kandev's own repository;
+//!   [`changes`]: a task's branch and its changes against the base;
+//!   [`delivery`]: committing and pushing them.
 //! - [`runner`]: one prompt turn in one container, and the event pipeline.
 //! - [`manager`]: the domain API ([`AgentManager`]) and reconciliation.
 //! - [`grpc`]: the thin tonic adapter.
@@ -29,12 +32,14 @@ pub mod announce;
 pub mod changes;
 pub mod config;
 pub mod credentials;
+pub mod delivery;
 pub mod docker;
 pub mod domain;
 pub mod exec;
 pub mod git;
 pub mod grpc;
 pub mod manager;
+pub mod mirror;
 pub mod repository;
 pub mod runner;
 pub mod startup;

@@ -1,6 +1,18 @@
-//! Workspaces on the host: a repository cloned into
-//! `<workspaces_root>/<task_id>`, or a caller's directory that must lie
-//! under an allowed root.
+//! Workspaces on the host: a repository cloned for a task, or a caller's
+//! directory that must lie under an allowed root.
+//!
+//! A task's clone is two repositories ([`TaskPaths`]):
+//! - Kandev's own, `<workspaces_root>/.kandev/<task_id>`: a bare clone of
+//!   the task's repository holding the task's branch, the base it started
+//!   from and the URL it was cloned from, plus the mirror of the agent's
+//!   work tree that git reads ([`crate::mirror`]). No container mounts it.
+//! - The agent's, `<workspaces_root>/<task_id>`, mounted at `/workspace`:
+//!   a clone of Kandev's on the task's branch, given to the agent's user
+//!   (mode 0700). The agent may do anything with it, its `.git` included:
+//!   Kandev never runs git there again once it is made.
+//!
+//! The workspaces root is 0700, so no other local user reaches a workspace
+//! or what an agent left in it.
 
 use std::{
     path::{Path, PathBuf},
@@ -15,6 +27,43 @@ use crate::{
     domain::{AgentError, Result, invalid},
     repository,
 };
+
+/// The directory under the workspaces root holding Kandev's own
+/// repositories of tasks.
+pub const KANDEV_DIR: &str = ".kandev";
+
+/// Where the two repositories of a task's clone live (see the module's
+/// docs).
+#[derive(Debug, Clone)]
+pub struct TaskPaths {
+    /// The agent's work tree, mounted at `/workspace`.
+    pub workspace: PathBuf,
+    /// Kandev's own: `git/`, `tree/` (the mirror), `staging/`.
+    pub kandev: PathBuf,
+}
+
+impl TaskPaths {
+    pub fn new(workspaces_root: &Path, task_id: Uuid) -> TaskPaths {
+        TaskPaths {
+            workspace: workspaces_root.join(task_id.to_string()),
+            kandev: workspaces_root.join(KANDEV_DIR).join(task_id.to_string()),
+        }
+    }
+
+    /// Kandev's repository of the task.
+    pub fn repo(&self) -> crate::git::Repo {
+        repo_in(&self.kandev)
+    }
+
+    /// The mirror's scratch directory (see [`crate::mirror::sync`]).
+    pub fn staging(&self) -> PathBuf {
+        self.kandev.join("staging")
+    }
+}
+
+fn repo_in(kandev: &Path) -> crate::git::Repo {
+    crate::git::Repo::new(kandev.join("git"), kandev.join("tree"))
+}
 
 /// Where the workspace of a launch comes from.
 #[derive(Debug, Clone)]
@@ -74,6 +123,7 @@ pub async fn prepare(
             let dir = task_dir(settings, task_id)?;
             std::fs::create_dir_all(&dir)
                 .map_err(|e| AgentError::Internal(format!("cannot create {dir:?}: {e}")))?;
+            give_to_agent(&dir, settings.file_owner()).await?;
             Prepared::Ready(owned(dir)?)
         }
         WorkspaceSource::Git { url, branch, title } => {
@@ -84,7 +134,7 @@ pub async fn prepare(
     // Docker's bind syntax is `host:container:mode`.
     let path = match &prepared {
         Prepared::Ready(ready) => &ready.host_path,
-        Prepared::Clone(clone) => &clone.dest,
+        Prepared::Clone(clone) => &clone.paths.workspace,
     };
     if path.to_string_lossy().contains([':', ',']) {
         return Err(invalid("the workspace path must not contain ':' or ','"));
@@ -102,11 +152,35 @@ fn owned(dir: PathBuf) -> Result<PreparedWorkspace> {
     })
 }
 
+/// The workspace of `task_id`, after making the workspaces root (0700).
 fn task_dir(settings: &Settings, task_id: Uuid) -> Result<PathBuf> {
     let root = Path::new(&settings.workspaces_root);
-    std::fs::create_dir_all(root)
-        .map_err(|e| AgentError::Internal(format!("cannot create {root:?}: {e}")))?;
+    private_dir(root)?;
     Ok(root.join(task_id.to_string()))
+}
+
+/// Makes `dir` (and its parents) if needed, and closes it to other users.
+fn private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| AgentError::Internal(format!("cannot create {dir:?}: {e}")))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| AgentError::Internal(format!("cannot restrict {dir:?}: {e}")))
+}
+
+/// Gives a tree Kandev just made to the agent's user, closed to others.
+async fn give_to_agent(dir: &Path, owner: Option<(u32, u32)>) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        if let Some(owner) = owner {
+            crate::mirror::chown_tree(&dir, owner, &crate::mirror::Limits::default())?;
+        }
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| AgentError::Internal(format!("cannot restrict {dir:?}: {e}")))
+    })
+    .await
+    .map_err(|e| AgentError::Internal(format!("giving a workspace to the agent: {e}")))?
 }
 
 /// Checks that `path` exists and lies under an allowed root, after
@@ -127,7 +201,12 @@ fn allowed_path(settings: &Settings, path: &str) -> Result<PreparedWorkspace> {
         .iter()
         .filter_map(|root| Path::new(root).canonicalize().ok())
         .any(|root| real.starts_with(&root));
-    if !inside {
+    // Kandev's own repositories and other tasks' clones are never a
+    // caller's directory.
+    let managed = Path::new(&settings.workspaces_root)
+        .canonicalize()
+        .is_ok_and(|root| real.starts_with(root));
+    if !inside || managed {
         return Err(refused());
     }
     if !real.is_dir() {
@@ -176,7 +255,8 @@ async fn plan_clone(
     }
     let protocols = repository::check(settings, &url).await?;
     let dest = task_dir(settings, task_id)?;
-    if dest.join(".git").is_dir() {
+    let paths = TaskPaths::new(Path::new(&settings.workspaces_root), task_id);
+    if dest.is_dir() {
         // A relaunch of the same task keeps its work (only complete clones
         // are ever renamed into place).
         return Ok(Prepared::Ready(owned(dest)?));
@@ -186,7 +266,8 @@ async fn plan_clone(
         branch,
         work_branch,
         protocols,
-        dest,
+        paths,
+        owner: settings.file_owner(),
         timeout: Duration::from_secs(settings.clone_timeout_secs),
     }))
 }
@@ -198,35 +279,77 @@ pub struct PendingClone {
     branch: String,
     work_branch: String,
     protocols: Vec<String>,
-    dest: PathBuf,
+    paths: TaskPaths,
+    owner: Option<(u32, u32)>,
     timeout: Duration,
 }
 
 impl PendingClone {
-    /// Clones into a hidden directory beside the destination and renames it
-    /// into place when complete, so a failed or interrupted clone is never
-    /// reused. git runs in its own process group, killed whole (helpers such
-    /// as `git-remote-https` included) on timeout or when dropped.
+    /// Clones Kandev's repository of the task from the URL, starts the
+    /// task's branch there, and makes the agent's clone from it (see the
+    /// module's docs). Both are made in hidden directories and renamed into
+    /// place when complete, so a failed or interrupted clone is never
+    /// reused.
+    #[tracing::instrument(name = "clone", skip_all, fields(url = %redact_url(&self.url)))]
     pub async fn run(self) -> Result<PreparedWorkspace> {
+        let suffix = format!("partial-{}", Uuid::new_v4().simple());
+        let name = |p: &Path| {
+            p.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned()
+        };
+        let kandev = self
+            .paths
+            .kandev
+            .with_file_name(format!(".{}.{suffix}", name(&self.paths.kandev)));
+        let agent = self
+            .paths
+            .workspace
+            .with_file_name(format!(".{}.{suffix}", name(&self.paths.workspace)));
+        let _cleanup = (RemoveOnDrop(kandev.clone()), RemoveOnDrop(agent.clone()));
+        for dir in [kandev.parent(), Some(kandev.as_path())]
+            .into_iter()
+            .flatten()
+        {
+            private_dir(dir)?;
+        }
+        for dir in [kandev.join("tree"), kandev.join("staging")] {
+            private_dir(&dir)?;
+        }
+        self.clone_bare(&kandev.join("git")).await?;
+        let repo = repo_in(&kandev);
+        crate::changes::start_branch(&repo, &self.work_branch, &self.url).await?;
+        crate::git::clone_local(repo.git_dir(), &self.work_branch, &agent).await?;
+        crate::git::set_origin(&agent, &redact_url(&self.url)).await?;
+        give_to_agent(&agent, self.owner).await?;
+        let rename = |from: &Path, to: &Path| {
+            std::fs::rename(from, to)
+                .map_err(|e| AgentError::Internal(format!("cannot move the clone into place: {e}")))
+        };
+        rename(&kandev, &self.paths.kandev)?;
+        rename(&agent, &self.paths.workspace)?;
+        owned(self.paths.workspace)
+    }
+
+    /// `git clone --bare` of the URL into `dest`, in its own process group
+    /// killed whole (helpers such as `git-remote-https` included) on
+    /// timeout or when dropped.
+    async fn clone_bare(&self, dest: &Path) -> Result<()> {
         let PendingClone {
             url,
             branch,
-            work_branch,
             protocols,
-            dest,
             timeout,
+            ..
         } = self;
-        let name = dest.file_name().unwrap_or_default().to_string_lossy();
-        let partial = dest.with_file_name(format!(".{name}.partial-{}", Uuid::new_v4().simple()));
-        let _cleanup = RemoveOnDrop(partial.clone());
         let mut cmd = Command::new("git");
-        cmd.args(repository::protocol_args(&protocols))
-            .arg("clone")
-            .arg("--quiet");
+        cmd.args(repository::protocol_args(protocols))
+            .args(["clone", "--bare", "--quiet"]);
         if !branch.is_empty() {
-            cmd.args(["--branch", &branch]);
+            cmd.args(["--branch", branch]);
         }
-        cmd.arg("--").arg(&url).arg(&partial);
+        cmd.arg("--").arg(url).arg(dest);
         cmd.env("GIT_TERMINAL_PROMPT", "0")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -236,36 +359,27 @@ impl PendingClone {
             .spawn()
             .map_err(|e| AgentError::Internal(format!("cannot run git: {e}")))?;
         let group = KillGroupOnDrop(child.id());
-        let output = match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        let output = match tokio::time::timeout(*timeout, child.wait_with_output()).await {
             Ok(output) => output.map_err(|e| AgentError::Internal(format!("git clone: {e}")))?,
             Err(_) => {
                 drop(group);
                 return Err(AgentError::FailedPrecondition(format!(
                     "cloning {} timed out after {} s",
-                    redact_url(&url),
+                    redact_url(url),
                     timeout.as_secs()
                 )));
             }
         };
-        if !output.status.success() {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            let reason = clone_failure(&stderr).replace(&url, &redact_url(&url));
-            return Err(AgentError::FailedPrecondition(format!(
-                "cloning {} (branch {}) failed: {reason}",
-                redact_url(&url),
-                if branch.is_empty() {
-                    "default"
-                } else {
-                    &branch
-                },
-            )));
+        if output.status.success() {
+            return Ok(());
         }
-        // The task works on its own branch, from the base just cloned.
-        let repo = crate::git::Repo::open(&partial).await?;
-        crate::changes::start_branch(&repo, &work_branch).await?;
-        std::fs::rename(&partial, &dest)
-            .map_err(|e| AgentError::Internal(format!("cannot move the clone into place: {e}")))?;
-        owned(dest)
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let reason = clone_failure(&stderr).replace(url.as_str(), &redact_url(url));
+        Err(AgentError::FailedPrecondition(format!(
+            "cloning {} (branch {}) failed: {reason}",
+            redact_url(url),
+            if branch.is_empty() { "default" } else { branch },
+        )))
     }
 }
 

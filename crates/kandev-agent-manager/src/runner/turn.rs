@@ -51,7 +51,8 @@ fn connect(
     let workspace = if offers("fs") {
         Some(
             Workspace::new(&spec.workspace, CONTAINER_WORKSPACE)
-                .map_err(|e| failed(format!("workspace {:?}: {e}", spec.workspace)))?,
+                .map_err(|e| failed(format!("workspace {:?}: {e}", spec.workspace)))?
+                .with_owner(shared.settings.file_owner()),
         )
     } else {
         None

@@ -6,6 +6,9 @@
 
 mod auth;
 mod binary;
+mod boundary;
+mod changes;
+mod clones;
 mod contract;
 mod engine;
 mod faults;
