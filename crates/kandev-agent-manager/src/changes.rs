@@ -176,8 +176,8 @@ pub async fn start_branch(repo: &Repo, work_branch: &str, url: &str) -> Result<(
     ] {
         repo.run(["config", key, value], None).await?;
     }
-    // The index starts as the base, so the first staging hashes only what
-    // the agent changed... once the mirror holds the same bytes.
+    // The index starts as the base tree (without stat data: the first
+    // staging hashes the mirror's files once, later ones what changed).
     repo.run(["read-tree", "HEAD"], None).await?;
     Ok(())
 }
