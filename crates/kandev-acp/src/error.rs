@@ -85,12 +85,16 @@ pub enum AcpError {
     },
     /// The agent needs authentication and the client may not (or cannot)
     /// authenticate by itself.
-    #[error("authentication required: {message}")]
+    #[error("authentication required: {message}{}", set_one_of(env))]
     AuthRequired {
         /// The agent's message.
         message: String,
         /// The methods the agent advertised.
         methods: Vec<String>,
+        /// Environment variables the agent's methods read, any one of
+        /// which would have let the client authenticate by itself; empty
+        /// when no method names one (or one was set and still refused).
+        env: Vec<String>,
     },
     /// No answer in time.
     #[error("{method} timed out after {timeout:?}")]
@@ -129,6 +133,14 @@ pub enum AcpError {
     /// The agent reported that the turn failed.
     #[error("the agent reported a failed turn: {0}")]
     TurnFailed(String),
+}
+
+fn set_one_of(env: &[String]) -> String {
+    if env.is_empty() {
+        String::new()
+    } else {
+        format!(" (set {})", env.join(" or "))
+    }
 }
 
 impl AcpError {

@@ -26,6 +26,8 @@
 //!
 //! # Layout
 //!
+//! - [`auth`]: choosing the `authenticate` method from the credentials
+//!   in the agent's environment.
 //! - [`client`]: [`AcpClient`], [`ClientOptions`], [`EventStream`],
 //!   [`Dialect`]; the reader task, correlation and agent-request dispatch.
 //! - [`event`]: the normalized event model ([`AcpEvent`], [`EventKind`]).
@@ -43,6 +45,7 @@
 //! The protocol, the event model and how to write an agent are documented
 //! in `docs/AGENTS.md`.
 
+pub mod auth;
 pub mod client;
 pub mod error;
 pub mod event;

@@ -173,6 +173,11 @@ async fn run(args: RunArgs) -> anyhow::Result<u8> {
         terminal: Some(Arc::new(LocalExecutor::new(Some(workspace.clone())))),
         workspace: Some(workspace.clone()),
         allowed_auth_methods: args.auth_methods.clone(),
+        // The agent inherits this process's environment.
+        auth_env: std::env::vars_os()
+            .filter(|(_, value)| !value.is_empty())
+            .filter_map(|(name, _)| name.into_string().ok())
+            .collect(),
         ..ClientOptions::default()
     };
     let (client, mut events) = AcpClient::connect(stdout, stdin, options);

@@ -82,21 +82,39 @@ fn first_of_kind(
         })
 }
 
-/// Selects the first `allow_once` / `allow_always` option (the seed's
-/// behaviour); `cancelled` when no allow option is offered.
+/// Allows what the agent asks, one action at a time: selects an
+/// `allow_once` option whenever one is offered, wherever it is in the list.
+///
+/// `allow_always` is chosen only when it is the sole way to allow: agents
+/// remember it beyond the answer (Claude writes a rule into the
+/// repository's `.claude/settings.local.json` and stops asking, even on
+/// later turns under another policy), so it is never preferred. When no
+/// allow option is offered at all, the answer is `cancelled`, logged as a
+/// warning: auto-approve never selects a reject option.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AutoApprove;
 
 #[async_trait]
 impl PermissionPolicy for AutoApprove {
     async fn decide(&self, _: &Value, request: &RequestPermissionRequest) -> PermissionDecision {
-        first_of_kind(
-            request,
-            &[
-                PermissionOptionKind::AllowOnce,
-                PermissionOptionKind::AllowAlways,
-            ],
-        )
+        let decision = first_of_kind(request, &[PermissionOptionKind::AllowOnce]);
+        if decision != PermissionDecision::Cancel {
+            return decision;
+        }
+        let decision = first_of_kind(request, &[PermissionOptionKind::AllowAlways]);
+        let tool_call = request.tool_call.tool_call_id.0.as_ref();
+        if decision == PermissionDecision::Cancel {
+            tracing::warn!(
+                tool_call,
+                "auto-approve: no allow option offered; answered cancelled"
+            );
+        } else {
+            tracing::info!(
+                tool_call,
+                "auto-approve: allow_always is the only allow option offered; selected it"
+            );
+        }
+        decision
     }
 }
 
@@ -216,20 +234,43 @@ mod tests {
         )
     }
 
+    async fn auto(kinds: &[(&str, PermissionOptionKind)]) -> PermissionDecision {
+        AutoApprove.decide(&Value::from(1), &request(kinds)).await
+    }
+
     #[tokio::test]
-    async fn auto_approve_picks_first_allow_option() {
-        let req = request(&[
-            ("no", PermissionOptionKind::RejectOnce),
-            ("always", PermissionOptionKind::AllowAlways),
-            ("once", PermissionOptionKind::AllowOnce),
-        ]);
-        let got = AutoApprove.decide(&Value::from(1), &req).await;
-        assert_eq!(got, PermissionDecision::Select("always".into()));
-        let only_reject = request(&[("no", PermissionOptionKind::RejectOnce)]);
+    async fn auto_approve_prefers_allow_once_wherever_it_is_listed() {
+        use PermissionOptionKind::{AllowAlways, AllowOnce, RejectOnce};
+        let once = PermissionDecision::Select("once".into());
+        // Claude's order: always first, once second.
+        let claude = [
+            ("always", AllowAlways),
+            ("once", AllowOnce),
+            ("no", RejectOnce),
+        ];
+        assert_eq!(auto(&claude).await, once);
+        let once_first = [("once", AllowOnce), ("always", AllowAlways)];
+        assert_eq!(auto(&once_first).await, once);
+        let reject_first = [
+            ("no", RejectOnce),
+            ("always", AllowAlways),
+            ("once", AllowOnce),
+        ];
+        assert_eq!(auto(&reject_first).await, once);
+    }
+
+    #[tokio::test]
+    async fn auto_approve_takes_allow_always_only_when_nothing_else_allows() {
+        use PermissionOptionKind::{AllowAlways, RejectAlways, RejectOnce};
+        let only_always = [("no", RejectOnce), ("always", AllowAlways)];
         assert_eq!(
-            AutoApprove.decide(&Value::from(1), &only_reject).await,
-            PermissionDecision::Cancel
+            auto(&only_always).await,
+            PermissionDecision::Select("always".into())
         );
+        // No allow option: cancelled, never a reject option.
+        let none = [("no", RejectOnce), ("never", RejectAlways)];
+        assert_eq!(auto(&none).await, PermissionDecision::Cancel);
+        assert_eq!(auto(&[]).await, PermissionDecision::Cancel);
     }
 
     #[tokio::test]

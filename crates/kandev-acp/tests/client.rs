@@ -598,13 +598,26 @@ async fn initialize_times_out_when_the_agent_never_answers() {
     );
 }
 
-async fn auth_flow(allowed: Vec<String>) -> (Result<String, AcpError>, Vec<Value>) {
-    let options = ClientOptions {
-        allowed_auth_methods: allowed,
-        ..ClientOptions::default()
-    };
+/// The agent's methods in the auth tests: a terminal login, an API key
+/// its name does not spell out.
+fn login_or_api_key() -> Value {
+    json!([
+        {"type":"terminal","id":"login-tty","name":"Login"},
+        {"id":"api-key","name":"API key"}
+    ])
+}
+
+/// A scripted agent that advertises `methods` and refuses `session/new`
+/// with -32000 until `authenticate` succeeded; `authenticate` succeeds for
+/// the method ids in `accepts`. Returns the session (or the error) and the
+/// messages the agent received after `initialize`.
+async fn auth_flow(
+    options: ClientOptions,
+    methods: Value,
+    accepts: &[&str],
+) -> (Result<String, AcpError>, Vec<Value>) {
     let (client, _events, mut agent) = connect(options);
-    let flow = tokio::spawn({
+    let mut flow = tokio::spawn({
         let client = client.clone();
         async move {
             client.initialize().await?;
@@ -612,45 +625,57 @@ async fn auth_flow(allowed: Vec<String>) -> (Result<String, AcpError>, Vec<Value
         }
     });
     agent
-        .answer_v1_initialize(json!({"authMethods":[
-            {"type":"terminal","id":"login-tty","name":"Login"},
-            {"id":"api-key","name":"API key"}
-        ]}))
+        .answer_v1_initialize(json!({ "authMethods": methods }))
         .await;
     let mut seen = Vec::new();
-    loop {
+    let mut authenticated = false;
+    let result = loop {
         let message = tokio::select! {
-            m = agent.recv() => m,
-            () = tokio::time::sleep(Duration::from_millis(500)) => break,
+            result = &mut flow => break result.expect("join"),
+            message = agent.recv() => message,
         };
         seen.push(message.clone());
-        let authenticated = seen.iter().any(|m| m["method"] == "authenticate");
+        let id = &message["id"];
         let reply = match message["method"].as_str() {
-            Some("session/new") if !authenticated => json!({"jsonrpc":"2.0","id":message["id"],
+            Some("session/new") if !authenticated => json!({"jsonrpc":"2.0","id":id,
                 "error":{"code":-32000,"message":"Please log in first"}}),
-            Some("session/new") => {
-                json!({"jsonrpc":"2.0","id":message["id"],"result":{"sessionId":"s-auth"}})
+            Some("session/new") => json!({"jsonrpc":"2.0","id":id,"result":{"sessionId":"s-auth"}}),
+            Some("authenticate") => {
+                let method = message["params"]["methodId"].as_str().unwrap_or_default();
+                authenticated = accepts.contains(&method);
+                if authenticated {
+                    json!({"jsonrpc":"2.0","id":id,"result":{}})
+                } else {
+                    json!({"jsonrpc":"2.0","id":id,"error":{"code":-32602,"message":"no key"}})
+                }
             }
-            Some("authenticate") => json!({"jsonrpc":"2.0","id":message["id"],"result":{}}),
             _ => continue,
         };
         agent.send(reply).await;
-        if flow.is_finished() {
-            break;
-        }
+    };
+    (result, seen)
+}
+
+fn allowing(methods: &[&str]) -> ClientOptions {
+    ClientOptions {
+        allowed_auth_methods: methods.iter().map(|m| (*m).to_owned()).collect(),
+        ..ClientOptions::default()
     }
-    (flow.await.expect("join"), seen)
+}
+
+fn authenticated_with(seen: &[Value]) -> Vec<&str> {
+    seen.iter()
+        .filter(|m| m["method"] == "authenticate")
+        .filter_map(|m| m["params"]["methodId"].as_str())
+        .collect()
 }
 
 #[tokio::test]
 async fn auth_required_with_an_allowed_method_authenticates_and_retries() {
-    let (result, seen) = auth_flow(vec!["api-key".into(), "login-tty".into()]).await;
+    let options = allowing(&["api-key", "login-tty"]);
+    let (result, seen) = auth_flow(options, login_or_api_key(), &["api-key"]).await;
     assert_eq!(result.expect("session"), "s-auth");
-    let auth = seen
-        .iter()
-        .find(|m| m["method"] == "authenticate")
-        .expect("authenticate sent");
-    assert_eq!(auth["params"]["methodId"], "api-key");
+    assert_eq!(authenticated_with(&seen), ["api-key"]);
     assert_eq!(
         seen.iter().filter(|m| m["method"] == "session/new").count(),
         2
@@ -660,15 +685,68 @@ async fn auth_required_with_an_allowed_method_authenticates_and_retries() {
 #[tokio::test]
 async fn auth_required_without_an_allowed_method_is_surfaced() {
     // Terminal methods are never sent to authenticate, even when allowed.
-    let (result, seen) = auth_flow(vec!["login-tty".into()]).await;
+    let (result, seen) = auth_flow(allowing(&["login-tty"]), login_or_api_key(), &[]).await;
     match result {
-        Err(AcpError::AuthRequired { message, methods }) => {
+        Err(AcpError::AuthRequired {
+            message,
+            methods,
+            env,
+        }) => {
             assert_eq!(message, "Please log in first");
             assert_eq!(methods, ["login-tty", "api-key"]);
+            // `api-key` is codex's id: its variables are known.
+            assert_eq!(env, ["CODEX_API_KEY", "OPENAI_API_KEY"]);
         }
         other => panic!("expected AuthRequired, got {other:?}"),
     }
-    assert!(seen.iter().all(|m| m["method"] != "authenticate"));
+    assert!(authenticated_with(&seen).is_empty());
+}
+
+/// codex-acp 0.x's methods: a browser login, then two API keys (the newer
+/// `env_var` shape, and the older one naming its variable in its name).
+fn codex_methods() -> Value {
+    json!([
+        {"id":"chatgpt","name":"Login with ChatGPT",
+         "description":"Use your ChatGPT login with Codex CLI (requires a paid ChatGPT subscription)"},
+        {"type":"env_var","id":"codex-api-key","name":"Use CODEX_API_KEY",
+         "vars":[{"name":"CODEX_API_KEY"}]},
+        {"id":"openai-api-key","name":"Use OPENAI_API_KEY",
+         "description":"Requires setting the `OPENAI_API_KEY` environment variable."}
+    ])
+}
+
+fn with_env(vars: &[&str]) -> ClientOptions {
+    ClientOptions {
+        auth_env: vars.iter().map(|v| (*v).to_owned()).collect(),
+        ..ClientOptions::default()
+    }
+}
+
+#[tokio::test]
+async fn auth_required_authenticates_with_the_method_whose_variable_is_set() {
+    let options = with_env(&["PATH", "OPENAI_API_KEY"]);
+    let (result, seen) = auth_flow(options, codex_methods(), &["openai-api-key"]).await;
+    assert_eq!(result.expect("session"), "s-auth");
+    assert_eq!(authenticated_with(&seen), ["openai-api-key"]);
+}
+
+#[tokio::test]
+async fn auth_required_without_the_variable_names_it() {
+    let options = with_env(&["ANTHROPIC_API_KEY"]);
+    let (result, seen) = auth_flow(options, codex_methods(), &["openai-api-key"]).await;
+    let error = result.expect_err("no credentials");
+    assert!(
+        error
+            .to_string()
+            .contains("set CODEX_API_KEY or OPENAI_API_KEY"),
+        "{error}"
+    );
+    match error {
+        AcpError::AuthRequired { env, .. } => assert_eq!(env, ["CODEX_API_KEY", "OPENAI_API_KEY"]),
+        other => panic!("expected AuthRequired, got {other:?}"),
+    }
+    // Nothing is tried: not the browser login, not a key that is not set.
+    assert!(authenticated_with(&seen).is_empty());
 }
 
 #[tokio::test]

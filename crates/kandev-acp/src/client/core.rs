@@ -55,6 +55,8 @@ pub(super) struct State {
     pub(super) closed: Option<String>,
     pub(super) dialect: Option<Dialect>,
     pub(super) init: Option<InitializeResponse>,
+    /// The advertised auth methods, with the variables each reads.
+    pub(super) auth_methods: Vec<crate::auth::AuthMethodInfo>,
     pub(super) seed_init: Value,
     pub(super) session_id: Option<String>,
     pub(super) turn_waiter: Option<oneshot::Sender<TurnResult>>,

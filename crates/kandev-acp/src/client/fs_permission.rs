@@ -13,21 +13,29 @@
 //! events of direction `local`: the client asks, not the agent, and no
 //! agent output line belongs to them.
 //!
-//! A write the agent already has permission for is not asked again: an
-//! `allow_once` answer to the agent's own permission request for a tool
-//! call of kind `edit`, `delete` or `move` covers the files in its
-//! `locations` for the rest of the turn, `allow_always` for the client's
-//! life.
+//! One question per action: a write the agent already asked about is not
+//! asked again. An `allow_once` answer to the agent's own permission
+//! request for a tool call of kind `edit`, `delete` or `move` covers the
+//! files of that tool call until it completes or fails (or the turn ends);
+//! `allow_always` covers them for the client's life. The tool call's kind
+//! and files are taken from the request and from the agent's `tool_call` /
+//! `tool_call_update` notifications of the same `toolCallId`, before or
+//! after the answer (claude-code-acp sends them only in the notification):
+//! its `locations`, the paths of its `diff` content and the path fields of
+//! its `rawInput`. ACP v1's `fs/write_text_file` names no tool call, so a
+//! write is matched by its path alone: a file no allowed tool call names
+//! is asked about.
 
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     path::{Path, PathBuf},
     sync::Arc,
 };
 
 use agent_client_protocol::v1::schema::{
-    PermissionOption, PermissionOptionKind, RequestPermissionRequest, ToolCallLocation,
-    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind, WriteTextFileRequest,
+    PermissionOption, PermissionOptionKind, RequestPermissionRequest, ToolCallContent,
+    ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+    WriteTextFileRequest,
 };
 use serde_json::{Value, json};
 
@@ -42,32 +50,166 @@ use crate::{
 
 const METHOD: &str = "fs/write_text_file";
 
-/// At most this many files are remembered as granted; past it, writes to
-/// further files are asked again.
+/// At most this many files are remembered as granted for the client's
+/// life; past it, writes to further files are asked again.
 const MAX_GRANTS: usize = 1024;
+/// At most this many tool calls of a turn are remembered; further ones
+/// cover no write.
+const MAX_CALLS: usize = 1024;
+/// At most this many files are remembered per tool call.
+const MAX_CALL_PATHS: usize = 64;
+/// The `rawInput` fields that name the file a tool works on (Claude's
+/// `file_path` and `notebook_path`, and the usual others).
+const RAW_INPUT_PATHS: [&str; 4] = ["path", "file_path", "filePath", "notebook_path"];
 
-/// Files the agent got permission to write (host paths, lexically mapped).
+/// How the agent's permission request for a tool call was allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Allowed {
+    Once,
+    Always,
+}
+
+/// What the client knows of one tool call of the turn.
+#[derive(Debug, Default)]
+struct ToolCallFiles {
+    kind: Option<ToolKind>,
+    /// The files it names, as host paths.
+    paths: HashSet<PathBuf>,
+    allowed: Option<Allowed>,
+}
+
+impl ToolCallFiles {
+    /// Whether an allow answer for it is one to write its files.
+    fn writes(&self) -> bool {
+        matches!(
+            self.kind,
+            Some(ToolKind::Edit | ToolKind::Delete | ToolKind::Move)
+        )
+    }
+}
+
+/// The writes the agent has permission for, and the tool calls of the
+/// turn they come from.
 #[derive(Debug, Default)]
 pub(super) struct WriteGrants {
-    /// Until the turn ends (`allow_once`).
-    turn: HashSet<PathBuf>,
-    /// For the client's life (`allow_always`).
+    /// The turn's tool calls by `toolCallId`.
+    calls: HashMap<String, ToolCallFiles>,
+    /// Files allowed for the client's life (`allow_always`), host paths.
     always: HashSet<PathBuf>,
 }
 
 impl WriteGrants {
-    /// Forgets the grants of the turn that ended.
+    /// Forgets the tool calls (and so the `allow_once` grants) of the turn
+    /// that ended.
     pub(super) fn end_turn(&mut self) {
-        self.turn.clear();
+        self.calls.clear();
     }
 
     fn covers(&self, path: &Path) -> bool {
-        self.turn.contains(path) || self.always.contains(path)
+        self.always.contains(path)
+            || self
+                .calls
+                .values()
+                .any(|c| c.allowed.is_some() && c.writes() && c.paths.contains(path))
+    }
+
+    /// Merges what the agent says of a tool call (a notification, or the
+    /// tool call of its permission request). A finished tool call allowed
+    /// once covers nothing more.
+    fn note(&mut self, workspace: &Workspace, update: &ToolCallUpdate) {
+        let id = update.tool_call_id.0.as_ref();
+        let fields = &update.fields;
+        if matches!(
+            fields.status,
+            Some(ToolCallStatus::Completed | ToolCallStatus::Failed)
+        ) {
+            self.calls.remove(id);
+            return;
+        }
+        if !self.calls.contains_key(id) && self.calls.len() >= MAX_CALLS {
+            return;
+        }
+        let call = self.calls.entry(id.to_owned()).or_default();
+        if fields.kind.is_some() {
+            call.kind = fields.kind;
+        }
+        for path in named_files(fields).filter_map(|p| workspace.to_host(p).ok()) {
+            if call.paths.len() >= MAX_CALL_PATHS {
+                break;
+            }
+            call.paths.insert(path);
+        }
+        self.keep_always(id);
+    }
+
+    /// Records an allow answer to the agent's request for tool call `id`.
+    fn allow(&mut self, id: &str, allowed: Allowed) {
+        if let Some(call) = self.calls.get_mut(id) {
+            call.allowed = Some(allowed);
+        }
+        self.keep_always(id);
+    }
+
+    /// Copies the files of a tool call allowed always into the grants of
+    /// the client's life.
+    fn keep_always(&mut self, id: &str) {
+        let Some(call) = self.calls.get(id) else {
+            return;
+        };
+        if call.allowed != Some(Allowed::Always) || !call.writes() {
+            return;
+        }
+        for path in &call.paths {
+            if self.always.len() >= MAX_GRANTS {
+                break;
+            }
+            self.always.insert(path.clone());
+        }
+    }
+}
+
+/// The files a tool call names: its locations, the paths of its diffs and
+/// the path fields of its `rawInput` (agent paths; relative ones are
+/// refused by the workspace).
+fn named_files(fields: &ToolCallUpdateFields) -> impl Iterator<Item = &Path> {
+    let locations = fields.locations.iter().flatten().map(|l| l.path.as_path());
+    let diffs = fields.content.iter().flatten().filter_map(|c| match c {
+        ToolCallContent::Diff(d) => Some(d.path.as_path()),
+        _ => None,
+    });
+    let raw = fields.raw_input.as_ref();
+    let raw_paths = RAW_INPUT_PATHS
+        .iter()
+        .filter_map(move |key| raw?.get(*key)?.as_str())
+        .map(Path::new);
+    locations.chain(diffs).chain(raw_paths)
+}
+
+/// Notes a `tool_call` / `tool_call_update` notification (the `params` of
+/// a `session/update`): its tool call's kind and files, for the write that
+/// may follow an answer to its permission request.
+pub(super) fn note_update(inner: &Inner, params: &Value) {
+    let Some(workspace) = &inner.options.workspace else {
+        return;
+    };
+    let Some(update) = params.get("update") else {
+        return;
+    };
+    let tool_call = matches!(
+        update.get("sessionUpdate").and_then(Value::as_str),
+        Some("tool_call" | "tool_call_update")
+    );
+    if !tool_call {
+        return;
+    }
+    if let Ok(update) = serde_json::from_value::<ToolCallUpdate>(update.clone()) {
+        lock(&inner.state).write_grants.note(workspace, &update);
     }
 }
 
 /// Remembers the files an answer to the agent's own permission request
-/// allows it to write.
+/// allows it to write: those of its tool call, as the request and the
+/// agent's notifications of the same id describe it.
 pub(super) fn record_grant(
     inner: &Inner,
     request: &RequestPermissionRequest,
@@ -86,35 +228,15 @@ pub(super) fn record_grant(
     else {
         return;
     };
-    let always = match option.kind {
-        PermissionOptionKind::AllowOnce => false,
-        PermissionOptionKind::AllowAlways => true,
+    let allowed = match option.kind {
+        PermissionOptionKind::AllowOnce => Allowed::Once,
+        PermissionOptionKind::AllowAlways => Allowed::Always,
         _ => return,
     };
-    let fields = &request.tool_call.fields;
-    if !matches!(
-        fields.kind,
-        Some(ToolKind::Edit | ToolKind::Delete | ToolKind::Move)
-    ) {
-        return;
-    }
-    let paths = fields
-        .locations
-        .iter()
-        .flatten()
-        .filter_map(|l| workspace.to_host(&l.path).ok());
     let mut state = lock(&inner.state);
     let grants = &mut state.write_grants;
-    for path in paths {
-        if grants.turn.len() + grants.always.len() >= MAX_GRANTS {
-            break;
-        }
-        if always {
-            grants.always.insert(path);
-        } else {
-            grants.turn.insert(path);
-        }
-    }
+    grants.note(workspace, &request.tool_call);
+    grants.allow(request.tool_call.tool_call_id.0.as_ref(), allowed);
 }
 
 /// The question put to the policy for a write the agent did not ask about.
@@ -298,14 +420,66 @@ mod tests {
         );
     }
 
+    fn workspace() -> Workspace {
+        Workspace::new("/", "/workspace").expect("workspace")
+    }
+
+    fn tool_call(id: &str, fields: ToolCallUpdateFields) -> ToolCallUpdate {
+        ToolCallUpdate::new(id.to_owned(), fields)
+    }
+
+    fn edit_of(file: &str) -> ToolCallUpdateFields {
+        ToolCallUpdateFields::new()
+            .kind(ToolKind::Edit)
+            .locations(vec![ToolCallLocation::new(format!("/workspace/{file}"))])
+    }
+
     #[test]
-    fn grants_of_a_turn_end_with_it() {
+    fn an_allowed_edit_covers_its_files_until_it_finishes() {
+        let ws = workspace();
         let mut grants = WriteGrants::default();
-        grants.turn.insert(PathBuf::from("/h/a"));
-        grants.always.insert(PathBuf::from("/h/b"));
-        assert!(grants.covers(Path::new("/h/a")) && grants.covers(Path::new("/h/b")));
+        grants.note(&ws, &tool_call("x", edit_of("a")));
+        assert!(!grants.covers(Path::new("/a")), "not answered yet");
+        grants.allow("x", Allowed::Once);
+        assert!(grants.covers(Path::new("/a")));
+        assert!(!grants.covers(Path::new("/b")));
+        let done = ToolCallUpdateFields::new().status(ToolCallStatus::Completed);
+        grants.note(&ws, &tool_call("x", done));
+        assert!(!grants.covers(Path::new("/a")));
+    }
+
+    #[test]
+    fn the_files_may_be_named_after_the_answer_or_in_raw_input() {
+        let ws = workspace();
+        let mut grants = WriteGrants::default();
+        // The request names only the tool call; its notification follows.
+        grants.note(&ws, &tool_call("x", ToolCallUpdateFields::new()));
+        grants.allow("x", Allowed::Once);
+        let raw = ToolCallUpdateFields::new()
+            .kind(ToolKind::Edit)
+            .raw_input(json!({"file_path": "/workspace/r.txt", "content": "x"}));
+        grants.note(&ws, &tool_call("x", raw));
+        assert!(grants.covers(Path::new("/r.txt")));
+        // An allowed read covers no write.
+        let read = ToolCallUpdateFields::new()
+            .kind(ToolKind::Read)
+            .locations(vec![ToolCallLocation::new("/workspace/s.txt")]);
+        grants.note(&ws, &tool_call("y", read));
+        grants.allow("y", Allowed::Once);
+        assert!(!grants.covers(Path::new("/s.txt")));
+    }
+
+    #[test]
+    fn once_grants_end_with_the_turn_always_grants_stay() {
+        let ws = workspace();
+        let mut grants = WriteGrants::default();
+        grants.note(&ws, &tool_call("x", edit_of("a")));
+        grants.allow("x", Allowed::Once);
+        grants.note(&ws, &tool_call("y", edit_of("b")));
+        grants.allow("y", Allowed::Always);
+        assert!(grants.covers(Path::new("/a")) && grants.covers(Path::new("/b")));
         grants.end_turn();
-        assert!(!grants.covers(Path::new("/h/a")));
-        assert!(grants.covers(Path::new("/h/b")));
+        assert!(!grants.covers(Path::new("/a")));
+        assert!(grants.covers(Path::new("/b")));
     }
 }

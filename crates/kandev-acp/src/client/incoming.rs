@@ -227,6 +227,8 @@ async fn handle_notification(inner: &Arc<Inner>, method: &str, value: Value, raw
             .await;
         return;
     }
+    // Noted in wire order: before the permission request that may follow.
+    fs_permission::note_update(inner, params);
     let normalized = normalize::session_update(params);
     emit_from_agent(inner, normalized, value, raw_json).await;
 }

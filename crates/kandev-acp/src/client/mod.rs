@@ -22,6 +22,7 @@ mod incoming;
 mod session;
 
 use std::{
+    collections::BTreeSet,
     pin::Pin,
     sync::{Arc, Mutex, atomic::AtomicU64},
     task::{Context, Poll},
@@ -105,6 +106,13 @@ pub struct ClientOptions {
     /// Auth method ids the client may pass to `authenticate` by itself when
     /// `session/new` answers `auth_required`.
     pub allowed_auth_methods: Vec<String>,
+    /// Names of the environment variables set in the agent's environment.
+    /// When `session/new` answers `auth_required`, a method that reads one
+    /// of them (see [`crate::auth`]) is used to `authenticate` by itself.
+    pub auth_env: BTreeSet<String>,
+    /// Auth method id → a variable it reads, for methods that do not name
+    /// their variable themselves (default [`crate::auth::KNOWN_AUTH_ENV`]).
+    pub auth_method_env: Vec<(String, String)>,
     /// At most this many agent requests are handled at once (default 64);
     /// more make the reader wait.
     pub max_concurrent_agent_requests: usize,
@@ -129,6 +137,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("workspace", &self.workspace)
             .field("terminal", &self.terminal.is_some())
             .field("allowed_auth_methods", &self.allowed_auth_methods)
+            .field("auth_env", &self.auth_env)
             .finish_non_exhaustive()
     }
 }
@@ -148,6 +157,8 @@ impl Default for ClientOptions {
             workspace: None,
             terminal: None,
             allowed_auth_methods: Vec::new(),
+            auth_env: BTreeSet::new(),
+            auth_method_env: crate::auth::known_auth_env(),
             max_concurrent_agent_requests: 64,
             parse_raw: true,
         }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use agent_client_protocol::{
     schema::ProtocolVersion,
     v1::schema::{
-        AuthMethod, AuthenticateRequest, CancelNotification, ClientCapabilities, ContentBlock,
+        AuthenticateRequest, CancelNotification, ClientCapabilities, ContentBlock,
         FileSystemCapabilities, Implementation, InitializeRequest, InitializeResponse,
         LoadSessionRequest, McpServer, NewSessionRequest, PromptRequest, PromptResponse,
         SessionConfigOptionValue, SetSessionConfigOptionRequest, SetSessionConfigOptionResponse,
@@ -22,6 +22,7 @@ use super::{
     prompt_text, to_params,
 };
 use crate::{
+    auth,
     error::{AcpError, RpcError, codes},
     event::{ConfigChangeData, Direction, EventKind, LifecyclePhase, ModeChangeData},
     normalize::TurnSignal,
@@ -32,7 +33,8 @@ impl AcpClient {
     /// capabilities that are handled) and detects the dialect from the
     /// answer: an integer `protocolVersion` 1 is v1, a string is the seed
     /// dialect, and legacy lines before any answer mean the legacy format.
-    /// Times out after [`ClientOptions::initialize_timeout`].
+    /// Times out after
+    /// [`ClientOptions::initialize_timeout`](crate::ClientOptions::initialize_timeout).
     pub async fn initialize(&self) -> Result<Handshake, AcpError> {
         let options = &self.inner.options;
         let capabilities = ClientCapabilities::new()
@@ -85,6 +87,10 @@ impl AcpClient {
         {
             let mut state = lock(&self.inner.state);
             state.init = response.clone();
+            state.auth_methods = auth::methods(
+                raw.get("authMethods").unwrap_or(&Value::Null),
+                &options.auth_method_env,
+            );
             state.seed_init = raw.clone();
         }
         if self.inner.set_dialect(dialect) {
@@ -129,9 +135,13 @@ impl AcpClient {
     /// Creates a session (`session/new {cwd, mcpServers}`; the seed dialect
     /// sends empty params). When the agent answers `auth_required` and
     /// advertises a non-terminal auth method listed in
-    /// [`ClientOptions::allowed_auth_methods`], the client authenticates and
-    /// retries once; otherwise it returns [`AcpError::AuthRequired`] with the
-    /// agent's message.
+    /// [`ClientOptions::allowed_auth_methods`](crate::ClientOptions::allowed_auth_methods)
+    /// or reading a variable of
+    /// [`ClientOptions::auth_env`](crate::ClientOptions::auth_env) (see
+    /// [`crate::auth`]), the client
+    /// authenticates and retries once; otherwise it returns
+    /// [`AcpError::AuthRequired`] with the agent's message and the
+    /// variables that would have done.
     pub async fn new_session(
         &self,
         cwd: impl Into<PathBuf>,
@@ -175,6 +185,7 @@ impl AcpClient {
                                 return Err(AcpError::AuthRequired {
                                     message: source.message,
                                     methods: self.auth_method_ids(),
+                                    env: Vec::new(),
                                 });
                             }
                             other => other?,
@@ -211,34 +222,34 @@ impl AcpClient {
             .unwrap_or_default()
     }
 
-    /// Picks an allowed non-terminal method and sends `authenticate`.
+    /// Picks a non-terminal method the client may use (allowed, or reading
+    /// a variable set in the agent's environment) and sends `authenticate`.
     async fn authenticate_for(&self, source: RpcError) -> Result<(), AcpError> {
-        let allowed = &self.inner.options.allowed_auth_methods;
-        let method = lock(&self.inner.state).init.as_ref().and_then(|init| {
-            init.auth_methods
-                .iter()
-                .find(|m| {
-                    !matches!(m, AuthMethod::Terminal(_))
-                        && allowed.iter().any(|a| **a == *m.id().0)
-                })
-                .map(|m| m.id().clone())
-        });
-        let Some(method) = method else {
-            return Err(AcpError::AuthRequired {
-                message: source.message,
-                methods: self.auth_method_ids(),
-            });
+        let options = &self.inner.options;
+        let chosen = auth::choose(
+            &lock(&self.inner.state).auth_methods,
+            &options.allowed_auth_methods,
+            &options.auth_env,
+        );
+        let method = match chosen {
+            Ok(method) => method,
+            Err(env) => {
+                return Err(AcpError::AuthRequired {
+                    message: source.message,
+                    methods: self.auth_method_ids(),
+                    env,
+                });
+            }
         };
-        let detail = method.0.to_string();
         self.inner
             .request(
                 "authenticate",
-                to_params(&AuthenticateRequest::new(method)),
-                Some(self.inner.options.request_timeout),
+                to_params(&AuthenticateRequest::new(method.clone())),
+                Some(options.request_timeout),
                 None,
             )
             .await?;
-        self.lifecycle(LifecyclePhase::Authenticated, Some(detail))
+        self.lifecycle(LifecyclePhase::Authenticated, Some(method))
             .await;
         Ok(())
     }

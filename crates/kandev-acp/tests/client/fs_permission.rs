@@ -306,3 +306,96 @@ async fn an_allowed_edit_is_not_asked_again_when_written() {
         .await;
     prompt.await.expect("join").expect("prompt");
 }
+
+/// A `session/update` of the agent about tool call `id`.
+async fn tool_call_update(agent: &mut FakeAgent, update: Value) {
+    agent
+        .send(json!({"jsonrpc":"2.0","method":"session/update",
+            "params":{"sessionId":"s1","update":update}}))
+        .await;
+}
+
+/// The `request_id` of the next `permission_request` event.
+async fn next_question(events: &mut Events) -> Value {
+    match events.until("permission_request").await.kind {
+        EventKind::PermissionRequest(p) => p.request_id,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// claude-code-acp's way: the kind and the file are in the `tool_call`
+/// notification; its permission request names the tool call only.
+#[tokio::test]
+async fn under_ask_an_edit_the_agent_asked_about_is_asked_once() {
+    let (options, mut asks) = ask_options();
+    let (root, client, mut events, mut agent) = session_in_workspace(options).await;
+    let prompt = tokio::spawn({
+        let client = client.clone();
+        async move { client.prompt(vec!["go".into()]).await }
+    });
+    let request = agent.recv().await;
+    tool_call_update(
+        &mut agent,
+        json!({"sessionUpdate":"tool_call","toolCallId":"X","title":"Write a.txt",
+            "kind":"edit","status":"pending","locations":[{"path":"/workspace/a.txt"}],
+            "rawInput":{"file_path":"/workspace/a.txt","content":"hello"}}),
+    )
+    .await;
+    agent
+        .send(
+            json!({"jsonrpc":"2.0","id":30,"method":"session/request_permission",
+            "params":{"sessionId":"s1",
+                "toolCall":{"toolCallId":"X","title":"Write a.txt",
+                    "rawInput":{"file_path":"/workspace/a.txt","content":"hello"}},
+                "options":[{"optionId":"allow_always","name":"Always Allow","kind":"allow_always"},
+                           {"optionId":"allow","name":"Allow","kind":"allow_once"},
+                           {"optionId":"reject","name":"Reject","kind":"reject_once"}]}}),
+        )
+        .await;
+    let ask = next_ask(&mut asks).await;
+    assert_eq!(ask.request_id, json!(30));
+    assert!(ask.respond(PermissionDecision::Select("allow".into())));
+    assert_eq!(agent.recv().await["result"]["outcome"]["optionId"], "allow");
+
+    // The write of that tool call is answered without a second question
+    // (one would hold the answer until the person answered it).
+    send_write(&mut agent, 31, "a.txt", "hello").await;
+    assert_eq!(
+        agent.recv().await,
+        json!({"jsonrpc":"2.0","id":31,"result":{}})
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("a.txt")).expect("read"),
+        "hello"
+    );
+    // A file no answered request names is asked about.
+    send_write(&mut agent, 32, "b.txt", "other").await;
+    let ask = next_ask(&mut asks).await;
+    assert_write_question(&ask, 32, "b.txt");
+    assert!(ask.respond(PermissionDecision::Select(WRITE_REJECT.into())));
+    assert_refused(
+        &agent.recv().await,
+        codes::PERMISSION_DENIED,
+        &root,
+        "b.txt",
+    );
+    // The person saw two questions: the agent's, then the one for b.txt.
+    assert_eq!(next_question(&mut events).await, json!(30));
+    assert_eq!(next_question(&mut events).await, json!(32));
+
+    // Allowed once: the tool call's end ends the grant.
+    tool_call_update(
+        &mut agent,
+        json!({"sessionUpdate":"tool_call_update","toolCallId":"X","status":"completed"}),
+    )
+    .await;
+    send_write(&mut agent, 33, "a.txt", "again").await;
+    let ask = next_ask(&mut asks).await;
+    assert_write_question(&ask, 33, "a.txt");
+    assert!(ask.respond(PermissionDecision::Select(WRITE_ALLOW.into())));
+    assert_eq!(agent.recv().await["result"], json!({}));
+    agent
+        .send(json!({"jsonrpc":"2.0","id":request["id"],"result":{"stopReason":"end_turn"}}))
+        .await;
+    prompt.await.expect("join").expect("prompt");
+}

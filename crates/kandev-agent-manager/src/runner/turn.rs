@@ -20,7 +20,7 @@ use super::{
     pipeline::Pipeline,
     policy, publish_lifecycle, publish_retrying, recovery, refused,
 };
-use crate::{docker::LogStream, exec::DockerExec};
+use crate::{docker::LogStream, domain::AgentType, exec::DockerExec};
 
 /// A client connected to a container's stdin, reading the output that
 /// `demux` will copy into `stdout`.
@@ -76,6 +76,7 @@ fn connect(
         ),
         workspace,
         terminal,
+        auth_env: env_names(&spec.container.env),
         // Events are forwarded, not inspected: chunks stay wire text.
         parse_raw: false,
         ..ClientOptions::default()
@@ -110,6 +111,53 @@ impl Connected {
             slots.clone(),
         )));
     }
+}
+
+/// The names of the variables a container's environment (`KEY=VALUE`)
+/// sets to something: the credentials an auth method may read.
+fn env_names(env: &[String]) -> std::collections::BTreeSet<String> {
+    env.iter()
+        .filter_map(|pair| pair.split_once('='))
+        .filter(|(_, value)| !value.is_empty())
+        .map(|(name, _)| name.to_string())
+        .collect()
+}
+
+/// Why a run needing authentication failed, for the person: the variable
+/// to store when the agent's auth methods name one, else the type's
+/// required variables.
+fn auth_refusal(agent_type: &AgentType, message: &str, env: &[String]) -> String {
+    let listed =
+        |v: &String| agent_type.required_env.contains(v) || agent_type.optional_env.contains(v);
+    if let Some(vars) = credential_to_store(env, listed) {
+        return format!(
+            "{} needs {vars}: store it on the Secrets page (the agent requires \
+             authentication: {message})",
+            agent_type.id
+        );
+    }
+    let needs = if agent_type.required_env.is_empty() {
+        "credentials for the agent".to_string()
+    } else {
+        agent_type.required_env.join(", ")
+    };
+    format!("the agent requires authentication ({message}); provide {needs}")
+}
+
+/// `A or B`: the variables of `env` the agent type lists, or all of them
+/// when it lists none; `None` without any.
+fn credential_to_store(env: &[String], listed: impl Fn(&String) -> bool) -> Option<String> {
+    let of_type: Vec<&str> = env
+        .iter()
+        .filter(|v| listed(v))
+        .map(String::as_str)
+        .collect();
+    let vars = if of_type.is_empty() {
+        env.iter().map(String::as_str).collect()
+    } else {
+        of_type
+    };
+    (!vars.is_empty()).then(|| vars.join(" or "))
 }
 
 /// Who stopped an agent's container is looked up from a second before its
@@ -206,16 +254,8 @@ pub(super) async fn start_fresh(
     phase("session", t);
     let session = match session {
         Ok(s) => s,
-        Err(AcpError::AuthRequired { message, .. }) => {
-            let needs = if spec.agent_type.required_env.is_empty() {
-                "credentials for the agent".to_string()
-            } else {
-                spec.agent_type.required_env.join(", ")
-            };
-            return Err(refused(format!(
-                "the agent requires authentication ({message}); provide {needs}"
-            ))
-            .into());
+        Err(AcpError::AuthRequired { message, env, .. }) => {
+            return Err(refused(auth_refusal(&spec.agent_type, &message, &env)).into());
         }
         Err(AcpError::Rpc { method, source }) => {
             // The agent answered: e.g. it does not know the session to load.
@@ -385,4 +425,35 @@ pub(super) async fn resume(
         session_id: instance.acp_session_id.clone(),
         stop_reason,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(vars: &[&str]) -> Vec<String> {
+        vars.iter().map(|v| (*v).to_string()).collect()
+    }
+
+    #[test]
+    fn only_variables_set_to_something_count_as_credentials() {
+        let env = names(&["OPENAI_API_KEY=sk-1", "EMPTY=", "A=b=c", "NOVALUE"]);
+        let got: Vec<_> = env_names(&env).into_iter().collect();
+        assert_eq!(got, ["A", "OPENAI_API_KEY"]);
+    }
+
+    #[test]
+    fn the_credential_to_store_is_the_one_the_type_lists() {
+        let env = names(&["CODEX_API_KEY", "OPENAI_API_KEY"]);
+        let openai = |v: &String| v == "OPENAI_API_KEY";
+        assert_eq!(
+            credential_to_store(&env, openai).as_deref(),
+            Some("OPENAI_API_KEY")
+        );
+        assert_eq!(
+            credential_to_store(&env, |_| false).as_deref(),
+            Some("CODEX_API_KEY or OPENAI_API_KEY")
+        );
+        assert_eq!(credential_to_store(&[], openai), None);
+    }
 }
