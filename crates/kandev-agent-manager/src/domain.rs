@@ -19,6 +19,9 @@ pub enum AgentError {
     FailedPrecondition(String),
     #[error("{0}")]
     Unavailable(String),
+    /// A per-run limit is reached (its follow-up queue is full).
+    #[error("{0}")]
+    ResourceExhausted(String),
     #[error("storage error: {0}")]
     Storage(#[from] sqlx::Error),
     #[error("{0}")]
@@ -33,6 +36,7 @@ impl ServiceError for AgentError {
             AgentError::PermissionDenied(_) => ErrorCode::Forbidden,
             AgentError::FailedPrecondition(_) => ErrorCode::FailedPrecondition,
             AgentError::Unavailable(_) => ErrorCode::Unavailable,
+            AgentError::ResourceExhausted(_) => ErrorCode::RateLimited,
             AgentError::Storage(_) | AgentError::Internal(_) => ErrorCode::Internal,
         }
     }

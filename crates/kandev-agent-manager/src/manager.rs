@@ -541,11 +541,26 @@ impl AgentManager {
         if prompt.trim().is_empty() {
             return Err(invalid("prompt is required"));
         }
+        if prompt.len() > runner::MAX_PROMPT_BYTES {
+            return Err(invalid(format!(
+                "a prompt may be at most {} bytes",
+                runner::MAX_PROMPT_BYTES
+            )));
+        }
         let instance = self.store().get_instance(id).await?;
         if let Some(run) = self.run(id) {
-            if run.queue_prompt(prompt.clone()).await {
-                tracing::info!(instance = %id, "follow-up prompt queued behind the running turn");
-                return Ok(instance);
+            match run.queue_prompt(prompt.clone()).await {
+                Ok(()) => {
+                    tracing::info!(instance = %id, "follow-up prompt queued behind the running turn");
+                    return Ok(instance);
+                }
+                Err(runner::QueueRefusal::Full { waiting }) => {
+                    return Err(AgentError::ResourceExhausted(format!(
+                        "this run already has {waiting} follow-up{} waiting; wait for the turn to end",
+                        if waiting == 1 { "" } else { "s" }
+                    )));
+                }
+                Err(runner::QueueRefusal::Closed) => {}
             }
             // The run is ending: the prompt starts the next turn.
             if tokio::time::timeout(QUEUE_CLOSED_WAIT, run.wait_done())

@@ -420,6 +420,9 @@ pub struct AgentInstance {
     /// The launch request's metadata, as given (`{}` when none).
     #[schema(value_type = Object)]
     pub metadata: serde_json::Value,
+    /// The user whose stored secrets and agent home volume the run uses:
+    /// the one who launched or started it.
+    pub run_as: Option<String>,
 }
 
 impl From<pb::AgentInstance> for AgentInstance {
@@ -441,6 +444,7 @@ impl From<pb::AgentInstance> for AgentInstance {
             agent_type: i.agent_type,
             container_id: i.container_id,
             exit_code: i.exit_code,
+            run_as: token(i.run_as),
         }
     }
 }
@@ -768,6 +772,12 @@ pub struct TaskExecution {
     pub updated_at: Option<DateTime<Utc>>,
     /// The highest stream sequence number stored; resume with `?after=`.
     pub last_seq: i64,
+    /// The user whose stored secrets and agent home volume the run uses:
+    /// the one who started it (start, a follow-up that needed a new run,
+    /// request changes), the creator for a task auto-started at creation,
+    /// the board's owner for a run no person started. Absent when the task
+    /// never ran.
+    pub run_as: Option<String>,
 }
 
 impl From<pb::TaskExecution> for TaskExecution {
@@ -794,6 +804,7 @@ impl From<pb::TaskExecution> for TaskExecution {
             acp_session_id: token(e.acp_session_id),
             updated_at: time(e.updated_at),
             last_seq: e.last_seq,
+            run_as: token(e.run_as),
         }
     }
 }

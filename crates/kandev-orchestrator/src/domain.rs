@@ -110,6 +110,9 @@ pub struct ExecutionView {
     /// announcement), or empty.
     #[serde(skip)]
     pub agent_manager_url: String,
+    /// Whose stored secrets and agent home volume the run uses (a
+    /// username), or empty.
+    pub run_as: String,
 }
 
 impl ExecutionView {
@@ -126,6 +129,7 @@ impl ExecutionView {
             updated_at: Utc::now(),
             last_seq,
             agent_manager_url: String::new(),
+            run_as: String::new(),
         }
     }
 
@@ -141,6 +145,7 @@ impl ExecutionView {
             updated_at: Some(kandev_proto::time::from_chrono(self.updated_at)),
             last_seq: self.last_seq,
             agent_manager_url: self.agent_manager_url.clone(),
+            run_as: self.run_as.clone(),
         }
     }
 }
@@ -154,11 +159,19 @@ pub struct PermissionAnswer {
     pub cancelled: bool,
 }
 
-/// Everything the adapters can ask of the orchestrator.
+/// Everything the adapters can ask of the orchestrator. `actor` is the
+/// user who asks (the username the gateway forwards), or empty for a
+/// caller without a person: a run it starts uses that user's secrets and
+/// agent home volume (see [`crate::engine`]'s `run_as`).
 #[async_trait]
 pub trait Orchestration: Send + Sync + 'static {
     /// Queues a run (or, while one runs, sends `prompt` as a follow-up).
-    async fn start_task(&self, task_id: Uuid, prompt: Option<String>) -> Result<ExecutionView>;
+    async fn start_task(
+        &self,
+        task_id: Uuid,
+        prompt: Option<String>,
+        actor: &str,
+    ) -> Result<ExecutionView>;
     /// Stops the running agent or takes the task out of the queue.
     async fn stop_task(&self, task_id: Uuid, reason: &str) -> Result<ExecutionView>;
     async fn get_execution(&self, task_id: Uuid) -> Result<ExecutionView>;
@@ -166,7 +179,7 @@ pub trait Orchestration: Send + Sync + 'static {
     async fn list_executions(&self, task_ids: &[Uuid]) -> Result<Vec<ExecutionView>>;
     /// A follow-up prompt: to the running agent, or a new run resuming the
     /// session when none runs.
-    async fn prompt(&self, task_id: Uuid, text: String) -> Result<ExecutionView>;
+    async fn prompt(&self, task_id: Uuid, text: String, actor: &str) -> Result<ExecutionView>;
     /// Cancels the running prompt turn (`session/cancel`).
     async fn cancel_turn(&self, task_id: Uuid) -> Result<()>;
     async fn respond_permission(&self, task_id: Uuid, answer: PermissionAnswer) -> Result<()>;

@@ -7,6 +7,13 @@
 //! `orchestration` (the calls of the adapters), `store` (every statement),
 //! `slots` (the limits, pure), `failover` (runs of a pool's gone managers),
 //! `board`, `review` and `workspaces`.
+//!
+//! Each run is for one user (`run_as`, stored with its queue entry): the
+//! agent manager gives its container that user's stored secrets and agent
+//! home volume. It is the person who started it (start, a follow-up that
+//! needs a new run, request changes), the creator for a task auto-started
+//! at creation, and, for a run no person started, the board's owner; never
+//! the task's creator merely for having filed it.
 
 mod board;
 mod events;
@@ -73,6 +80,12 @@ impl From<&TaskSnapshot> for TaskFacts {
 
 fn eligible(t: &TaskFacts) -> bool {
     t.state == TaskState::Todo && t.agent_type.is_some() && t.autostart
+}
+
+/// Whether `actor` names a person: not empty (an internal caller) and not
+/// the orchestrator itself.
+fn is_person(actor: &str) -> bool {
+    !actor.is_empty() && actor != ACTOR
 }
 
 /// The state of a task read over gRPC; the task service never sends an
@@ -214,8 +227,30 @@ impl Engine {
         }
     }
 
-    /// Puts the task in the queue (or refreshes its queued entry).
-    async fn enqueue(&self, t: &TaskFacts, prompt: &str, origin: &str) -> Result<()> {
+    async fn board_owner(&self, board_id: &str) -> Result<String> {
+        self.tasks
+            .clone()
+            .get_board(pb::GetBoardRequest {
+                id: board_id.to_string(),
+            })
+            .await
+            .map(|r| r.into_inner().owner)
+            .map_err(OrchestratorError::upstream("task service"))
+    }
+
+    /// Whose secrets and agent home volume a run started by `actor` uses:
+    /// that person, or, when no person started it, the owner of the board.
+    async fn run_as(&self, actor: &str, board_id: &str) -> Result<String> {
+        if is_person(actor) {
+            Ok(actor.to_string())
+        } else {
+            self.board_owner(board_id).await
+        }
+    }
+
+    /// Puts the task in the queue (or refreshes its queued entry), as a
+    /// run for `run_as`.
+    async fn enqueue(&self, t: &TaskFacts, prompt: &str, origin: &str, run_as: &str) -> Result<()> {
         let Some(agent_type) = &t.agent_type else {
             return Ok(());
         };
@@ -229,9 +264,10 @@ impl Engine {
                 prompt,
                 origin,
                 traceparent: &traceparent,
+                run_as,
             })
             .await?;
-        tracing::info!(task_id = %t.id, priority = t.priority, %agent_type, "task queued");
+        tracing::info!(task_id = %t.id, priority = t.priority, %agent_type, run_as, "task queued");
         Ok(())
     }
 
@@ -311,6 +347,14 @@ impl Engine {
             self.store.drop_launch(task_id, exec.attempts).await?;
             return Ok(false);
         }
+        let run_as = match self.launch_user(&exec, &task).await {
+            Ok(user) => user,
+            Err(err) => {
+                self.run_failed(&exec_with_attempts(exec, attempts), &err.to_string(), true)
+                    .await?;
+                return Ok(false);
+            }
+        };
         let metadata: Value = serde_json::from_str(&task.metadata_json).unwrap_or(json!({}));
         let resume = metadata
             .get("acp_session_id")
@@ -351,7 +395,7 @@ impl Engine {
             metadata_json: task.metadata_json.clone(),
             prompt,
             resume_session_id: resume,
-            home_scope: task.created_by.clone(),
+            home_scope: run_as,
         };
         match self.agents.launch(request).await {
             Ok(instance) => {
@@ -382,6 +426,17 @@ impl Engine {
                 Ok(false)
             }
         }
+    }
+
+    /// The user a queued run launches for; a run queued before `run_as`
+    /// was recorded is its board owner's, recorded now.
+    async fn launch_user(&self, exec: &Execution, task: &pb::Task) -> Result<String> {
+        if !exec.run_as.is_empty() {
+            return Ok(exec.run_as.clone());
+        }
+        let owner = self.board_owner(&task.board_id).await?;
+        self.store.set_run_as(exec.task_id, &owner).await?;
+        Ok(owner)
     }
 
     async fn move_to_in_progress(&self, task_id: Uuid, current: TaskState) {
@@ -524,16 +579,22 @@ impl Engine {
                 .agents
                 .manager_url(&exec.manager_id)
                 .unwrap_or_default(),
+            run_as: exec.run_as,
         })
     }
 
-    /// Queues a new run of the task (its session is resumed from the
-    /// task's metadata), then dispatches. Called under the lock.
-    async fn new_run(&self, task_id: Uuid, prompt: Option<String>) -> Result<()> {
-        let task = self.get_task(task_id).await?;
+    /// Queues a new run of the task for `run_as` (its session is resumed
+    /// from the task's metadata), then dispatches. Called under the lock.
+    async fn new_run(
+        &self,
+        task_id: Uuid,
+        task: &pb::Task,
+        prompt: Option<String>,
+        run_as: &str,
+    ) -> Result<()> {
         let facts = TaskFacts {
             id: task_id,
-            state: task_state(&task)?,
+            state: task_state(task)?,
             priority: task.priority,
             agent_type: task.agent_type.clone().filter(|a| !a.is_empty()),
             max_retries: task.max_retries,
@@ -544,8 +605,13 @@ impl Engine {
                 "the task has no agent_type".into(),
             ));
         }
-        self.enqueue(&facts, prompt.as_deref().unwrap_or(""), ORIGIN_MANUAL)
-            .await?;
+        self.enqueue(
+            &facts,
+            prompt.as_deref().unwrap_or(""),
+            ORIGIN_MANUAL,
+            run_as,
+        )
+        .await?;
         self.dispatch().await
     }
 

@@ -43,7 +43,7 @@ impl Orchestrator for GrpcOrchestratorAdapter {
         let prompt = Some(req.prompt).filter(|p| !p.is_empty());
         let view = self
             .orchestration
-            .start_task(task_id, prompt)
+            .start_task(task_id, prompt, &req.actor)
             .await
             .map_err(|e| e.to_status())?;
         Ok(Response::new(view.to_proto()))

@@ -114,7 +114,11 @@ async fn start(
 ) -> Result<Response, ApiError> {
     let task_id = parse_task_id(&task_id)?;
     let body: StartBody = parse_body(&body)?;
-    let view = state.orchestration.start_task(task_id, body.prompt).await?;
+    // The internal API has no person: a run it starts is the board owner's.
+    let view = state
+        .orchestration
+        .start_task(task_id, body.prompt, "")
+        .await?;
     Ok((axum::http::StatusCode::ACCEPTED, Json(view)).into_response())
 }
 

@@ -299,7 +299,8 @@ pub async fn handle_command(orchestration: &dyn Orchestration, task_id: Uuid, te
         }
     };
     let result = match command {
-        Command::Prompt { text } => orchestration.prompt(task_id, text).await.map(|_| ()),
+        // The internal stream has no person (see `http::start`).
+        Command::Prompt { text } => orchestration.prompt(task_id, text, "").await.map(|_| ()),
         Command::Cancel => orchestration.cancel_turn(task_id).await,
         Command::Permission {
             request_id,

@@ -92,8 +92,9 @@ pub struct RunHandle {
     stop_reason: Mutex<String>,
     asks: Mutex<HashMap<String, PermissionAsk>>,
     /// Follow-up prompts sent while the turn runs, prompted in the same
-    /// session when it ends; `None` once the run takes no more.
-    queued: Mutex<Option<VecDeque<String>>>,
+    /// session when it ends; `None` once the run takes no more (dropped,
+    /// with the prompts, when the turn ends, is cancelled or stopped).
+    queued: Mutex<Option<PromptQueue>>,
     done: watch::Sender<bool>,
 }
 
@@ -105,9 +106,51 @@ impl Default for RunHandle {
             stop: CancellationToken::new(),
             stop_reason: Mutex::new(String::new()),
             asks: Mutex::new(HashMap::new()),
-            queued: Mutex::new(Some(VecDeque::new())),
+            queued: Mutex::new(Some(PromptQueue::default())),
             done: watch::channel(false).0,
         }
+    }
+}
+
+/// The longest follow-up prompt (the gateway's default body limit).
+pub const MAX_PROMPT_BYTES: usize = 1024 * 1024;
+/// The most follow-ups one run holds while its turn runs.
+pub const MAX_QUEUED_PROMPTS: usize = 16;
+/// The most bytes of follow-ups one run holds while its turn runs.
+pub const MAX_QUEUED_PROMPT_BYTES: usize = 4 * 1024 * 1024;
+
+/// Why a follow-up was not queued behind the running turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueRefusal {
+    /// The run is ending and takes no more: the prompt starts the next turn.
+    Closed,
+    /// The run already holds its most follow-ups ([`MAX_QUEUED_PROMPTS`]
+    /// or [`MAX_QUEUED_PROMPT_BYTES`]); `waiting` of them.
+    Full { waiting: usize },
+}
+
+/// The follow-ups of a run, in order, bounded in count and bytes.
+#[derive(Debug, Default)]
+struct PromptQueue {
+    prompts: VecDeque<String>,
+    bytes: usize,
+}
+
+impl PromptQueue {
+    fn push(&mut self, prompt: String) -> Result<(), QueueRefusal> {
+        let waiting = self.prompts.len();
+        if waiting >= MAX_QUEUED_PROMPTS || self.bytes + prompt.len() > MAX_QUEUED_PROMPT_BYTES {
+            return Err(QueueRefusal::Full { waiting });
+        }
+        self.bytes += prompt.len();
+        self.prompts.push_back(prompt);
+        Ok(())
+    }
+
+    fn pop(&mut self) -> Option<String> {
+        let next = self.prompts.pop_front()?;
+        self.bytes -= next.len();
+        Some(next)
     }
 }
 
@@ -135,7 +178,9 @@ pub fn ask_key(request_id: &serde_json::Value) -> String {
 }
 
 impl RunHandle {
-    /// Sends `session/cancel`; false when no session is up yet.
+    /// Sends `session/cancel`; false when no session is up yet. Once sent,
+    /// the queued follow-ups are dropped (a cancelled turn sends none), and
+    /// a prompt sent from then on starts the next turn.
     pub async fn cancel(&self) -> Result<bool, AcpError> {
         let client = lock(&self.client).clone();
         let Some(client) = client else {
@@ -145,25 +190,48 @@ impl RunHandle {
         if client.dialect().is_none() && !session.is_empty() {
             // A re-attached client never saw the handshake: send the v1
             // notification for the stored session itself.
-            return client
+            client
                 .notify(
                     "session/cancel",
                     serde_json::json!({ "sessionId": session }),
                 )
-                .await
-                .map(|()| true);
-        }
-        if client.dialect().is_none() {
+                .await?;
+        } else if client.dialect().is_none() {
             // Still in the handshake: there is no turn to cancel yet.
             return Ok(false);
+        } else {
+            client.cancel().await?;
         }
-        client.cancel().await.map(|()| true)
+        self.drop_queue(Some(&client), "the turn was cancelled")
+            .await;
+        Ok(true)
     }
 
-    /// Kills the turn; the run ends the instance `stopped`.
+    /// Kills the turn; the run ends the instance `stopped`, its queued
+    /// follow-ups dropped.
     pub fn stop(&self, reason: &str) {
         *lock(&self.stop_reason) = reason.to_string();
+        let dropped = self.close_queue();
+        if dropped > 0 {
+            tracing::info!(dropped, "queued prompts dropped: the run is stopped");
+        }
         self.stop.cancel();
+    }
+
+    /// Closes and drops the queue, saying in the feed how many prompts it
+    /// held.
+    async fn drop_queue(&self, client: Option<&AcpClient>, why: &str) {
+        let dropped = self.close_queue();
+        if dropped == 0 {
+            return;
+        }
+        tracing::info!(dropped, why, "queued prompts dropped");
+        if let Some(client) = client {
+            let detail = format!("{dropped} queued prompt(s) not sent: {why}");
+            client
+                .lifecycle(LifecyclePhase::QueueDropped, Some(detail))
+                .await;
+        }
     }
 
     /// Answers an open permission request. `None` when there is none with
@@ -175,37 +243,38 @@ impl RunHandle {
 
     /// Queues a follow-up prompt for the running turn: it is sent in the
     /// same ACP session once the current prompt ends (not when it is
-    /// cancelled), and shows in the feed as queued meanwhile. `false` when
-    /// the run is ending and takes no more.
-    pub async fn queue_prompt(&self, prompt: String) -> bool {
+    /// cancelled), and shows in the feed as queued meanwhile. Refused when
+    /// the run is ending, or already holds its most follow-ups.
+    pub async fn queue_prompt(&self, prompt: String) -> Result<(), QueueRefusal> {
         let detail = bounded_detail(&prompt);
-        match lock(&self.queued).as_mut() {
-            Some(queue) => queue.push_back(prompt),
-            None => return false,
-        }
+        lock(&self.queued)
+            .as_mut()
+            .ok_or(QueueRefusal::Closed)?
+            .push(prompt)?;
         let client = lock(&self.client).clone();
         if let Some(client) = client {
             client
                 .lifecycle(LifecyclePhase::PromptQueued, Some(detail))
                 .await;
         }
-        true
+        Ok(())
     }
 
     /// The next queued prompt; when there is none the queue closes, so a
     /// prompt sent from now on starts a new turn instead.
     fn next_prompt(&self) -> Option<String> {
         let mut queued = lock(&self.queued);
-        let next = queued.as_mut().and_then(VecDeque::pop_front);
+        let next = queued.as_mut().and_then(PromptQueue::pop);
         if next.is_none() {
             *queued = None;
         }
         next
     }
 
-    /// Closes the queue, returning how many prompts it still held.
+    /// Closes the queue and drops what it held, returning how many prompts
+    /// that was.
     fn close_queue(&self) -> usize {
-        lock(&self.queued).take().map_or(0, |q| q.len())
+        lock(&self.queued).take().map_or(0, |q| q.prompts.len())
     }
 
     /// Waits until the run has ended the instance.
@@ -512,18 +581,13 @@ pub async fn run_turn(
         // removes it when the engine is back (see `AgentManager::reconcile`).
         shared.docker.remove(id).await;
     }
-    let dropped = handle.close_queue();
-    if dropped > 0 {
-        tracing::warn!(instance = %instance.id, dropped, "the turn ended before its queued prompts were sent");
-        let client = lock(&handle.client).clone();
-        if let Some(client) = client {
-            let detail = format!("{dropped} queued prompt(s) not sent: the turn ended first");
-            client
-                .lifecycle(LifecyclePhase::QueueDropped, Some(detail))
-                .await;
-        }
-    }
-    *lock(&handle.client) = None;
+    // The client is taken, not cloned: the event pipeline ends only when
+    // its last handle goes.
+    let client = lock(&handle.client).take();
+    handle
+        .drop_queue(client.as_ref(), "the turn ended first")
+        .await;
+    drop(client);
     lock(&handle.asks).clear();
     let summary = pipeline.finish(&shared.store, instance.id).await;
 
@@ -602,3 +666,44 @@ pub async fn run_turn(
 
 /// The channel a turn's client events go into (see [`pipeline`]).
 type EventSender = mpsc::Sender<pipeline::Positioned>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_follow_up_queue_is_bounded_in_count_and_bytes_and_dropped_when_closed() {
+        let run = RunHandle::default();
+        for n in 0..MAX_QUEUED_PROMPTS {
+            assert_eq!(run.queue_prompt(format!("prompt {n}")).await, Ok(()));
+        }
+        assert_eq!(
+            run.queue_prompt("one too many".into()).await,
+            Err(QueueRefusal::Full {
+                waiting: MAX_QUEUED_PROMPTS
+            })
+        );
+        // Taking one makes room for one.
+        assert_eq!(run.next_prompt().as_deref(), Some("prompt 0"));
+        assert_eq!(run.queue_prompt("room again".into()).await, Ok(()));
+        assert_eq!(run.close_queue(), MAX_QUEUED_PROMPTS);
+        assert!(lock(&run.queued).is_none(), "the prompts are dropped");
+        assert_eq!(
+            run.queue_prompt("late".into()).await,
+            Err(QueueRefusal::Closed)
+        );
+
+        let run = RunHandle::default();
+        let mib = "x".repeat(1024 * 1024);
+        let fit = MAX_QUEUED_PROMPT_BYTES / mib.len();
+        for _ in 0..fit {
+            assert_eq!(run.queue_prompt(mib.clone()).await, Ok(()));
+        }
+        assert_eq!(
+            run.queue_prompt("y".into()).await,
+            Err(QueueRefusal::Full { waiting: fit })
+        );
+        run.stop("test");
+        assert!(lock(&run.queued).is_none(), "stop drops the queue");
+    }
+}

@@ -205,6 +205,102 @@ async fn cancel_ends_the_turn_cancelled() {
     app.stop().await;
 }
 
+/// Issue 37: follow-ups sent mid-turn were queued without bound (150 of
+/// 1 MiB each grew the manager by 154 MiB). The queue holds at most
+/// `MAX_QUEUED_PROMPTS`; the next is refused with ResourceExhausted (HTTP
+/// 429), a prompt over `MAX_PROMPT_BYTES` with InvalidArgument, and the
+/// cancel drops the queue so a new follow-up is taken again.
+#[tokio::test]
+async fn follow_ups_beyond_the_cap_are_refused_until_the_turn_is_cancelled() {
+    use kandev_agent_manager::runner::{MAX_PROMPT_BYTES, MAX_QUEUED_PROMPTS};
+    let mut app = spawn_app().await;
+    let repo = git_repo(app.dir.path());
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    let instance = app
+        .launch(task, "mock-agent", &repo, "wait-cancel")
+        .await
+        .unwrap();
+    watch
+        .until_event(|e| e["kind"] == "message_chunk" && e["data"]["role"] == "agent")
+        .await;
+    let prompt = |text: String| pb::SendPromptRequest {
+        instance_id: instance.id.clone(),
+        prompt: text,
+    };
+    for n in 0..MAX_QUEUED_PROMPTS {
+        app.client
+            .send_prompt(prompt(format!("echo queued {n}")))
+            .await
+            .unwrap();
+    }
+    let refused = app
+        .client
+        .send_prompt(prompt("echo one too many".into()))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert_eq!(
+        refused.message(),
+        format!(
+            "this run already has {MAX_QUEUED_PROMPTS} follow-ups waiting; wait for the turn to end"
+        )
+    );
+    let huge = app
+        .client
+        .send_prompt(prompt("x".repeat(MAX_PROMPT_BYTES + 1)))
+        .await
+        .unwrap_err();
+    assert_eq!(huge.code(), tonic::Code::InvalidArgument, "{huge:?}");
+
+    let cancelled = app
+        .client
+        .cancel_agent(pb::CancelAgentRequest {
+            instance_id: instance.id.clone(),
+            reason: "user".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(cancelled.cancelled);
+    // The queue went with the cancel: a follow-up is taken again, and runs
+    // as the next turn once the cancelled one ended.
+    app.client
+        .send_prompt(prompt("echo after the cancel".into()))
+        .await
+        .unwrap();
+    let first = watch.until("agent.completed", 0).await;
+    assert_eq!(first["stop_reason"], "cancelled");
+    let next = watch.until("agent.completed", 1).await;
+    assert_eq!(next["stop_reason"], "end_turn");
+    assert!(
+        next["summary"]
+            .as_str()
+            .is_some_and(|s| s.contains("after the cancel")),
+        "{next}"
+    );
+    let ran_queued = watch.events.iter().any(|e| {
+        e["kind"] == "message_chunk"
+            && e["data"]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("queued 0"))
+    });
+    assert!(!ran_queued, "a prompt queued before the cancel ran");
+    let dropped = watch.events.iter().any(|e| {
+        e["kind"] == "lifecycle"
+            && e["data"]["phase"] == "queue_dropped"
+            && e["data"]["detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with(&format!("{MAX_QUEUED_PROMPTS} queued prompt(s)")))
+    });
+    assert!(dropped, "no queue_dropped event: {:?}", watch.events);
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn a_prompt_sent_mid_turn_runs_when_the_current_prompt_ends() {
     let mut app = spawn_app().await;

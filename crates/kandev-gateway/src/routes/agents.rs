@@ -2,6 +2,7 @@
 //! instance's task and its board.
 
 use axum::{Json, extract::State, http::StatusCode};
+use kandev_common::ErrorCode;
 use kandev_proto::v1 as pb;
 
 use super::access::{agent_err, visible_instance, visible_task};
@@ -70,7 +71,9 @@ pub async fn launch(
                 .unwrap_or_default(),
             prompt,
             resume_session_id: body.resume_session_id,
-            home_scope: task.created_by.clone(),
+            // The caller's run: their secrets and home volume, whoever
+            // filed the task.
+            home_scope: user.username.clone(),
         })
         .await
         .map_err(agent_err)?
@@ -83,7 +86,9 @@ pub async fn launch(
     request_body = PromptRequest,
     responses((status = 200, body = PromptResponse),
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 409, body = ErrorBody),
+        (status = 429, description = "too many requests: retry after `Retry-After` seconds; or, without `Retry-After`, the run already has its most follow-ups waiting until its turn ends", body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
 pub async fn prompt(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -94,6 +99,7 @@ pub async fn prompt(
         return Err(ApiError::validation("message must not be empty"));
     }
     let instance = visible_instance(&state, &user, &instance_id).await?;
+    check_prompter(&instance, &user)?;
     let resp = state
         .downstream()
         .agents
@@ -108,6 +114,22 @@ pub async fn prompt(
     Ok(Json(PromptResponse {
         accepted: resp.accepted,
     }))
+}
+
+/// A running agent holds its user's secrets: another person may not steer
+/// it with a prompt (a follow-up also reaches a finished instance's next
+/// turn, which runs with the same secrets).
+fn check_prompter(instance: &pb::AgentInstance, user: &CurrentUser) -> ApiResult<()> {
+    if !instance.run_as.is_empty() && instance.run_as != user.username {
+        return Err(ApiError::new(
+            ErrorCode::FailedPrecondition,
+            format!(
+                "this agent runs as {}, with their secrets: only they can prompt it",
+                instance.run_as
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[utoipa::path(operation_id = "cancel_agent", post, path = "/api/v1/agents/{instanceId}/cancel", tag = "agents",

@@ -38,7 +38,9 @@ pub(super) fn orch_err(status: tonic::Status) -> ApiError {
     request_body = StartTaskRequest,
     responses((status = 200, body = TaskExecution),
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 409, body = ErrorBody),
+        (status = 429, description = "too many requests: retry after `Retry-After` seconds; or, without `Retry-After`, the run already has its most follow-ups waiting until its turn ends", body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
 pub async fn start(
     State(state): State<AppState>,
     user: CurrentUser,

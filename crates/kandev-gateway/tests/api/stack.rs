@@ -489,3 +489,154 @@ async fn stack_each_user_keeps_their_own_secrets_and_never_reads_a_value_back() 
     assert_eq!(missing(&others), json!(["SOME_API_KEY"]));
     stack.stop().await;
 }
+
+/// The environment of the running container of `task_id`'s agent, once
+/// there is exactly one.
+fn container_env(task_id: &str) -> Option<String> {
+    let ps = std::process::Command::new("docker")
+        .args([
+            "ps",
+            "-q",
+            "--filter",
+            &format!("label=kandev.task_id={task_id}"),
+        ])
+        .output()
+        .expect("docker ps");
+    let ids = String::from_utf8_lossy(&ps.stdout).to_string();
+    let [id] = ids.lines().collect::<Vec<_>>()[..] else {
+        return None;
+    };
+    let env = std::process::Command::new("docker")
+        .args(["inspect", "--format", "{{json .Config.Env}}", id])
+        .output()
+        .expect("docker inspect");
+    Some(String::from_utf8_lossy(&env.stdout).into_owned())
+}
+
+/// Issue 37, through REST: (A) a task the admin filed on Bob's board and
+/// Bob started runs with Bob's secret, not the admin's, and the API says
+/// whose run it is; (B) follow-ups sent while its turn runs are refused
+/// with 429 beyond the per-run queue, and taken again after a cancel.
+#[tokio::test]
+async fn stack_a_run_uses_its_starters_secrets_and_its_follow_ups_are_bounded() {
+    const QUEUED: usize = kandev_agent_manager::runner::MAX_QUEUED_PROMPTS;
+    let stack = Stack::start().await;
+    let app = &stack.gateway;
+    let admin = app.token("admin", true);
+    let bob = app.token("bob", false);
+    let made = eventually(10, "the agent manager answers", || async {
+        let r = app
+            .post(
+                "/api/v1/agent-types",
+                &admin,
+                json!({"id": "mock-env", "name": "Mock agent (env)",
+                       "image": "kandev/mock-agent:latest", "network_mode": "none",
+                       "optional_env": ["RUNNER_TOKEN"]}),
+            )
+            .await;
+        (r.status != StatusCode::SERVICE_UNAVAILABLE).then_some(r)
+    })
+    .await;
+    assert_eq!(made.status, StatusCode::CREATED, "{}", made.body);
+    for (token, value) in [(&admin, "admin-own-value"), (&bob, "bob-own-value")] {
+        let set = put_secret(app, token, "RUNNER_TOKEN", json!(value)).await;
+        assert_eq!(set.status, StatusCode::OK, "{}", set.body);
+    }
+
+    // The admin files a task on Bob's board; Bob starts it.
+    let board = app.board(&bob, "bob's").await;
+    let created = app
+        .post(
+            &format!("/api/v1/boards/{board}/tasks"),
+            &admin,
+            json!({"title": "Wait", "description": "scenario: wait-cancel",
+                   "agent_type": "mock-env", "max_retries": 0, "autostart": false}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    assert_eq!(created.body["created_by"], "admin");
+    let task_id = created.body["id"].as_str().unwrap().to_string();
+    let start = format!("/api/v1/orchestrator/tasks/{task_id}/start");
+    let started = app.post(&start, &bob, json!({})).await;
+    assert_eq!(started.status, StatusCode::OK, "{}", started.body);
+    assert_eq!(started.body["run_as"], "bob");
+    let exec = eventually(120, "a running execution", || async {
+        let r = app
+            .get(
+                &format!("/api/v1/orchestrator/tasks/{task_id}/status"),
+                &bob,
+            )
+            .await;
+        (r.body["state"] == "running").then_some(r.body)
+    })
+    .await;
+    assert_eq!(exec["run_as"], "bob");
+    let instance = exec["instance_id"].as_str().unwrap().to_string();
+    let status = app
+        .get(&format!("/api/v1/agents/{instance}/status"), &bob)
+        .await;
+    assert_eq!(status.body["run_as"], "bob", "{}", status.body);
+    let env = eventually(60, "the agent's container", || async {
+        container_env(&task_id)
+    })
+    .await;
+    assert!(env.contains("RUNNER_TOKEN=bob-own-value"), "{env}");
+    assert!(!env.contains("admin-own-value"), "{env}");
+
+    // The admin may not steer Bob's run, by either route.
+    let follow_up = |text: &str| json!({ "prompt": text });
+    let theirs = app.post(&start, &admin, follow_up("print env")).await;
+    assert_eq!(theirs.status, StatusCode::CONFLICT, "{}", theirs.body);
+    let direct = app
+        .post(
+            &format!("/api/v1/agents/{instance}/prompt"),
+            &admin,
+            json!({"message": "print env"}),
+        )
+        .await;
+    assert_eq!(direct.status, StatusCode::CONFLICT, "{}", direct.body);
+
+    // Follow-ups mid-turn queue up to the cap; the next is a 429.
+    for n in 0..QUEUED {
+        let queued = app
+            .post(&start, &bob, follow_up(&format!("echo queued {n}")))
+            .await;
+        assert_eq!(queued.status, StatusCode::OK, "{n}: {}", queued.body);
+    }
+    let refused = app.post(&start, &bob, follow_up("echo one too many")).await;
+    assert_eq!(
+        refused.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        refused.body
+    );
+    assert_eq!(refused.error(), "rate_limited");
+    assert!(
+        refused.body["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("already has {QUEUED} follow-ups waiting")),
+        "{}",
+        refused.body
+    );
+    // One follow-up over the body limit never reaches a queue.
+    let huge = app
+        .post(&start, &bob, follow_up(&"x".repeat(2 * 1024 * 1024)))
+        .await;
+    assert_eq!(huge.status, StatusCode::PAYLOAD_TOO_LARGE, "{}", huge.body);
+
+    // The cancel drops the queue: a follow-up is taken again.
+    let cancelled = app
+        .post(
+            &format!("/api/v1/agents/{instance}/cancel"),
+            &bob,
+            json!({}),
+        )
+        .await;
+    assert_eq!(cancelled.status, StatusCode::OK, "{}", cancelled.body);
+    let again = app
+        .post(&start, &bob, follow_up("echo after the cancel"))
+        .await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.body);
+    stack.stop().await;
+}

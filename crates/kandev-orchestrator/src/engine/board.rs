@@ -44,6 +44,7 @@ impl Engine {
                             .agents
                             .manager_url(&exec.manager_id)
                             .unwrap_or_default(),
+                        run_as: exec.run_as,
                     },
                     None => ExecutionView::idle(task_id, last_seq),
                 }

@@ -5,7 +5,7 @@ use kandev_events::{
     Envelope, TaskState,
     agent::{AgentEventKind, AgentLifecycle},
     subjects,
-    task::{TaskCreated, TaskDeleted, TaskStateChanged, TaskUpdated},
+    task::{TaskCreated, TaskDeleted, TaskSnapshot, TaskStateChanged, TaskUpdated},
 };
 use kandev_proto::v1 as pb;
 use serde_json::{Value, json};
@@ -35,7 +35,9 @@ impl Engine {
                 if let Ok(env) = serde_json::from_slice::<Envelope<TaskCreated>>(payload) {
                     let t = TaskFacts::from(&env.data.task);
                     if eligible(&t) {
-                        self.enqueue(&t, "", ORIGIN_ELIGIBLE).await?;
+                        // Auto-started at creation: the creator's run.
+                        let task = &env.data.task;
+                        self.enqueue_eligible(&t, &task.created_by, task).await?;
                     }
                 }
             }
@@ -60,27 +62,46 @@ impl Engine {
                                 .await?;
                         }
                         Some(s) if s.is_active() || s == ExecState::RetryWait => {}
-                        _ if eligible(&t) => self.enqueue(&t, "", ORIGIN_ELIGIBLE).await?,
+                        _ if eligible(&t) => {
+                            self.enqueue_eligible(&t, &env.data.actor, &env.data.task)
+                                .await?;
+                        }
                         _ => {}
                     }
                 }
             }
             subjects::TASK_DELETED => {
-                if let Ok(env) = serde_json::from_slice::<Envelope<TaskDeleted>>(payload)
-                    && let Some(exec) = self.execution(env.data.task.id).await?
-                {
-                    if exec.state().is_active() {
-                        self.stop_agent(&exec, "task deleted").await;
+                if let Ok(env) = serde_json::from_slice::<Envelope<TaskDeleted>>(payload) {
+                    let task_id = env.data.task.id;
+                    let exec = self.execution(task_id).await?;
+                    if let Some(exec) = exec.as_ref().filter(|e| e.state().is_active()) {
+                        self.stop_agent(exec, "task deleted").await;
                     }
-                    // Its clone and local branch go with it (nothing pushed).
-                    self.remove_workspace(exec.task_id, "task deleted").await;
-                    self.store.delete(exec.task_id).await?;
+                    // Its clone and local branch go with it (nothing pushed),
+                    // also when its runs were launched directly, without an
+                    // execution here.
+                    self.remove_workspace(task_id, "task deleted").await;
+                    if exec.is_some() {
+                        self.store.delete(task_id).await?;
+                    }
                 }
             }
             _ => {}
         }
         self.mark_seen(id).await?;
         self.dispatch().await
+    }
+
+    /// Queues a task an event made eligible, as a run for the person whose
+    /// change did it, else for the board's owner (see [`Engine::run_as`]).
+    async fn enqueue_eligible(
+        &self,
+        t: &TaskFacts,
+        actor: &str,
+        task: &TaskSnapshot,
+    ) -> Result<()> {
+        let run_as = self.run_as(actor, &task.board_id.to_string()).await?;
+        self.enqueue(t, "", ORIGIN_ELIGIBLE, &run_as).await
     }
 
     async fn on_state_changed(&self, change: &TaskStateChanged) -> Result<()> {
@@ -105,7 +126,8 @@ impl Engine {
                     }
                 }
                 if eligible(&t) {
-                    self.enqueue(&t, "", ORIGIN_ELIGIBLE).await?;
+                    self.enqueue_eligible(&t, &change.actor, &change.task)
+                        .await?;
                 }
             }
             _ => {

@@ -7,74 +7,65 @@ use kandev_proto::v1 as pb;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::{Engine, Execution, board, review, task_state};
+use super::{Engine, Execution, board, is_person, review, task_state};
 use crate::domain::{
     ExecState, ExecutionView, Orchestration, OrchestratorError, PermissionAnswer, Result,
 };
 
 #[async_trait]
 impl Orchestration for Engine {
-    async fn start_task(&self, task_id: Uuid, prompt: Option<String>) -> Result<ExecutionView> {
+    async fn start_task(
+        &self,
+        task_id: Uuid,
+        prompt: Option<String>,
+        actor: &str,
+    ) -> Result<ExecutionView> {
         let prompt = prompt.filter(|p| !p.trim().is_empty());
         let guard = self.lock.lock().await?;
-        let exec = self.execution(task_id).await?;
-        match exec.as_ref().map(Execution::state) {
-            Some(s) if s.is_active() => {
+        match self.execution(task_id).await? {
+            Some(exec) if exec.state().is_active() => {
                 let Some(text) = prompt else {
                     return Err(OrchestratorError::FailedPrecondition(
                         "the task is already running".into(),
                     ));
                 };
-                let Some(instance) = Self::running_instance(&exec) else {
+                let Some(instance) = exec
+                    .instance_id
+                    .filter(|_| exec.state() == ExecState::Running)
+                else {
                     return Err(OrchestratorError::FailedPrecondition(
                         "the task's agent is still launching".into(),
                     ));
                 };
+                check_prompter(&exec, actor)?;
                 drop(guard);
                 self.agents
                     .send_prompt(&instance.to_string(), &text)
                     .await
                     .map_err(OrchestratorError::upstream("agent manager"))?;
             }
-            Some(ExecState::Queued | ExecState::RetryWait) => {
+            Some(exec) if matches!(exec.state(), ExecState::Queued | ExecState::RetryWait) => {
                 if let Some(text) = prompt {
                     self.store.set_prompt(task_id, &text).await?;
                 }
-                drop(guard);
-            }
-            Some(ExecState::Completed)
-                if prompt.is_some() && exec.as_ref().is_some_and(|e| e.instance_id.is_some()) =>
-            {
-                // A follow-up turn on the same instance (the agent manager
-                // resumes its session); a new run when it refuses.
-                let instance = exec
-                    .as_ref()
-                    .and_then(|e| e.instance_id)
-                    .unwrap_or_default();
-                let text = prompt.clone().unwrap_or_default();
-                match self.agents.send_prompt(&instance.to_string(), &text).await {
-                    Ok(()) => {
-                        self.set_state(task_id, ExecState::Running).await?;
-                        let task = self.get_task(task_id).await?;
-                        self.move_to_in_progress(task_id, task_state(&task)?).await;
-                    }
-                    Err(status)
-                        if matches!(
-                            status.code(),
-                            tonic::Code::FailedPrecondition | tonic::Code::NotFound
-                        ) =>
-                    {
-                        tracing::info!(%task_id, %instance, msg = status.message(), "follow-up needs a new run");
-                        self.new_run(task_id, prompt).await?;
-                    }
-                    Err(status) => {
-                        return Err(OrchestratorError::upstream("agent manager")(status));
-                    }
+                if is_person(actor) {
+                    // Started by a person: the run is theirs.
+                    self.store.set_run_as(task_id, actor).await?;
                 }
                 drop(guard);
             }
+            Some(exec)
+                if exec.state() == ExecState::Completed
+                    && prompt.is_some()
+                    && exec.instance_id.is_some() =>
+            {
+                self.follow_up_completed(exec, prompt, actor).await?;
+                drop(guard);
+            }
             _ => {
-                self.new_run(task_id, prompt).await?;
+                let task = self.get_task(task_id).await?;
+                let run_as = self.run_as(actor, &task.board_id).await?;
+                self.new_run(task_id, &task, prompt, &run_as).await?;
                 drop(guard);
             }
         }
@@ -146,13 +137,13 @@ impl Orchestration for Engine {
         self.executions_of(task_ids).await
     }
 
-    async fn prompt(&self, task_id: Uuid, text: String) -> Result<ExecutionView> {
+    async fn prompt(&self, task_id: Uuid, text: String, actor: &str) -> Result<ExecutionView> {
         if text.trim().is_empty() {
             return Err(OrchestratorError::Validation(
                 "the prompt must not be empty".into(),
             ));
         }
-        self.start_task(task_id, Some(text)).await
+        self.start_task(task_id, Some(text), actor).await
     }
 
     async fn cancel_turn(&self, task_id: Uuid) -> Result<()> {
@@ -189,4 +180,55 @@ impl Orchestration for Engine {
             .await
             .map_err(OrchestratorError::upstream("agent manager"))
     }
+}
+
+impl Engine {
+    /// A follow-up of a completed run: a turn on the same instance (the
+    /// agent manager resumes its session) when it is for the run's user; a
+    /// new run for the one who sent it otherwise, or when the instance
+    /// refuses. Called under the lock.
+    async fn follow_up_completed(
+        &self,
+        exec: Execution,
+        prompt: Option<String>,
+        actor: &str,
+    ) -> Result<()> {
+        let task_id = exec.task_id;
+        let task = self.get_task(task_id).await?;
+        let run_as = self.run_as(actor, &task.board_id).await?;
+        let Some(instance) = exec.instance_id.filter(|_| run_as == exec.run_as) else {
+            tracing::info!(%task_id, %run_as, was = %exec.run_as, "a follow-up by another user: a run of its own");
+            return self.new_run(task_id, &task, prompt, &run_as).await;
+        };
+        let text = prompt.clone().unwrap_or_default();
+        match self.agents.send_prompt(&instance.to_string(), &text).await {
+            Ok(()) => {
+                self.set_state(task_id, ExecState::Running).await?;
+                self.move_to_in_progress(task_id, task_state(&task)?).await;
+                Ok(())
+            }
+            Err(status)
+                if matches!(
+                    status.code(),
+                    tonic::Code::FailedPrecondition | tonic::Code::NotFound
+                ) =>
+            {
+                tracing::info!(%task_id, %instance, msg = status.message(), "follow-up needs a new run");
+                self.new_run(task_id, &task, prompt, &run_as).await
+            }
+            Err(status) => Err(OrchestratorError::upstream("agent manager")(status)),
+        }
+    }
+}
+
+/// A running agent holds its user's secrets: another person may not steer
+/// it with a prompt (they stop it and start it again, as a run of theirs).
+fn check_prompter(exec: &Execution, actor: &str) -> Result<()> {
+    if is_person(actor) && !exec.run_as.is_empty() && exec.run_as != actor {
+        return Err(OrchestratorError::FailedPrecondition(format!(
+            "this run uses {}'s secrets, so only they can prompt it while it runs; stop it and start it again to run it as {actor}",
+            exec.run_as
+        )));
+    }
+    Ok(())
 }

@@ -30,6 +30,8 @@ pub enum Review {
     RequestChanges {
         comments: Vec<ReviewComment>,
         message: String,
+        /// Who asked: the follow-up's run, if one starts, is theirs.
+        actor: String,
     },
     Approve {
         /// The commit message; empty: one from the task.
@@ -56,6 +58,7 @@ impl Review {
                     })
                     .collect(),
                 message: r.message,
+                actor: r.actor,
             }),
             "approve" => Ok(Review::Approve {
                 message: r.message,
@@ -154,10 +157,14 @@ impl Engine {
             )));
         }
         match review {
-            Review::RequestChanges { comments, message } => {
+            Review::RequestChanges {
+                comments,
+                message,
+                actor,
+            } => {
                 let prompt = review_prompt(&comments, &message)?;
                 tracing::info!(%task_id, comments = comments.len(), "changes requested");
-                let execution = self.start_task(task_id, Some(prompt)).await?;
+                let execution = self.start_task(task_id, Some(prompt), &actor).await?;
                 Ok(ReviewOutcome {
                     execution,
                     delivery: None,

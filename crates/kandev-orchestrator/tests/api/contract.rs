@@ -116,6 +116,7 @@ fn enqueue(task_id: Uuid, agent_type: &str, priority: i32) -> Enqueue<'_> {
         prompt: "",
         origin: "eligible",
         traceparent: "",
+        run_as: "alice",
     }
 }
 
@@ -170,6 +171,18 @@ async fn the_queue_orders_by_priority_then_arrival(stores: &Stores) {
     assert_eq!(exec(stores, b).await.max_retries, 4);
     store.set_prompt(c, "do this instead").await.unwrap();
     assert_eq!(exec(stores, c).await.prompt, "do this instead");
+    // Whose run it is: as queued, then whoever starts it.
+    assert_eq!(exec(stores, c).await.run_as, "alice");
+    store.set_run_as(c, "bob").await.unwrap();
+    assert_eq!(exec(stores, c).await.run_as, "bob");
+    store
+        .enqueue(&Enqueue {
+            run_as: "carol",
+            ..enqueue(a, "mock-agent", 0)
+        })
+        .await
+        .unwrap();
+    assert_eq!(exec(stores, a).await.run_as, "carol");
 
     let mut many = ids(&store.get_many(&[a, c, Uuid::now_v7()]).await.unwrap());
     many.sort();

@@ -749,3 +749,130 @@ async fn augment_sessions_are_kept_and_resumed_under_the_seeds_key() {
     assert_eq!(l[2].2.resume_session_id.as_deref(), Some("from-the-seed"));
     app.stop().await;
 }
+
+/// Issue 37: a run carried its task's creator's secrets. A run is now for
+/// the user who started it; the launch's `home_scope` (whose secrets and
+/// agent home volume the container gets) and the execution's `run_as` say
+/// so.
+#[tokio::test]
+async fn a_run_uses_the_secrets_of_who_started_it_not_of_who_filed_it() {
+    let app = spawn_app_with(Options {
+        with_task_service: true,
+        ..Options::default()
+    })
+    .await;
+    // The admin files a task on Bob's board; nothing starts by itself.
+    let bobs = app
+        .tasks()
+        .create_board(pb::CreateBoardRequest {
+            name: "Bob's".into(),
+            description: String::new(),
+            owner: "bob".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .id;
+    let filed = |title: &'static str, autostart: bool| {
+        let mut tasks = app.tasks();
+        let board = bobs.clone();
+        async move {
+            tasks
+                .create_task(pb::CreateTaskRequest {
+                    board_id: board,
+                    title: title.into(),
+                    agent_type: Some("mock-agent".into()),
+                    workspace_path: "/tmp/kandev-test-ws".into(),
+                    created_by: "admin".into(),
+                    autostart: Some(autostart),
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .id
+        }
+    };
+    let id = filed("filed by the admin", false).await;
+    let mut client =
+        kandev_proto::v1::orchestrator_client::OrchestratorClient::new(service_channel(app.addr));
+    let start = |task_id: &str, prompt: &str, actor: &str| pb::StartTaskRequest {
+        task_id: task_id.into(),
+        prompt: prompt.into(),
+        actor: actor.into(),
+    };
+
+    // Bob starts it: his secrets, not the admin's.
+    let exec = client.start_task(start(&id, "", "bob")).await.unwrap();
+    assert_eq!(exec.into_inner().run_as, "bob");
+    let l = wait_launches(&app, 1).await;
+    assert_eq!(l[0].2.home_scope, "bob");
+    let first = l[0].1;
+    assert_eq!(status(&app, &id).await["run_as"], "bob");
+
+    // While it runs with Bob's secrets, only Bob steers it.
+    let refused = client
+        .start_task(start(&id, "print your environment", "admin"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    assert!(refused.message().contains("bob's secrets"), "{refused:?}");
+    client
+        .start_task(start(&id, "and the tests", "bob"))
+        .await
+        .unwrap();
+    let prompts: Vec<_> = app
+        .agents
+        .calls()
+        .into_iter()
+        .filter(|c| matches!(c, AgentCall::Prompt(..)))
+        .collect();
+    assert_eq!(prompts, [AgentCall::Prompt(first, "and the tests".into())]);
+
+    // Once it completed, the admin's follow-up is a run of the admin's own
+    // (a new instance), never a turn of Bob's.
+    let mut done = lifecycle(AgentEventKind::Completed, &id, first);
+    done.acp_session_id = Some("sess_bob".into());
+    publish_agent(&app.bus, done, 1).await;
+    wait_state(&app, &id, pb::TaskState::Completed).await;
+    let exec = client
+        .start_task(start(&id, "one more thing", "admin"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(exec.run_as, "admin");
+    let l = wait_launches(&app, 2).await;
+    assert_eq!(l[1].2.home_scope, "admin");
+    assert_eq!(l[1].2.prompt, "one more thing");
+    assert_eq!(
+        app.agents
+            .calls()
+            .iter()
+            .filter(|c| matches!(c, AgentCall::Prompt(..)))
+            .count(),
+        1,
+        "nothing was sent to Bob's instance"
+    );
+
+    // Auto-started at creation: the creator's run.
+    let auto = filed("auto-started", true).await;
+    let l = wait_launches(&app, 3).await;
+    assert_eq!(
+        (l[2].0.as_str(), l[2].2.home_scope.as_str()),
+        (auto.as_str(), "admin")
+    );
+
+    // Started with no person (the internal API): the board owner's run.
+    let internal = filed("started internally", false).await;
+    let (code, body) = http(
+        "POST",
+        &app.url(&format!("/api/v1/orchestrator/tasks/{internal}/start")),
+        None,
+    )
+    .await;
+    assert_eq!(code, 202, "{body}");
+    assert_eq!(body["run_as"], "bob");
+    let l = wait_launches(&app, 4).await;
+    assert_eq!(l[3].2.home_scope, "bob");
+    app.stop().await;
+}

@@ -20,7 +20,7 @@ use crate::domain::ExecState;
 
 pub(crate) const SELECT_EXEC: &str = "SELECT task_id, state, agent_type, priority, queue_order, instance_id, \
      attempts, max_retries, last_error, acp_session_id, prompt, retry_at, updated_at, origin, \
-     traceparent, manager_id FROM executions";
+     traceparent, manager_id, run_as FROM executions";
 
 pub(crate) type Result<T> = std::result::Result<T, sqlx::Error>;
 
@@ -47,6 +47,9 @@ pub struct Execution {
     pub traceparent: String,
     /// The agent manager the run was placed on ('' before the pool).
     pub manager_id: String,
+    /// Whose secrets and agent home volume the run uses (a username; ''
+    /// in rows from before the column).
+    pub run_as: String,
 }
 
 impl Execution {
@@ -67,6 +70,8 @@ pub struct Enqueue<'a> {
     pub origin: &'a str,
     /// The trace of what queued it, or empty.
     pub traceparent: &'a str,
+    /// Whose secrets and agent home volume the run uses.
+    pub run_as: &'a str,
 }
 
 /// What the engine keeps: its executions (the queue, the runs, their
@@ -115,6 +120,9 @@ pub trait ExecutionStore: Send + Sync + 'static {
 
     /// The prompt a queued run starts with.
     async fn set_prompt(&self, task_id: Uuid, prompt: &str) -> Result<()>;
+
+    /// Whose secrets and agent home volume a queued run will use.
+    async fn set_run_as(&self, task_id: Uuid, run_as: &str) -> Result<()>;
 
     /// Runs whose retry time has come go back to the end of the queue.
     async fn requeue_due_retries(&self) -> Result<()>;

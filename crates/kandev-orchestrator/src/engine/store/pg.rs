@@ -126,15 +126,16 @@ impl ExecutionStore for PgExecStore {
         sqlx::query(
             "INSERT INTO executions (task_id, state, agent_type, priority, queue_order, attempts,
                                      max_retries, last_error, prompt, instance_id, retry_at, origin,
-                                     traceparent)
-             VALUES ($1, 'queued', $2, $3, nextval('queue_order'), 0, $4, '', $5, NULL, NULL, $6, $7)
+                                     traceparent, run_as)
+             VALUES ($1, 'queued', $2, $3, nextval('queue_order'), 0, $4, '', $5, NULL, NULL, $6, $7,
+                     $8)
              ON CONFLICT (task_id) DO UPDATE SET
                 state = 'queued', agent_type = $2, priority = $3,
                 queue_order = CASE WHEN executions.state = 'queued' THEN executions.queue_order
                                    ELSE nextval('queue_order') END,
                 attempts = 0, max_retries = $4, last_error = '', prompt = $5,
                 instance_id = NULL, retry_at = NULL, origin = $6, traceparent = $7,
-                workspace_removed = false, updated_at = now()",
+                run_as = $8, workspace_removed = false, updated_at = now()",
         )
         .bind(q.task_id)
         .bind(q.agent_type)
@@ -143,6 +144,7 @@ impl ExecutionStore for PgExecStore {
         .bind(q.prompt)
         .bind(q.origin)
         .bind(q.traceparent)
+        .bind(q.run_as)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -162,6 +164,15 @@ impl ExecutionStore for PgExecStore {
         sqlx::query("UPDATE executions SET prompt = $2 WHERE task_id = $1")
             .bind(task_id)
             .bind(prompt)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn set_run_as(&self, task_id: Uuid, run_as: &str) -> Result<()> {
+        sqlx::query("UPDATE executions SET run_as = $2 WHERE task_id = $1")
+            .bind(task_id)
+            .bind(run_as)
             .execute(&self.pool)
             .await?;
         Ok(())

@@ -146,15 +146,15 @@ impl ExecutionStore for SqliteExecStore {
         sqlx::query(&format!(
             "INSERT INTO executions (task_id, state, agent_type, priority, queue_order, attempts,
                                      max_retries, last_error, prompt, instance_id, retry_at, origin,
-                                     traceparent, updated_at)
-             VALUES (?1, 'queued', ?2, ?3, {NEXT_ORDER}, 0, ?4, '', ?5, NULL, NULL, ?6, ?7, ?8)
+                                     traceparent, updated_at, run_as)
+             VALUES (?1, 'queued', ?2, ?3, {NEXT_ORDER}, 0, ?4, '', ?5, NULL, NULL, ?6, ?7, ?8, ?9)
              ON CONFLICT (task_id) DO UPDATE SET
                 state = 'queued', agent_type = ?2, priority = ?3,
                 queue_order = CASE WHEN executions.state = 'queued' THEN executions.queue_order
                                    ELSE {NEXT_ORDER} END,
                 attempts = 0, max_retries = ?4, last_error = '', prompt = ?5,
                 instance_id = NULL, retry_at = NULL, origin = ?6, traceparent = ?7,
-                workspace_removed = 0, updated_at = ?8"
+                run_as = ?9, workspace_removed = 0, updated_at = ?8"
         ))
         .bind(q.task_id)
         .bind(q.agent_type)
@@ -164,6 +164,7 @@ impl ExecutionStore for SqliteExecStore {
         .bind(q.origin)
         .bind(q.traceparent)
         .bind(now())
+        .bind(q.run_as)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -183,6 +184,15 @@ impl ExecutionStore for SqliteExecStore {
         sqlx::query("UPDATE executions SET prompt = ?2 WHERE task_id = ?1")
             .bind(task_id)
             .bind(prompt)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn set_run_as(&self, task_id: Uuid, run_as: &str) -> Result<()> {
+        sqlx::query("UPDATE executions SET run_as = ?2 WHERE task_id = ?1")
+            .bind(task_id)
+            .bind(run_as)
             .execute(&self.pool)
             .await?;
         Ok(())
