@@ -427,6 +427,9 @@ impl AgentManager {
         env: Vec<String>,
     ) -> ContainerSpec {
         let settings = self.settings();
+        // Checked when the settings were loaded; a bad value never runs as
+        // root either way.
+        let (uid, gid) = settings.agent_owner().unwrap_or((1000, 1000));
         let mut binds = vec![format!("{}:{CONTAINER_WORKSPACE}:rw", host_path.display())];
         binds.extend(credentials::credential_binds(settings, agent_type));
         let home = (!agent_type.home_volume.is_empty()).then(|| HomeVolume {
@@ -446,6 +449,7 @@ impl AgentManager {
             image: agent_type.image.clone(),
             command: agent_type.command.clone(),
             working_dir: agent_type.working_dir.clone(),
+            user: format!("{uid}:{gid}"),
             env,
             binds,
             home,
@@ -647,7 +651,10 @@ impl AgentManager {
             && instance.workspace_owned
             && !instance.workspace_path.is_empty()
         {
-            let _ = tokio::fs::remove_dir_all(&instance.workspace_path).await;
+            let root = Path::new(&self.settings().workspaces_root);
+            if let Err(e) = crate::changes::remove_workspace(root, instance.task_id).await {
+                tracing::warn!(task = %instance.task_id, error = %e, "cannot remove the workspace");
+            }
         }
         lock(&self.inner.envs).remove(&id);
         Ok(instance)

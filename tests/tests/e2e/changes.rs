@@ -436,3 +436,53 @@ async fn clones_are_removed_when_their_task_is_done_or_deleted() {
     .await;
     stack.stop().await;
 }
+
+/// A run launched directly (`POST /api/v1/agents/launch`), without the
+/// orchestrator's queue, leaves a clone too: deleting its task removes it
+/// (issue 37: such clones stayed on disk).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_task_removes_the_clone_of_a_direct_launch() {
+    let stack = Stack::start("direct_clone", Options::default()).await;
+    let api = stack.admin().await;
+    let board = api.board("direct").await;
+    let task = api.task(&board, json!({"title": "Direct"})).await;
+    let repo = stack.git_repo("direct-src");
+    let launched = api
+        .post(
+            "/api/v1/agents/launch",
+            json!({"task_id": task, "agent_type": "mock-agent",
+                   "repository_url": repo, "prompt": "scenario: code"}),
+        )
+        .await;
+    assert_eq!(launched.status, 201, "{}", launched.body);
+    let id = launched.body["id"].as_str().unwrap().to_string();
+    let dir = stack.workspace(&task);
+    kandev_e2e::eventually(120, "the direct run finished in its clone", || {
+        let api = &api;
+        let path = format!("/api/v1/agents/{id}/status");
+        let cloned = dir.join("README.md").exists();
+        async move {
+            let r = api.get(&path).await;
+            (cloned
+                && ["completed", "failed", "stopped"]
+                    .iter()
+                    .any(|s| r.body["status"] == *s))
+            .then_some(())
+        }
+    })
+    .await;
+    let deleted = api
+        .send("DELETE", &format!("/api/v1/tasks/{task}"), None)
+        .await;
+    assert!(
+        deleted.status == 204 || deleted.status == 200,
+        "{}",
+        deleted.body
+    );
+    kandev_e2e::eventually(60, "the direct launch's clone removed", || {
+        let gone = !dir.exists();
+        async move { gone.then_some(()) }
+    })
+    .await;
+    stack.stop().await;
+}
