@@ -108,6 +108,10 @@ pub struct Engine {
     lock: DecisionLock,
     /// For forges' REST APIs.
     http: reqwest::Client,
+    /// Agent types `kandev_running_agents` has a series for: only types
+    /// that ran (a made-up type never launches), so its labels stay bounded
+    /// by the registry however many types tasks name.
+    gauged_types: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Engine {
@@ -130,6 +134,7 @@ impl Engine {
             hub,
             fence,
             http: reqwest::Client::new(),
+            gauged_types: Default::default(),
         })
     }
 
@@ -299,10 +304,7 @@ impl Engine {
             }
         }
         metrics::gauge!("kandev_queue_depth").set(queued.saturating_sub(launched) as f64);
-        for (agent_type, n) in slots.running() {
-            metrics::gauge!("kandev_running_agents", "agent_type" => agent_type.clone())
-                .set(f64::from(*n));
-        }
+        self.gauge_running(slots.running());
         Ok(())
     }
 
@@ -613,6 +615,23 @@ impl Engine {
         )
         .await?;
         self.dispatch().await
+    }
+
+    /// Sets `kandev_running_agents` for the types running now and back to 0
+    /// for those that ran before.
+    fn gauge_running(&self, running: &std::collections::HashMap<String, u32>) {
+        let mut gauged = self.gauged_types.lock().unwrap_or_else(|e| e.into_inner());
+        gauged.extend(
+            running
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(|(t, _)| t.clone()),
+        );
+        for agent_type in gauged.iter() {
+            let n = running.get(agent_type).copied().unwrap_or(0);
+            metrics::gauge!("kandev_running_agents", "agent_type" => agent_type.clone())
+                .set(f64::from(n));
+        }
     }
 
     fn running_instance(exec: &Option<Execution>) -> Option<Uuid> {

@@ -80,6 +80,15 @@ async fn every_service_exports_metrics_that_move_when_tasks_run() {
     feed.close().await;
     api.wait_state(&first, &["COMPLETED"], 60).await;
     api.wait_state(&second, &["COMPLETED"], 120).await;
+    // A task naming a made-up agent type is queued and fails to launch;
+    // its type never becomes a metric label (issue 37: labels from input).
+    let made_up = api
+        .task(
+            &board,
+            json!({"title": "Made up", "agent_type": "made-up-type-7f3a", "max_retries": 0}),
+        )
+        .await;
+    api.wait_state(&made_up, &["FAILED"], 120).await;
     // The queue emptied, the client left.
     eventually(30, "the queue to empty", || async {
         let o = scrape(&stack, Svc::Orchestrator).await;
@@ -128,6 +137,11 @@ async fn every_service_exports_metrics_that_move_when_tasks_run() {
             .any(|s| s.name == "kandev_running_agents"
                 && s.label("agent_type") == Some("mock-agent")),
         "kandev_running_agents{{agent_type=\"mock-agent\"}}"
+    );
+    assert!(
+        o.iter()
+            .all(|s| s.label("agent_type") != Some("made-up-type-7f3a")),
+        "a made-up agent type became a label"
     );
     assert!(value(&o, "kandev_feed_store_batch_size_count", &[]) >= 1.0);
     // Requests per route and RPC.
