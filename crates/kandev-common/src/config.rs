@@ -5,12 +5,19 @@
 //! environment variables prefixed `KANDEV_` (so `database_url` is
 //! `KANDEV_DATABASE_URL`; `__` nests, as in `KANDEV_LOG__FORMAT`). Key names
 //! are shared between services, so one environment file can serve them all.
+//!
+//! A list setting (one whose default is a list) takes, in its variable, one
+//! value (`KANDEV_ALLOWED_REPOSITORY_ROOTS=/srv/git`), a comma-separated
+//! list (`/srv/git,/home/git`) or TOML list syntax (`["/srv/git"]`, the
+//! only way to give an item with a comma in it). Other settings are read
+//! as they are.
 
 use std::path::{Path, PathBuf};
 
 use figment::{
-    Figment,
+    Figment, Metadata, Profile, Provider,
     providers::{Env, Format, Serialized, Toml},
+    value::{Dict, Map, Value},
 };
 use serde::{Serialize, de::DeserializeOwned};
 
@@ -67,7 +74,84 @@ pub fn figment_over(base: Figment, file: Option<&Path>) -> Result<Figment, Confi
         }
         figment = figment.merge(Toml::file(path));
     }
-    Ok(figment.merge(Env::prefixed(ENV_PREFIX).ignore(&["config"]).split("__")))
+    let env = EnvVars {
+        env: Env::prefixed(ENV_PREFIX).ignore(&["config"]).split("__"),
+        shape: figment.clone(),
+    };
+    Ok(figment.merge(env))
+}
+
+/// The `KANDEV_*` variables, read as [`Env`] reads them, except that a
+/// variable whose setting is a list in `shape` (the layers under it) may
+/// also hold one value or a comma-separated list.
+struct EnvVars {
+    env: Env,
+    shape: Figment,
+}
+
+impl Provider for EnvVars {
+    fn metadata(&self) -> Metadata {
+        self.env.metadata()
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        // The layers under the variables, merged once (a file that does not
+        // parse has no lists here; its error comes with the extraction).
+        let shape: Option<Value> = self.shape.extract().ok();
+        let mut dict = Dict::new();
+        for (key, raw) in self.env.iter() {
+            let setting = shape.as_ref().and_then(|s| s.find_ref(key.as_str()));
+            let is_list = matches!(setting, Some(Value::Array(..)));
+            let value = if is_list {
+                list_value(&raw)
+            } else {
+                raw.parse()
+                    .expect("parsing an environment value is infallible")
+            };
+            let path: Vec<&str> = key.as_str().split('.').collect();
+            insert(&mut dict, &path, value);
+        }
+        Ok(self.env.profile.collect(dict))
+    }
+}
+
+/// A list setting's value: TOML list syntax as it is; otherwise the
+/// comma-separated items, each a string (none for an empty value).
+fn list_value(raw: &str) -> Value {
+    if raw.trim_start().starts_with('[') {
+        return raw
+            .parse()
+            .expect("parsing an environment value is infallible");
+    }
+    let items: Vec<Value> = raw
+        .split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(Value::from)
+        .collect();
+    Value::from(items)
+}
+
+/// Puts `value` at the dotted `path` in `dict`, making the dictionaries on
+/// the way (a later variable wins over an earlier one at the same path).
+fn insert(dict: &mut Dict, path: &[&str], value: Value) {
+    match path {
+        [] => {}
+        [last] => {
+            dict.insert((*last).to_string(), value);
+        }
+        [first, rest @ ..] => {
+            let entry = dict
+                .entry((*first).to_string())
+                .or_insert_with(|| Value::from(Dict::new()));
+            if !matches!(entry, Value::Dict(..)) {
+                *entry = Value::from(Dict::new());
+            }
+            if let Value::Dict(_, inner) = entry {
+                insert(inner, rest, value);
+            }
+        }
+    }
 }
 
 /// Extracts and validates settings from a prepared figment.
@@ -149,6 +233,85 @@ mod tests {
         figment::Jail::expect_with(|_| {
             let err = load::<Demo>(Some(Path::new("nope.toml"))).unwrap_err();
             assert!(matches!(err, ConfigError::MissingFile(_)));
+            Ok(())
+        });
+    }
+
+    #[derive(Debug, Serialize, Deserialize, PartialEq)]
+    struct Lists {
+        roots: Vec<String>,
+        schemes: Vec<String>,
+        database_url: String,
+        port: u16,
+        log: crate::telemetry::LogSettings,
+    }
+
+    impl Default for Lists {
+        fn default() -> Self {
+            Lists {
+                roots: vec![],
+                schemes: vec!["https".into()],
+                database_url: "postgres://default".into(),
+                port: 1,
+                log: Default::default(),
+            }
+        }
+    }
+
+    impl Validate for Lists {}
+
+    /// `roots` from `KANDEV_ROOTS=<raw>`.
+    fn roots_from(raw: &str) -> Result<Vec<String>, ConfigError> {
+        let mut out = Err(ConfigError::Invalid("not run".into()));
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("KANDEV_ROOTS", raw);
+            out = load::<Lists>(None).map(|l| l.roots);
+            Ok(())
+        });
+        out
+    }
+
+    #[test]
+    fn a_list_setting_takes_one_value() {
+        assert_eq!(roots_from("/srv/git").unwrap(), ["/srv/git"]);
+    }
+
+    #[test]
+    fn a_list_setting_takes_a_comma_separated_list() {
+        assert_eq!(roots_from("/a,/b").unwrap(), ["/a", "/b"]);
+        assert_eq!(roots_from(" /a , /b ,").unwrap(), ["/a", "/b"]);
+        // Items stay strings, whatever they look like.
+        assert_eq!(roots_from("8080,true").unwrap(), ["8080", "true"]);
+        assert!(roots_from("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_list_setting_takes_toml_list_syntax() {
+        assert_eq!(roots_from(r#"["/a", "/b"]"#).unwrap(), ["/a", "/b"]);
+        assert_eq!(roots_from(r#"["/a,b"]"#).unwrap(), ["/a,b"]);
+    }
+
+    #[test]
+    fn lists_from_a_file_and_non_list_settings_are_read_as_before() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("kandev.toml", "schemes = [\"ssh\", \"file\"]\n")?;
+            jail.set_env("KANDEV_DATABASE_URL", "postgres://a,b");
+            jail.set_env("KANDEV_PORT", "8080");
+            jail.set_env("KANDEV_LOG__FORMAT", "json");
+            let lists: Lists = load(Some(Path::new("kandev.toml"))).map_err(|e| e.to_string())?;
+            assert_eq!(lists.schemes, ["ssh", "file"]);
+            assert_eq!(lists.database_url, "postgres://a,b");
+            assert_eq!(lists.port, 8080);
+            assert_eq!(lists.log.format, crate::telemetry::LogFormat::Json);
+            jail.set_env("KANDEV_SCHEMES", "git");
+            let lists: Lists = load(Some(Path::new("kandev.toml"))).map_err(|e| e.to_string())?;
+            assert_eq!(lists.schemes, ["git"], "the variable over the file");
+            jail.set_env("KANDEV_PORT", "80,81");
+            let err = load::<Lists>(None).unwrap_err().to_string();
+            assert!(
+                err.contains("PORT") && err.contains("80,81"),
+                "a number stays a number: {err}"
+            );
             Ok(())
         });
     }
