@@ -2,6 +2,8 @@
 //! orchestrator and agent manager in-process, on a fresh Postgres database
 //! and a private NATS, with the mock agent in Docker), a headless Chromium
 //! over WebDriver, and one helper per job for driving the page.
+// Shared by several test binaries, each using some of it.
+#![allow(dead_code)]
 
 use std::{
     net::SocketAddr,
@@ -233,12 +235,75 @@ pub async fn start_stack_with(complete_to_review: bool) -> Stack {
 pub struct Browser {
     pub client: Client,
     driver: Child,
+    port: u16,
     _profile: tempfile::TempDir,
 }
 
 impl Browser {
     pub async fn close(self) {
         let _ = self.client.clone().close().await;
+    }
+
+    /// The console's errors since the last call (the browser's log at
+    /// level SEVERE: `console.error`, uncaught exceptions, failed loads).
+    /// chromedriver serves the log on its legacy endpoint only, which
+    /// fantoccini has no command for: asked over plain HTTP.
+    pub async fn console_errors(&self) -> Vec<String> {
+        let session = self.client.session_id().await.ok().flatten();
+        let session = session.expect("a WebDriver session");
+        let body = r#"{"type":"browser"}"#;
+        let request = format!(
+            "POST /session/{session}/se/log HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            self.port,
+            body.len()
+        );
+        let answer = http_exchange(self.port, &request).await;
+        let log: Value = answer
+            .split_once("\r\n\r\n")
+            .and_then(|(_, body)| serde_json::from_str(body).ok())
+            .unwrap_or_else(|| panic!("the browser's log: {answer}"));
+        log["value"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["level"] == "SEVERE")
+            .map(|e| e["message"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+}
+
+/// One HTTP/1.1 request to the driver on `port`; the whole answer.
+/// chromedriver keeps the connection open: the answer ends where its
+/// Content-Length says.
+async fn http_exchange(port: u16, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("chromedriver answers");
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut answer = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .filter_map(|l| l.split_once(':'))
+                .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+                .and_then(|(_, v)| v.trim().parse::<usize>().ok());
+            if length.is_some_and(|n| body.len() >= n) {
+                return text;
+            }
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+            .await
+            .expect("chromedriver answers in time")
+            .expect("receive");
+        if n == 0 {
+            return text;
+        }
+        answer.extend_from_slice(&buf[..n]);
     }
 }
 
@@ -279,6 +344,7 @@ pub async fn start_browser() -> Option<Browser> {
     let profile = tempfile::tempdir().unwrap();
     let caps = json!({
         "browserName": "chrome",
+        "goog:loggingPrefs": {"browser": "ALL"},
         "goog:chromeOptions": {
             "binary": chromium.display().to_string(),
             "args": [
@@ -311,6 +377,7 @@ pub async fn start_browser() -> Option<Browser> {
     Some(Browser {
         client,
         driver,
+        port,
         _profile: profile,
     })
 }
@@ -397,6 +464,34 @@ pub async fn select_value(c: &Client, css: &str, value: &str) {
         .unwrap_or_else(|e| panic!("no element {css}: {e}"));
     el.select_by_value(value).await.expect("select");
 }
+
+/// Sizes the window so that the page's viewport is `width` × `height`
+/// (a headless window's frame takes some of its height).
+pub async fn set_viewport(c: &Client, width: u32, height: u32) {
+    let (mut w, mut h) = (width, height);
+    for _ in 0..3 {
+        c.set_window_size(w, h).await.expect("resize");
+        let inner = js(c, "return [innerWidth, innerHeight];", vec![]).await;
+        let (iw, ih) = (inner[0].as_u64().unwrap(), inner[1].as_u64().unwrap());
+        if (iw, ih) == (u64::from(width), u64::from(height)) {
+            return;
+        }
+        w = (i64::from(w) + i64::from(width) - iw as i64) as u32;
+        h = (i64::from(h) + i64::from(height) - ih as i64) as u32;
+    }
+    panic!("cannot size the viewport to {width}x{height}");
+}
+
+/// A script that returns what sticks out of the window sideways: null when
+/// the page has no horizontal scroll, else the widths and the widest
+/// offenders.
+pub const OVERFLOW_X: &str = "
+    const w = innerWidth, doc = document.scrollingElement;
+    if (doc.scrollWidth <= w) return null;
+    const wide = [...document.querySelectorAll('body *')]
+      .filter(e => e.getBoundingClientRect().right > w + 0.5 && e.offsetParent !== null)
+      .slice(-5).map(e => e.tagName + '.' + e.className + '[' + (e.dataset.testid || '') + ']');
+    return { scrollWidth: doc.scrollWidth, innerWidth: w, wide };";
 
 pub async fn screenshot(c: &Client, name: &str) -> PathBuf {
     let dir = workspace_root().join("target/screenshots");
