@@ -248,13 +248,21 @@ async fn the_ui_drives_agents_end_to_end() {
             .then_some(status)
     })
     .await;
-    let counter = js(
+    // The header says the connection is live again, in words: no
+    // connection counters in the main view.
+    let shown = js(
         c,
-        "return document.querySelector('[data-testid=reconnect-count]').textContent;",
+        "return [document.querySelector('[data-testid=socket-status]').textContent,
+                 !!document.querySelector('[data-testid=reconnect-count]'),
+                 /reconnects?:/i.test(document.querySelector('main').innerText)];",
         vec![],
     )
     .await;
-    assert_ne!(counter, json!("0"), "the reconnect counter is shown");
+    assert_eq!(
+        shown,
+        json!(["Live", false, false]),
+        "the connection in words"
+    );
     // Frames are applied to the DOM once per animation frame, after the
     // socket has taken them in: let the queue drain before counting.
     wait_js(
@@ -973,7 +981,7 @@ async fn the_board_tells_the_truth_at_a_glance() {
         "return !!document.querySelector('[data-kind=turn_end][data-stop-reason=cancelled]')
            && document.querySelector('[data-testid=btn-start]')?.disabled === false
            && document.querySelector('[data-testid=task-state]')?.dataset.state === 'IN_PROGRESS'
-           && document.querySelector('[data-testid=exec-status]')?.textContent === 'Agent idle';",
+           && document.querySelector('[data-testid=exec-status]')?.textContent === 'Idle — waiting for you';",
         vec![],
     )
     .await;

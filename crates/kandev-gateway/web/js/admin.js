@@ -4,7 +4,7 @@
 // most mistakes are caught before sending; the server's own message is
 // shown for the rest.
 
-import { h, clear, toast, dialog, field } from './dom.js';
+import { h, clear, toast, dialog, field, labelCells } from './dom.js';
 import { api } from './api.js';
 import { invalidateAgentTypes } from './common.js';
 
@@ -199,6 +199,7 @@ export function agentTypesView(main, { setCrumbs, isAdmin }) {
           h('button', { type: 'button', class: `btn btn-small${on ? ' btn-danger-ghost' : ''}`, testid: on ? 'agent-type-disable' : 'agent-type-enable',
             'aria-label': `${on ? 'Disable' : 'Enable'} ${t.id}`, onclick: () => setEnabled(t, !on) }, on ? 'Disable' : 'Enable')] : null));
     }));
+    labelCells(table);
   }
   load();
   return () => { alive = false; };

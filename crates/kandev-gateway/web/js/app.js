@@ -53,18 +53,22 @@ function route() {
   adminLink.hidden = true;
   secretsLink.hidden = !loggedIn;
   viewing(null);
-  if (!loggedIn) { setCrumbs([]); loginView(); return; }
+  // The page's kind, for the layout (styles.css: the task page fills the window).
+  const view = (name) => { document.body.dataset.view = name; };
+  if (!loggedIn) { view('login'); setCrumbs([]); loginView(); return; }
   isAdmin().then((admin) => { adminLink.hidden = !admin || !auth.token; });
   let m;
   if ((m = /^#\/boards\/([^/]+)$/.exec(hash))) {
+    view('board');
     cleanup = boardView(main, decodeURIComponent(m[1]), { setCrumbs });
     enhanceColumns(main);
   } else if ((m = /^#\/tasks\/([^/]+)$/.exec(hash))) {
+    view('task');
     viewing(decodeURIComponent(m[1]));
     cleanup = taskView(main, decodeURIComponent(m[1]), { setCrumbs, debug });
-  } else if (/^#\/admin\/agent-types\/?$/.test(hash)) cleanup = agentTypesView(main, { setCrumbs, isAdmin });
-  else if (/^#\/settings\/secrets\/?$/.test(hash)) cleanup = secretsView(main, { setCrumbs });
-  else boardsView();
+  } else if (/^#\/admin\/agent-types\/?$/.test(hash)) { view('admin'); cleanup = agentTypesView(main, { setCrumbs, isAdmin }); }
+  else if (/^#\/settings\/secrets\/?$/.test(hash)) { view('secrets'); cleanup = secretsView(main, { setCrumbs }); }
+  else { view('boards'); boardsView(); }
   main.focus({ preventScroll: true });
 }
 
@@ -106,10 +110,11 @@ function boardsView() {
     h('label', { for: 'nb-name', class: 'sr-only' }, 'Board name'), name,
     h('button', { type: 'submit', class: 'btn btn-primary', testid: 'new-board-submit' }, 'Create board'));
   name.id = 'nb-name';
+  name.addEventListener('input', () => name.setCustomValidity(''));
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
     const n = name.value.trim();
-    if (!n) return;
+    if (!n) { name.setCustomValidity('Give the board a name: it cannot be blank.'); name.reportValidity(); return; }
     try {
       const b = await api.createBoard({ name: n });
       name.value = '';
@@ -120,9 +125,15 @@ function boardsView() {
 
   async function rename(b) {
     const input = h('input', { name: 'name', required: true, maxlength: 200, value: b.name, testid: 'rename-input' });
-    const v = await dialog({ title: 'Rename board', body: field('Name', input), submitLabel: 'Rename', testid: 'rename-dialog' });
-    if (!v || !v.name.trim()) return;
-    try { await api.updateBoard(b.id, { name: v.name.trim() }); load(); } catch (ex) { toast(`Could not rename: ${ex.message}`, 'error'); }
+    const v = await dialog({
+      title: 'Rename board', body: field('Name', input), submitLabel: 'Rename', testid: 'rename-dialog',
+      onSubmit: async (vals) => {
+        if (!vals.name.trim()) return { field: 'name', message: 'Give the board a name: it cannot be blank.' };
+        await api.updateBoard(b.id, { name: vals.name.trim() });
+        return null;
+      },
+    });
+    if (v) load();
   }
   async function remove(b) {
     if (!(await confirmDialog('Delete board', `Delete “${b.name}” and all its tasks?`))) return;

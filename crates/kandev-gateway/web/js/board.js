@@ -3,7 +3,7 @@
 
 import { h, clear, toast, confirmDialog } from './dom.js';
 import { api, get, enc, taskState } from './api.js';
-import { STATES, STATE_LABELS, execBadge, execState, taskDialog } from './common.js';
+import { STATE, STATES, STATE_LABELS, execBadge, execState, taskDialog } from './common.js';
 
 const POLL_MS = 2000;
 
@@ -47,7 +47,8 @@ export function boardView(main, boardId, { setCrumbs }) {
 
   function renderCard(t) {
     const st = taskState(t);
-    const badge = execBadge(statuses.get(t.id));
+    const badge = execBadge(statuses.get(t.id), st);
+    const exec = execState(statuses.get(t.id));
     const select = h('select', { class: 'state-select', testid: 'card-state-select', 'aria-label': `State of ${t.title}` },
       STATES.map((s) => h('option', { value: s }, STATE_LABELS[s])));
     select.value = st;
@@ -58,7 +59,9 @@ export function boardView(main, boardId, { setCrumbs }) {
       h('div', { class: 'card-meta' },
         t.agent_type ? h('span', { class: 'chip', testid: 'card-agent' }, t.agent_type) : h('span', { class: 'chip muted' }, 'no agent'),
         h('span', { class: 'chip', testid: 'card-priority', title: 'Priority' }, `P${t.priority ?? 0}`),
-        badge ? h('span', { class: `badge exec-${badge.cls}`, testid: 'card-status', dataset: { exec: execState(statuses.get(t.id)) }, title: badge.text }, badge.text) : null),
+        badge && badge.cls !== 'attention' ? h('span', { class: `badge exec-${badge.cls}`, testid: 'card-status', dataset: { exec }, title: badge.text }, badge.text) : null),
+      // What the task waits for, in full: a person has to act.
+      badge && badge.cls === 'attention' ? h('p', { class: 'card-callout exec-attention', testid: 'card-status', dataset: { exec }, title: badge.title }, badge.text) : null,
       h('div', { class: 'card-actions' },
         select,
         h('button', { type: 'button', class: 'btn btn-small', testid: 'card-edit', 'aria-label': `Edit ${t.title}`, onclick: () => editTask(t.id) }, 'Edit'),
@@ -73,7 +76,7 @@ export function boardView(main, boardId, { setCrumbs }) {
   }
 
   function place(id, el, st) {
-    const { list } = columns.get(st) || columns.get('TODO');
+    const { list } = columns.get(st) || columns.get(STATE.TODO);
     if (el.parentNode !== list) list.append(el);
   }
 
@@ -158,21 +161,16 @@ export function boardView(main, boardId, { setCrumbs }) {
   }
 
   async function createTask() {
-    const body = await taskDialog(null);
-    if (!body) return;
-    try {
-      await api.createTask(boardId, body);
-      toast('Task created.');
-      poll();
-    } catch (e) { toast(`Could not create the task: ${e.message}`, 'error'); }
+    const sent = await taskDialog(null, (body) => api.createTask(boardId, body));
+    if (!sent) return;
+    toast('Task created.');
+    poll();
   }
 
   async function editTask(id) {
     const c = cards.get(id);
     if (!c) return;
-    const body = await taskDialog(c.task);
-    if (!body) return;
-    try { await api.updateTask(id, body); poll(); } catch (e) { toast(`Could not save: ${e.message}`, 'error'); }
+    if (await taskDialog(c.task, (body) => api.updateTask(id, body))) poll();
   }
 
   async function deleteTask(id) {

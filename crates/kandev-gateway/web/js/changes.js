@@ -6,6 +6,7 @@
 
 import { h, clear, toast } from './dom.js';
 import { api } from './api.js';
+import { STATE } from './common.js';
 
 const STATUS_WORDS = {
   added: 'Added', modified: 'Modified', deleted: 'Deleted', renamed: 'Renamed',
@@ -178,8 +179,8 @@ export function changesPanel(taskId, { onReviewed } = {}) {
   // In review: comments or approval; completed: delivery only; never
   // without a clone to deliver from.
   function showReview() {
-    reviewBox.hidden = !current || !hasClone || !['REVIEW', 'COMPLETED'].includes(current.state);
-    requestBtn.hidden = !current || current.state !== 'REVIEW';
+    reviewBox.hidden = !current || !hasClone || ![STATE.REVIEW, STATE.COMPLETED].includes(current.state);
+    requestBtn.hidden = !current || current.state !== STATE.REVIEW;
   }
 
   function setTask(task) {
@@ -190,17 +191,16 @@ export function changesPanel(taskId, { onReviewed } = {}) {
 
   async function load() {
     const mine = ++generation;
+    // Only a task with a repository has a clone to compare.
+    if (current && !current.repository_url) { noClone('No changes to show: this task has no repository.'); return; }
     summary.textContent = 'Loading…';
     let changes;
     try {
       changes = await api.changes(taskId);
     } catch (e) {
       if (mine !== generation) return;
-      if (e.status === 404) { hasClone = false; showReview(); }
-      clear(list); clear(diffBox); clear(where);
-      summary.textContent = e.status === 404
-        ? 'No changes to show: this task has no cloned repository (yet).'
-        : `Cannot read the changes: ${e.message}`;
+      if (e.status === 404) noClone('No changes to show: this task has no cloned repository (yet).');
+      else { clear(list); clear(diffBox); clear(where); summary.textContent = `Cannot read the changes: ${e.message}`; }
       return;
     }
     if (mine !== generation) return;
@@ -224,6 +224,13 @@ export function changesPanel(taskId, { onReviewed } = {}) {
         h('span', { class: 'diff-stat' }, f.binary ? 'binary' : [h('span', { class: 'add' }, `+${f.additions}`), ' ', h('span', { class: 'del' }, `−${f.deletions}`)])))));
     const again = files.find((f) => f.path === selected) || files[0];
     if (again) show(again); else clear(diffBox);
+  }
+
+  function noClone(why) {
+    hasClone = false;
+    showReview();
+    clear(list); clear(diffBox); clear(where);
+    summary.textContent = why;
   }
 
   async function show(file) {

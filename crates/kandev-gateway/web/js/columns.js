@@ -4,9 +4,9 @@
 // (section[data-testid=column][data-state] > h2.column-title + ul.card-list).
 
 import { h } from './dom.js';
-import { STATE_LABELS } from './common.js';
+import { STATE, STATE_LABELS } from './common.js';
 
-export const COLLAPSIBLE = ['COMPLETED', 'CANCELLED'];
+export const COLLAPSIBLE = [STATE.COMPLETED, STATE.CANCELLED];
 const KEY = 'kandev.collapsedColumns';
 
 function load() {

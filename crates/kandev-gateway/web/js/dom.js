@@ -34,6 +34,7 @@ export function toast(message, kind = 'info', ms = 6000) {
   const box = document.getElementById('toasts');
   if (!box) return;
   const t = h('div', { class: `toast toast-${kind}`, testid: `toast-${kind}`, role: kind === 'error' ? 'alert' : undefined }, message);
+  t.addEventListener('click', () => t.remove()); // out of the way at once
   box.appendChild(t);
   setTimeout(() => t.remove(), ms);
 }
@@ -41,8 +42,10 @@ export function toast(message, kind = 'info', ms = 6000) {
 // A modal <dialog> that resolves with the submitted form's values or null.
 // `actions` adds submit buttons before the main one ({label, value, testid});
 // the clicked one's value comes back as `_action` (the main one: 'submit').
-// `onSubmit(values)` may check or send the values first: a string it
-// returns (or an error it throws) is shown and the dialog stays open.
+// `onSubmit(values)` may check or send the values first: what it returns
+// (or an error it throws) keeps the dialog open with everything typed. A
+// string is shown above the buttons; `{ field, message }` is shown next to
+// the form field named `field`, which gets the focus.
 export function dialog({ title, body, submitLabel = 'Save', danger = false, testid = 'dialog', onOpen, actions = [], onSubmit, wide = false }) {
   return new Promise((resolve) => {
     const form = h('form', { method: 'dialog', class: 'dialog-form', novalidate: onSubmit ? true : undefined });
@@ -55,7 +58,7 @@ export function dialog({ title, body, submitLabel = 'Save', danger = false, test
     document.body.appendChild(dlg);
     let done = false;
     const finish = (v) => { if (done) return; done = true; dlg.close(); dlg.remove(); resolve(v); };
-    const setError = (m) => { err.textContent = m || ''; err.hidden = !m; if (m) err.scrollIntoView({ block: 'nearest' }); };
+    const setError = (problem) => showProblem(form, err, problem);
     cancel.addEventListener('click', () => finish(null));
     dlg.addEventListener('cancel', (e) => { e.preventDefault(); finish(null); });
     form.addEventListener('submit', async (e) => {
@@ -65,6 +68,7 @@ export function dialog({ title, body, submitLabel = 'Save', danger = false, test
       if (!onSubmit) { finish(values); return; }
       const buttons = [submit, ...extra];
       buttons.forEach((b) => { b.disabled = true; });
+      setError(null);
       let problem;
       try { problem = await onSubmit(values, form); } catch (ex) { problem = ex && ex.message ? ex.message : String(ex); }
       buttons.forEach((b) => { b.disabled = false; });
@@ -78,6 +82,26 @@ export function dialog({ title, body, submitLabel = 'Save', danger = false, test
   });
 }
 
+/**
+ * Shows a dialog's problem: a string in `err`, `{field, message}` next to
+ * that field (cleared once the field is edited); null clears them all.
+ */
+function showProblem(form, err, problem) {
+  for (const old of form.querySelectorAll('.field-error')) old.remove();
+  for (const bad of form.querySelectorAll('[aria-invalid=true]')) bad.removeAttribute('aria-invalid');
+  const input = problem && typeof problem === 'object' ? form.elements[problem.field] : null;
+  const text = problem && typeof problem === 'object' ? problem.message : problem;
+  err.textContent = input ? '' : text || '';
+  err.hidden = !!input || !text;
+  if (!input) { if (text) err.scrollIntoView({ block: 'nearest' }); return; }
+  const note = h('p', { class: 'form-error field-error', role: 'alert', id: `${input.id}-error`, testid: `${input.name}-error` }, text);
+  input.after(note);
+  input.setAttribute('aria-invalid', 'true');
+  input.setAttribute('aria-describedby', note.id);
+  input.addEventListener('input', () => { note.remove(); input.removeAttribute('aria-invalid'); }, { once: true });
+  input.focus();
+}
+
 export function confirmDialog(title, message, label = 'Delete') {
   return dialog({ title, body: h('p', null, message), submitLabel: label, danger: true, testid: 'confirm' })
     .then((v) => v !== null);
@@ -86,6 +110,20 @@ export function confirmDialog(title, message, label = 'Delete') {
 export function field(label, input, hint) {
   const id = input.id || (input.id = `f-${Math.random().toString(36).slice(2, 9)}`);
   return h('div', { class: 'field' }, h('label', { for: id }, label), input, hint ? h('small', { class: 'hint' }, hint) : null);
+}
+
+/**
+ * Lets a table's rows stack as "label: value" lines on a phone
+ * (styles.css, .table-stack): each body cell gets its column's heading as
+ * data-label. Call it again after refilling the body.
+ */
+export function labelCells(table) {
+  table.classList.add('table-stack');
+  const heads = [...table.querySelectorAll('thead th')].map((th) => th.textContent.trim());
+  for (const body of table.tBodies) {
+    for (const row of body.rows) [...row.cells].forEach((td, i) => { td.dataset.label = td.colSpan > 1 ? '' : heads[i] || ''; });
+  }
+  return table;
 }
 
 export function fmtTime(ts) {

@@ -15,6 +15,31 @@ import { lineDiff, hunks } from './diff.js';
 const MD_LIMIT = 64 * 1024;      // above this, a message renders as plain text
 const TEXT_LIMIT = 256 * 1024;   // above this, only the tail is shown until expanded
 
+/** What the feed says for each way a turn ends (docs/ui.md lists them). */
+export const STOP_WORDS = Object.freeze({
+  end_turn: 'Finished',
+  cancelled: 'Cancelled by you',
+  max_tokens: 'Stopped: the reply was too long',
+  max_turn_requests: 'Stopped: too many steps in one turn',
+  refusal: 'The agent refused',
+});
+export function stopWords(reason) { return STOP_WORDS[reason] || 'Ended'; }
+
+// What the feed says when the agent's program goes away, by the reason the
+// connection gives; the reason itself is the tooltip.
+const EXIT_WORDS = [
+  [/^agent closed its output/, 'The agent stopped running.'],
+  [/^client shut down/, 'The agent was shut down.'],
+  [/^reading from the agent failed/, 'Lost the connection to the agent.'],
+];
+export function exitWords(detail) {
+  const hit = EXIT_WORDS.find(([re]) => re.test(String(detail || '')));
+  return hit ? hit[1] : 'The agent stopped running.';
+}
+
+// A tool call's status, in words.
+const TOOL_WORDS = { pending: 'Waiting', in_progress: 'Working', completed: 'Done', failed: 'Failed' };
+
 export function requestIdText(id) {
   return typeof id === 'string' ? id : JSON.stringify(id);
 }
@@ -260,10 +285,10 @@ export class Feed {
       }
       case 'lifecycle': {
         if (d.phase === 'session_loaded' || d.phase === 'closed') {
-          if (this.replaying && this.replayCount) this.addItem({ kind: 'note', seq, message: `Session resumed (${this.replayCount} history chunks restored).` });
+          if (this.replaying && this.replayCount) this.addItem({ kind: 'note', seq, message: 'The agent picked up the earlier conversation.' });
           this.replaying = false;
         }
-        if (d.phase === 'closed') { this.closeOpen(); this.addItem({ kind: 'lifecycle', seq, message: `Agent exited${d.detail ? `: ${d.detail}` : ''}.` }); }
+        if (d.phase === 'closed') { this.closeOpen(); this.addItem({ kind: 'lifecycle', seq, message: exitWords(d.detail), detail: d.detail || '' }); }
         if (d.phase === 'prompt_queued') this.addItem({ kind: 'note', seq, message: `Follow-up queued, sent when this turn ends: ${d.detail ?? ''}` });
         if (d.phase === 'queue_dropped') this.addItem({ kind: 'note', seq, message: `Queued follow-ups dropped: ${d.detail ?? ''}` });
         break;
@@ -331,6 +356,28 @@ export class Feed {
     if (grow) sc.scrollTop += sc.scrollHeight - prevHeight;
     else if (this.stick) { sc.scrollTop = sc.scrollHeight; this.autoTop = sc.scrollTop; }
     this.updateJump();
+    this.revealPending(false);
+  }
+
+  /** The feed is shown again (back on its tab): where it was, then the open question. */
+  shown() {
+    if (this.stick) { this.root.scrollTop = this.root.scrollHeight; this.autoTop = this.root.scrollTop; }
+    this.revealPending(true);
+  }
+
+  /**
+   * Brings the buttons of the permission request waiting for an answer
+   * into view (the feed and the page scroll to it): once per request as it
+   * shows, and again with `again` (back on the Feed tab). Nothing while the
+   * feed is hidden: it is shown when the feed is.
+   */
+  revealPending(again) {
+    let open = null;
+    for (const p of this.perms.values()) if (!p.answered && !p.expired && !p.sent && p.el) open = p;
+    if (!open || (open.revealed && !again) || this.root.offsetParent === null) return;
+    open.revealed = true;
+    const buttons = open.el.querySelector('.perm-options') || open.el;
+    buttons.scrollIntoView({ block: 'center' });
   }
 
   renderItem(it) {
@@ -379,7 +426,7 @@ export class Feed {
       el.append(det);
     }
     det.querySelector('.thought-body').textContent = it.text;
-    det.querySelector('summary').textContent = `Thinking (${it.text.length} chars)`;
+    det.querySelector('summary').textContent = 'Thinking';
   }
 
   render_tool_call(it, el) {
@@ -390,7 +437,7 @@ export class Feed {
     const head = h('div', { class: 'tool-head' },
       h('span', { class: `tool-kind kind-${(it.toolKind || 'other').replace(/\W/g, '')}` }, it.toolKind || 'tool'),
       h('span', { class: 'tool-title' }, it.title || it.toolCallId),
-      h('span', { class: `badge status-${status.replace(/\W/g, '')}`, testid: 'tool-status' }, status));
+      h('span', { class: `badge status-${status.replace(/\W/g, '')}`, testid: 'tool-status', dataset: { status } }, TOOL_WORDS[status] || status));
     const parts = [head];
     if (it.locations.length) {
       parts.push(h('ul', { class: 'tool-locations', testid: 'tool-locations' },
@@ -480,21 +527,21 @@ export class Feed {
   }
 
   render_turn_end(it, el) {
-    const ok = it.stopReason === 'end_turn';
     el.dataset.stopReason = it.stopReason;
     clear(el).append(
-      h('div', { class: 'item-label' }, ok ? 'Turn finished' : 'Turn ended'),
-      h('p', null, h('span', { class: `badge stop-${it.stopReason.replace(/\W/g, '')}`, testid: 'stop-reason' }, it.stopReason),
+      h('div', { class: 'item-label' }, 'End of the agent’s turn'),
+      h('p', null, h('span', { class: `badge stop-${it.stopReason.replace(/\W/g, '')}`, testid: 'stop-reason', title: `Stop reason: ${it.stopReason}` }, stopWords(it.stopReason)),
         it.message ? ' ' : '', it.message ? h('span', { class: 'turn-message' }, it.message) : null));
   }
 
   render_protocol_error(it, el) {
-    clear(el).append(h('div', { class: 'item-label' }, 'Error'), h('p', { class: 'plain' }, `${it.message}${it.code != null ? ` (code ${it.code})` : ''}`));
+    clear(el).append(h('div', { class: 'item-label' }, 'Error'),
+      h('p', { class: 'plain', title: it.code != null ? `Error code ${it.code}` : undefined }, it.message));
   }
 
   render_error(it, el) { this.render_protocol_error(it, el); }
 
-  render_note(it, el) { clear(el).append(h('p', { class: 'muted plain' }, it.message || it.kind)); }
+  render_note(it, el) { clear(el).append(h('p', { class: 'muted plain', title: it.detail || undefined }, it.message || it.kind)); }
 }
 
 function safeJson(v) {

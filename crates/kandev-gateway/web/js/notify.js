@@ -6,9 +6,9 @@
 
 import { h } from './dom.js';
 import { observe, taskState } from './api.js';
-import { STATE_LABELS } from './common.js';
+import { STATE, STATE_LABELS } from './common.js';
 
-const ATTENTION = new Set(['WAITING_FOR_INPUT', 'COMPLETED', 'FAILED']);
+const ATTENTION = new Set([STATE.WAITING_FOR_INPUT, STATE.COMPLETED, STATE.FAILED]);
 const known = new Map();  // task id -> last state seen
 const marked = new Map(); // task id -> state that needs a look
 let openTask = null;      // the task whose page is shown
@@ -29,8 +29,8 @@ function syncTitle() {
 
 function message(task, state) {
   const name = task.title || 'A task';
-  if (state === 'WAITING_FOR_INPUT') return `${name} needs your input`;
-  if (state === 'FAILED') return `${name} failed`;
+  if (state === STATE.WAITING_FOR_INPUT) return `${name} needs your input`;
+  if (state === STATE.FAILED) return `${name} failed`;
   return `${name}: ${STATE_LABELS[state] || state}`;
 }
 

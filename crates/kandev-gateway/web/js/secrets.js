@@ -3,8 +3,9 @@
 // the list shows names and when each was set. A run gets a secret when its
 // agent type lists the name in its required or optional env.
 
-import { h, clear, toast, dialog, field, confirmDialog, timeEl } from './dom.js';
+import { h, clear, toast, dialog, field, confirmDialog, timeEl, labelCells } from './dom.js';
 import { api } from './api.js';
+import { invalidateAgentTypes } from './common.js';
 
 const nameOk = (n) => /^[A-Za-z_][A-Za-z0-9_]{0,127}$/.test(n);
 
@@ -44,12 +45,17 @@ export function secretsView(main, { setCrumbs }) {
 
   async function edit(name) {
     const saved = await setDialog(name);
-    if (saved) { toast(`Secret “${saved}” saved.`); await load(); }
+    if (!saved) return;
+    // What the agent types still need depends on your secrets.
+    invalidateAgentTypes();
+    toast(`Secret “${saved}” saved.`);
+    await load();
   }
 
   async function remove(name) {
     if (!(await confirmDialog(`Delete ${name}?`, 'Your next runs will not get it.'))) return;
     try { await api.deleteSecret(name); toast(`Secret “${name}” deleted.`); } catch (e) { toast(`Could not delete “${name}”: ${e.message}`, 'error'); }
+    invalidateAgentTypes();
     await load();
   }
 
@@ -70,6 +76,7 @@ export function secretsView(main, { setCrumbs }) {
       h('td', { class: 'row-actions' },
         h('button', { type: 'button', class: 'btn btn-small', testid: 'secret-replace', 'aria-label': `Replace ${s.name}`, onclick: () => edit(s.name) }, 'Replace'),
         h('button', { type: 'button', class: 'btn btn-small btn-danger-ghost', testid: 'secret-delete', 'aria-label': `Delete ${s.name}`, onclick: () => remove(s.name) }, 'Delete')))));
+    labelCells(table);
   }
   load();
   return () => { alive = false; };

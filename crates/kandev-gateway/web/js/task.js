@@ -2,19 +2,57 @@
 // start / cancel / stop, the changes on the task's branch, logs and
 // attempt history.
 
-import { h, clear, toast, confirmDialog, fmtTime } from './dom.js';
+import { h, clear, toast, confirmDialog, fmtTime, labelCells } from './dom.js';
 import { api, taskState, asList, humanizeStates } from './api.js';
 import { renderMarkdown } from './markdown.js';
-import { Feed, renderPlan } from './feed.js';
+import { Feed, renderPlan, stopWords } from './feed.js';
 import { TaskSocket } from './socket.js';
 import { changesPanel } from './changes.js';
-import { STATE_LABELS, execBadge, execState, ACTIVE_EXEC, taskDialog, plainError, failureText, agentTypes, agentTypeId } from './common.js';
+import { STATE, STATE_LABELS, execBadge, execState, ACTIVE_EXEC, taskDialog, plainError, failureText, agentTypes, agentTypeId } from './common.js';
 
 const STATUS_POLL_MS = 2000;
+// The live connection's states: [what the header says, its tooltip].
+const SOCKET_WORDS = {
+  idle: ['Connecting…', 'Connecting to the live updates'],
+  connecting: ['Connecting…', 'Connecting to the live updates'],
+  open: ['Live', 'The agent’s activity shows here as it happens'],
+  reconnecting: ['Reconnecting…', 'The connection dropped; catching up as soon as it is back'],
+  closed: ['Offline', 'No live updates'],
+};
 const EXEC_WORDS = {
   none: 'Never started', idle: 'Idle', queued: 'Queued', launching: 'Starting', running: 'Running',
   retry_wait: 'Waiting to retry', completed: 'Finished', failed: 'Failed', stopped: 'Stopped',
 };
+
+// A task change (GET /tasks/{id}/events), in words: what happened, and
+// what changed (the fields by name, never counted).
+const CHANGE_WORDS = { created: 'Created', updated: 'Edited', state_changed: 'Moved', deleted: 'Deleted' };
+const FIELD_WORDS = {
+  title: 'title', description: 'description', priority: 'priority', agent_type: 'agent type',
+  repository_url: 'repository', branch: 'branch', metadata: 'run details', position: 'position',
+  workspace_path: 'workspace', max_retries: 'retries', autostart: 'start on creation',
+};
+
+function describeChange(e) {
+  const pick = (v) => (v && typeof v === 'object' ? v.state ?? v.to ?? null : v);
+  if (e.kind === 'state_changed') {
+    const from = pick(e.old_value), to = pick(e.new_value);
+    const reason = (e.new_value && e.new_value.reason) || '';
+    const label = (s) => (s ? STATE_LABELS[String(s).replace(/^TASK_STATE_/, '')] || s : '?');
+    return `${label(from)} → ${label(to)}${reason ? ` (${reason})` : ''}`;
+  }
+  if (e.kind === 'created') return e.new_value?.title ? `“${e.new_value.title}”` : '';
+  if (e.kind === 'updated' && e.new_value && typeof e.new_value === 'object') {
+    const names = Object.keys(e.new_value).map((k) => FIELD_WORDS[k]).filter(Boolean);
+    return names.length ? `Changed the ${listWords(names)}` : '';
+  }
+  return '';
+}
+
+/** "a", "a and b", "a, b and c". */
+function listWords(words) {
+  return words.length < 2 ? words.join('') : `${words.slice(0, -1).join(', ')} and ${words[words.length - 1]}`;
+}
 
 export function taskView(main, taskId, { setCrumbs, debug }) {
   let alive = true;
@@ -37,8 +75,7 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
     h('strong', { class: 'failure-head' }, 'Why it failed'), failureReason,
     h('details', { class: 'failure-details', testid: 'failure-details' }, h('summary', null, 'Details'), failureRaw));
   let boardName = null;
-  const sockEl = h('span', { class: 'sock', testid: 'socket-status', dataset: { status: 'idle' }, title: 'Live connection' }, 'idle');
-  const reconEl = h('span', { class: 'muted small', testid: 'reconnect-count', title: 'Reconnects' }, '0');
+  const sockEl = h('span', { class: 'sock', testid: 'socket-status', dataset: { status: 'idle' } });
   const startBtn = h('button', { type: 'button', class: 'btn btn-primary', testid: 'btn-start', onclick: () => start() }, 'Start');
   const cancelBtn = h('button', { type: 'button', class: 'btn', testid: 'btn-cancel', onclick: cancelTurn, title: 'Cancel the current turn' }, 'Cancel turn');
   const stopBtn = h('button', { type: 'button', class: 'btn btn-danger', testid: 'btn-stop', onclick: stop, title: 'Stop the agent' }, 'Stop');
@@ -88,7 +125,7 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
     h('div', { class: 'page-head task-head' },
       h('div', { class: 'title-wrap' }, title, h('div', { class: 'badges' }, stateBadge, execEl)),
       h('div', { class: 'page-actions' },
-        h('span', { class: 'sock-wrap' }, sockEl, ' reconnects: ', reconEl),
+        sockEl,
         startBtn, cancelBtn, stopBtn, editBtn)),
     failureBox,
     h('div', { class: 'task-layout' },
@@ -105,17 +142,18 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
       tabBtns[x].tabIndex = on ? 0 : -1;
       panels[x].hidden = !on;
     }
+    if (t === 'feed') feed.shown();
     if (t === 'changes') changes.load();
     if (t === 'logs') loadLogs();
     if (t === 'history') loadHistory();
   }
-  select('feed');
 
   // ---- feed + socket ----
   const feed = new Feed(feedBox, {
     onPermission: (requestId, optionId) => socket.command({ type: 'permission', request_id: requestId, option_id: optionId }),
     onEvent: onEvent,
   });
+  select('feed');
 
   function onEvent(ev, frame) {
     const d = ev.data || {};
@@ -164,10 +202,11 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
         feed.pushNotice('error', `Server: ${humanizeStates(msg)}`);
       } else if (c.type === 'lagging') feed.pushNotice('note', 'The connection fell behind; resuming…');
     },
-    onStatus: (s, sock) => {
-      sockEl.textContent = s;
+    onStatus: (s) => {
+      const [text, tip] = SOCKET_WORDS[s] || SOCKET_WORDS.connecting;
+      sockEl.textContent = text;
+      sockEl.title = tip;
       sockEl.dataset.status = s;
-      reconEl.textContent = String(sock.reconnects);
       scheduleButtons();
     },
   });
@@ -202,10 +241,10 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
     changes.setTask(task);
     // One badge per fact: the execution's only when it says something the
     // state does not (queued, running, retrying, an idle live task).
-    const b = execBadge(status, st);
+    const b = execBadge(status, st, 'page');
     execEl.hidden = !b;
     execEl.dataset.exec = execState(status);
-    if (b) { execEl.textContent = b.text; execEl.title = b.text; execEl.className = `badge exec-${b.cls}`; }
+    if (b) { execEl.textContent = b.text; execEl.title = b.title || b.text; execEl.className = `badge exec-${b.cls}`; }
     renderFailure(st);
     loadBoardName();
     setCrumbs([{ href: '#/boards', text: 'Boards' },
@@ -243,12 +282,12 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
   // Details. A run waiting to retry says what went wrong so far.
   function renderFailure(st) {
     const retrying = execState(status) === 'retry_wait' && status?.last_error;
-    const raw = st === 'FAILED' ? failureText(task, status) : retrying ? status.last_error : '';
-    failureBox.hidden = !(st === 'FAILED' || retrying);
+    const raw = st === STATE.FAILED ? failureText(task, status) : retrying ? status.last_error : '';
+    failureBox.hidden = !(st === STATE.FAILED || retrying);
     if (failureBox.hidden) return;
     const { short } = plainError(raw || 'No reason was recorded.');
-    failureBox.classList.toggle('failure-retrying', !!retrying && st !== 'FAILED');
-    failureBox.firstChild.textContent = st === 'FAILED' ? 'Why it failed' : 'The last attempt failed; retrying';
+    failureBox.classList.toggle('failure-retrying', !!retrying && st !== STATE.FAILED);
+    failureBox.firstChild.textContent = st === STATE.FAILED ? 'Why it failed' : 'The last attempt failed; retrying';
     failureReason.textContent = short;
     failureRaw.textContent = raw || '(none)';
     failureBox.querySelector('details').hidden = !raw || raw === short;
@@ -276,7 +315,7 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
     const active = ACTIVE_EXEC.has(es);
     const running = es === 'running';
     const open = socket.isOpen;
-    const terminal = task && ['COMPLETED', 'CANCELLED'].includes(taskState(task));
+    const terminal = task && [STATE.COMPLETED, STATE.CANCELLED].includes(taskState(task));
     startBtn.disabled = busy || !task || active;
     startBtn.textContent = !active && (terminal || (status && status.attempts > 0)) ? 'Restart' : 'Start';
     stopBtn.disabled = busy || !active;
@@ -332,9 +371,7 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
 
   async function edit() {
     if (!task) return;
-    const body = await taskDialog(task);
-    if (!body) return;
-    try { await api.updateTask(taskId, body); refresh(); } catch (e) { toast(`Could not save: ${e.message}`, 'error'); }
+    if (await taskDialog(task, (body) => api.updateTask(taskId, body))) refresh();
   }
 
   // ---- logs ----
@@ -372,10 +409,10 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
     const runRows = [...runs.values()].filter((r) => r.instanceId !== 'unknown');
     const runsTable = h('table', { class: 'table', testid: 'attempts' },
       h('caption', null, `Agent instances (${status?.attempts ?? runRows.length} attempt${(status?.attempts ?? runRows.length) === 1 ? '' : 's'})`),
-      h('thead', null, h('tr', null, h('th', { scope: 'col' }, '#'), h('th', { scope: 'col' }, 'Instance'), h('th', { scope: 'col' }, 'Started'), h('th', { scope: 'col' }, 'Last activity'), h('th', { scope: 'col' }, 'Turns'), h('th', { scope: 'col' }, 'Last stop reason'), h('th', { scope: 'col' }, 'Logs'))),
+      h('thead', null, h('tr', null, h('th', { scope: 'col' }, '#'), h('th', { scope: 'col' }, 'Instance'), h('th', { scope: 'col' }, 'Started'), h('th', { scope: 'col' }, 'Last activity'), h('th', { scope: 'col' }, 'Turns'), h('th', { scope: 'col' }, 'How the last turn ended'), h('th', { scope: 'col' }, 'Logs'))),
       h('tbody', null, runRows.map((r, i) => h('tr', { testid: 'attempt-row' },
         h('td', null, String(i + 1)), h('td', null, h('code', { class: 'small' }, r.instanceId)), h('td', null, fmtTime(r.first)), h('td', null, fmtTime(r.last)),
-        h('td', null, String(r.turns)), h('td', null, r.stopReason || '—'),
+        h('td', null, String(r.turns)), h('td', { title: r.stopReason || undefined }, r.stopReason ? stopWords(r.stopReason) : '—'),
         h('td', null, h('button', { type: 'button', class: 'btn btn-small', onclick: () => { select('logs'); loadLogs(r.instanceId); } }, 'Logs'))))));
     let events = [];
     try { events = await api.taskEvents(taskId); } catch { /* shown as empty */ }
@@ -385,25 +422,10 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
       h('thead', null, h('tr', null, h('th', { scope: 'col' }, 'When'), h('th', { scope: 'col' }, 'What'), h('th', { scope: 'col' }, 'Who'), h('th', { scope: 'col' }, 'Details'))),
       h('tbody', null, events.map((e) => h('tr', { testid: 'task-event-row' },
         h('td', null, fmtTime(e.created_at || e.occurred_at || e.at)),
-        h('td', null, String(e.kind || e.event_type || e.type || '')),
+        h('td', null, CHANGE_WORDS[e.kind] || String(e.kind || '')),
         h('td', null, String(e.actor || '')),
         h('td', null, describeChange(e))))));
-    clear(historyBox).append(runRows.length ? runsTable : h('p', { class: 'muted' }, 'No agent runs seen yet.'), evTable);
-  }
-
-  function describeChange(e) {
-    const pick = (v) => (v && typeof v === 'object' ? v.state ?? v.to ?? null : v);
-    if (e.kind === 'state_changed') {
-      const from = pick(e.old_value), to = pick(e.new_value);
-      const reason = (e.new_value && e.new_value.reason) || '';
-      const label = (s) => (s ? STATE_LABELS[String(s).replace(/^TASK_STATE_/, '')] || s : '?');
-      return `${label(from)} → ${label(to)}${reason ? ` (${reason})` : ''}`;
-    }
-    if (e.new_value && typeof e.new_value === 'object') {
-      const keys = Object.keys(e.new_value).filter((k) => !['version', 'updated_at'].includes(k));
-      return keys.length > 6 ? `${keys.length} fields` : keys.join(', ');
-    }
-    return '';
+    clear(historyBox).append(runRows.length ? labelCells(runsTable) : h('p', { class: 'muted' }, 'No agent runs seen yet.'), labelCells(evTable));
   }
 
   function kv(k, v) { return [h('dt', null, k), h('dd', null, v)]; }
