@@ -15,8 +15,8 @@
 //! address must be external; a name that does not resolve is refused.
 //!
 //! What passed is then the only thing git may reach: [`check`] returns the
-//! git settings for it (its protocol, and over http(s) the checked
-//! addresses pinned, so a second resolution cannot move the connection),
+//! git settings for it (its protocol, and over http(s) and ssh the checked
+//! address pinned, so a second resolution cannot move the connection),
 //! and [`protocol_args`] adds those that hold for every command: no other
 //! protocol, no redirect, no submodule.
 
@@ -431,8 +431,9 @@ fn v6_kind(v6: Ipv6Addr) -> Option<&'static str> {
 
 /// Checks `url` against the policy; the git settings (`key=value`, each
 /// for a `-c`) that let git reach only what was checked: its protocol,
-/// and over http(s) the host name pinned to the addresses checked. Give
-/// them to [`protocol_args`].
+/// and the host name pinned to the addresses checked (over http(s) for
+/// curl, over ssh by `core.sshCommand`, see [`ssh_pin`]). Give them to
+/// [`protocol_args`].
 pub async fn check(settings: &Settings, url: &str) -> Result<Vec<String>> {
     match parse(url)? {
         Remote::Local(path) => {
@@ -447,10 +448,12 @@ pub async fn check(settings: &Settings, url: &str) -> Result<Vec<String>> {
             }
             let port = port.unwrap_or_else(|| default_port(&scheme));
             let addrs = check_host(&host, port).await?;
-            if let Host::Name(name) = &host
-                && CURL_SCHEMES.contains(&scheme.as_str())
-            {
-                config.push(curl_resolve(name, port, &addrs));
+            if let Host::Name(name) = &host {
+                if CURL_SCHEMES.contains(&scheme.as_str()) {
+                    config.push(curl_resolve(name, port, &addrs));
+                } else if git_protocol(&scheme) == "ssh" {
+                    config.extend(ssh_pin(name, port, &addrs));
+                }
             }
             Ok(config)
         }
@@ -604,6 +607,37 @@ fn curl_resolve(name: &str, port: u16, addrs: &[IpAddr]) -> String {
         })
         .collect();
     format!("http.curloptResolve={name}:{port}:{}", list.join(","))
+}
+
+/// `core.sshCommand` pinning ssh to the first address checked for `name`
+/// (IPv4 before IPv6; without brackets, as `HostName` takes it) while
+/// host keys are still looked up under the name: `HostKeyAlias` is the
+/// name, or `[name]:port` off port 22, as ssh writes known_hosts entries
+/// (an alias gets no port added). git runs the command through the shell
+/// with its own arguments (`-p port`, the host, the remote command) after
+/// it, so only a name of letters, digits, `.`, `-` and `_` (all
+/// `plain_host` lets through) is written, and inside single quotes; for any
+/// other, or no address, nothing is pinned. `GIT_SSH_COMMAND` or `GIT_SSH`
+/// in the manager's environment overrides this setting in git, and then
+/// ssh resolves the name itself again.
+fn ssh_pin(name: &str, port: u16, addrs: &[IpAddr]) -> Option<String> {
+    let ip = addrs.first()?;
+    let plain = !name.is_empty()
+        && !name.starts_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
+    if !plain {
+        return None;
+    }
+    let alias = if port == 22 {
+        name.to_string()
+    } else {
+        format!("[{name}]:{port}")
+    };
+    Some(format!(
+        "core.sshCommand=ssh -o 'HostName={ip}' -o 'HostKeyAlias={alias}'"
+    ))
 }
 
 /// `git -c …` arguments for a command that talks to a remote: the
@@ -1032,11 +1066,54 @@ mod tests {
         );
     }
 
+    #[test]
+    fn ssh_is_pinned_to_the_checked_address_under_its_name() {
+        let addrs: [IpAddr; 2] = [
+            "140.82.112.3".parse().unwrap(),
+            "2606:4700::1111".parse().unwrap(),
+        ];
+        assert_eq!(
+            ssh_pin("github.com", 22, &addrs).unwrap(),
+            "core.sshCommand=ssh -o 'HostName=140.82.112.3' -o 'HostKeyAlias=github.com'"
+        );
+        // IPv6 without brackets; off port 22 the alias is known_hosts' form.
+        assert_eq!(
+            ssh_pin("git.example.", 2222, &addrs[1..]).unwrap(),
+            "core.sshCommand=ssh -o 'HostName=2606:4700::1111' \
+             -o 'HostKeyAlias=[git.example.]:2222'"
+        );
+        assert_eq!(
+            ssh_pin("a-b_c.example", 22, &addrs[..1]).unwrap(),
+            "core.sshCommand=ssh -o 'HostName=140.82.112.3' -o 'HostKeyAlias=a-b_c.example'"
+        );
+        // Nothing the shell could read otherwise is ever written.
+        for odd in [
+            "",
+            "-oProxyCommand=x",
+            "a'b",
+            "a;id",
+            "$(id)",
+            "a b",
+            "`id`",
+            "a\nb",
+            "é.example",
+        ] {
+            assert_eq!(ssh_pin(odd, 22, &addrs), None, "{odd:?}");
+        }
+        assert_eq!(ssh_pin("github.com", 22, &[]), None);
+        // Names reach ssh_pin only through plain_host, which refuses the odd.
+        for odd in ["ssh://a'b/x", "ssh://a%27b/x", "a;b:x", "ssh://a%24(id)/x"] {
+            assert!(parse(odd).is_err(), "{odd}");
+        }
+    }
+
     /// A git command with its config and environment to itself: no system
     /// or user config, no proxy, no prompt.
     fn git(args: Vec<String>) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new("git");
         cmd.args(args)
+            .env_remove("GIT_SSH_COMMAND")
+            .env_remove("GIT_SSH")
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("GIT_TERMINAL_PROMPT", "0")
@@ -1166,5 +1243,90 @@ mod tests {
             assert!(reached > 0, "{url} did not reach 127.0.0.2");
         }
         server.abort();
+    }
+
+    /// The ssh pin reaches ssh: git runs `core.sshCommand` through the
+    /// shell, and a fake `ssh` first on PATH (for this command only)
+    /// records the words it gets, so no ssh ever connects.
+    #[tokio::test]
+    async fn git_runs_ssh_with_the_pinned_address() {
+        let dir = tempfile::tempdir().unwrap();
+        let seen = dir.path().join("args");
+        let fake = dir.path().join("ssh");
+        std::fs::write(
+            &fake,
+            format!(
+                "#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\nexit 1\n",
+                seen.display()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = format!(
+            "{}:{}",
+            dir.path().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let addrs: [IpAddr; 1] = ["192.0.2.10".parse().unwrap()];
+        for (url, port, alias) in [
+            ("ssh://example.invalid/x", 22, "example.invalid"),
+            ("git@example.invalid:x", 22, "example.invalid"),
+            (
+                "ssh://git@example.invalid:2222/x",
+                2222,
+                "[example.invalid]:2222",
+            ),
+        ] {
+            let _ = std::fs::remove_file(&seen);
+            let pin = ssh_pin("example.invalid", port, &addrs).unwrap();
+            let mut args = protocol_args(&["protocol.ssh.allow=always".into(), pin]);
+            args.extend(["ls-remote".into(), "--".into(), url.into()]);
+            let mut cmd = git(args);
+            cmd.env("PATH", &path);
+            let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
+                .await
+                .expect("git ends")
+                .unwrap();
+            assert!(!out.status.success());
+            let words = std::fs::read_to_string(&seen).unwrap_or_default();
+            let words: Vec<&str> = words.lines().collect();
+            assert_eq!(
+                words[..4],
+                [
+                    "-o",
+                    "HostName=192.0.2.10",
+                    "-o",
+                    &format!("HostKeyAlias={alias}")
+                ],
+                "{url}: {words:?}"
+            );
+            assert!(
+                words.iter().any(|w| w.ends_with("example.invalid")),
+                "{url}: {words:?}"
+            );
+            if port != 22 {
+                assert!(words.windows(2).any(|w| w == ["-p", "2222"]), "{words:?}");
+            }
+        }
+        // The documented limit: GIT_SSH_COMMAND wins over core.sshCommand.
+        let _ = std::fs::remove_file(&seen);
+        let pin = ssh_pin("example.invalid", 22, &addrs).unwrap();
+        let mut args = protocol_args(&["protocol.ssh.allow=always".into(), pin]);
+        args.extend([
+            "ls-remote".into(),
+            "--".into(),
+            "ssh://example.invalid/x".into(),
+        ]);
+        let mut cmd = git(args);
+        cmd.env("PATH", &path).env("GIT_SSH_COMMAND", "ssh");
+        let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
+            .await
+            .expect("git ends")
+            .unwrap();
+        assert!(!out.status.success());
+        let words = std::fs::read_to_string(&seen).unwrap();
+        assert!(!words.contains("HostName"), "{words}");
+        assert!(words.contains("example.invalid"), "{words}");
     }
 }
