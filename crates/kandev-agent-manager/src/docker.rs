@@ -365,10 +365,47 @@ impl Docker {
             name: Some(spec.name.clone()),
             ..Default::default()
         };
-        self.call("cannot create the container", |c| async move {
-            c.create_container(Some(options), body).await.map(|r| r.id)
-        })
-        .await
+        let id = self
+            .call("cannot create the container", |c| async move {
+                c.create_container(Some(options), body).await.map(|r| r.id)
+            })
+            .await?;
+        if let Some(home) = &spec.home {
+            self.give_home_to(home, &spec.user).await;
+        }
+        Ok(id)
+    }
+
+    /// Gives a fresh home volume's root to the agent's `uid:gid`: a volume
+    /// whose path the image lacks starts as root's, and the agent runs as
+    /// another user. Only a manager running as root on the engine's host
+    /// can (the volume's directory is the engine's); elsewhere the image
+    /// must hold the path, owned by the agent's user (as `dockerfiles/*`
+    /// do for `/home/agent`).
+    async fn give_home_to(&self, home: &HomeVolume, user: &str) {
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        let Some((uid, gid)) = user
+            .split_once(':')
+            .and_then(|(u, g)| Some((u.parse::<u32>().ok()?, g.parse::<u32>().ok()?)))
+        else {
+            return;
+        };
+        let Ok(volume) = self
+            .call("cannot inspect the home volume", |c| async move {
+                c.inspect_volume(&home.name).await
+            })
+            .await
+        else {
+            return;
+        };
+        let root = std::path::Path::new(&volume.mountpoint);
+        let owned_by_root = std::fs::symlink_metadata(root)
+            .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0 && m.is_dir());
+        if owned_by_root && let Err(e) = std::os::unix::fs::lchown(root, Some(uid), Some(gid)) {
+            tracing::warn!(volume = %home.name, error = %e, "cannot give the home volume to the agent's user");
+        }
     }
 
     /// Attaches to the container's stdin and, with `output`, to its stdout

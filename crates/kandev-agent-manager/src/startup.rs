@@ -48,6 +48,8 @@ pub enum StartupError {
 
 /// The built service, bound to its port but not yet serving.
 pub struct Application {
+    /// The workspaces root mounted `nosuid,nodev` while the manager runs.
+    _sealed: crate::workspace::SealedRoot,
     listener: TcpListener,
     local_addr: SocketAddr,
     store: Store,
@@ -115,6 +117,8 @@ impl Application {
         bus_ready: ReadinessCheck,
     ) -> Result<Self, StartupError> {
         service_auth::check(&settings.service_token).map_err(StartupError::Config)?;
+        let sealed = crate::workspace::seal_root(&settings)
+            .map_err(|e| StartupError::Config(format!("workspaces root: {e}")))?;
         let store = open_store(&settings).await?;
         let store_kind = if settings.uses_sqlite() {
             "sqlite"
@@ -143,6 +147,7 @@ impl Application {
             }
         };
         Ok(Application {
+            _sealed: sealed,
             listener,
             local_addr,
             store,

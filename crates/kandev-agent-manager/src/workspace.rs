@@ -65,6 +65,74 @@ fn repo_in(kandev: &Path) -> crate::git::Repo {
     crate::git::Repo::new(kandev.join("git"), kandev.join("tree"))
 }
 
+/// The workspaces root mounted on itself `nosuid,nodev` by a manager
+/// running as root, unmounted when dropped: nothing an agent leaves in a
+/// workspace is executed setuid or opened as a device on the host, and
+/// Docker's bind of a workspace inherits both flags in the container.
+#[derive(Debug)]
+pub struct SealedRoot(Option<PathBuf>);
+
+/// Seals the workspaces root (see [`SealedRoot`]); a manager that is not
+/// root, or may not mount, leaves it as it is (its agents are its own user,
+/// and the root is 0700 either way).
+pub fn seal_root(settings: &Settings) -> Result<SealedRoot> {
+    let root = Path::new(&settings.workspaces_root);
+    private_dir(root)?;
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(SealedRoot(None));
+    }
+    let root = root
+        .canonicalize()
+        .map_err(|e| AgentError::Internal(format!("cannot resolve {root:?}: {e}")))?;
+    if sealed_already(&root) {
+        return Ok(SealedRoot(None));
+    }
+    use nix::mount::{MsFlags, mount};
+    let none: Option<&str> = None;
+    let sealed = mount(Some(&root), &root, none, MsFlags::MS_BIND, none).and_then(|()| {
+        let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+        mount(none, &root, none, flags, none)
+    });
+    match sealed {
+        Ok(()) => {
+            tracing::info!(root = %root.display(), "workspaces root mounted nosuid,nodev");
+            Ok(SealedRoot(Some(root)))
+        }
+        Err(e) => {
+            tracing::warn!(root = %root.display(), error = %e, "cannot mount the workspaces root nosuid,nodev");
+            let _ = nix::mount::umount2(&root, nix::mount::MntFlags::MNT_DETACH);
+            Ok(SealedRoot(None))
+        }
+    }
+}
+
+/// Whether `root` is a mount point with `nosuid` and `nodev` already.
+fn sealed_already(root: &Path) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let wanted = root.to_string_lossy().replace(' ', "\\040");
+    table.lines().any(|line| {
+        let mut fields = line.split(' ').skip(4);
+        let (Some(point), Some(options)) = (fields.next(), fields.next()) else {
+            return false;
+        };
+        point == wanted
+            && options.split(',').any(|o| o == "nosuid")
+            && options.split(',').any(|o| o == "nodev")
+    })
+}
+
+impl Drop for SealedRoot {
+    fn drop(&mut self) {
+        if let Some(root) = self.0.take()
+            && let Err(e) = nix::mount::umount2(&root, nix::mount::MntFlags::MNT_DETACH)
+        {
+            tracing::warn!(root = %root.display(), error = %e, "cannot unmount the workspaces root");
+        }
+    }
+}
+
 /// Where the workspace of a launch comes from.
 #[derive(Debug, Clone)]
 pub enum WorkspaceSource {

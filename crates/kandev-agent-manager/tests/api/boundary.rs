@@ -306,6 +306,18 @@ async fn finding_4_agents_run_unprivileged_in_workspaces_closed_to_other_users()
         ["1000"; 4],
         "{uids}"
     );
+    // The workspace is mounted nosuid,nodev in the container (the manager,
+    // root here, sealed its workspaces root).
+    let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    let workspace_mount = mounts
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some("/workspace"))
+        .unwrap_or_else(|| panic!("no /workspace in {mounts}"));
+    let options = workspace_mount.split(' ').nth(5).unwrap();
+    assert!(
+        options.split(',').any(|o| o == "nosuid") && options.split(',').any(|o| o == "nodev"),
+        "{workspace_mount}"
+    );
     let workspace = app.path("workspaces").join(task.to_string());
     for dir in [workspace.parent().unwrap(), workspace.as_path()] {
         let mode = std::fs::metadata(dir).unwrap();
