@@ -81,6 +81,7 @@ impl Engine {
                     // also when its runs were launched directly, without an
                     // execution here.
                     self.remove_workspace(task_id, "task deleted").await;
+                    self.store.forget_direct_clone(task_id).await?;
                     if exec.is_some() {
                         self.store.delete(task_id).await?;
                     }
@@ -161,12 +162,29 @@ impl Engine {
             .filter(|e| e.instance_id == Some(ev.instance_id));
         if let Some(exec) = current {
             self.on_agent_event(exec, &ev).await?;
+        } else if exec.is_none() {
+            self.on_direct_run_event(&ev).await?;
         } else {
             tracing::debug!(task_id = %ev.task_id, instance = %ev.instance_id, kind = ?ev.kind,
                 "agent event of an instance that is not the task's current one");
         }
         self.mark_seen(env.id).await?;
         self.dispatch().await
+    }
+
+    /// A run launched directly, with no execution here: once it ends, its
+    /// clone is due after the retention; while one runs, it is not.
+    async fn on_direct_run_event(&self, ev: &AgentLifecycle) -> Result<()> {
+        match ev.kind {
+            AgentEventKind::Completed | AgentEventKind::Failed | AgentEventKind::Stopped => {
+                self.store.direct_run_ended(ev.task_id, ev.at).await?;
+            }
+            AgentEventKind::Started | AgentEventKind::Running => {
+                self.store.forget_direct_clone(ev.task_id).await?;
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     async fn on_agent_event(&self, exec: &Execution, ev: &AgentLifecycle) -> Result<()> {

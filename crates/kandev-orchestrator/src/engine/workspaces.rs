@@ -1,6 +1,7 @@
 //! The lifecycle of task clones: removed when their task is deleted, after
 //! an approval has pushed their branch, and when a finished task's run
-//! ended longer ago than the retention; never while the task can resume.
+//! ended longer ago than the retention, whether it ran here or was launched
+//! directly; never while the task can resume.
 
 use kandev_events::TaskState;
 use uuid::Uuid;
@@ -34,28 +35,41 @@ impl Engine {
     }
 
     /// Removes the clones of finished tasks whose run ended more than the
-    /// retention ago. A task that can still resume keeps its clone.
+    /// retention ago, directly launched runs included. A task that can
+    /// still resume keeps its clone.
     pub async fn sweep_workspaces(&self) -> Result<usize> {
         let retention = i64::try_from(self.settings.workspace_retention_secs).unwrap_or(i64::MAX);
-        let due = self.store.clones_due(retention as f64, SWEEP_BATCH).await?;
+        let retention = retention as f64;
         let mut removed = 0;
-        for task_id in due {
-            let finished = match self.get_task(task_id).await {
-                Ok(task) => matches!(
-                    task_state(&task)?,
-                    TaskState::Completed | TaskState::Cancelled | TaskState::Failed
-                ),
-                Err(OrchestratorError::Upstream { status, .. })
-                    if status.code() == tonic::Code::NotFound =>
-                {
-                    true
-                }
-                Err(err) => return Err(err),
-            };
-            if finished && self.remove_workspace(task_id, "retention").await {
+        for task_id in self.store.clones_due(retention, SWEEP_BATCH).await? {
+            if self.is_finished(task_id).await? && self.remove_workspace(task_id, "retention").await
+            {
+                removed += 1;
+            }
+        }
+        for task_id in self.store.direct_clones_due(retention, SWEEP_BATCH).await? {
+            if self.is_finished(task_id).await? && self.remove_workspace(task_id, "retention").await
+            {
+                self.store.forget_direct_clone(task_id).await?;
                 removed += 1;
             }
         }
         Ok(removed)
+    }
+
+    /// Whether the task is finished (completed, cancelled, failed) or gone.
+    async fn is_finished(&self, task_id: Uuid) -> Result<bool> {
+        match self.get_task(task_id).await {
+            Ok(task) => Ok(matches!(
+                task_state(&task)?,
+                TaskState::Completed | TaskState::Cancelled | TaskState::Failed
+            )),
+            Err(OrchestratorError::Upstream { status, .. })
+                if status.code() == tonic::Code::NotFound =>
+            {
+                Ok(true)
+            }
+            Err(err) => Err(err),
+        }
     }
 }

@@ -102,6 +102,7 @@ contract!(
     retries_wait_until_they_are_due,
     a_moved_run_is_fenced_and_queued_again,
     finished_workspaces_are_due_after_their_retention,
+    direct_clones_are_due_after_their_retention_until_forgotten,
     events_are_applied_once,
     the_feed_keeps_every_seq_once_in_order,
     a_packed_batch_is_stored_as_it_came,
@@ -370,6 +371,40 @@ async fn finished_workspaces_are_due_after_their_retention(stores: &Stores) {
         (store.clones_due(0.0, 10).await.unwrap().len() == 2).then_some(())
     })
     .await;
+}
+
+async fn direct_clones_are_due_after_their_retention_until_forgotten(stores: &Stores) {
+    let store = &stores.exec;
+    let (older, newer, rerun) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    let hour_ago = Utc::now() - chrono::Duration::hours(1);
+    store.direct_run_ended(newer, hour_ago).await.unwrap();
+    store
+        .direct_run_ended(older, hour_ago - chrono::Duration::minutes(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.direct_clones_due(0.0, 10).await.unwrap(),
+        [older, newer]
+    );
+    assert_eq!(store.direct_clones_due(0.0, 1).await.unwrap(), [older]);
+    assert!(
+        store
+            .direct_clones_due(7200.0, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // A later run of the same task ends now: it is due after the retention
+    // again, counted from its own end.
+    store.direct_run_ended(rerun, hour_ago).await.unwrap();
+    store.direct_run_ended(rerun, Utc::now()).await.unwrap();
+    assert_eq!(
+        store.direct_clones_due(1800.0, 10).await.unwrap(),
+        [older, newer]
+    );
+    store.forget_direct_clone(older).await.unwrap();
+    store.forget_direct_clone(older).await.unwrap();
+    assert_eq!(store.direct_clones_due(1800.0, 10).await.unwrap(), [newer]);
 }
 
 async fn events_are_applied_once(stores: &Stores) {

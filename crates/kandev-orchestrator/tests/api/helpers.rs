@@ -81,6 +81,9 @@ pub struct RecordingAgents {
     /// When set, SendPrompt is refused with this code (the agent manager
     /// refuses a follow-up on a stopped instance, for example).
     pub refuse_prompts: Mutex<Option<tonic::Code>>,
+    /// The tasks whose workspace RemoveWorkspace was asked to remove, in
+    /// order.
+    pub workspaces_removed: Mutex<Vec<String>>,
 }
 
 impl RecordingAgents {
@@ -163,8 +166,10 @@ impl AgentControl for RecordingAgents {
         ))
     }
 
-    async fn remove_workspace(&self, _task_id: &str) -> Result<bool, Status> {
-        Ok(false)
+    async fn remove_workspace(&self, task_id: &str) -> Result<bool, Status> {
+        let mut removed = self.workspaces_removed.lock().unwrap();
+        removed.push(task_id.to_string());
+        Ok(true)
     }
 }
 

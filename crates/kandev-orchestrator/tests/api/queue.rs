@@ -876,3 +876,80 @@ async fn a_run_uses_the_secrets_of_who_started_it_not_of_who_filed_it() {
     assert_eq!(l[3].2.home_scope, "bob");
     app.stop().await;
 }
+
+/// Issue 37: a run launched directly (through the gateway) has no execution
+/// here; once it ends, the retention sweep removes its clone like any
+/// other, when its task is finished, and only then.
+#[tokio::test]
+async fn the_sweep_removes_the_clones_of_finished_directly_launched_runs() {
+    let app = spawn_app_with(Options {
+        with_task_service: true,
+        tweak: Box::new(|s| {
+            s.workspace_retention_secs = 0;
+            s.workspace_sweep_secs = 1;
+        }),
+        ..Options::default()
+    })
+    .await;
+    let board = board(&app).await;
+    let kept = direct_task(&app, &board, "still in progress", pb::TaskState::InProgress).await;
+    let done = direct_task(&app, &board, "cancelled", pb::TaskState::Cancelled).await;
+
+    let ended = lifecycle(AgentEventKind::Completed, &kept, Uuid::new_v4());
+    publish_agent(&app.bus, ended, 1).await;
+    eventually(15, "the direct clone recorded", || async {
+        (direct_clones(&app).await == [kept.clone()]).then_some(())
+    })
+    .await;
+    let ended = lifecycle(AgentEventKind::Stopped, &done, Uuid::new_v4());
+    publish_agent(&app.bus, ended, 1).await;
+    eventually(
+        15,
+        "the finished task's clone removed and forgotten",
+        || async {
+            (direct_clones(&app).await == [kept.clone()]
+                && *app.agents.workspaces_removed.lock().unwrap() == [done.clone()])
+            .then_some(())
+        },
+    )
+    .await;
+    app.stop().await;
+}
+
+/// A task with no agent type (never queued here), moved to `state`.
+async fn direct_task(app: &TestApp, board: &str, title: &str, state: pb::TaskState) -> String {
+    let id = app
+        .tasks()
+        .create_task(pb::CreateTaskRequest {
+            board_id: board.into(),
+            title: title.into(),
+            created_by: "alice".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .id;
+    app.tasks()
+        .change_task_state(pb::ChangeTaskStateRequest {
+            id: id.clone(),
+            state: state as i32,
+            actor: "alice".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    id
+}
+
+/// The tasks whose direct clone waits for the sweep.
+async fn direct_clones(app: &TestApp) -> Vec<String> {
+    let pool = sqlx::PgPool::connect(&app.db.url).await.unwrap();
+    let rows: Vec<Uuid> =
+        sqlx::query_scalar("SELECT task_id FROM orchestrator.direct_clones ORDER BY finished_at")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    pool.close().await;
+    rows.iter().map(Uuid::to_string).collect()
+}

@@ -79,6 +79,19 @@ pub struct Enqueue<'a> {
 /// them in Postgres, [`SqliteExecStore`] in a SQLite file; the engine holds
 /// a `dyn ExecutionStore`, so the queue logic does not depend on where they
 /// live. `tests/api/contract.rs` checks both against one contract.
+/// The direct clones' SQL, the same text for both databases (SQLite reads
+/// `$n` as the n-th bound value).
+const DIRECT_RUN_ENDED: &str = "INSERT INTO direct_clones (task_id, finished_at) VALUES ($1, $2)
+     ON CONFLICT (task_id) DO UPDATE SET finished_at = excluded.finished_at";
+const DIRECT_CLONES_DUE: &str =
+    "SELECT task_id FROM direct_clones WHERE finished_at < $1 ORDER BY finished_at LIMIT $2";
+const FORGET_DIRECT_CLONE: &str = "DELETE FROM direct_clones WHERE task_id = $1";
+
+/// The time `secs` before now.
+fn ago(secs: f64) -> DateTime<Utc> {
+    Utc::now() - chrono::Duration::microseconds((secs.max(0.0) * 1e6) as i64)
+}
+
 #[async_trait]
 pub trait ExecutionStore: Send + Sync + 'static {
     async fn get(&self, task_id: Uuid) -> Result<Option<Execution>>;
@@ -110,6 +123,18 @@ pub trait ExecutionStore: Send + Sync + 'static {
     /// Finished runs older than `retention_secs` whose clone is still there,
     /// oldest first.
     async fn clones_due(&self, retention_secs: f64, limit: i64) -> Result<Vec<Uuid>>;
+
+    /// A run launched directly (no execution here) ended at `at`: the
+    /// task's clone becomes due after the retention.
+    async fn direct_run_ended(&self, task_id: Uuid, at: DateTime<Utc>) -> Result<()>;
+
+    /// Tasks whose direct run ended more than `retention_secs` ago and whose
+    /// clone is still there, oldest first.
+    async fn direct_clones_due(&self, retention_secs: f64, limit: i64) -> Result<Vec<Uuid>>;
+
+    /// The task's direct clone is gone, in use again, or its task deleted:
+    /// it is no longer due.
+    async fn forget_direct_clone(&self, task_id: Uuid) -> Result<()>;
 
     /// Puts the task in the queue, or refreshes its entry: a task already
     /// queued keeps its place; any other run starts over as a new one.

@@ -7,7 +7,10 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::{Enqueue, Execution, ExecutionStore, Result, SELECT_EXEC};
+use super::{
+    DIRECT_CLONES_DUE, DIRECT_RUN_ENDED, Enqueue, Execution, ExecutionStore, FORGET_DIRECT_CLONE,
+    Result, SELECT_EXEC, ago,
+};
 use crate::domain::ExecState;
 
 /// The orchestrator's executions and processed events, in Postgres.
@@ -118,6 +121,31 @@ impl ExecutionStore for PgExecStore {
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
+    async fn direct_run_ended(&self, task_id: Uuid, at: DateTime<Utc>) -> Result<()> {
+        sqlx::query(DIRECT_RUN_ENDED)
+            .bind(task_id)
+            .bind(at)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn direct_clones_due(&self, retention_secs: f64, limit: i64) -> Result<Vec<Uuid>> {
+        sqlx::query_scalar(DIRECT_CLONES_DUE)
+            .bind(ago(retention_secs))
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+    }
+
+    async fn forget_direct_clone(&self, task_id: Uuid) -> Result<()> {
+        sqlx::query(FORGET_DIRECT_CLONE)
+            .bind(task_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     // ---- the queue ----

@@ -11,7 +11,10 @@ use kandev_common::db::sqlite::{now, time};
 use sqlx::{SqlitePool, types::Json};
 use uuid::Uuid;
 
-use super::{Enqueue, Execution, ExecutionStore, Result, SELECT_EXEC};
+use super::{
+    DIRECT_CLONES_DUE, DIRECT_RUN_ENDED, Enqueue, Execution, ExecutionStore, FORGET_DIRECT_CLONE,
+    Result, SELECT_EXEC,
+};
 use crate::domain::ExecState;
 
 /// The next place in the queue.
@@ -38,8 +41,7 @@ fn id_list(ids: &[Uuid]) -> Json<Vec<String>> {
 
 /// The stored form of `now - secs`.
 fn ago(secs: f64) -> String {
-    let back = chrono::Duration::microseconds((secs.max(0.0) * 1e6) as i64);
-    time(Utc::now() - back)
+    time(super::ago(secs))
 }
 
 #[async_trait]
@@ -138,6 +140,31 @@ impl ExecutionStore for SqliteExecStore {
         .bind(limit)
         .fetch_all(&self.pool)
         .await
+    }
+
+    async fn direct_run_ended(&self, task_id: Uuid, at: DateTime<Utc>) -> Result<()> {
+        sqlx::query(DIRECT_RUN_ENDED)
+            .bind(task_id)
+            .bind(time(at))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn direct_clones_due(&self, retention_secs: f64, limit: i64) -> Result<Vec<Uuid>> {
+        sqlx::query_scalar(DIRECT_CLONES_DUE)
+            .bind(ago(retention_secs))
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+    }
+
+    async fn forget_direct_clone(&self, task_id: Uuid) -> Result<()> {
+        sqlx::query(FORGET_DIRECT_CLONE)
+            .bind(task_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     // ---- the queue ----
