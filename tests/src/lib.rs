@@ -791,6 +791,8 @@ impl Stack {
             }
         }
         remove_containers(&self.manager_id);
+        // Killed managers could not unmount their sealed workspaces root.
+        kandev_testkit::unmount(&self.dir.path().join("workspaces"));
     }
 }
 

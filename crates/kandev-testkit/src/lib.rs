@@ -94,6 +94,18 @@ where
     }
 }
 
+/// Lazily unmounts `path`, ignoring errors: an agent manager running as root
+/// mounts its workspaces root on itself (nosuid,nodev) and unmounts it when
+/// it stops, which a SIGKILLed one cannot.
+pub fn unmount(path: &std::path::Path) {
+    let _ = std::process::Command::new("umount")
+        .arg("--lazy")
+        .arg(path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
 /// A port that was free a moment ago, and never handed out before by this
 /// process. It is drawn below the kernel's ephemeral range (32768 and up
 /// by default): a port from `bind(0)` is in that range, where an outgoing

@@ -127,5 +127,6 @@ async fn sigkill_mid_turn_then_restart_continues_the_stream() {
     assert!(containers_of(&instance.id).is_empty());
     second.kill().unwrap();
     second.wait().unwrap();
+    kandev_testkit::unmount(&dir.path().join("workspaces"));
     db.drop_db().await;
 }
