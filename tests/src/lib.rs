@@ -791,8 +791,21 @@ impl Stack {
             }
         }
         remove_containers(&self.manager_id);
-        // Killed managers could not unmount their sealed workspaces root.
-        kandev_testkit::unmount(&self.dir.path().join("workspaces"));
+        // Killed managers could not unmount their sealed workspaces roots
+        // (`workspaces`, and `workspaces-<id>` of added managers).
+        for entry in std::fs::read_dir(self.dir.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with("workspaces")
+            {
+                kandev_testkit::unmount(&entry.path());
+            }
+        }
     }
 }
 
