@@ -137,7 +137,7 @@ impl Repo {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let mut cmd = Command::new("git");
+        let mut cmd = plain_git();
         cmd.args([
             "-c",
             "core.fsmonitor=false",
@@ -151,20 +151,12 @@ impl Repo {
             "diff.external=",
         ])
         .args(args)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("GIT_DIR", &self.git_dir)
         .env("GIT_WORK_TREE", &self.work_tree)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_OPTIONAL_LOCKS", "0")
         // A path is a path: no `:(glob)` or other pathspec magic.
         .env("GIT_LITERAL_PATHSPECS", "1")
-        .env("LC_ALL", "C")
-        .current_dir(&self.work_tree)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
+        .current_dir(&self.work_tree);
         if let Some(index) = index {
             cmd.env("GIT_INDEX_FILE", index);
         }
@@ -188,8 +180,8 @@ pub fn failure_line(stderr: &str) -> Option<&str> {
         .find(|l| l.starts_with("fatal:") || l.starts_with("error:"))
 }
 
-/// A git command with no system or global configuration and no prompt, for
-/// repositories Kandev itself makes.
+/// A git command with a clean environment, no system or global
+/// configuration and no prompt: every git Kandev runs on a task's clone.
 fn plain_git() -> Command {
     let mut cmd = Command::new("git");
     cmd.env_clear()

@@ -90,6 +90,20 @@ pub struct SyncStats {
 /// The largest `.gitignore` read.
 const MAX_GITIGNORE_BYTES: u64 = 256 * 1024;
 
+/// How a file of the workspace is opened: never through a link, never
+/// blocking on a FIFO swapped in (checked with `fstat` once open).
+const READ_FILE: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_NONBLOCK)
+    .union(OFlag::O_NOCTTY)
+    .union(OFlag::O_CLOEXEC);
+
+/// How a directory is opened: never through a link.
+const OPEN_DIR: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_DIRECTORY)
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC);
+
 /// Where a file is written before it is renamed into the mirror.
 const STAGED: &str = "file";
 
@@ -308,12 +322,7 @@ impl Walk<'_> {
         {
             return Ok(true);
         }
-        let flags = OFlag::O_RDONLY
-            | OFlag::O_NOFOLLOW
-            | OFlag::O_NONBLOCK
-            | OFlag::O_NOCTTY
-            | OFlag::O_CLOEXEC;
-        let Ok(fd) = openat(src, name, flags, Mode::empty()) else {
+        let Ok(fd) = openat(src, name, READ_FILE, Mode::empty()) else {
             return Ok(false);
         };
         let st = fstat(&fd).map_err(|e| io_error("stat", name, e))?;
@@ -479,8 +488,7 @@ fn remove_entry(dir: &OwnedFd, name: &OsStr, depth: usize) -> Result<()> {
 /// A small regular file's bytes, opened as [`Walk::file`] opens; `None`
 /// when it is missing, not a regular file or larger than `max`.
 fn read_small(dir: &OwnedFd, name: &OsStr, max: u64) -> Option<Vec<u8>> {
-    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-    let fd = openat(dir, name, flags, Mode::empty()).ok()?;
+    let fd = openat(dir, name, READ_FILE, Mode::empty()).ok()?;
     let st = fstat(&fd).ok()?;
     if !matches!(kind(&st), Kind::File { .. }) || u64::try_from(st.st_size).ok()? > max {
         return None;
@@ -491,21 +499,11 @@ fn read_small(dir: &OwnedFd, name: &OsStr, max: u64) -> Option<Vec<u8>> {
 }
 
 fn open_root(path: &Path) -> Result<OwnedFd> {
-    open(
-        path,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| io_error("open", path.as_os_str(), e))
+    open(path, OPEN_DIR, Mode::empty()).map_err(|e| io_error("open", path.as_os_str(), e))
 }
 
 fn open_dir_at(dir: impl AsFd, name: &OsStr) -> nix::Result<OwnedFd> {
-    openat(
-        dir,
-        name,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
+    openat(dir, name, OPEN_DIR, Mode::empty())
 }
 
 /// The names in a directory (without `.` and `..`), sorted.

@@ -376,13 +376,14 @@ impl PendingClone {
             .workspace
             .with_file_name(format!(".{}.{suffix}", name(&self.paths.workspace)));
         let _cleanup = (RemoveOnDrop(kandev.clone()), RemoveOnDrop(agent.clone()));
-        for dir in [kandev.parent(), Some(kandev.as_path())]
-            .into_iter()
-            .flatten()
-        {
-            private_dir(dir)?;
-        }
-        for dir in [kandev.join("tree"), kandev.join("staging")] {
+        // `.kandev/` itself too: `create_dir_all` makes parents 0755.
+        let parent = kandev.parent().unwrap_or(&kandev).to_path_buf();
+        for dir in [
+            parent,
+            kandev.clone(),
+            kandev.join("tree"),
+            kandev.join("staging"),
+        ] {
             private_dir(&dir)?;
         }
         self.clone_bare(&kandev.join("git")).await?;
