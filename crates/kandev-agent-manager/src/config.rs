@@ -75,6 +75,22 @@ pub struct Settings {
     pub announce_ms: u64,
     /// Pull a missing image (`KANDEV_PULL_IMAGES`); tests turn it off.
     pub pull_images: bool,
+    /// Build a missing agent image of Kandev's own (`kandev/<recipe>:latest`)
+    /// from its recipe under `dockerfiles/` (`KANDEV_BUILD_AGENT_IMAGES`).
+    pub build_agent_images: bool,
+    /// The base of the agent images built here (`KANDEV_AGENT_BASE_IMAGE`):
+    /// an image with Node.js and npm; `dockerfiles/agent-base/build.sh`
+    /// assembles one from the host's own files where no registry answers.
+    pub agent_base_image: String,
+    /// The network of the image builds' `RUN` steps
+    /// (`KANDEV_AGENT_BUILD_NETWORK`); empty: the engine's default, or
+    /// `host` on an engine without a `bridge` network.
+    pub agent_build_network: String,
+    /// The npm registry the builds install from (`KANDEV_AGENT_NPM_REGISTRY`);
+    /// empty: npm's default.
+    pub agent_npm_registry: String,
+    /// How long one image build may take (`KANDEV_AGENT_BUILD_TIMEOUT_SECS`).
+    pub agent_build_timeout_secs: u64,
     /// Cloned repositories go to `<workspaces_root>/<task_id>`.
     pub workspaces_root: String,
     /// A request's `workspace_path` must lie under one of these (after
@@ -184,6 +200,11 @@ impl Default for Settings {
             max_instances: 0,
             announce_ms: 2000,
             pull_images: true,
+            build_agent_images: true,
+            agent_base_image: "node:22-bookworm-slim".into(),
+            agent_build_network: String::new(),
+            agent_npm_registry: String::new(),
+            agent_build_timeout_secs: 1800,
             workspaces_root: "/tmp/kandev/workspaces".into(),
             allowed_workspace_roots: vec![],
             allowed_repository_schemes: vec!["https".into(), "ssh".into()],

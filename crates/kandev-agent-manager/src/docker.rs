@@ -267,6 +267,27 @@ impl Docker {
         }
     }
 
+    /// The labels of `image`; `None` when the host does not have it (or
+    /// the engine does not answer).
+    pub async fn image_labels(&self, image: &str) -> Option<HashMap<String, String>> {
+        let inspected = self.api().ok()?.inspect_image(image).await.ok()?;
+        Some(inspected.config.and_then(|c| c.labels).unwrap_or_default())
+    }
+
+    /// Whether the engine has a network of this name.
+    pub async fn has_network(&self, name: &str) -> bool {
+        match self.api() {
+            Ok(api) => api
+                .inspect_network(
+                    name,
+                    None::<bollard::query_parameters::InspectNetworkOptions>,
+                )
+                .await
+                .is_ok(),
+            Err(_) => false,
+        }
+    }
+
     /// Makes sure `image` is present, pulling it when allowed; the error
     /// names the image.
     pub async fn ensure_image(&self, image: &str, pull: bool) -> Result<(), DockerError> {

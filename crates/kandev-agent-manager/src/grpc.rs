@@ -21,6 +21,7 @@ use crate::{
         AgentError, AgentInstance, AgentType, CredentialMounts, InstanceStatus,
         PermissionPolicyKind, invalid, parse_id,
     },
+    images::ImageStatus,
     manager::{AgentManager, LaunchRequest},
     workspace::WorkspaceSource,
 };
@@ -37,6 +38,18 @@ impl GrpcAgentAdapter {
 
     pub fn new(manager: AgentManager) -> Self {
         GrpcAgentAdapter { manager }
+    }
+
+    /// The type as served, with where its image stands.
+    async fn served_type(&self, t: AgentType) -> pb::AgentType {
+        let (image, seconds) = self.manager.image_status(&t.image).await;
+        let mut served = type_to_proto(t, self.manager.settings());
+        served.image_status = image.as_str().to_string();
+        served.image_build_seconds = seconds;
+        if let ImageStatus::Failed { error } = image {
+            served.image_error = Some(error);
+        }
+        served
     }
 }
 
@@ -115,6 +128,7 @@ fn type_to_proto(t: AgentType, settings: &Settings) -> pb::AgentType {
         permission_policy: t.permission_policy.as_str().to_string(),
         enabled: t.enabled,
         home_volume: t.home_volume,
+        ..Default::default()
     }
 }
 
@@ -340,12 +354,11 @@ impl AgentManagerRpc for GrpcAgentAdapter {
             .list_types(request.into_inner().include_disabled)
             .await
             .map_err(status)?;
-        Ok(Response::new(pb::ListAgentTypesResponse {
-            agent_types: types
-                .into_iter()
-                .map(|t| type_to_proto(t, self.manager.settings()))
-                .collect(),
-        }))
+        let mut agent_types = Vec::with_capacity(types.len());
+        for t in types {
+            agent_types.push(self.served_type(t).await);
+        }
+        Ok(Response::new(pb::ListAgentTypesResponse { agent_types }))
     }
 
     async fn get_agent_type(
@@ -357,7 +370,7 @@ impl AgentManagerRpc for GrpcAgentAdapter {
             .get_type(request.into_inner().id.trim())
             .await
             .map_err(status)?;
-        Ok(Response::new(type_to_proto(t, self.manager.settings())))
+        Ok(Response::new(self.served_type(t).await))
     }
 
     async fn upsert_agent_type(

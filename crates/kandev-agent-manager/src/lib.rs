@@ -10,6 +10,7 @@
 //!   and `agent_logs`.
 //! - [`docker`]: bollard: images, containers with limits and labels,
 //!   attach, exit codes.
+//! - [`images`]: the agent images Kandev builds from its recipes.
 //! - [`exec`]: `terminal/*` as `docker exec` in the agent's container.
 //! - [`workspace`]: a task's clone: Kandev's own repository under
 //!   `<workspaces_root>/.kandev/<task_id>` and the agent's copy at
@@ -38,6 +39,7 @@ pub mod domain;
 pub mod exec;
 pub mod git;
 pub mod grpc;
+pub mod images;
 pub mod manager;
 pub mod mirror;
 pub mod repository;

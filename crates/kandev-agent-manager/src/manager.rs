@@ -14,6 +14,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 use uuid::Uuid;
 
+mod preparing;
 mod recovery;
 
 use crate::{
@@ -27,9 +28,10 @@ use crate::{
         AgentError, AgentInstance, AgentType, InstanceStatus, LogLine, Result, env_name_ok,
         home_volume_name, invalid,
     },
+    images::{BuildSettings, ImageBuilder, ImageStatus},
     runner::{self, CONTAINER_WORKSPACE, RunHandle, Shared, TurnSpec},
     store::{LaunchFields, Outcome, Store},
-    workspace::{self, PendingClone, Prepared, PreparedWorkspace, WorkspaceSource},
+    workspace::{self, Prepared, PreparedWorkspace, WorkspaceSource},
 };
 
 /// How long a prompt sent while a run is ending waits for it to end.
@@ -87,6 +89,8 @@ struct Inner {
     envs: Mutex<HashMap<Uuid, BTreeMap<String, String>>>,
     tasks: TaskTracker,
     secrets: UserSecrets,
+    /// The agent images this manager builds from their recipes.
+    images: ImageBuilder,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -96,9 +100,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl AgentManager {
     pub fn new(docker: Docker, store: Store, bus: Arc<dyn EventBus>, settings: Settings) -> Self {
         let secrets = UserSecrets::new(store.clone(), settings.secrets_key.as_ref());
+        let images = ImageBuilder::new(docker.clone(), BuildSettings::from_settings(&settings));
         AgentManager {
             inner: Arc::new(Inner {
                 secrets,
+                images,
                 shared: Shared {
                     docker,
                     store,
@@ -113,6 +119,12 @@ impl AgentManager {
         }
     }
 
+    /// Where the image of a type stands on this manager's Docker host
+    /// ([`ImageBuilder::status`]).
+    pub async fn image_status(&self, image: &str) -> (ImageStatus, Option<f64>) {
+        self.inner.images.status(image).await
+    }
+
     /// What this manager announces to the pool: its load and the enabled
     /// agent types whose image its engine has.
     pub async fn announcement(&self, url: &str) -> Result<ManagerAnnouncement> {
@@ -120,7 +132,10 @@ impl AgentManager {
         let active = self.store().count_active().await?;
         let mut agent_types = Vec::new();
         for t in self.list_types(false).await? {
-            if self.inner.shared.docker.has_image(&t.image).await {
+            // A type whose image is built on first use runs here too.
+            if self.inner.images.can_build(&t.image)
+                || self.inner.shared.docker.has_image(&t.image).await
+            {
                 agent_types.push(t.id);
             }
         }
@@ -253,7 +268,7 @@ impl AgentManager {
                 },
             )
             .await?;
-        let (agent_type, workspace) = match self.prepare(&request).await {
+        let (agent_type, workspace, build) = match self.prepare(&request).await {
             Ok(prepared) => prepared,
             Err(err) => {
                 self.fail_early(&instance, &err).await;
@@ -261,8 +276,8 @@ impl AgentManager {
             }
         };
         lock(&self.inner.envs).insert(instance.id, request.env.clone());
-        match workspace {
-            Prepared::Ready(ready) => {
+        match (workspace, build) {
+            (Prepared::Ready(ready), false) => {
                 if let Err(err) = self.set_workspace(&instance, &ready).await {
                     self.fail_early(&instance, &err).await;
                     return Err(err);
@@ -276,67 +291,25 @@ impl AgentManager {
                 )
                 .await
             }
-            Prepared::Clone(clone) => {
-                // The clone can take long: answer now, with the instance
-                // `pending`; its end (or failure) is published as usual.
+            (workspace, build_image) => {
+                // A clone or an image build can take long: answer now, with
+                // the instance `pending`; its end (or failure) is published
+                // as usual.
                 let this = self.clone();
                 let pending = instance.clone();
+                let work = preparing::Work {
+                    workspace,
+                    build_image,
+                };
                 self.inner.tasks.spawn(
                     async move {
-                        this.clone_then_start(pending, agent_type, clone, request)
+                        this.prepare_then_start(pending, agent_type, work, request)
                             .await;
                     }
-                    .instrument(tracing::info_span!("clone", instance = %instance.id)),
+                    .instrument(tracing::info_span!("prepare", instance = %instance.id)),
                 );
                 Ok(instance)
             }
-        }
-    }
-
-    /// Runs a launch's clone, then its first turn; a failure ends the
-    /// instance `failed` with `agent.failed`. An instance stopped meanwhile
-    /// stays stopped.
-    async fn clone_then_start(
-        &self,
-        instance: AgentInstance,
-        agent_type: AgentType,
-        clone: PendingClone,
-        request: LaunchRequest,
-    ) {
-        let started = std::time::Instant::now();
-        let ready = match clone.run().await {
-            Ok(ready) => ready,
-            Err(err) => {
-                tracing::warn!(error = %err, "clone failed");
-                self.fail_early(&instance, &err).await;
-                return;
-            }
-        };
-        tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "cloned");
-        metrics::histogram!("kandev_launch_phase_seconds", "phase" => "clone")
-            .record(started.elapsed().as_secs_f64());
-        if let Err(err) = self.set_workspace(&instance, &ready).await {
-            self.fail_early(&instance, &err).await;
-            return;
-        }
-        match self.store().get_instance(instance.id).await {
-            Ok(now) if now.status.is_terminal() => {
-                tracing::info!(status = ?now.status, "ended while cloning; not started");
-                return;
-            }
-            _ => {}
-        }
-        if let Err(err) = self
-            .start_turn(
-                instance.id,
-                agent_type,
-                ready.host_path,
-                request.prompt,
-                request.resume_session_id,
-            )
-            .await
-        {
-            tracing::warn!(error = %err, "cannot start the first turn after the clone");
         }
     }
 
@@ -351,8 +324,9 @@ impl AgentManager {
             .await
     }
 
-    /// Checks type, env, image and workspace; a clone is left to run.
-    async fn prepare(&self, request: &LaunchRequest) -> Result<(AgentType, Prepared)> {
+    /// Checks type, env, image and workspace; a clone and an image build
+    /// (`true`: the image is built from its recipe) are left to run.
+    async fn prepare(&self, request: &LaunchRequest) -> Result<(AgentType, Prepared, bool)> {
         let agent_type = match self.store().get_type(&request.agent_type).await {
             Ok(t) => t,
             Err(AgentError::NotFound(_)) => {
@@ -371,14 +345,17 @@ impl AgentManager {
         }
         self.container_env(&agent_type, &request.env, &request.home_scope)
             .await?;
-        self.inner
-            .shared
-            .docker
-            .ensure_image(&agent_type.image, self.settings().pull_images)
-            .await?;
+        let build = self.inner.images.needs_build(&agent_type.image).await;
+        if !build {
+            self.inner
+                .shared
+                .docker
+                .ensure_image(&agent_type.image, self.settings().pull_images)
+                .await?;
+        }
         let prepared =
             workspace::prepare(self.settings(), request.task_id, request.workspace.clone()).await?;
-        Ok((agent_type, prepared))
+        Ok((agent_type, prepared, build))
     }
 
     async fn fail_early(&self, instance: &AgentInstance, err: &AgentError) {

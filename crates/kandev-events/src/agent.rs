@@ -271,6 +271,9 @@ pub enum AgentEventKind {
     WaitingForInput,
     /// The question of a `waiting_for_input` was answered.
     InputReceived,
+    /// Before the agent starts: its image is being built; `summary` says
+    /// how far, in words.
+    Preparing,
 }
 
 impl AgentEventKind {
@@ -285,6 +288,7 @@ impl AgentEventKind {
             AgentEventKind::Stopped => AGENT_STOPPED,
             AgentEventKind::WaitingForInput => AGENT_WAITING_FOR_INPUT,
             AgentEventKind::InputReceived => AGENT_INPUT_RECEIVED,
+            AgentEventKind::Preparing => AGENT_PREPARING,
         }
     }
 }
@@ -335,6 +339,12 @@ impl AgentLifecycle {
         let what = match &self.request_id {
             // Several questions per turn: one event each.
             Some(request) => format!("{}:{turn}:{request}", self.kind.subject()),
+            // Many steps per preparation: one event each.
+            None if self.kind == AgentEventKind::Preparing => format!(
+                "{}:{turn}:{}",
+                self.kind.subject(),
+                self.summary.as_deref().unwrap_or_default()
+            ),
             None => format!("{}:{turn}", self.kind.subject()),
         };
         derived_id(&self.instance_id, &what)

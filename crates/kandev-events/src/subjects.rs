@@ -12,6 +12,8 @@ pub const AGENT_FAILED: &str = "agent.failed";
 pub const AGENT_STOPPED: &str = "agent.stopped";
 pub const AGENT_WAITING_FOR_INPUT: &str = "agent.waiting_for_input";
 pub const AGENT_INPUT_RECEIVED: &str = "agent.input_received";
+/// Before the agent starts: its image is being built (progress in `summary`).
+pub const AGENT_PREPARING: &str = "agent.preparing";
 
 /// The prefix of per-task ACP message subjects.
 pub const ACP_MESSAGE_PREFIX: &str = "acp.message.";

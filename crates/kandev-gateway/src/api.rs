@@ -600,6 +600,19 @@ pub struct AgentType {
     /// them in a launch's `env`). Ignored on writes.
     #[serde(default)]
     pub missing_env: Vec<String>,
+    /// Read only: where the type's image stands on the agent manager's
+    /// Docker host: `present`, `building`, `failed` or `missing` (Kandev's
+    /// own images are built from their recipe on first use). Ignored on
+    /// writes.
+    #[serde(default)]
+    pub image_status: String,
+    /// Read only: how long the image's last build took, or about how long
+    /// the first one takes, in seconds.
+    #[serde(default)]
+    pub image_build_seconds: Option<f64>,
+    /// Read only: why the image's last build failed.
+    #[serde(default)]
+    pub image_error: Option<String>,
 }
 
 fn yes() -> bool {
@@ -635,6 +648,9 @@ impl From<pb::AgentType> for AgentType {
             internal: t.internal,
             host_credentials: t.host_credentials,
             missing_env: t.missing_env,
+            image_status: t.image_status,
+            image_build_seconds: t.image_build_seconds,
+            image_error: t.image_error,
         }
     }
 }
@@ -666,7 +682,7 @@ impl From<AgentType> for pb::AgentType {
             home_volume: t.home_volume,
             internal: t.internal,
             host_credentials: t.host_credentials,
-            missing_env: vec![],
+            ..Default::default()
         }
     }
 }

@@ -530,6 +530,38 @@ pub fn ensure_seed_agent_image() {
     build_image_if_missing(SEED_AGENT_IMAGE, "seed-agent");
 }
 
+/// The base the agent images are built on in tests:
+/// `dockerfiles/agent-base/build.sh` assembles it from this machine's own
+/// Node.js, git and libraries (no registry answers here).
+pub const AGENT_BASE_IMAGE: &str = "kandev/agent-base:host";
+
+/// Makes sure [`AGENT_BASE_IMAGE`] is current (the script is idempotent and
+/// quick when nothing changed). Blocking: call it from `spawn_blocking`.
+pub fn ensure_agent_base() -> &'static str {
+    ensure_docker();
+    static DONE: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut done = DONE.lock().unwrap_or_else(|p| p.into_inner());
+    if !*done {
+        let script = repo_path("dockerfiles/agent-base/build.sh");
+        let status = Command::new("bash")
+            .arg(script)
+            .env("KANDEV_AGENT_BASE_TAG", AGENT_BASE_IMAGE)
+            .stdout(Stdio::null())
+            .status()
+            .expect("bash runs");
+        assert!(status.success(), "assembling {AGENT_BASE_IMAGE} failed");
+        *done = true;
+    }
+    AGENT_BASE_IMAGE
+}
+
+/// A path in the repository.
+pub fn repo_path(rel: &str) -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel)
+}
+
 /// Builds `image` with `dockerfiles/<dir>/build.sh` unless the machine's
 /// engine has it (never pulled: no registry is needed).
 fn build_image_if_missing(image: &str, dir: &str) {

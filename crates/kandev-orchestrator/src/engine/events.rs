@@ -283,6 +283,15 @@ impl Engine {
                     .await;
                 }
             }
+            AgentEventKind::Preparing => {
+                // The card says how far the agent's image is: "preparing
+                // the agent image ...", then how long it took.
+                if exec.state().is_active() {
+                    let detail = ev.summary.clone().unwrap_or_default();
+                    self.record_metadata(task_id, &json!({ "agent_image": detail }))
+                        .await;
+                }
+            }
             AgentEventKind::InputReceived => {
                 if exec.state().is_active() {
                     self.move_task(

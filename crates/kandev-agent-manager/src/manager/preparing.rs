@@ -1,0 +1,141 @@
+//! What a launch does after it has answered: the clone of the task's
+//! repository and the build of the agent's image, side by side, then the
+//! first turn. The build's progress is published as `agent.preparing`, so
+//! the card and the feed say "preparing the agent image".
+
+use std::time::{Duration, Instant};
+
+use kandev_events::agent::AgentEventKind;
+
+use super::{AgentManager, LaunchRequest};
+use crate::{
+    domain::{AgentError, AgentInstance, AgentType},
+    images::Progress,
+    runner,
+    workspace::{Prepared, PreparedWorkspace},
+};
+
+/// The fewest seconds between two published build steps.
+const STEP_EVERY: Duration = Duration::from_secs(2);
+
+/// What is left to prepare.
+#[derive(Debug)]
+pub(super) struct Work {
+    pub workspace: Prepared,
+    /// The agent's image is built from its recipe first.
+    pub build_image: bool,
+}
+
+impl AgentManager {
+    /// Runs a launch's clone and image build, then its first turn; a
+    /// failure ends the instance `failed` with `agent.failed`. An instance
+    /// stopped meanwhile stays stopped.
+    pub(super) async fn prepare_then_start(
+        &self,
+        instance: AgentInstance,
+        agent_type: AgentType,
+        work: Work,
+        request: LaunchRequest,
+    ) {
+        let image = async {
+            if work.build_image {
+                self.build_image(&instance, &agent_type).await
+            } else {
+                Ok(())
+            }
+        };
+        let (image, workspace) = tokio::join!(image, self.workspace_of(work.workspace));
+        let ready = match image.and(workspace) {
+            Ok(ready) => ready,
+            Err(err) => {
+                tracing::warn!(error = %err, "preparing the launch failed");
+                self.fail_early(&instance, &err).await;
+                return;
+            }
+        };
+        if let Err(err) = self.set_workspace(&instance, &ready).await {
+            self.fail_early(&instance, &err).await;
+            return;
+        }
+        match self.store().get_instance(instance.id).await {
+            Ok(now) if now.status.is_terminal() => {
+                tracing::info!(status = ?now.status, "ended while preparing; not started");
+                return;
+            }
+            _ => {}
+        }
+        if let Err(err) = self
+            .start_turn(
+                instance.id,
+                agent_type,
+                ready.host_path,
+                request.prompt,
+                request.resume_session_id,
+            )
+            .await
+        {
+            tracing::warn!(error = %err, "cannot start the first turn after preparing");
+        }
+    }
+
+    /// The workspace, once cloned.
+    async fn workspace_of(&self, prepared: Prepared) -> Result<PreparedWorkspace, AgentError> {
+        let clone = match prepared {
+            Prepared::Ready(ready) => return Ok(ready),
+            Prepared::Clone(clone) => clone,
+        };
+        let started = Instant::now();
+        let ready = clone.run().await.inspect_err(|err| {
+            tracing::warn!(error = %err, "clone failed");
+        })?;
+        tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "cloned");
+        metrics::histogram!("kandev_launch_phase_seconds", "phase" => "clone")
+            .record(started.elapsed().as_secs_f64());
+        Ok(ready)
+    }
+
+    /// Builds the type's image (or waits for the build under way),
+    /// publishing its progress for the task.
+    async fn build_image(
+        &self,
+        instance: &AgentInstance,
+        agent_type: &AgentType,
+    ) -> Result<(), AgentError> {
+        let image = agent_type.image.clone();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Progress>();
+        let build = self.inner.images.ensure(&image, move |p| {
+            let _ = tx.send(p);
+        });
+        let publish = async {
+            let mut last_step = None::<Instant>;
+            while let Some(progress) = rx.recv().await {
+                let text = match progress {
+                    Progress::Started => format!("preparing the agent image {image}"),
+                    Progress::Step(step) => {
+                        if last_step.is_some_and(|t| t.elapsed() < STEP_EVERY) {
+                            continue;
+                        }
+                        last_step = Some(Instant::now());
+                        format!("preparing the agent image {image}: {step}")
+                    }
+                    Progress::Built { seconds } => {
+                        format!("the agent image {image} was built in {seconds:.0} s")
+                    }
+                };
+                self.publish_preparing(instance, text).await;
+            }
+        };
+        let (built, ()) = tokio::join!(build, publish);
+        built.map(|_| ()).map_err(AgentError::FailedPrecondition)
+    }
+
+    async fn publish_preparing(&self, instance: &AgentInstance, text: String) {
+        runner::publish_lifecycle(
+            self.inner.shared.bus.as_ref(),
+            instance,
+            AgentEventKind::Preparing,
+            |e| e.summary = Some(text),
+        )
+        .await;
+    }
+}
