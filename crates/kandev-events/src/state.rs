@@ -28,8 +28,9 @@ pub enum TaskState {
 use TaskState::*;
 
 /// Every allowed change of state; anything else is refused. A task whose
-/// agent cannot even start fails from TODO. Terminal states
-/// only reopen to TODO (and FAILED may also be given up as CANCELLED);
+/// agent cannot even start fails from TODO. Terminal states reopen to TODO,
+/// or straight to IN_PROGRESS when a follow-up puts an agent to work on
+/// them again (and FAILED may also be given up as CANCELLED);
 /// REVIEW can be sent back to work; an agent waiting for input goes back to
 /// work when answered, or its run ends while it waits (a question that timed
 /// out).
@@ -53,9 +54,9 @@ pub const TRANSITIONS: &[(TaskState, &[TaskState])] = &[
         WaitingForInput,
         &[Todo, InProgress, Review, Completed, Failed, Cancelled],
     ),
-    (Completed, &[Todo]),
-    (Failed, &[Todo, Cancelled]),
-    (Cancelled, &[Todo]),
+    (Completed, &[Todo, InProgress]),
+    (Failed, &[Todo, InProgress, Cancelled]),
+    (Cancelled, &[Todo, InProgress]),
 ];
 
 /// A state name that is not one of [`TaskState::ALL`].
@@ -246,6 +247,6 @@ mod tests {
             r#"export const STATES = Object.freeze(["TODO","IN_PROGRESS","REVIEW","BLOCKED","WAITING_FOR_INPUT","COMPLETED","FAILED","CANCELLED"]);"#
         ));
         assert!(module.contains(r#""WAITING_FOR_INPUT":"Waiting for input""#));
-        assert!(module.contains(r#""COMPLETED":["TODO"]"#));
+        assert!(module.contains(r#""COMPLETED":["TODO","IN_PROGRESS"]"#));
     }
 }

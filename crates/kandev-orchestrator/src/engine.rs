@@ -406,7 +406,8 @@ impl Engine {
                     .launched(task_id, instance_id, &instance.manager_id)
                     .await?;
                 tracing::info!(%task_id, instance = %instance.id, attempts, "agent launched");
-                self.move_to_in_progress(task_id, task_state(&task)?).await;
+                self.move_to_in_progress(task_id, task_state(&task)?, "agent launched")
+                    .await;
                 Ok(true)
             }
             Err(status) => {
@@ -441,20 +442,17 @@ impl Engine {
         Ok(owner)
     }
 
-    async fn move_to_in_progress(&self, task_id: Uuid, current: TaskState) {
-        let path: &[pb::TaskState] = match current {
-            TaskState::InProgress => &[],
-            s if s.is_terminal() => &[pb::TaskState::Todo, pb::TaskState::InProgress],
-            _ => &[pb::TaskState::InProgress],
-        };
-        for state in path {
-            if let Err(err) = self
-                .change_task_state(task_id, *state, "agent launched", None)
-                .await
-            {
-                tracing::warn!(%task_id, %err, "cannot move the task to IN_PROGRESS");
-                return;
-            }
+    async fn move_to_in_progress(&self, task_id: Uuid, current: TaskState, reason: &str) {
+        // From any other state, a finished one too: straight there, with no
+        // TODO in between (a follow-up is not a reopened task).
+        if current == TaskState::InProgress {
+            return;
+        }
+        if let Err(err) = self
+            .change_task_state(task_id, pb::TaskState::InProgress, reason, None)
+            .await
+        {
+            tracing::warn!(%task_id, %err, "cannot move the task to IN_PROGRESS");
         }
     }
 

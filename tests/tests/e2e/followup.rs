@@ -1,8 +1,12 @@
-//! A follow-up prompt over the WebSocket resumes the same ACP session.
+//! A follow-up prompt over the WebSocket resumes the same ACP session; a
+//! follow-up sent over REST to the run's instance moves the task the same
+//! way.
 
 use std::time::Duration;
 
-use kandev_e2e::{Feed, Options, Stack, is_turn_end, replay, serde_json::json};
+use kandev_e2e::{
+    Api, Feed, Options, Stack, eventually, is_turn_end, kind, replay, serde_json::json,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follow_up_prompt_resumes_the_session() {
@@ -76,4 +80,126 @@ async fn follow_up_prompt_resumes_the_session_on(test: &str, options: Options) {
     feed.close().await;
     assert_eq!(replay(&api, &task).await.len(), seen);
     stack.stop().await;
+}
+
+/// Issue 38: a follow-up of a finished run moves the task the same way
+/// whichever path it takes, the stream's `prompt` command or
+/// `POST /agents/{instanceId}/prompt`: COMPLETED straight to IN_PROGRESS
+/// (no TODO between), then COMPLETED, its answer in the task's feed, on the
+/// same instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_follow_up_paths_move_the_task_alike() {
+    both_follow_up_paths_move_the_task_alike_on("follow_up_paths", Options::default()).await;
+}
+
+/// The same through the `kandev` binary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_follow_up_paths_move_the_task_alike_single() {
+    both_follow_up_paths_move_the_task_alike_on("follow_up_paths_single", Options::single()).await;
+}
+
+async fn both_follow_up_paths_move_the_task_alike_on(test: &str, options: Options) {
+    let stack = Stack::start(test, options).await;
+    let api = stack.admin().await;
+    let board = api.board("follow-up-paths").await;
+    let repo = stack.git_repo("follow-up-paths");
+    let task = api
+        .task(
+            &board,
+            json!({"title": "Follow up twice", "description": "echo the first turn",
+                   "agent_type": "mock-agent", "repository_url": repo, "max_retries": 0}),
+        )
+        .await;
+    let mut feed = Feed::open(&api, &task).await;
+    feed.wait_for(120, "the first turn_end", is_turn_end).await;
+    api.wait_state(&task, &["COMPLETED"], 60).await;
+    let exec = api.execution(&task).await;
+    let instance = exec.body["instance_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the run's instance: {}", exec.body))
+        .to_string();
+
+    // The stream's prompt command, as the UI sends it.
+    let before = state_history(&api, &task).await;
+    let ack = feed
+        .command(
+            json!({"type": "prompt", "text": "echo answered on the stream"}),
+            60,
+        )
+        .await;
+    assert_eq!(ack["type"], "ack", "{ack}");
+    follow_up_ran(
+        &api,
+        &mut feed,
+        &task,
+        before.len(),
+        "answered on the stream",
+    )
+    .await;
+
+    // The seed's REST follow-up, to the finished run's instance.
+    let before = state_history(&api, &task).await;
+    let sent = api
+        .post(
+            &format!("/api/v1/agents/{instance}/prompt"),
+            json!({"message": "echo answered over REST"}),
+        )
+        .await;
+    assert_eq!(sent.status, 200, "{}", sent.body);
+    assert_eq!(sent.body["accepted"], true, "{}", sent.body);
+    follow_up_ran(&api, &mut feed, &task, before.len(), "answered over REST").await;
+
+    // Both were turns of the same run, not new ones.
+    let exec = api.execution(&task).await;
+    assert_eq!(exec.body["instance_id"], instance.as_str(), "{}", exec.body);
+    assert_eq!(exec.body["attempts"], 1, "{}", exec.body);
+    feed.close().await;
+    stack.stop().await;
+}
+
+/// The task's states, in the order its history recorded them.
+async fn state_history(api: &Api, task: &str) -> Vec<String> {
+    let history = api
+        .get(&format!("/api/v1/tasks/{task}/events?page_size=100"))
+        .await;
+    history.body["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", history.body))
+        .iter()
+        .filter(|e| e["kind"] == "state_changed")
+        .map(|e| {
+            e["new_value"]["state"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
+}
+
+/// A follow-up sent after `from` recorded states: its answer in the feed,
+/// and the task moved COMPLETED → IN_PROGRESS → COMPLETED, nothing between.
+async fn follow_up_ran(api: &Api, feed: &mut Feed, task: &str, from: usize, answer: &str) {
+    let chunk = feed
+        .wait_for(120, answer, |f| {
+            kind(f) == "message_chunk"
+                && f["event"]["data"]["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains(answer))
+        })
+        .await;
+    assert!(chunk["seq"].as_i64().is_some(), "{chunk}");
+    feed.wait_for(120, "the follow-up's turn_end", is_turn_end)
+        .await;
+    let states = eventually(60, "the follow-up's state changes", || async {
+        let states = state_history(api, task).await;
+        (states.len() >= from + 2 && states.last().map(String::as_str) == Some("COMPLETED"))
+            .then_some(states)
+    })
+    .await;
+    assert_eq!(
+        states[from - 1..],
+        ["COMPLETED", "IN_PROGRESS", "COMPLETED"],
+        "{states:?}"
+    );
+    api.wait_state(task, &["COMPLETED"], 60).await;
 }

@@ -5,7 +5,10 @@ use axum::{Json, extract::State, http::StatusCode};
 use kandev_common::ErrorCode;
 use kandev_proto::v1 as pb;
 
-use super::access::{agent_err, visible_instance, visible_task};
+use super::{
+    access::{agent_err, visible_instance, visible_task},
+    orchestrator::orch_err,
+};
 use crate::{
     api::{
         AgentInstance, AgentSession, CancelRequest, CancelResponse, LaunchAgentRequest, LogsParams,
@@ -100,6 +103,24 @@ pub async fn prompt(
     }
     let instance = visible_instance(&state, &user, &instance_id).await?;
     check_prompter(&instance, &user)?;
+    if is_current_run(&state, &instance).await? {
+        // The task's own run: the same follow-up as the stream's prompt
+        // command, so the task moves the same way (a finished run back to
+        // IN_PROGRESS, with its events).
+        state
+            .downstream()
+            .orchestrator
+            .clone()
+            .start_task(pb::StartTaskRequest {
+                task_id: instance.task_id,
+                prompt: body.message,
+                actor: user.username,
+            })
+            .await
+            .map_err(orch_err)?;
+        return Ok(Json(PromptResponse { accepted: true }));
+    }
+    // A run launched directly: the orchestrator does not supervise it.
     let resp = state
         .downstream()
         .agents
@@ -114,6 +135,27 @@ pub async fn prompt(
     Ok(Json(PromptResponse {
         accepted: resp.accepted,
     }))
+}
+
+/// Whether `instance` is the run the orchestrator supervises for its task.
+async fn is_current_run(state: &AppState, instance: &pb::AgentInstance) -> ApiResult<bool> {
+    let exec = state
+        .downstream()
+        .orchestrator
+        .clone()
+        .get_task_execution(pb::GetTaskExecutionRequest {
+            task_id: instance.task_id.clone(),
+        })
+        .await;
+    match exec {
+        Ok(exec) => Ok(exec
+            .into_inner()
+            .instance_id
+            .eq_ignore_ascii_case(&instance.id)),
+        // No such task there (deleted since): not a run of its.
+        Err(status) if status.code() == tonic::Code::NotFound => Ok(false),
+        Err(status) => Err(orch_err(status)),
+    }
 }
 
 /// A running agent holds its user's secrets: another person may not steer

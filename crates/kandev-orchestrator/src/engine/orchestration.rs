@@ -183,10 +183,12 @@ impl Orchestration for Engine {
 }
 
 impl Engine {
-    /// A follow-up of a completed run: a turn on the same instance (the
-    /// agent manager resumes its session) when it is for the run's user; a
-    /// new run for the one who sent it otherwise, or when the instance
-    /// refuses. Called under the lock.
+    /// A follow-up of a completed run, from the stream's prompt command or
+    /// the REST prompt of its instance alike: a turn on the same instance
+    /// (the agent manager resumes its session), the task straight back to
+    /// IN_PROGRESS, when it is for the run's user; a new run for the one who
+    /// sent it otherwise, or when the instance refuses. Called under the
+    /// lock.
     async fn follow_up_completed(
         &self,
         exec: Execution,
@@ -204,7 +206,8 @@ impl Engine {
         match self.agents.send_prompt(&instance.to_string(), &text).await {
             Ok(()) => {
                 self.set_state(task_id, ExecState::Running).await?;
-                self.move_to_in_progress(task_id, task_state(&task)?).await;
+                self.move_to_in_progress(task_id, task_state(&task)?, "follow-up")
+                    .await;
                 Ok(())
             }
             Err(status)
