@@ -39,6 +39,14 @@ pub(crate) struct Quirks {
     pub(crate) cancel_end_turn: bool,
     /// Never answer `initialize`, like a mis-launched agent.
     pub(crate) silent_initialize: bool,
+    /// Keep running after stdin reaches EOF, as the Node ACP adapters do.
+    pub(crate) ignore_eof: bool,
+    /// Ignore SIGTERM and SIGINT, as a Node process running as PID 1 does:
+    /// only SIGKILL ends the agent.
+    pub(crate) ignore_sigterm: bool,
+    /// Answer every `session/load` "Session not found", like an agent whose
+    /// session store went with its container.
+    pub(crate) lose_sessions: bool,
 }
 
 impl Quirks {
@@ -50,6 +58,9 @@ impl Quirks {
                 "late-updates" => quirks.late_updates = true,
                 "cancel-end-turn" => quirks.cancel_end_turn = true,
                 "silent-initialize" => quirks.silent_initialize = true,
+                "ignore-eof" => quirks.ignore_eof = true,
+                "ignore-sigterm" => quirks.ignore_sigterm = true,
+                "lose-sessions" => quirks.lose_sessions = true,
                 other => return Err(format!("unknown quirk `{other}`")),
             }
         }
@@ -100,7 +111,7 @@ pub(crate) struct Config {
     pub(crate) default_scenario: String,
 
     /// Comma-separated quirks: early-updates, late-updates, cancel-end-turn,
-    /// silent-initialize.
+    /// silent-initialize, ignore-eof, ignore-sigterm, lose-sessions.
     #[arg(long = "quirks", env = "KANDEV_MOCK_QUIRKS", default_value = "", value_parser = Quirks::parse)]
     pub(crate) quirks: Quirks,
 

@@ -77,6 +77,15 @@ async fn run(cfg: config::Config) -> i32 {
             Dialect::Acp | Dialect::Seed => server::serve(ctx.clone()).await,
         }
     };
+    if ctx.cfg.quirks.ignore_sigterm {
+        // A Node process as PID 1: SIGTERM and SIGINT do nothing.
+        info!("quirk ignore-sigterm: only SIGKILL ends this agent");
+        let _signals = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        );
+        return work.await;
+    }
     // As PID 1 in a container nothing else would end us on `docker stop`.
     let (mut term, mut int) = match (
         signal(SignalKind::terminate()),

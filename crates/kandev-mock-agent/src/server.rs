@@ -22,8 +22,8 @@ use crate::{
     session::{ActiveTurn, SessionRef, config_options_json, modes_json, persist},
     turn::{Turn, TurnEnd, chunk},
     wire::{
-        AUTH_REQUIRED, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, REQUEST_CANCELLED,
-        RESOURCE_NOT_FOUND, RpcError, error_response, notification, response,
+        AUTH_REQUIRED, INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
+        REQUEST_CANCELLED, RESOURCE_NOT_FOUND, RpcError, error_response, notification, response,
     },
 };
 
@@ -44,6 +44,12 @@ pub(crate) async fn serve(ctx: Arc<Ctx>) -> i32 {
                 break;
             }
         }
+    }
+    if ctx.cfg.quirks.ignore_eof {
+        // Like the Node ACP adapters: end of input ends nothing.
+        info!("stdin closed; quirk ignore-eof: running on");
+        ctx.out.flush().await;
+        std::future::pending::<()>().await;
     }
     info!("stdin closed; finishing running turns");
     ctx.rpc.close();
@@ -311,6 +317,11 @@ async fn load_session(ctx: &Arc<Ctx>, params: &Value) -> Result<Value, RpcError>
     let cwd = cwd_param(params)?;
     require_mcp_servers(params)?;
     require_auth(ctx)?;
+    if ctx.cfg.quirks.lose_sessions {
+        info!("quirk lose-sessions: session {id} is not found");
+        return Err(RpcError::new(INTERNAL_ERROR, "Session not found")
+            .with_data(json!({ "sessionId": id })));
+    }
     let session = ctx.sessions().load(id, &cwd).ok_or_else(|| {
         RpcError::new(RESOURCE_NOT_FOUND, "Resource not found")
             .with_data(json!({ "sessionId": id }))

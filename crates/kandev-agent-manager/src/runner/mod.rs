@@ -12,9 +12,13 @@
 //!   into `agent_logs`. Nothing on the read path waits for Postgres.
 //! - [`turn`]: driving a turn, either from a fresh container or by
 //!   resuming one that runs (or ran) without a client.
+//! - [`conversation`]: each task's prompts and the agent's replies, and
+//!   the summary of them that starts a new session when the agent cannot
+//!   load its old one.
 //! - [`recovery`]: riding out a Docker engine that goes away mid-turn, and
 //!   telling why an agent's output ended.
 
+mod conversation;
 mod output;
 mod pipeline;
 mod recovery;
@@ -348,6 +352,47 @@ struct Slots {
     /// Set when the output stream failed because the engine stopped
     /// answering (rather than ending with the container's output).
     output_error: Mutex<Option<String>>,
+    /// When the agent last wrote anything (stdout or stderr).
+    last_output: Mutex<Option<std::time::Instant>>,
+    /// The prompts sent to the agent, in order (without a summary put
+    /// before one).
+    sent_prompts: Mutex<Vec<String>>,
+}
+
+/// How long an agent's output must stay quiet after its turn ended before
+/// its container is stopped: lines it writes just after the prompt's
+/// response (late updates) are still read and published.
+const AFTER_TURN_QUIET: Duration = Duration::from_millis(250);
+/// The longest an agent that keeps writing after its turn ended is waited
+/// for.
+const AFTER_TURN_MAX: Duration = Duration::from_secs(2);
+
+/// After a completed turn: waits until the agent's output has been quiet
+/// for [`AFTER_TURN_QUIET`] (at most [`AFTER_TURN_MAX`]) or has ended;
+/// whether it ended (the agent exited by itself).
+///
+/// Real adapters (claude-agent-acp, codex-acp) neither exit when their
+/// input ends nor on SIGTERM (Node as PID 1), so the container is then
+/// killed at once rather than after a grace period: everything the agent
+/// wrote before is still in the output stream, which is read to its end.
+async fn settle_after_turn(slots: &Slots) -> bool {
+    let started = std::time::Instant::now();
+    loop {
+        match lock(&slots.demux).as_ref() {
+            Some(demux) if demux.is_finished() => return true,
+            Some(_) => {}
+            None => return false,
+        }
+        let quiet = lock(&slots.last_output).map_or(AFTER_TURN_QUIET, |at| at.elapsed());
+        let waited = started.elapsed();
+        if quiet >= AFTER_TURN_QUIET || waited >= AFTER_TURN_MAX {
+            return false;
+        }
+        let wait = (AFTER_TURN_QUIET - quiet)
+            .min(AFTER_TURN_MAX - waited)
+            .min(Duration::from_millis(50));
+        tokio::time::sleep(wait).await;
+    }
 }
 
 /// Publishes until the bus has stored the event, retrying with backoff;
@@ -560,10 +605,11 @@ pub async fn run_turn(
     let container = lock(&slots.container).clone();
     let mut exit_code = None;
     if let Some(id) = &container {
-        if result.is_ok() {
-            // The mock and real agents exit on SIGTERM; give them a moment.
-            shared.docker.stop(id, 5).await;
-        } else {
+        // A completed turn's agent is done once its output is quiet: it is
+        // killed then, not given a grace period it would only wait out.
+        let exited = result.is_ok() && settle_after_turn(&slots).await;
+        let stopped_after_turn = result.is_ok() && !exited;
+        if !exited {
             shared.docker.kill(id).await;
         }
         // The output stream ends once the container's output is fully
@@ -576,7 +622,11 @@ pub async fn run_turn(
         {
             tracing::warn!(container = %id, "output stream did not end after the container stopped");
         }
-        exit_code = shared.docker.exit_code(id).await;
+        // An agent killed after its completed turn has no exit code of
+        // its own.
+        if !stopped_after_turn {
+            exit_code = shared.docker.exit_code(id).await;
+        }
         // An engine that is still away keeps the container; the manager
         // removes it when the engine is back (see `AgentManager::reconcile`).
         shared.docker.remove(id).await;
@@ -590,6 +640,10 @@ pub async fn run_turn(
     drop(client);
     lock(&handle.asks).clear();
     let summary = pipeline.finish(&shared.store, instance.id).await;
+    let sent = std::mem::take(&mut *lock(&slots.sent_prompts));
+    if !sent.is_empty() {
+        conversation::record(&shared, instance.task_id, instance.id, sent, &summary).await;
+    }
 
     let (status, outcome) = match &result {
         Ok(turn) => (

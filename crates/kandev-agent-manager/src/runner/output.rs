@@ -124,6 +124,7 @@ pub(super) async fn demux(
                 break;
             }
         };
+        *lock(&slots.last_output) = Some(std::time::Instant::now());
         if is_err {
             for (n, line) in stderr_lines(&mut err, &mut err_buf, &frame) {
                 lines.push_stderr(n);

@@ -14,8 +14,8 @@ use tokio_util::io::StreamReader;
 use uuid::Uuid;
 
 use super::{
-    CONTAINER_WORKSPACE, Interruption, RunHandle, Shared, Slots, TurnResult, TurnSpec, failed,
-    lock,
+    CONTAINER_WORKSPACE, Interruption, RunHandle, Shared, Slots, TurnResult, TurnSpec,
+    conversation, failed, lock,
     output::{LineQueue, demux},
     pipeline::Pipeline,
     policy, publish_lifecycle, publish_retrying, recovery, refused,
@@ -243,15 +243,36 @@ pub(super) async fn start_fresh(
         return Err(recovery::abandon(client, handle, conn.drain, failure).await);
     }
     let t = std::time::Instant::now();
+    // Why the session to resume could not be loaded: the prompt then starts
+    // a new session, the conversation so far summarised before it.
+    let mut lost_session = None;
     let session = match &spec.resume_session {
         Some(session_id) => {
-            client
+            match client
                 .load_session(session_id, CONTAINER_WORKSPACE, vec![])
                 .await
+            {
+                Err(AcpError::Rpc { method, source })
+                    if source.code != kandev_acp::error::codes::AUTH_REQUIRED =>
+                {
+                    // The agent answered: it no longer has the session (its
+                    // store went with an earlier container).
+                    lost_session = Some(format!("{method} failed: {}", source.explain()));
+                    client.new_session(CONTAINER_WORKSPACE, vec![]).await
+                }
+                Err(AcpError::Unsupported(why)) => {
+                    lost_session = Some(why);
+                    client.new_session(CONTAINER_WORKSPACE, vec![]).await
+                }
+                other => other,
+            }
         }
         None => client.new_session(CONTAINER_WORKSPACE, vec![]).await,
     };
     phase("session", t);
+    if let Some(why) = &lost_session {
+        tracing::warn!(instance = %instance.id, session = ?spec.resume_session, %why, "the session could not be loaded; starting a new one with the conversation summarised");
+    }
     let session = match session {
         Ok(s) => s,
         Err(AcpError::AuthRequired { message, env, .. }) => {
@@ -291,8 +312,20 @@ pub(super) async fn start_fresh(
     // The prompt, then the follow-ups queued while it ran, in order, as long
     // as each ends normally.
     let mut prompt = spec.prompt.clone();
+    let mut preface = match &lost_session {
+        Some(why) => {
+            let exchanges = conversation::of_task(shared, instance.task_id).await;
+            Some(conversation::summary(&exchanges, why))
+        }
+        None => None,
+    };
     let stop = loop {
-        let stop = match client.prompt(vec![prompt.into()]).await {
+        lock(&slots.sent_prompts).push(prompt.clone());
+        let text = match preface.take() {
+            Some(summary) => summary + &prompt,
+            None => prompt,
+        };
+        let stop = match client.prompt(vec![text.into()]).await {
             Ok(stop) => stop,
             Err(AcpError::TurnFailed(why)) => {
                 return Err(refused(format!("the turn failed: {why}")).into());

@@ -82,6 +82,18 @@ pub trait AgentStore: std::fmt::Debug + Send + Sync + 'static {
     async fn append_logs(&self, id: Uuid, lines: &[LogLine], keep: i64) -> Result<()>;
     /// The last `tail` log lines, oldest first.
     async fn tail_logs(&self, id: Uuid, tail: i64) -> Result<Vec<LogLine>>;
+    /// Records one prompt of a task's instance and the agent's last
+    /// message after it, keeping only the task's newest `keep` exchanges.
+    async fn record_exchange(
+        &self,
+        task_id: Uuid,
+        instance_id: Uuid,
+        exchange: &Exchange,
+        keep: i64,
+    ) -> Result<()>;
+    /// A task's newest `limit` exchanges (across its instances), oldest
+    /// first.
+    async fn exchanges(&self, task_id: Uuid, limit: i64) -> Result<Vec<Exchange>>;
     async fn list_secrets(&self, scope: &str) -> Result<Vec<SecretEntry>>;
     /// Stores (or replaces) one sealed secret; refused when the user already
     /// keeps `max` others.
@@ -245,6 +257,15 @@ pub struct LaunchFields<'a> {
     pub metadata: &'a serde_json::Map<String, serde_json::Value>,
     /// Whose agent home volume the instance uses.
     pub home_scope: &'a str,
+}
+
+/// One prompt sent to a task's agent and the agent's last message after
+/// it (empty when it wrote none): the conversation a new session is told
+/// about when the old one cannot be loaded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Exchange {
+    pub prompt: String,
+    pub reply: String,
 }
 
 /// How an instance ended.

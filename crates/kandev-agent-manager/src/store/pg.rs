@@ -9,7 +9,8 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::{
-    AgentStore, INSTANCE_COLUMNS, InstanceRow, LaunchFields, Outcome, TYPE_COLUMNS, TypeRow, lines,
+    AgentStore, Exchange, INSTANCE_COLUMNS, InstanceRow, LaunchFields, Outcome, TYPE_COLUMNS,
+    TypeRow, lines,
 };
 use crate::credentials::SecretEntry;
 use crate::domain::{AgentError, AgentInstance, AgentType, InstanceStatus, LogLine, Result};
@@ -350,6 +351,50 @@ impl AgentStore for PgAgentStore {
     }
 
     // ---- users' secrets (sealed by `credentials`) ----
+
+    async fn record_exchange(
+        &self,
+        task_id: Uuid,
+        instance_id: Uuid,
+        exchange: &Exchange,
+        keep: i64,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO agent_exchanges (task_id, instance_id, prompt, reply) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(task_id)
+        .bind(instance_id)
+        .bind(without_nul(&exchange.prompt))
+        .bind(without_nul(&exchange.reply))
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "DELETE FROM agent_exchanges WHERE task_id = $1 AND id <= \
+             (SELECT id FROM agent_exchanges WHERE task_id = $1 ORDER BY id DESC OFFSET $2 LIMIT 1)",
+        )
+        .bind(task_id)
+        .bind(keep)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn exchanges(&self, task_id: Uuid, limit: i64) -> Result<Vec<Exchange>> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT prompt, reply FROM (SELECT id, prompt, reply FROM agent_exchanges \
+             WHERE task_id = $1 ORDER BY id DESC LIMIT $2) t ORDER BY id",
+        )
+        .bind(task_id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(prompt, reply)| Exchange { prompt, reply })
+            .collect())
+    }
 
     async fn list_secrets(&self, scope: &str) -> Result<Vec<SecretEntry>> {
         let rows: Vec<(String, DateTime<Utc>)> = sqlx::query_as(

@@ -10,7 +10,7 @@ use kandev_agent_manager::{
     AgentError, Settings,
     domain::{AgentType, InstanceStatus, LogLine},
     startup::open_store,
-    store::{LaunchFields, Outcome, Store},
+    store::{Exchange, LaunchFields, Outcome, Store},
 };
 use kandev_events::agent::OutputCursor;
 use kandev_testkit::TestDb;
@@ -98,6 +98,8 @@ contract!(
     progress_never_goes_back,
     logs_keep_the_newest_lines,
     secrets_are_kept_per_user_within_a_limit,
+    real_agents_keep_their_home_in_a_volume,
+    a_tasks_conversation_is_kept_bounded,
 );
 
 /// The seeded registry, the same on both databases: what a fresh
@@ -150,7 +152,10 @@ async fn the_registry_is_seeded_and_upserted(a: &Store, b: &Store) {
     let mock = a.get_type("mock-agent").await.unwrap();
     assert_eq!(mock.image, "kandev/mock-agent:latest");
     assert_eq!(mock.capabilities, ["acp", "fs"]);
-    assert!(mock.internal && mock.enabled && !mock.host_credentials);
+    // The demo: listed in the picker.
+    assert!(!mock.internal && mock.enabled && !mock.host_credentials);
+    assert_eq!(mock.name, "Mock agent (demo)");
+    assert!(a.get_type("seed-agent").await.unwrap().internal);
     assert!(is_not_found(a.get_type("nope").await));
 
     let custom = AgentType {
@@ -389,4 +394,62 @@ async fn secrets_are_kept_per_user_within_a_limit(a: &Store, b: &Store) {
     assert!(a.delete_secret("alice", "API_KEY").await.unwrap());
     assert!(!a.delete_secret("alice", "API_KEY").await.unwrap());
     assert_eq!(a.sealed_secrets("bob").await.unwrap().len(), 1);
+}
+
+/// Claude Code, Codex and Gemini keep their own session stores in their
+/// home: by default it is a volume (per user and type), so a follow-up in a
+/// new container can load the session; Augment keeps its sessions
+/// directory as before.
+async fn real_agents_keep_their_home_in_a_volume(a: &Store, _b: &Store) {
+    for id in ["claude-code", "codex", "gemini"] {
+        assert_eq!(
+            a.get_type(id).await.unwrap().home_volume,
+            "/home/agent",
+            "{id}"
+        );
+    }
+    for id in ["augment-agent", "auggie-cli"] {
+        assert_eq!(
+            a.get_type(id).await.unwrap().home_volume,
+            "/home/agent/.augment/sessions",
+            "{id}"
+        );
+    }
+    for id in ["mock-agent", "seed-agent"] {
+        assert_eq!(a.get_type(id).await.unwrap().home_volume, "", "{id}");
+    }
+}
+
+/// A task's exchanges are kept across its instances, oldest first, the
+/// newest `keep` only; other tasks' are apart.
+async fn a_tasks_conversation_is_kept_bounded(a: &Store, b: &Store) {
+    let task = Uuid::now_v7();
+    let (one, two) = (new_instance(a, task).await, new_instance(b, task).await);
+    let other = Uuid::now_v7();
+    let elsewhere = new_instance(a, other).await;
+    let exchange = |n: usize| Exchange {
+        prompt: format!("prompt {n} ✓"),
+        reply: if n.is_multiple_of(2) {
+            format!("reply {n}")
+        } else {
+            String::new()
+        },
+    };
+    for n in 0..5 {
+        let instance = if n < 3 { one } else { two };
+        a.record_exchange(task, instance, &exchange(n), 4)
+            .await
+            .unwrap();
+    }
+    b.record_exchange(other, elsewhere, &exchange(9), 4)
+        .await
+        .unwrap();
+    let kept = b.exchanges(task, 100).await.unwrap();
+    assert_eq!(kept, (1..5).map(exchange).collect::<Vec<_>>());
+    assert_eq!(
+        a.exchanges(task, 2).await.unwrap(),
+        [exchange(3), exchange(4)]
+    );
+    assert_eq!(a.exchanges(other, 10).await.unwrap(), [exchange(9)]);
+    assert!(a.exchanges(Uuid::now_v7(), 10).await.unwrap().is_empty());
 }

@@ -623,6 +623,41 @@ async fn quirks_mimic_real_agents() {
 }
 
 #[tokio::test]
+async fn lingering_and_forgetful_quirks_mimic_node_adapters() {
+    let mut agent = RawAgent::spawn(
+        &[],
+        &[(
+            "KANDEV_MOCK_QUIRKS",
+            "ignore-eof,ignore-sigterm,lose-sessions",
+        )],
+    );
+    agent.initialize().await;
+    let sid = agent.new_session().await;
+    let cwd = agent.cwd();
+    let (_, resp) = agent
+        .request(
+            "session/load",
+            json!({ "sessionId": sid, "cwd": cwd, "mcpServers": [] }),
+        )
+        .await;
+    assert_eq!(resp["error"]["code"], -32603, "{resp}");
+    assert_eq!(resp["error"]["message"], "Session not found");
+
+    // Neither the end of its input nor SIGTERM ends it; SIGKILL does.
+    agent.close_stdin();
+    let pid = agent.child.id().expect("running");
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let waited =
+        tokio::time::timeout(std::time::Duration::from_millis(500), agent.child.wait()).await;
+    assert!(waited.is_err(), "the agent exited: {waited:?}");
+    agent.child.kill().await.unwrap();
+}
+
+#[tokio::test]
 async fn silent_initialize_never_answers() {
     let mut agent = RawAgent::spawn(&[], &[("KANDEV_MOCK_QUIRKS", "silent-initialize")]);
     agent
