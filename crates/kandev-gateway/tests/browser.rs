@@ -1063,7 +1063,7 @@ async fn the_board_tells_the_truth_at_a_glance() {
     .await;
 
     // Disable the broken type: it leaves the picker, which defaults to the
-    // last type used and hides internal types.
+    // last type used, lists the demo first and hides internal types.
     click(c, "[data-testid=nav-admin]").await;
     click(
         c,
@@ -1097,7 +1097,8 @@ async fn the_board_tells_the_truth_at_a_glance() {
         .filter_map(Value::as_str)
         .collect();
     assert!(!ids.contains(&"broken-image"), "disabled: {picker}");
-    assert!(!ids.contains(&"mock-agent"), "internal: {picker}");
+    assert_eq!(ids[..2], ["", "mock-agent"], "the demo first: {picker}");
+    assert!(!ids.contains(&"seed-agent"), "internal: {picker}");
     assert_eq!(
         picker["value"], "mock-agent-auto",
         "the last used: {picker}"
@@ -1109,7 +1110,7 @@ async fn the_board_tells_the_truth_at_a_glance() {
             && t["enabled"] == true
             && t["internal"] != true
         {
-            let want = format!("{name} — needs {}", first.as_str().unwrap());
+            let want = format!("{name} — store {}", first.as_str().unwrap());
             assert!(
                 picker["texts"]
                     .as_array()

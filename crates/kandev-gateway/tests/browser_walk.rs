@@ -771,3 +771,121 @@ async fn assert_no_jargon(c: &Client, page: &str) {
     .await;
     assert_eq!(found, json!([]), "jargon on {page}");
 }
+
+// ------------------------------------------------------------- issue 38
+
+/// The New task dialog's agent picker: each option's value, text and
+/// readiness, the selected value and the hint under it.
+const PICKER: &str = "
+    const s = document.querySelector('[data-testid=task-agent-type]');
+    const hint = document.querySelector('[data-testid=task-agent-hint]');
+    return s && s.options.length > 1 && { value: s.value, hint: hint.hidden ? '' : hint.textContent,
+             options: [...s.options].map(o => ({ id: o.value, text: o.textContent, ready: o.dataset.ready || null })) };";
+
+/// On a fresh install the picker lists the demo first and picks it; a type
+/// whose secret is missing is never the default and says what to do, as
+/// does one whose image is still to be built (the image fields of
+/// `GET /agent-types`, checked on the picker's own functions).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_new_task_picker_starts_with_the_demo() {
+    let Some(browser) = start_browser().await else {
+        return;
+    };
+    let stack = start_stack().await;
+    let c = &browser.client;
+    login(c, &stack.base).await;
+    set_viewport(c, DESKTOP.0, DESKTOP.1).await;
+    open_new_board(c, "Picker board").await;
+    click(c, "[data-testid=new-task]").await;
+    let picker = wait_js(c, "the agent picker", 20, PICKER, vec![]).await;
+    let options = picker["options"].as_array().unwrap();
+    assert_eq!(options[0]["id"], "", "none first: {picker}");
+    assert_eq!(options[1]["id"], "mock-agent", "then the demo: {picker}");
+    assert_eq!(options[1]["text"], "Mock agent (demo)", "{picker}");
+    assert_eq!(picker["value"], "mock-agent", "the default: {picker}");
+    assert!(
+        picker["hint"].as_str().unwrap().starts_with("The demo:"),
+        "{picker}"
+    );
+    for o in options.iter().filter(|o| o["ready"] == "false") {
+        assert_ne!(picker["value"], o["id"], "never the default: {picker}");
+    }
+    if std::env::var_os("ANTHROPIC_API_KEY").is_none() {
+        let claude = options
+            .iter()
+            .find(|o| o["id"] == "claude-code")
+            .unwrap_or_else(|| panic!("claude-code listed: {picker}"));
+        assert_eq!(claude["ready"], "false", "{claude}");
+        assert!(
+            claude["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("Claude Code — store ANTHROPIC_API_KEY on the Secrets page"),
+            "{claude}"
+        );
+        select_value(c, "[data-testid=task-agent-type]", "claude-code").await;
+        let picked = wait_js(c, "claude-code picked", 10, PICKER, vec![]).await;
+        assert!(
+            picked["hint"]
+                .as_str()
+                .unwrap()
+                .starts_with("To run it: store ANTHROPIC_API_KEY on the Secrets page"),
+            "{picked}"
+        );
+    }
+    assert_fits(c, "the New task dialog").await;
+    screenshot(c, "walk-agent-picker.png").await;
+    click(c, "[data-testid=task-dialog-cancel]").await;
+
+    // What each image status says, and that an image still to be built or
+    // a missing secret keeps a type from being the default, the last one
+    // used included.
+    let hints = js(
+        c,
+        "return import('/js/common.js').then((m) => [
+           m.agentTypeHints({ missing_env: [], image_status: 'missing', image_build_seconds: 42 }),
+           m.agentTypeHints({ missing_env: ['ANTHROPIC_API_KEY', 'GITHUB_TOKEN'], image_status: 'missing', image_build_seconds: null }),
+           m.agentTypeHints({ missing_env: [], image_status: 'building', image_build_seconds: 300 }),
+           m.agentTypeHints({ missing_env: [], image_status: 'failed', image_error: 'step 3/9\\nnpm error 404 @acme/agent' }),
+           m.agentTypeHints({ missing_env: [], image_status: 'present', image_build_seconds: 42 }),
+           m.agentTypeHints({ missing_env: [] }),
+           m.agentTypeHints({ missing_env: [], image: 'ghcr.io/acme/agent:1', image_status: 'missing' }),
+           [m.agentTypeReady({ missing_env: [], image_status: '' }), m.agentTypeReady({ missing_env: [], image_status: 'building' })],
+           (() => {
+             localStorage.setItem('kandev.lastAgentType', 'claude-code');
+             const picked = m.defaultAgentType([
+               { id: 'claude-code', enabled: true, missing_env: ['ANTHROPIC_API_KEY'] },
+               { id: 'mock-agent', enabled: true, missing_env: [], image_status: 'missing' },
+               { id: 'gemini', enabled: true, missing_env: [], image_status: 'failed' },
+               { id: 'codex', enabled: true, missing_env: [], image_status: 'present' },
+             ]);
+             localStorage.removeItem('kandev.lastAgentType');
+             return picked;
+           })(),
+           m.defaultAgentType([{ id: 'claude-code', enabled: true, missing_env: ['ANTHROPIC_API_KEY'] }]),
+         ]);",
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        hints,
+        json!([
+            ["the image is built on first use (about 42 s)"],
+            [
+                "store ANTHROPIC_API_KEY and GITHUB_TOKEN on the Secrets page",
+                "the image is built on first use"
+            ],
+            ["its image is being built (about 5 min)"],
+            ["its image failed to build (npm error 404 @acme/agent); the next task tries again"],
+            [],
+            [],
+            ["the image is pulled on first use"],
+            [true, false],
+            "codex",
+            ""
+        ])
+    );
+    assert_no_console_errors(&browser).await;
+    browser.close().await;
+    stack.shutdown().await;
+}

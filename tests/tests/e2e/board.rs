@@ -76,12 +76,14 @@ async fn one_request_gives_every_card_its_live_state() {
     let missing = api.get(&format!("/api/v1/boards/{unknown}/cards")).await;
     assert_eq!(missing.status, 404, "{}", missing.body);
 
-    // The picker's facts: internal types and missing credentials.
+    // The picker's facts: internal types and missing credentials. The mock
+    // agent is the demo, listed in the picker.
     let types = api.get("/api/v1/agent-types?include_disabled=true").await;
     assert_eq!(types.status, 200, "{}", types.body);
     let all = types.body["agent_types"].as_array().unwrap();
     let of = |id: &str| all.iter().find(|t| t["id"] == id).unwrap().clone();
-    assert_eq!(of("mock-agent")["internal"], true);
+    assert_eq!(of("mock-agent")["internal"], false);
+    assert_eq!(of("mock-agent")["name"], "Mock agent (demo)");
     assert_eq!(of("seed-agent")["internal"], true);
     assert_eq!(of("claude-code")["internal"], false);
     assert_eq!(of("mock-agent")["missing_env"], json!([]));

@@ -119,21 +119,75 @@ export function agentTypeId(t) { return t.id; }
 export function agentTypeLabel(t) { return t.name || t.id; }
 
 const LAST_AGENT_KEY = 'kandev.lastAgentType';
-/** The types a person picks from: enabled, not internal. */
-export function pickableTypes(types) { return types.filter((t) => t.enabled && !t.internal); }
-function missingEnv(t) { return t.missing_env; }
+/** The demo a new user runs first: scripted, no key, no network. */
+export const DEMO_AGENT_TYPE = 'mock-agent';
+function isDemo(t) { return agentTypeId(t) === DEMO_AGENT_TYPE; }
+/** The types a person picks from: enabled, not internal; the demo first. */
+export function pickableTypes(types) {
+  const pickable = types.filter((t) => t.enabled && !t.internal);
+  return [...pickable.filter(isDemo), ...pickable.filter((t) => !isDemo(t))];
+}
+function missingEnv(t) { return Array.isArray(t.missing_env) ? t.missing_env : []; }
+/** Whether the type's image is there to run (unknown: as if it were). */
+function imageReady(t) { return !t.image_status || t.image_status === 'present'; }
+/** Whether a task of this type can run now: its secrets stored, its image there. */
+export function agentTypeReady(t) { return missingEnv(t).length === 0 && imageReady(t); }
+function andList(names) {
+  return names.length < 2 ? names.join('') : `${names.slice(0, -1).join(', ')} and ${names[names.length - 1]}`;
+}
+/** About how long a build takes, in the words the picker uses. */
+function buildTime(seconds) {
+  if (!Number.isFinite(seconds) || seconds <= 0) return '';
+  return seconds < 90 ? ` (about ${Math.max(1, Math.round(seconds))} s)` : ` (about ${Math.round(seconds / 60)} min)`;
+}
+/**
+ * What the type still needs before a task of it runs, as things to do
+ * (empty: nothing): the secrets to store, and its image to build.
+ */
+export function agentTypeHints(t) {
+  const hints = [];
+  const missing = missingEnv(t);
+  if (missing.length) hints.push(`store ${andList(missing)} on the Secrets page`);
+  const secs = buildTime(Number(t.image_build_seconds));
+  switch (t.image_status) {
+    case 'missing':
+      // Kandev builds its own images (kandev/<type>) from their recipes; others are pulled.
+      hints.push(!t.image || /^kandev\//.test(t.image) ? `the image is built on first use${secs}` : `the image is pulled on first use${secs}`);
+      break;
+    case 'building': hints.push(`its image is being built${secs}`); break;
+    case 'failed': {
+      const last = String(t.image_error || '').split('\n').map((l) => l.trim()).filter(Boolean).pop();
+      hints.push(`its image failed to build${last ? ` (${last})` : ''}; the next task tries again`);
+      break;
+    }
+    default: break;
+  }
+  return hints;
+}
+function agentOptionLabel(t) {
+  const name = agentTypeLabel(t);
+  const label = isDemo(t) && !/\bdemo\b/i.test(name) ? `${name} (demo)` : name;
+  const hints = agentTypeHints(t);
+  return hints.length ? `${label} — ${hints.join('; ')}` : label;
+}
 function agentOption(t) {
   const missing = missingEnv(t);
-  const label = missing.length ? `${agentTypeLabel(t)} — needs ${missing.join(', ')} (set it under Secrets)` : agentTypeLabel(t);
-  return h('option', { value: agentTypeId(t), title: t.description || undefined, dataset: missing.length ? { missingEnv: missing.join(',') } : undefined }, label);
+  const dataset = { ready: String(agentTypeReady(t)) };
+  if (missing.length) dataset.missingEnv = missing.join(',');
+  if (t.image_status) dataset.imageStatus = t.image_status;
+  return h('option', { value: agentTypeId(t), title: t.description || undefined, dataset }, agentOptionLabel(t));
 }
-/** The agent type a new task starts with: the last one used, else the first pickable. */
+/**
+ * The agent type a new task starts with: the last one used, else the demo,
+ * else the first pickable; never one that cannot run now (a secret or its
+ * image missing): none then.
+ */
 export function defaultAgentType(types) {
-  const ids = pickableTypes(types).map(agentTypeId);
+  const ready = pickableTypes(types).filter(agentTypeReady).map(agentTypeId);
   let last = null;
   try { last = localStorage.getItem(LAST_AGENT_KEY); } catch { /* private mode */ }
-  if (last && ids.includes(last)) return last;
-  return ids[0] || '';
+  if (last && ready.includes(last)) return last;
+  return ready[0] || '';
 }
 
 /**
@@ -178,16 +232,36 @@ function taskForm(task, types) {
     agent.append(h('option', { value: current }, t ? `${agentTypeLabel(t)} (${t.enabled === false ? 'disabled' : 'internal'})` : current));
   }
   agent.value = current;
+  const agentHint = h('small', { class: 'hint', testid: 'task-agent-hint' });
+  const syncHint = () => {
+    const t = types.find((x) => agentTypeId(x) === agent.value);
+    agentHint.textContent = t ? agentTypeHint(t) : '';
+    agentHint.hidden = !agentHint.textContent;
+  };
+  agent.addEventListener('change', syncHint);
+  syncHint();
   const repo = h('input', { name: 'repository_url', type: 'text', inputmode: 'url', testid: 'task-repository', value: task?.repository_url || '', placeholder: 'https://github.com/org/repo.git' });
   const branch = h('input', { name: 'branch', testid: 'task-branch', value: task?.branch || '', placeholder: 'main' });
   const prio = h('input', { name: 'priority', type: 'number', min: 0, max: 1000, step: 1, testid: 'task-priority', value: task?.priority ?? 0 });
   const retries = task ? null : h('input', { name: 'max_retries', type: 'number', min: 0, max: 100, step: 1, testid: 'task-max-retries', placeholder: 'default' });
   const body = h('div', { class: 'form-grid' },
     field('Title', title), field('Description (the agent’s prompt)', desc),
-    field('Agent type', agent), field('Priority', prio),
+    withHint(field('Agent type', agent), agentHint), field('Priority', prio),
     field('Repository URL', repo), field('Branch', branch),
     retries ? field('Retries on failure', retries, 'Blank: the server’s default.') : null);
   return { body, agent, title };
+}
+
+function withHint(f, hint) { f.append(hint); return f; }
+
+/** The line under the picker: what the chosen type needs, or what the demo is. */
+function agentTypeHint(t) {
+  const hints = agentTypeHints(t);
+  if (hints.length) {
+    const text = hints.join('; ');
+    return `To run it: ${text}.`;
+  }
+  return isDemo(t) ? 'The demo: a scripted agent that needs no key and no network (try the description “scenario: code”).' : '';
 }
 
 // Without an agent type there is nothing to start: one "Create".
