@@ -25,7 +25,7 @@ use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use http_body_util::{BodyExt, Full};
 use kandev_testkit::{OwnNats, TestDb, free_port, remove_containers};
-pub use kandev_testkit::{ensure_seed_agent_image, eventually};
+pub use kandev_testkit::{ensure_agent_base, ensure_seed_agent_image, eventually};
 use serde_json::{Value, json};
 use tokio::{net::TcpStream, sync::Semaphore, time::Instant};
 use tokio_tungstenite::{
@@ -34,6 +34,8 @@ use tokio_tungstenite::{
 };
 
 pub use serde_json;
+
+pub mod agents;
 
 /// The administrator every stack is bootstrapped with.
 pub const ADMIN: &str = "admin";

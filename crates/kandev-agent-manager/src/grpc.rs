@@ -384,7 +384,7 @@ impl AgentManagerRpc for GrpcAgentAdapter {
             .and_then(type_from_proto)
             .map_err(status)?;
         let t = self.manager.upsert_type(t).await.map_err(status)?;
-        Ok(Response::new(type_to_proto(t, self.manager.settings())))
+        Ok(Response::new(self.served_type(t).await))
     }
 
     async fn respond_permission(

@@ -15,6 +15,7 @@ mod happy;
 mod metrics;
 mod permission;
 mod pool;
+mod real_agents;
 mod replicas;
 mod secrets;
 mod seed;

@@ -62,7 +62,7 @@ const MAX_SUMMARY: usize = 64 * 1024;
 #[derive(Debug, Default)]
 pub(super) struct TurnState {
     /// The agent's current (last) message.
-    summary: String,
+    pub(super) summary: String,
     summary_id: Option<String>,
     in_message: bool,
     pub(super) progress: f64,

@@ -144,6 +144,33 @@ fn auth_refusal(agent_type: &AgentType, message: &str, env: &[String]) -> String
     format!("the agent requires authentication ({message}); provide {needs}")
 }
 
+/// Why the agent refused a prompt, for a person. A refused key
+/// (`-32000`, "Authentication required": what Claude Code's and Codex's
+/// adapters answer to a vendor's 401) names the variable to fix and quotes
+/// what the agent said about it.
+fn prompt_refusal(agent_type: &AgentType, source: &kandev_acp::RpcError, said: &str) -> String {
+    let auth = source.code == -32000 && source.message.to_lowercase().contains("auth");
+    if !auth {
+        return format!("the agent answered with an error: {}", source.explain());
+    }
+    let keys = if agent_type.required_env.is_empty() {
+        "its credentials".to_string()
+    } else {
+        agent_type.required_env.join(" or ")
+    };
+    let said = said.trim();
+    let said = if said.is_empty() {
+        String::new()
+    } else {
+        format!(" The agent said: {}", super::bounded_text(said, 1024))
+    };
+    format!(
+        "{} could not use its credentials ({}): check {keys} on the Secrets page.{said}",
+        agent_type.id,
+        source.explain()
+    )
+}
+
 /// `A or B`: the variables of `env` the agent type lists, or all of them
 /// when it lists none; `None` without any.
 fn credential_to_store(env: &[String], listed: impl Fn(&String) -> bool) -> Option<String> {
@@ -292,6 +319,7 @@ pub(super) async fn start_fresh(
     lock(&pipeline.state)
         .session_id
         .clone_from(&session.session_id);
+    super::modes::apply(client, &spec.agent_type, &session).await;
     if let Err(e) = shared
         .store
         .set_running(instance.id, &session.session_id)
@@ -332,11 +360,9 @@ pub(super) async fn start_fresh(
             }
             Err(AcpError::Rpc { source, .. }) => {
                 // The agent's own answer to the prompt: the same next time.
-                let failure: Interruption = refused(format!(
-                    "the agent answered with an error: {}",
-                    source.explain()
-                ))
-                .into();
+                let said = lock(&pipeline.state).summary.clone();
+                let failure: Interruption =
+                    refused(prompt_refusal(&spec.agent_type, &source, &said)).into();
                 return Err(recovery::abandon(client, handle, conn.drain, failure).await);
             }
             Err(e) => {
