@@ -33,6 +33,10 @@ pub struct RealAgent {
     pub home_files: &'static [(&'static str, &'static str)],
     /// What the user sees when the key is wrong (part of it).
     pub wrong_key_words: &'static str,
+    /// gemini-cli 0.61 loses a session loaded in the same wall-clock minute
+    /// it was created in (it rewrites the session's file, named by the
+    /// minute, before reading it): its test resumes in a later minute.
+    pub resume_in_a_later_minute: bool,
 }
 
 pub const CLAUDE: RealAgent = RealAgent {
@@ -43,6 +47,60 @@ pub const CLAUDE: RealAgent = RealAgent {
     stub_env: &[("ANTHROPIC_BASE_URL", STUB_URL)],
     home_files: &[],
     wrong_key_words: "Invalid API key",
+    resume_in_a_later_minute: false,
+};
+
+/// Codex through codex-acp: the stand-in as a model provider of its own
+/// (plain HTTP, no retries), so nothing reaches OpenAI.
+pub const CODEX: RealAgent = RealAgent {
+    type_id: "codex",
+    command: &["codex-acp"],
+    key_env: "OPENAI_API_KEY",
+    acp_name: "@agentclientprotocol/codex-acp",
+    stub_env: &[],
+    home_files: &[(
+        ".codex/config.toml",
+        r#"check_for_update_on_startup = false
+model_provider = "kandev"
+
+[model_providers.kandev]
+name = "Kandev's scripted stand-in"
+base_url = "http://127.0.0.1:8790/v1"
+wire_api = "responses"
+requires_openai_auth = true
+supports_websockets = false
+request_max_retries = 0
+stream_max_retries = 0
+
+[analytics]
+enabled = false
+
+[feedback]
+enabled = false
+"#,
+    )],
+    wrong_key_words: "could not use its credentials",
+    resume_in_a_later_minute: false,
+};
+
+/// Gemini CLI in ACP mode: the stand-in as its base URL, one attempt per
+/// request.
+pub const GEMINI: RealAgent = RealAgent {
+    type_id: "gemini",
+    command: &["gemini", "--acp"],
+    key_env: "GEMINI_API_KEY",
+    acp_name: "gemini-cli",
+    stub_env: &[("GOOGLE_GEMINI_BASE_URL", STUB_URL)],
+    home_files: &[(
+        ".gemini/settings.json",
+        r#"{"general": {"enableAutoUpdate": false, "enableAutoUpdateNotification": false,
+             "maxAttempts": 1, "retryFetchErrors": false},
+ "privacy": {"usageStatisticsEnabled": false}, "telemetry": {"enabled": false},
+ "ide": {"enabled": false}, "security": {"folderTrust": {"enabled": false}}}
+"#,
+    )],
+    wrong_key_words: "API key not valid",
+    resume_in_a_later_minute: true,
 };
 
 impl RealAgent {

@@ -13,6 +13,8 @@
 //!   mid-turn;
 //! - anything else: say [`HELLO`].
 //!
+//! The last directive of a prompt counts (earlier ones may be quoted).
+//!
 //! The stand-ins are stateless: the next step follows from the conversation
 //! the agent sends (how many tool results came after the prompt).
 
@@ -26,6 +28,12 @@ pub const HELLO: &str = "Hello from the scripted model.";
 pub const SLOW_FOR: Duration = Duration::from_secs(120);
 /// The pause between two chunks of `kandev: slow`.
 pub const SLOW_EVERY: Duration = Duration::from_millis(200);
+
+/// The `n`th chunk of `kandev: slow`, the same for every vendor (numbered:
+/// Gemini CLI ends a turn that repeats itself as a loop).
+pub fn slow_chunk(n: usize) -> String {
+    format!("Working slowly, step {n}. ")
+}
 
 /// Whether a request's key is one the stand-ins accept.
 pub fn key_ok(key: &str) -> bool {
@@ -75,8 +83,11 @@ enum Directive {
 
 impl Directive {
     fn parse(prompt: &str) -> Self {
+        // The last directive: a prompt may quote earlier ones before it
+        // (Kandev's summary of a conversation it could not resume).
         let Some(rest) = prompt
             .lines()
+            .rev()
             .find_map(|l| l.trim().strip_prefix("kandev:"))
             .map(str::trim)
         else {
@@ -174,6 +185,11 @@ mod tests {
             Step::Say("You first asked: first".into())
         );
         assert_eq!(at("kandev: slow", 0), Step::Slow);
+        // The last directive counts: earlier ones may be quoted before it.
+        assert_eq!(
+            at("earlier:\nkandev: edit a => b\nnow:\nkandev: slow", 0),
+            Step::Slow
+        );
         assert_eq!(at("hi", 0), Step::Say(HELLO.into()));
         assert!(key_ok("kandev-test-key") && !key_ok("sk-wrong"));
     }

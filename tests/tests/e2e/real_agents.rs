@@ -32,6 +32,26 @@ async fn claude_code_completes_scripted_turns_single() {
     scripted_turns_on(agents::CLAUDE, "claude_single", Options::single()).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_completes_scripted_turns() {
+    scripted_turns_on(agents::CODEX, "codex", Options::default()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_completes_scripted_turns_single() {
+    scripted_turns_on(agents::CODEX, "codex_single", Options::single()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_completes_scripted_turns() {
+    scripted_turns_on(agents::GEMINI, "gemini", Options::default()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_completes_scripted_turns_single() {
+    scripted_turns_on(agents::GEMINI, "gemini_single", Options::single()).await;
+}
+
 async fn scripted_turns_on(agent: RealAgent, test: &str, mut options: Options) {
     let base = tokio::task::spawn_blocking(kandev_e2e::ensure_agent_base)
         .await
@@ -49,8 +69,8 @@ async fn scripted_turns_on(agent: RealAgent, test: &str, mut options: Options) {
     the_built_in_type_builds_its_image_and_reaches_the_agent(&stack, &api, &board, &agent).await;
     let scripted = register_scripted_type(&api, &agent).await;
     let task = edit_after_permission(&stack, &api, &board, &scripted).await;
-    follow_up_resumes_then_cancel(&api, &task).await;
-    wrong_key_fails_in_plain_words(&stack, &api, &board, &agent, &scripted).await;
+    follow_up_resumes_then_cancel(&api, &task, &agent).await;
+    wrong_key_fails_in_plain_words(&stack, &api, &agent, &scripted).await;
     stack.stop().await;
 }
 
@@ -199,6 +219,13 @@ async fn edit_after_permission(stack: &Stack, api: &Api, board: &str, scripted: 
         "{:?}",
         feed.kinds()
     );
+    // One question for the one edit: the agent's own, never Kandev's again
+    // for the file write it asked about.
+    let asked = feed
+        .frames
+        .iter()
+        .filter(|f| kind(f) == "permission_request");
+    assert_eq!(asked.count(), 1, "{:?}", feed.kinds());
     no_unknown_frames(&feed.frames);
     api.wait_state(&task, &["COMPLETED"], 60).await;
 
@@ -216,9 +243,19 @@ async fn edit_after_permission(stack: &Stack, api: &Api, board: &str, scripted: 
 
 /// A follow-up resumes the session (the answer names the first prompt);
 /// a slow turn is cancelled mid-way.
-async fn follow_up_resumes_then_cancel(api: &Api, task: &str) {
+async fn follow_up_resumes_then_cancel(api: &Api, task: &str, agent: &RealAgent) {
     let session = api.execution(task).await.body["acp_session_id"].clone();
     assert!(session.as_str().is_some_and(|s| !s.is_empty()), "{session}");
+    if agent.resume_in_a_later_minute {
+        // See `RealAgent::resume_in_a_later_minute`: a condition on the
+        // clock, not a guess at a duration.
+        let minute = chrono::Utc::now().format("%H:%M").to_string();
+        kandev_e2e::eventually(70, "a later minute", || {
+            let minute = minute.clone();
+            async move { (chrono::Utc::now().format("%H:%M").to_string() != minute).then_some(()) }
+        })
+        .await;
+    }
     let mut feed = Feed::open(api, task).await;
     feed.drain(Duration::from_millis(500)).await;
     let seen = feed.frames.len();
@@ -242,7 +279,7 @@ async fn follow_up_resumes_then_cancel(api: &Api, task: &str) {
     feed.command(json!({"type": "prompt", "text": "kandev: slow"}), 60)
         .await;
     feed.wait_for(300, "the slow answer streaming", move |f| {
-        kind(f) == "message_chunk" && f.to_string().contains("slowly")
+        kind(f) == "message_chunk" && f.to_string().contains("Working slowly, step")
     })
     .await;
     let ack = feed.command(json!({"type": "cancel"}), 30).await;
@@ -255,20 +292,30 @@ async fn follow_up_resumes_then_cancel(api: &Api, task: &str) {
     feed.close().await;
 }
 
-/// A wrong key: FAILED soon, with the vendor's own words.
+/// A wrong key: FAILED soon, with the vendor's own words. Another user's
+/// (their own key, their own agent home: an agent that keeps a login in
+/// its home, as Codex does, starts from nothing).
 async fn wrong_key_fails_in_plain_words(
     stack: &Stack,
-    api: &Api,
-    board: &str,
+    admin: &Api,
     agent: &RealAgent,
     scripted: &str,
 ) {
-    store_key(api, agent, "wrong-key").await;
+    let made = admin
+        .post(
+            "/api/v1/users",
+            json!({"username": "mallory", "password": "a-long-password", "is_admin": false}),
+        )
+        .await;
+    assert_eq!(made.status, 201, "{}", made.body);
+    let api = stack.login("mallory", "a-long-password").await;
+    store_key(&api, agent, "wrong-key").await;
+    let board = api.board("wrong key").await;
     let repo = stack.git_repo(&format!("{scripted}-wrong-key"));
     let started = Instant::now();
     let task = api
         .task(
-            board,
+            &board,
             json!({"title": "Wrong key", "description": "hello",
                    "agent_type": scripted, "repository_url": repo, "max_retries": 0}),
         )
@@ -282,7 +329,6 @@ async fn wrong_key_fails_in_plain_words(
         "{}: a wrong key failed the task after {took:?}",
         agent.type_id
     );
-    store_key(api, agent, GOOD_KEY).await;
 }
 
 /// Every frame is one the feed knows how to show: no raw protocol errors.

@@ -185,6 +185,12 @@ async fn handle_response(inner: &Arc<Inner>, id: Value, value: Value, raw_json: 
             stop_reason: "error".to_owned(),
             message: Some(e.message.clone()),
         }),
+        // "Authenticate first": the client authenticates and asks again
+        // (codex-acp answers every first `session/new` so); not an error to
+        // show. A second refusal fails the run with a plain message.
+        (Err(Failure::Rpc(e)), "session/new") if e.code == codes::AUTH_REQUIRED => {
+            other(Some(method), Some(&id))
+        }
         (Err(Failure::Rpc(e)), _) => {
             protocol_error(format!("{method} failed: {}", e.message), Some(e.code))
         }

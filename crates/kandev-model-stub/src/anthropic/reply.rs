@@ -376,7 +376,7 @@ fn slow_chunks() -> BoxStream<'static, Event> {
             tokio::time::sleep(script::SLOW_EVERY).await;
         }
         guard.chunks += 1;
-        let text = format!("Working slowly, chunk {}.\n", guard.chunks);
+        let text = script::slow_chunk(guard.chunks);
         Some((
             delta(0, json!({ "type": "text_delta", "text": text })),
             guard,

@@ -149,7 +149,7 @@ fn slow(model: String, prompt_tokens: u64) -> BoxStream<'static, Value> {
             let text = if last {
                 "Done slowly.".to_string()
             } else {
-                format!("Working, step {i} of {total}. ")
+                script::slow_chunk(i as usize)
             };
             let chunk = response(&model, vec![json!({ "text": text })], last, prompt_tokens);
             Some((chunk, i + 1))

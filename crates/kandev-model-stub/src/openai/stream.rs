@@ -78,7 +78,7 @@ fn chunks(text: &str) -> Vec<String> {
 fn slow(mut b: Builder) -> std::pin::Pin<Box<dyn Stream<Item = Value> + Send>> {
     let item = b.message_item();
     let count = (SLOW_FOR.as_millis() / SLOW_EVERY.as_millis().max(1)) as usize;
-    let chunks: Vec<String> = (1..=count).map(|i| format!("Slowly {i}. ")).collect();
+    let chunks: Vec<String> = (1..=count).map(crate::script::slow_chunk).collect();
     let mut events = b.text_events(&item, &chunks);
     // Head: created, in_progress, item added, part added; tail: the rest.
     let tail = events.split_off(4 + chunks.len());
