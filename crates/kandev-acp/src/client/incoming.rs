@@ -191,6 +191,10 @@ async fn handle_response(inner: &Arc<Inner>, id: Value, value: Value, raw_json: 
         (Err(Failure::Rpc(e)), "session/new") if e.code == codes::AUTH_REQUIRED => {
             other(Some(method), Some(&id))
         }
+        // A session the agent no longer has: the caller starts a new one
+        // (Kandev's runner, with the conversation summarised in the prompt,
+        // which says why); the refusal itself is not an error to show.
+        (Err(Failure::Rpc(_)), "session/load") => other(Some(method), Some(&id)),
         (Err(Failure::Rpc(e)), _) => {
             protocol_error(format!("{method} failed: {}", e.message), Some(e.code))
         }
