@@ -42,7 +42,14 @@ export function boardView(main, boardId, { setCrumbs }) {
 
   function cardKey(t) {
     const s = statuses.get(t.id);
-    return JSON.stringify([t.title, t.agent_type, t.priority, taskState(t), t.version, s && [execState(s), s.queue_position, s.last_error, s.attempts]]);
+    return JSON.stringify([t.title, t.agent_type, t.priority, taskState(t), t.version, preparing(t), s && [execState(s), s.queue_position, s.last_error, s.attempts]]);
+  }
+
+  // "preparing the agent image …" while its build runs (agent.preparing);
+  // once built, the card no longer says it.
+  function preparing(t) {
+    const said = t.metadata?.agent_image;
+    return typeof said === 'string' && said.startsWith('preparing') ? said : null;
   }
 
   function renderCard(t) {
@@ -62,6 +69,7 @@ export function boardView(main, boardId, { setCrumbs }) {
         badge && badge.cls !== 'attention' ? h('span', { class: `badge exec-${badge.cls}`, testid: 'card-status', dataset: { exec }, title: badge.text }, badge.text) : null),
       // What the task waits for, in full: a person has to act.
       badge && badge.cls === 'attention' ? h('p', { class: 'card-callout exec-attention', testid: 'card-status', dataset: { exec }, title: badge.title }, badge.text) : null,
+      preparing(t) && taskState(t) === STATE.IN_PROGRESS ? h('p', { class: 'card-note', testid: 'card-preparing' }, preparing(t)) : null,
       h('div', { class: 'card-actions' },
         select,
         h('button', { type: 'button', class: 'btn btn-small', testid: 'card-edit', 'aria-label': `Edit ${t.title}`, onclick: () => editTask(t.id) }, 'Edit'),

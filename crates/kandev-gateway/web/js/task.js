@@ -273,6 +273,9 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
       kv('State', EXEC_WORDS[execState(status)] || execState(status)), kv('Attempts', String(status?.attempts ?? 0)),
       status?.queue_position ? kv('Queue position', String(status.queue_position)) : null,
       status?.instance_id ? kv('Instance', status.instance_id) : null,
+      // The agent's image: "preparing the agent image … (step)", then how
+      // long its build took (agent.preparing, kept in the metadata).
+      typeof task.metadata?.agent_image === 'string' ? kv('Agent image', task.metadata.agent_image) : null,
       status?.last_error && failureBox.hidden ? kv('Last error', plainError(status.last_error).short) : null].flat().filter(Boolean));
     if (status?.last_error && failureBox.hidden) { execInfo.lastElementChild?.classList.add('error-text'); execInfo.lastElementChild.title = status.last_error; }
     updateButtons();
