@@ -257,8 +257,7 @@ impl ImageBuilder {
                 );
                 self.spawn_build(image, recipe, tx);
             }
-            let rx = builds[image].phase.subscribe();
-            rx
+            builds[image].phase.subscribe()
         };
         progress(Progress::Started);
         loop {
