@@ -228,7 +228,9 @@ async fn a_session_resumes_in_a_new_container_through_auggie_session_id() {
         "{readme}"
     );
 
-    // Another user's agents have another home: the id resumes nothing.
+    // Another user's agents have another home: the id resumes nothing. The
+    // load fails there, and the run goes on in a new session of its own
+    // (its task's conversation, empty, summarised: nothing of the owner's).
     let made = api
         .post(
             "/api/v1/users",
@@ -241,12 +243,18 @@ async fn a_session_resumes_in_a_new_container_through_auggie_session_id() {
     let bob_task = bob.task(&bob_board, json!({"title": "Not mine"})).await;
     let stolen = launch(
         bob.clone(),
-        bob_task,
+        bob_task.clone(),
         env(json!({"AUGGIE_SESSION_ID": session_id})),
     )
     .await;
     let done = wait_instance(&bob, &stolen, &["completed", "failed"]).await;
-    assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(done["status"], "completed", "{done}");
+    // A first turn of a new session, not the owner's second.
+    let readme = std::fs::read_to_string(stack.workspace(&bob_task).join("README.md")).unwrap();
+    assert!(
+        readme.contains("Edited by kandev-mock-agent (turn 1).") && !readme.contains("(turn 2)"),
+        "{readme}"
+    );
 
     stack.stop().await;
     remove_home_volumes(&type_id);
