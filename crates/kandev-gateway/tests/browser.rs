@@ -429,10 +429,11 @@ async fn the_ui_drives_agents_end_to_end() {
     // The keyboard alternative to drag and drop: a refused transition snaps
     // back with the server's message; an allowed one sticks (task C has no
     // agent, so nothing runs it).
+    // (A completed task may go back to work or to To do, not to review.)
     select_value(
         c,
         &format!("{} [data-testid=card-state-select]", card(&task_a)),
-        "IN_PROGRESS",
+        "REVIEW",
     )
     .await;
     // The server's message names states by their labels, never raw enums.
@@ -441,7 +442,7 @@ async fn the_ui_drives_agents_end_to_end() {
         "the refusal toast in plain words",
         20,
         "return [...document.querySelectorAll('[data-testid=toast-error]')].some(t => t.textContent.includes('Cannot move')
-           && t.textContent.includes('Completed') && !/COMPLETED|IN_PROGRESS/.test(t.textContent));",
+           && t.textContent.includes('Completed') && !/COMPLETED|REVIEW/.test(t.textContent));",
         vec![],
     )
     .await;

@@ -352,7 +352,7 @@ async fn a_saved_secret_reaches_the_agent_picker() {
     js(c, "window.__kandevPageLoad = 'first'; return true;", vec![]).await;
     assert_eq!(
         picker_text(c).await,
-        "Keyed agent — needs KANDEV_WALK_KEY (set it under Secrets)"
+        "Keyed agent — store KANDEV_WALK_KEY on the Secrets page"
     );
 
     click(c, "[data-testid=nav-secrets]").await;
@@ -386,7 +386,7 @@ async fn a_saved_secret_reaches_the_agent_picker() {
     go(c, &format!("#/boards/{board}")).await;
     assert_eq!(
         picker_text(c).await,
-        "Keyed agent — needs KANDEV_WALK_KEY (set it under Secrets)"
+        "Keyed agent — store KANDEV_WALK_KEY on the Secrets page"
     );
     assert_eq!(
         js(c, "return window.__kandevPageLoad || null;", vec![]).await,
