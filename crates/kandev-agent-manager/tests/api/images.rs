@@ -63,6 +63,16 @@ async fn launch(app: &mut TestApp, agent_type: &str, repo: &str) -> (Uuid, TaskW
     (task, watch)
 }
 
+/// Stops the app and removes its containers (agents outlive their
+/// manager on purpose; these would run on).
+async fn stop(app: TestApp) {
+    let manager = app.db.name.clone();
+    app.stop().await;
+    tokio::task::spawn_blocking(move || kandev_testkit::remove_containers(&manager))
+        .await
+        .unwrap();
+}
+
 async fn served(app: &mut TestApp, id: &str) -> pb::AgentType {
     app.client
         .get_agent_type(pb::GetAgentTypeRequest { id: id.into() })
@@ -95,7 +105,7 @@ async fn a_missing_agent_image_is_built_from_its_recipe_once_for_concurrent_laun
     let t = served(&mut app, agent_type).await;
     assert_eq!(t.image_status, "failed");
     assert!(t.image_error.unwrap().contains("no-such-base"));
-    app.stop().await;
+    stop(app).await;
 
     // The real base: two launches at once wait for one build.
     let mut app = spawn_app_with(|s| s.agent_base_image = base.into()).await;
@@ -140,5 +150,5 @@ async fn a_missing_agent_image_is_built_from_its_recipe_once_for_concurrent_laun
         "{:?}",
         third.lifecycle
     );
-    app.stop().await;
+    stop(app).await;
 }
