@@ -7,86 +7,21 @@
 import { h, clear, toast } from './dom.js';
 import { api } from './api.js';
 import { STATE } from './common.js';
+import { parseUnified, unifiedView, splitView } from './diff.js';
+
+// Kept importable from here (they moved to diff.js).
+export { parseUnified, sideBySide } from './diff.js';
 
 const STATUS_WORDS = {
   added: 'Added', modified: 'Modified', deleted: 'Deleted', renamed: 'Renamed',
   copied: 'Copied', type_changed: 'Type changed',
 };
 
-// Parses a unified diff (one file) into rows:
-// {op: ' '|'+'|'-'|'@'|'!', text, oldNo, newNo}. '@' is a hunk header,
-// '!' a line of git's own (binary, truncation).
-export function parseUnified(text) {
-  const rows = [];
-  let oldNo = 0, newNo = 0, inHunk = false;
-  for (const line of String(text).split('\n')) {
-    const hunk = /^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@(.*)$/.exec(line);
-    if (hunk) {
-      oldNo = Number(hunk[1]); newNo = Number(hunk[2]); inHunk = true;
-      rows.push({ op: '@', text: line });
-    } else if (line.startsWith('[kandev: ') || line.startsWith('Binary files ')) {
-      rows.push({ op: '!', text: line });
-    } else if (!inHunk || line.startsWith('\\')) {
-      // The file header (diff --git, index, ---, +++), or "\ No newline".
-      if (line.startsWith('\\')) rows.push({ op: '!', text: line });
-    } else if (line.startsWith('+')) {
-      rows.push({ op: '+', text: line.slice(1), oldNo: null, newNo: newNo++ });
-    } else if (line.startsWith('-')) {
-      rows.push({ op: '-', text: line.slice(1), oldNo: oldNo++, newNo: null });
-    } else if (line.startsWith(' ')) {
-      rows.push({ op: ' ', text: line.slice(1), oldNo: oldNo++, newNo: newNo++ });
-    }
-  }
-  return rows;
-}
-
-// Pairs rows for a side-by-side view: removed lines face the added lines
-// that follow them.
-export function sideBySide(rows) {
-  const pairs = [];
-  let i = 0;
-  while (i < rows.length) {
-    const r = rows[i];
-    if (r.op === '-' || r.op === '+') {
-      const del = [], add = [];
-      while (i < rows.length && rows[i].op === '-') del.push(rows[i++]);
-      while (i < rows.length && rows[i].op === '+') add.push(rows[i++]);
-      for (let k = 0; k < Math.max(del.length, add.length); k++) pairs.push({ left: del[k] || null, right: add[k] || null });
-    } else {
-      pairs.push(r.op === ' ' ? { left: r, right: r } : { note: r });
-      i++;
-    }
-  }
-  return pairs;
-}
-
 function humanBytes(n) {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
   let v = Number(n) || 0, u = 0;
   while (v >= 1024 && u < units.length - 1) { v /= 1024; u++; }
   return `${u ? v.toFixed(1) : v} ${units[u]}`;
-}
-
-const cls = { '+': 'diff-add', '-': 'diff-del', ' ': '', '@': 'diff-hunk', '!': 'diff-note' };
-
-function unifiedView(rows) {
-  return h('div', { class: 'diff-body diff-unified', testid: 'changes-diff-unified' },
-    ...rows.map((r) => (r.op === '@' || r.op === '!')
-      ? h('span', { class: `diff-skip ${cls[r.op]}` }, r.text)
-      : h('div', { class: `diff-line ${cls[r.op]}`, dataset: { op: r.op, line: String(r.newNo ?? r.oldNo ?? '') } },
-        h('span', { class: 'ln' }, r.oldNo ?? ''), h('span', { class: 'ln' }, r.newNo ?? ''),
-        h('span', { class: 'op' }, r.op === ' ' ? '' : r.op), h('span', { class: 'code' }, r.text))));
-}
-
-function splitView(rows) {
-  const side = (r, op) => r
-    ? [h('span', { class: `ln ${cls[r.op]}` }, (op === '-' ? r.oldNo : r.newNo) ?? ''), h('span', { class: `code ${cls[r.op]}` }, r.text)]
-    : [h('span', { class: 'ln diff-empty' }), h('span', { class: 'code diff-empty' })];
-  return h('div', { class: 'diff-body diff-split', testid: 'changes-diff-split' },
-    ...sideBySide(rows).map((p) => p.note
-      ? h('span', { class: `diff-skip ${cls[p.note.op]}` }, p.note.text)
-      : h('div', { class: 'diff-pair', dataset: { line: String(p.right?.newNo ?? p.left?.oldNo ?? '') } },
-        ...side(p.left, '-'), ...side(p.right, '+'))));
 }
 
 export function changesPanel(taskId, { onReviewed } = {}) {

@@ -1,6 +1,10 @@
-// A simple line diff for tool-call diff content (oldText -> newText).
-// Common prefix/suffix are trimmed, then an LCS table is used when the
-// middle is small enough; otherwise the middle is shown as removed + added.
+// Diffs in the UI. A simple line diff for tool-call diff content
+// (oldText -> newText): common prefix/suffix are trimmed, then an LCS table
+// is used when the middle is small enough; otherwise the middle is shown as
+// removed + added. And the Changes tab's diff of one file: git's unified
+// diff parsed into rows, shown unified or side by side.
+
+import { h } from './dom.js';
 
 const MAX_CELLS = 400_000;
 
@@ -66,4 +70,75 @@ export function hunks(lines, context = 3) {
   });
   if (skipped) out.push({ op: '…', text: `${skipped} unchanged line${skipped === 1 ? '' : 's'}` });
   return out;
+}
+
+// ---- the Changes tab's diff of one file (a unified diff from git) ----
+
+// Parses a unified diff (one file) into rows:
+// {op: ' '|'+'|'-'|'@'|'!', text, oldNo, newNo}. '@' is a hunk header,
+// '!' a line of git's own (binary, truncation).
+export function parseUnified(text) {
+  const rows = [];
+  let oldNo = 0, newNo = 0, inHunk = false;
+  for (const line of String(text).split('\n')) {
+    const hunk = /^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@(.*)$/.exec(line);
+    if (hunk) {
+      oldNo = Number(hunk[1]); newNo = Number(hunk[2]); inHunk = true;
+      rows.push({ op: '@', text: line });
+    } else if (line.startsWith('[kandev: ') || line.startsWith('Binary files ')) {
+      rows.push({ op: '!', text: line });
+    } else if (!inHunk || line.startsWith('\\')) {
+      // The file header (diff --git, index, ---, +++), or "\ No newline".
+      if (line.startsWith('\\')) rows.push({ op: '!', text: line });
+    } else if (line.startsWith('+')) {
+      rows.push({ op: '+', text: line.slice(1), oldNo: null, newNo: newNo++ });
+    } else if (line.startsWith('-')) {
+      rows.push({ op: '-', text: line.slice(1), oldNo: oldNo++, newNo: null });
+    } else if (line.startsWith(' ')) {
+      rows.push({ op: ' ', text: line.slice(1), oldNo: oldNo++, newNo: newNo++ });
+    }
+  }
+  return rows;
+}
+
+// Pairs rows for a side-by-side view: removed lines face the added lines
+// that follow them.
+export function sideBySide(rows) {
+  const pairs = [];
+  let i = 0;
+  while (i < rows.length) {
+    const r = rows[i];
+    if (r.op === '-' || r.op === '+') {
+      const del = [], add = [];
+      while (i < rows.length && rows[i].op === '-') del.push(rows[i++]);
+      while (i < rows.length && rows[i].op === '+') add.push(rows[i++]);
+      for (let k = 0; k < Math.max(del.length, add.length); k++) pairs.push({ left: del[k] || null, right: add[k] || null });
+    } else {
+      pairs.push(r.op === ' ' ? { left: r, right: r } : { note: r });
+      i++;
+    }
+  }
+  return pairs;
+}
+
+const cls = { '+': 'diff-add', '-': 'diff-del', ' ': '', '@': 'diff-hunk', '!': 'diff-note' };
+
+export function unifiedView(rows) {
+  return h('div', { class: 'diff-body diff-unified', testid: 'changes-diff-unified' },
+    ...rows.map((r) => (r.op === '@' || r.op === '!')
+      ? h('span', { class: `diff-skip ${cls[r.op]}` }, r.text)
+      : h('div', { class: `diff-line ${cls[r.op]}`, dataset: { op: r.op, line: String(r.newNo ?? r.oldNo ?? '') } },
+        h('span', { class: 'ln' }, r.oldNo ?? ''), h('span', { class: 'ln' }, r.newNo ?? ''),
+        h('span', { class: 'op' }, r.op === ' ' ? '' : r.op), h('span', { class: 'code' }, r.text))));
+}
+
+export function splitView(rows) {
+  const side = (r, op) => r
+    ? [h('span', { class: `ln ${cls[r.op]}` }, (op === '-' ? r.oldNo : r.newNo) ?? ''), h('span', { class: `code ${cls[r.op]}` }, r.text)]
+    : [h('span', { class: 'ln diff-empty' }), h('span', { class: 'code diff-empty' })];
+  return h('div', { class: 'diff-body diff-split', testid: 'changes-diff-split' },
+    ...sideBySide(rows).map((p) => p.note
+      ? h('span', { class: `diff-skip ${cls[p.note.op]}` }, p.note.text)
+      : h('div', { class: 'diff-pair', dataset: { line: String(p.right?.newNo ?? p.left?.oldNo ?? '') } },
+        ...side(p.left, '-'), ...side(p.right, '+'))));
 }
