@@ -1,7 +1,7 @@
 //! Storage of boards and tasks behind [`TaskStore`], and of their pending
-//! events behind [`OutboxStore`], with two implementations: Postgres
-//! ([`PgTaskStore`], the services' deployment) and SQLite
-//! ([`SqliteTaskStore`], one machine, one file).
+//! events behind [`OutboxStore`], in Postgres ([`PgTaskStore`], the
+//! services' deployment) or SQLite ([`SqliteTaskStore`], one machine, one
+//! file).
 //!
 //! Both keep the same contract, which `tests/api/contract.rs` checks against
 //! each: every change commits in one transaction with its `task_events`
@@ -9,10 +9,22 @@
 //! change does; writers of one task serialise, and an `expected_version`
 //! makes the loser fail instead of applying blindly. What a change does
 //! (the new task, its audit values, its event) is decided here, once, by
-//! plain functions; the backends only read and write rows.
+//! plain functions; the store only reads and writes rows.
+//!
+//! # Layout
+//! - here: the traits, the rows (one [`sqlx::FromRow`] each, for both
+//!   databases) and what each change decides.
+//! - `queries`: every statement, written once for both databases.
+//! - `tasks`: [`SqlTaskStore`], the one implementation of both traits,
+//!   generic over the database: the list of what the service stores.
+//! - `dialect`: what the two databases do differently, named once; `pg`
+//!   and `sqlite` implement it.
 
+mod dialect;
 mod pg;
+mod queries;
 mod sqlite;
+mod tasks;
 
 use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound as _, Utc};
@@ -27,6 +39,7 @@ use uuid::Uuid;
 
 pub use pg::PgTaskStore;
 pub use sqlite::SqliteTaskStore;
+pub use tasks::SqlTaskStore;
 
 use crate::domain::{
     Board, BoardPatch, NewBoard, NewTask, Page, Result, StateChange, Task, TaskError,
@@ -222,11 +235,6 @@ impl From<EventRow> for TaskEventRecord {
     }
 }
 
-/// The columns of a [`TaskRow`], in both databases.
-pub(crate) const TASK_COLUMNS: &str = "id, board_id, title, description, state, priority, \
-    agent_type, repository_url, branch, workspace_path, metadata, max_retries, autostart, \
-    created_by, position, version, created_at, updated_at";
-
 /// The event payload form of a task.
 pub fn snapshot(t: &Task) -> TaskSnapshot {
     TaskSnapshot {
@@ -380,6 +388,30 @@ impl ChangeRecord {
                 task: snapshot(task),
             },
         )
+    }
+}
+
+/// The task `new` becomes at `position` in its column, at version 1.
+pub(crate) fn new_task(new: NewTask, position: i64, at: DateTime<Utc>) -> Task {
+    Task {
+        id: Uuid::now_v7(),
+        board_id: new.board_id,
+        title: new.title.as_str().to_string(),
+        description: new.description,
+        state: new.state,
+        priority: new.priority,
+        agent_type: new.agent_type,
+        repository_url: new.repository_url,
+        branch: new.branch,
+        workspace_path: new.workspace_path,
+        metadata: new.metadata,
+        max_retries: new.max_retries,
+        autostart: new.autostart,
+        created_by: new.created_by,
+        position,
+        version: 1,
+        created_at: at,
+        updated_at: at,
     }
 }
 

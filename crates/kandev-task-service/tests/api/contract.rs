@@ -109,6 +109,37 @@ contract!(
     the_relay_publishes_in_commit_order_once,
 );
 
+/// Postgres only: replicas share one database, so a relay's claim holds
+/// against another process's relay too (SQLite serves one process).
+#[tokio::test]
+async fn postgres_replicas_claim_the_outbox_one_at_a_time() {
+    let backend = Backend::postgres().await;
+    let url = backend
+        .db
+        .as_ref()
+        .expect("a Postgres database")
+        .url
+        .clone();
+    let replica = Backend::open(url).await;
+    a_task(&backend.storage).await;
+    let held = backend.storage.outbox.claim(10).await.unwrap();
+    let held = held.expect("the first replica's claim");
+    assert!(
+        replica.outbox.claim(10).await.unwrap().is_none(),
+        "the other replica waits"
+    );
+    let published = [held.events()[0].id];
+    held.finish(&published).await.unwrap();
+    let next = eventually(5, "the other replica's claim", || async {
+        replica.outbox.claim(10).await.unwrap()
+    })
+    .await;
+    assert!(next.events().is_empty(), "published once");
+    next.finish(&[]).await.unwrap();
+    replica.tasks.close().await;
+    backend.remove().await;
+}
+
 const PAGE: Page = Page {
     offset: 0,
     limit: 100,
