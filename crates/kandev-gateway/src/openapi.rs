@@ -108,6 +108,8 @@ impl Modify for CommonErrors {
         routes::changes::changes,
         routes::changes::diff,
         routes::changes::review,
+        routes::review::list,
+        routes::review::resolve,
         routes::agents::launch,
         routes::agents::prompt,
         routes::agents::cancel,

@@ -189,6 +189,20 @@ pub trait Orchestration: Send + Sync + 'static {
         task_id: Uuid,
         review: crate::engine::review::Review,
     ) -> Result<crate::engine::review::ReviewOutcome>;
+    /// The comments kept from the task's requests for changes.
+    async fn review_comments(
+        &self,
+        task_id: Uuid,
+    ) -> Result<Vec<crate::engine::review::ReviewCommentRow>>;
+    /// Resolves a kept comment as `actor`, or (`resolved` false) opens it
+    /// again; not found when the task has no such comment.
+    async fn resolve_review_comment(
+        &self,
+        task_id: Uuid,
+        comment_id: Uuid,
+        resolved: bool,
+        actor: &str,
+    ) -> Result<crate::engine::review::ReviewCommentRow>;
 }
 
 pub type Result<T, E = OrchestratorError> = std::result::Result<T, E>;

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use kandev_common::ServiceError;
 use kandev_proto::v1::{self as pb, orchestrator_server::Orchestrator};
 use tonic::{Request, Response, Status};
+use uuid::Uuid;
 
-use crate::engine::review::Review;
+use crate::engine::review::{Review, comment_to_proto};
 use crate::{
     domain::{ExecutionView, Orchestration, OrchestratorError, PermissionAnswer},
     feed::FeedReader,
@@ -182,5 +183,38 @@ impl Orchestrator for GrpcOrchestratorAdapter {
             pushed_to: delivery.pushed_to,
             pull_request_url: outcome.pull_request.unwrap_or_default(),
         }))
+    }
+
+    async fn list_review_comments(
+        &self,
+        request: Request<pb::ListReviewCommentsRequest>,
+    ) -> Result<Response<pb::ListReviewCommentsResponse>, Status> {
+        let task_id = parse_task_id(&request.into_inner().task_id).map_err(|e| e.to_status())?;
+        let comments = self
+            .orchestration
+            .review_comments(task_id)
+            .await
+            .map_err(|e| e.to_status())?;
+        Ok(Response::new(pb::ListReviewCommentsResponse {
+            comments: comments.iter().map(comment_to_proto).collect(),
+        }))
+    }
+
+    async fn resolve_review_comment(
+        &self,
+        request: Request<pb::ResolveReviewCommentRequest>,
+    ) -> Result<Response<pb::StoredReviewComment>, Status> {
+        let req = request.into_inner();
+        let task_id = parse_task_id(&req.task_id).map_err(|e| e.to_status())?;
+        let comment_id = Uuid::parse_str(&req.comment_id).map_err(|_| {
+            OrchestratorError::BadRequest(format!("comment id {:?} is not a UUID", req.comment_id))
+                .to_status()
+        })?;
+        let comment = self
+            .orchestration
+            .resolve_review_comment(task_id, comment_id, req.resolved, &req.actor)
+            .await
+            .map_err(|e| e.to_status())?;
+        Ok(Response::new(comment_to_proto(&comment)))
     }
 }

@@ -157,15 +157,43 @@ pub async fn diff(
 }
 
 /// One review comment: on a line of a file, on a file, or on the whole
-/// change (no path).
+/// change (no path). The comments of a request for changes are kept (see
+/// `GET /tasks/{id}/review/comments`).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReviewComment {
     #[serde(default)]
     pub path: String,
     pub line: Option<u32>,
+    /// Which side of the diff `line` is on; `new` when absent.
+    pub side: Option<DiffSide>,
+    /// The commented line's text (at most 2000 characters), so that a
+    /// later diff whose line differs shows the comment as outdated.
+    #[serde(default)]
+    pub line_text: String,
     pub body: String,
 }
+
+/// A side of a diff: the file after the change (added and unchanged
+/// lines), or before it (removed lines).
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DiffSide {
+    New,
+    Old,
+}
+
+impl DiffSide {
+    fn as_str(self) -> &'static str {
+        match self {
+            DiffSide::New => "new",
+            DiffSide::Old => "old",
+        }
+    }
+}
+
+/// The longest `line_text` a comment keeps.
+const MAX_LINE_TEXT: usize = 2000;
 
 /// The reviewer's decision on a task in REVIEW.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -234,6 +262,15 @@ pub async fn review(
             "at most {MAX_COMMENTS} comments"
         )));
     }
+    if body
+        .comments
+        .iter()
+        .any(|c| c.line_text.chars().count() > MAX_LINE_TEXT)
+    {
+        return Err(ApiError::validation(format!(
+            "a comment's line_text has at most {MAX_LINE_TEXT} characters"
+        )));
+    }
     let task = visible_task(&state, &user, &id).await?;
     let r = state
         .downstream()
@@ -249,6 +286,8 @@ pub async fn review(
                     path: c.path,
                     line: c.line.and_then(|l| i32::try_from(l).ok()).unwrap_or(0),
                     body: c.body,
+                    side: c.side.unwrap_or(DiffSide::New).as_str().to_string(),
+                    line_text: c.line_text,
                 })
                 .collect(),
             message: body.message,

@@ -35,6 +35,7 @@ pub mod auth;
 pub mod boards;
 pub mod changes;
 pub mod orchestrator;
+pub mod review;
 pub mod secrets;
 pub mod tasks;
 
@@ -89,6 +90,11 @@ fn api(state: AppState) -> Router<AppState> {
         .route("/tasks/{id}/changes", get(changes::changes))
         .route("/tasks/{id}/changes/diff", get(changes::diff))
         .route("/tasks/{id}/review", post(changes::review))
+        .route("/tasks/{id}/review/comments", get(review::list))
+        .route(
+            "/tasks/{id}/review/comments/{commentId}",
+            patch(review::resolve),
+        )
         .route("/agents/launch", post(agents::launch))
         .route("/agents/{instance_id}/prompt", post(agents::prompt))
         .route("/agents/{instance_id}/cancel", post(agents::cancel))

@@ -186,7 +186,7 @@ fn path_ids_are_declared_as_uuids_except_agent_type_ids() {
                 continue;
             }
             assert!(
-                ["id", "taskId", "instanceId"].contains(&name),
+                ["id", "taskId", "instanceId", "commentId"].contains(&name),
                 "{method} {path}: unexpected path parameter {name}"
             );
             assert_eq!(schema["format"], "uuid", "{method} {path} {{{name}}}");
@@ -250,6 +250,8 @@ fn valid_body(method: &Method, path: &str) -> Option<Value> {
         json!({"message": "hello"})
     } else if path.ends_with("/review") {
         json!({"action": "approve"})
+    } else if path.contains("/review/comments/") {
+        json!({"resolved": true})
     } else {
         json!({})
     })

@@ -82,6 +82,7 @@ impl Engine {
                     // execution here.
                     self.remove_workspace(task_id, "task deleted").await;
                     self.store.forget_direct_clone(task_id).await?;
+                    self.store.delete_review_comments(task_id).await?;
                     if exec.is_some() {
                         self.store.delete(task_id).await?;
                     }

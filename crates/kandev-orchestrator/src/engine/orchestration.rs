@@ -165,6 +165,21 @@ impl Orchestration for Engine {
         self.review(task_id, review).await
     }
 
+    async fn review_comments(&self, task_id: Uuid) -> Result<Vec<review::ReviewCommentRow>> {
+        self.kept_review_comments(task_id).await
+    }
+
+    async fn resolve_review_comment(
+        &self,
+        task_id: Uuid,
+        comment_id: Uuid,
+        resolved: bool,
+        actor: &str,
+    ) -> Result<review::ReviewCommentRow> {
+        self.resolve_comment(task_id, comment_id, resolved, actor)
+            .await
+    }
+
     async fn respond_permission(&self, task_id: Uuid, answer: PermissionAnswer) -> Result<()> {
         let exec = self.execution(task_id).await?;
         let instance = Self::running_instance(&exec).ok_or_else(|| {

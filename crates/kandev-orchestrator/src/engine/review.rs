@@ -4,25 +4,22 @@
 //! branch, push, pull request or merge) and completes the task. A task that
 //! finished straight to COMPLETED is delivered the same way, staying
 //! COMPLETED.
+//!
+//! The comments of each request for changes are kept (the store's
+//! `review_comments`), as the task's next round, with the general message
+//! first: the diff shows them on later rounds, and each can be resolved.
 
 use std::fmt::Write as _;
 
+use chrono::Utc;
 use kandev_events::TaskState;
 use kandev_proto::v1 as pb;
 use serde_json::json;
 use uuid::Uuid;
 
+pub use super::store::{NewReviewComment as ReviewComment, ReviewCommentRow, Side};
 use super::{Engine, task_state};
 use crate::domain::{ExecutionView, Orchestration, OrchestratorError, Result};
-
-/// One comment of a review.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReviewComment {
-    /// The file commented on; empty: the whole change.
-    pub path: String,
-    pub line: Option<u32>,
-    pub body: String,
-}
 
 /// What the reviewer decided.
 #[derive(Debug, Clone)]
@@ -51,12 +48,24 @@ impl Review {
                 comments: r
                     .comments
                     .into_iter()
-                    .map(|c| ReviewComment {
-                        path: c.path,
-                        line: u32::try_from(c.line).ok().filter(|l| *l > 0),
-                        body: c.body,
+                    .map(|c| {
+                        let line = u32::try_from(c.line).ok().filter(|l| *l > 0);
+                        Ok(ReviewComment {
+                            side: match c.side.as_str() {
+                                "" => Side::New,
+                                side => Side::parse(side).map_err(OrchestratorError::Validation)?,
+                            },
+                            line_text: if line.is_some() {
+                                c.line_text
+                            } else {
+                                String::new()
+                            },
+                            path: c.path,
+                            line,
+                            body: c.body,
+                        })
                     })
-                    .collect(),
+                    .collect::<Result<_>>()?,
                 message: r.message,
                 actor: r.actor,
             }),
@@ -101,16 +110,58 @@ pub fn review_prompt(comments: &[ReviewComment], message: &str) -> Result<String
     if !comments.is_empty() {
         prompt.push_str("\nComments:\n");
         for c in comments {
-            let place = match (c.path.trim(), c.line) {
-                ("", _) => "The whole change".to_string(),
-                (path, Some(line)) => format!("{path}, line {line}"),
-                (path, None) => path.to_string(),
+            let place = match (c.path.trim(), c.line, c.side) {
+                ("", _, _) => "The whole change".to_string(),
+                (path, Some(line), Side::New) => format!("{path}, line {line}"),
+                (path, Some(line), Side::Old) => format!("{path}, removed line {line}"),
+                (path, None, _) => path.to_string(),
             };
             let _ = writeln!(prompt, "- {place}: {}", c.body.trim());
         }
     }
     prompt.push_str("\nPlease make these changes in the workspace.");
     Ok(prompt)
+}
+
+/// What a request for changes keeps: its general message (a comment on
+/// the whole change) first, then each comment with something to say.
+fn kept_comments(comments: Vec<ReviewComment>, message: &str) -> Vec<ReviewComment> {
+    let message = message.trim();
+    let general = (!message.is_empty()).then(|| ReviewComment {
+        path: String::new(),
+        line: None,
+        side: Side::New,
+        line_text: String::new(),
+        body: message.to_string(),
+    });
+    general
+        .into_iter()
+        .chain(comments.into_iter().filter_map(|c| {
+            let body = c.body.trim();
+            (!body.is_empty()).then(|| ReviewComment {
+                body: body.to_string(),
+                ..c
+            })
+        }))
+        .collect()
+}
+
+/// A kept comment on the wire.
+pub fn comment_to_proto(c: &ReviewCommentRow) -> pb::StoredReviewComment {
+    pb::StoredReviewComment {
+        id: c.id.to_string(),
+        task_id: c.task_id.to_string(),
+        round: c.round,
+        path: c.path.clone(),
+        line: c.line.unwrap_or(0),
+        side: c.side.as_str().to_string(),
+        line_text: c.line_text.clone(),
+        body: c.body.clone(),
+        author: c.author.clone(),
+        created_at: Some(kandev_proto::time::from_chrono(c.created_at)),
+        resolved_by: c.resolved_by.clone().unwrap_or_default(),
+        resolved_at: c.resolved_at.map(kandev_proto::time::from_chrono),
+    }
 }
 
 /// The longest agent summary a suggested commit message quotes.
@@ -141,6 +192,38 @@ pub fn commit_message(task: &pb::Task) -> String {
 }
 
 impl Engine {
+    /// The comments kept from the task's requests for changes.
+    pub(crate) async fn kept_review_comments(
+        &self,
+        task_id: Uuid,
+    ) -> Result<Vec<ReviewCommentRow>> {
+        Ok(self.store.review_comments(task_id).await?)
+    }
+
+    /// Resolves a kept comment as `actor`, or (`resolved` false) opens it
+    /// again.
+    pub(crate) async fn resolve_comment(
+        &self,
+        task_id: Uuid,
+        comment_id: Uuid,
+        resolved: bool,
+        actor: &str,
+    ) -> Result<ReviewCommentRow> {
+        if resolved && actor.trim().is_empty() {
+            return Err(OrchestratorError::Validation(
+                "resolving a comment needs the actor".into(),
+            ));
+        }
+        let by = resolved.then(|| (actor, Utc::now()));
+        let comment = self
+            .store
+            .resolve_review_comment(task_id, comment_id, by)
+            .await?
+            .ok_or_else(|| OrchestratorError::NotFound("review comment not found".into()))?;
+        tracing::info!(%task_id, %comment_id, resolved, "review comment (un)resolved");
+        Ok(comment)
+    }
+
     /// Applies a review to a task in REVIEW.
     pub async fn review(&self, task_id: Uuid, review: Review) -> Result<ReviewOutcome> {
         let task = self.get_task(task_id).await?;
@@ -163,8 +246,19 @@ impl Engine {
                 actor,
             } => {
                 let prompt = review_prompt(&comments, &message)?;
-                tracing::info!(%task_id, comments = comments.len(), "changes requested");
-                let execution = self.start_task(task_id, Some(prompt), &actor).await?;
+                let kept = kept_comments(comments, &message);
+                let round = self.store.add_review_round(task_id, &actor, &kept).await?;
+                tracing::info!(%task_id, round, comments = kept.len(), "changes requested");
+                let execution = match self.start_task(task_id, Some(prompt), &actor).await {
+                    Ok(execution) => execution,
+                    Err(err) => {
+                        // Not asked after all: the round is not kept.
+                        if let Err(e) = self.store.forget_review_round(task_id, round).await {
+                            tracing::warn!(%task_id, round, error = %e, "cannot forget a review round");
+                        }
+                        return Err(err);
+                    }
+                };
                 Ok(ReviewOutcome {
                     execution,
                     delivery: None,
@@ -287,32 +381,32 @@ mod tests {
         );
     }
 
+    fn comment(path: &str, line: Option<u32>, side: Side, body: &str) -> ReviewComment {
+        ReviewComment {
+            path: path.into(),
+            line,
+            side,
+            line_text: String::new(),
+            body: body.into(),
+        }
+    }
+
     #[test]
     fn a_review_becomes_a_prompt_with_file_and_line() {
-        let prompt = review_prompt(
-            &[
-                ReviewComment {
-                    path: "src/lib.rs".into(),
-                    line: Some(12),
-                    body: "Handle the empty case.".into(),
-                },
-                ReviewComment {
-                    path: String::new(),
-                    line: None,
-                    body: "Add a test.".into(),
-                },
-                ReviewComment {
-                    path: "x".into(),
-                    line: None,
-                    body: "  ".into(),
-                },
-            ],
-            "Close, but not yet.",
-        )
-        .unwrap();
+        let comments = [
+            comment("src/lib.rs", Some(12), Side::New, "Handle the empty case."),
+            comment("src/lib.rs", Some(3), Side::Old, "Why was this removed?"),
+            comment("", None, Side::New, "Add a test."),
+            comment("x", None, Side::New, "  "),
+        ];
+        let prompt = review_prompt(&comments, "Close, but not yet.").unwrap();
         assert!(prompt.contains("Close, but not yet."), "{prompt}");
         assert!(
             prompt.contains("- src/lib.rs, line 12: Handle the empty case."),
+            "{prompt}"
+        );
+        assert!(
+            prompt.contains("- src/lib.rs, removed line 3: Why was this removed?"),
             "{prompt}"
         );
         assert!(
@@ -321,5 +415,48 @@ mod tests {
         );
         assert!(!prompt.contains("- x"), "{prompt}");
         assert!(review_prompt(&[], " ").is_err());
+    }
+
+    #[test]
+    fn a_review_keeps_its_message_first_and_no_blank_comment() {
+        let kept = kept_comments(
+            vec![
+                comment("x", None, Side::New, "  "),
+                comment("src/lib.rs", Some(12), Side::New, " Handle it. "),
+            ],
+            " Close, but not yet. ",
+        );
+        assert_eq!(
+            kept,
+            [
+                comment("", None, Side::New, "Close, but not yet."),
+                comment("src/lib.rs", Some(12), Side::New, "Handle it."),
+            ]
+        );
+        assert!(kept_comments(vec![], "").is_empty());
+    }
+
+    #[test]
+    fn an_unknown_side_is_refused() {
+        let request = |side: &str| pb::ReviewTaskRequest {
+            action: "request_changes".into(),
+            comments: vec![pb::ReviewComment {
+                path: "a".into(),
+                line: 1,
+                body: "b".into(),
+                side: side.into(),
+                line_text: "fn a()".into(),
+            }],
+            ..Default::default()
+        };
+        assert!(matches!(
+            Review::from_proto(request("left")),
+            Err(OrchestratorError::Validation(_))
+        ));
+        let Ok(Review::RequestChanges { comments, .. }) = Review::from_proto(request("")) else {
+            panic!("a request for changes");
+        };
+        assert_eq!(comments[0].side, Side::New);
+        assert_eq!(comments[0].line_text, "fn a()");
     }
 }

@@ -9,7 +9,10 @@ use chrono::Utc;
 use kandev_orchestrator::{
     Settings,
     domain::ExecState,
-    engine::store::{Enqueue, Execution, ExecutionStore, PgExecStore, SqliteExecStore},
+    engine::store::{
+        Enqueue, Execution, ExecutionStore, NewReviewComment, PgExecStore, ReviewCommentRow, Side,
+        SqliteExecStore,
+    },
     feed::{
         Frame,
         store::{FeedStore, PgFeedStore, SqliteFeedStore},
@@ -103,6 +106,8 @@ contract!(
     a_moved_run_is_fenced_and_queued_again,
     finished_workspaces_are_due_after_their_retention,
     direct_clones_are_due_after_their_retention_until_forgotten,
+    review_comments_are_kept_round_by_round,
+    review_comments_are_resolved_and_opened_again,
     events_are_applied_once,
     the_feed_keeps_every_seq_once_in_order,
     a_packed_batch_is_stored_as_it_came,
@@ -594,4 +599,222 @@ async fn a_packed_batch_is_stored_as_it_came(stores: &Stores) {
 
 fn batch_event(seq: i64) -> String {
     format!(r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"n":{seq}}}}}"#)
+}
+
+fn review_comment(path: &str, line: Option<u32>, side: Side, body: &str) -> NewReviewComment {
+    NewReviewComment {
+        path: path.into(),
+        line,
+        side,
+        line_text: line.map(|l| format!("line {l}")).unwrap_or_default(),
+        body: body.into(),
+    }
+}
+
+/// (round, path, line, side, line_text, body, author) of each comment.
+type Said = (i32, String, Option<i32>, Side, String, String, String);
+
+fn said(comments: &[ReviewCommentRow]) -> Vec<Said> {
+    comments
+        .iter()
+        .map(|c| {
+            (
+                c.round,
+                c.path.clone(),
+                c.line,
+                c.side,
+                c.line_text.clone(),
+                c.body.clone(),
+                c.author.clone(),
+            )
+        })
+        .collect()
+}
+
+async fn review_comments_are_kept_round_by_round(stores: &Stores) {
+    let store = &stores.exec;
+    let (task, other) = (Uuid::now_v7(), Uuid::now_v7());
+    assert!(store.review_comments(task).await.unwrap().is_empty());
+    let before = Utc::now();
+    let first = [
+        review_comment("", None, Side::New, "Close, but not yet."),
+        review_comment(
+            "src/lib.rs",
+            Some(12),
+            Side::New,
+            "Handle the empty case.\nAnd say why.",
+        ),
+        review_comment("src/lib.rs", Some(3), Side::Old, "Why remove this?"),
+        review_comment("README.md", None, Side::New, "Say more here."),
+    ];
+    assert_eq!(
+        store.add_review_round(task, "alice", &first).await.unwrap(),
+        1
+    );
+    assert_eq!(
+        store
+            .add_review_round(
+                task,
+                "bob",
+                &[review_comment("b.rs", Some(1), Side::New, "Again.")]
+            )
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        store
+            .add_review_round(other, "carol", &first[..1])
+            .await
+            .unwrap(),
+        1,
+        "rounds count per task"
+    );
+    let kept = store.review_comments(task).await.unwrap();
+    let text = |s: &str| s.to_string();
+    assert_eq!(
+        said(&kept),
+        [
+            (
+                1,
+                text(""),
+                None,
+                Side::New,
+                text(""),
+                text("Close, but not yet."),
+                text("alice")
+            ),
+            (
+                1,
+                text("src/lib.rs"),
+                Some(12),
+                Side::New,
+                text("line 12"),
+                text("Handle the empty case.\nAnd say why."),
+                text("alice")
+            ),
+            (
+                1,
+                text("src/lib.rs"),
+                Some(3),
+                Side::Old,
+                text("line 3"),
+                text("Why remove this?"),
+                text("alice")
+            ),
+            (
+                1,
+                text("README.md"),
+                None,
+                Side::New,
+                text(""),
+                text("Say more here."),
+                text("alice")
+            ),
+            (
+                2,
+                text("b.rs"),
+                Some(1),
+                Side::New,
+                text("line 1"),
+                text("Again."),
+                text("bob")
+            ),
+        ],
+        "in writing order, round by round"
+    );
+    for c in &kept {
+        assert_eq!(c.task_id, task);
+        assert!(
+            c.created_at >= before - chrono::Duration::seconds(1),
+            "{c:?}"
+        );
+        assert_eq!(
+            (c.resolved_by.as_deref(), c.resolved_at),
+            (None, None),
+            "open"
+        );
+    }
+    // A round whose request failed is forgotten; the next takes its number.
+    store.forget_review_round(task, 2).await.unwrap();
+    assert_eq!(store.review_comments(task).await.unwrap().len(), 4);
+    assert_eq!(
+        store
+            .add_review_round(task, "bob", &first[..1])
+            .await
+            .unwrap(),
+        2
+    );
+    // The task is deleted: its comments go, another task's stay.
+    store.delete_review_comments(task).await.unwrap();
+    assert!(store.review_comments(task).await.unwrap().is_empty());
+    assert_eq!(store.review_comments(other).await.unwrap().len(), 1);
+}
+
+async fn review_comments_are_resolved_and_opened_again(stores: &Stores) {
+    let store = &stores.exec;
+    let (task, other) = (Uuid::now_v7(), Uuid::now_v7());
+    let comments = [
+        review_comment("a.rs", Some(1), Side::New, "One."),
+        review_comment("a.rs", Some(2), Side::New, "Two."),
+    ];
+    store
+        .add_review_round(task, "alice", &comments)
+        .await
+        .unwrap();
+    let kept = store.review_comments(task).await.unwrap();
+    let (one, two) = (kept[0].id, kept[1].id);
+    let at = Utc::now() - chrono::Duration::minutes(5);
+    let resolved = store
+        .resolve_review_comment(task, one, Some(("bob", at)))
+        .await
+        .unwrap()
+        .expect("the comment");
+    assert_eq!(resolved.id, one);
+    assert_eq!(resolved.resolved_by.as_deref(), Some("bob"));
+    let when = resolved.resolved_at.expect("resolved at");
+    assert!((when - at).num_milliseconds().abs() < 1, "{when} vs {at}");
+    // Resolved again: who resolved it first, and when, stay.
+    let again = store
+        .resolve_review_comment(task, one, Some(("carol", Utc::now())))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (again.resolved_by.as_deref(), again.resolved_at),
+        (Some("bob"), Some(when))
+    );
+    let kept = store.review_comments(task).await.unwrap();
+    assert_eq!(kept[0].resolved_by.as_deref(), Some("bob"));
+    assert_eq!(kept[1].resolved_by, None, "only that one");
+    // Opened again.
+    let open = store
+        .resolve_review_comment(task, one, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((open.resolved_by, open.resolved_at), (None, None));
+    // Another task's comment, or none: not found, nothing changed.
+    assert!(
+        store
+            .resolve_review_comment(other, two, Some(("bob", at)))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        store
+            .resolve_review_comment(task, Uuid::now_v7(), None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        store
+            .review_comments(task)
+            .await
+            .unwrap()
+            .iter()
+            .all(|c| c.resolved_at.is_none())
+    );
 }

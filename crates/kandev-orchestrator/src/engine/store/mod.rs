@@ -1,8 +1,8 @@
 //! The orchestrator's tables as the engine uses them: `executions` (one row
-//! per task: the queue, the run and its retries) and `processed_events`
-//! (envelopes already applied). Every statement the engine runs is here,
-//! named for what it does, behind [`ExecutionStore`]; the decisions stay in
-//! the engine.
+//! per task: the queue, the run and its retries), `processed_events`
+//! (envelopes already applied) and `review_comments` (see [`ReviewStore`]).
+//! Every statement the engine runs is here, named for what it does, behind
+//! [`ExecutionStore`]; the decisions stay in the engine.
 
 use std::collections::HashMap;
 
@@ -11,9 +11,11 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 mod pg;
+mod review;
 mod sqlite;
 
 pub use pg::PgExecStore;
+pub use review::{NewReviewComment, ReviewCommentRow, ReviewStore, Side};
 pub use sqlite::SqliteExecStore;
 
 use crate::domain::ExecState;
@@ -93,7 +95,7 @@ fn ago(secs: f64) -> DateTime<Utc> {
 }
 
 #[async_trait]
-pub trait ExecutionStore: Send + Sync + 'static {
+pub trait ExecutionStore: ReviewStore + Send + Sync + 'static {
     async fn get(&self, task_id: Uuid) -> Result<Option<Execution>>;
 
     async fn get_many(&self, task_ids: &[Uuid]) -> Result<Vec<Execution>>;

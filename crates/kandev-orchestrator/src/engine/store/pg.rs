@@ -16,7 +16,7 @@ use crate::domain::ExecState;
 /// The orchestrator's executions and processed events, in Postgres.
 #[derive(Debug, Clone)]
 pub struct PgExecStore {
-    pool: PgPool,
+    pub(super) pool: PgPool,
 }
 
 impl PgExecStore {

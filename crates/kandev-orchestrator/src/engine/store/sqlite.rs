@@ -23,7 +23,7 @@ const NEXT_ORDER: &str = "(SELECT coalesce(max(queue_order), 0) + 1 FROM executi
 /// The orchestrator's executions and processed events, in SQLite.
 #[derive(Debug, Clone)]
 pub struct SqliteExecStore {
-    pool: SqlitePool,
+    pub(super) pool: SqlitePool,
 }
 
 impl SqliteExecStore {
