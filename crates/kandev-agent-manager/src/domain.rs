@@ -42,6 +42,27 @@ impl ServiceError for AgentError {
     }
 }
 
+impl AgentError {
+    /// Whether the same request may succeed when made again: a refusal
+    /// (invalid, unknown, not allowed, a precondition such as a missing
+    /// secret or repository) meets the same refusal; an unavailable engine,
+    /// store or host, or a limit, may come back. A failed launch is retried
+    /// only when this holds (the orchestrator reads it from the gRPC code
+    /// of a refused launch, and from `agent.failed`'s `retryable`).
+    pub fn retryable(&self) -> bool {
+        match self {
+            AgentError::InvalidArgument(_)
+            | AgentError::NotFound(_)
+            | AgentError::PermissionDenied(_)
+            | AgentError::FailedPrecondition(_) => false,
+            AgentError::Unavailable(_)
+            | AgentError::ResourceExhausted(_)
+            | AgentError::Storage(_)
+            | AgentError::Internal(_) => true,
+        }
+    }
+}
+
 pub type Result<T, E = AgentError> = std::result::Result<T, E>;
 
 pub fn invalid(msg: impl Into<String>) -> AgentError {

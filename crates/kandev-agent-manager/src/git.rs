@@ -182,7 +182,7 @@ pub fn failure_line(stderr: &str) -> Option<&str> {
 
 /// A git command with a clean environment, no system or global
 /// configuration and no prompt: every git Kandev runs on a task's clone.
-fn plain_git() -> Command {
+pub(crate) fn plain_git() -> Command {
     let mut cmd = Command::new("git");
     cmd.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())

@@ -23,6 +23,7 @@ use crate::{
     },
     images::ImageStatus,
     manager::{AgentManager, LaunchRequest},
+    preflight::{self, Problem},
     workspace::WorkspaceSource,
 };
 
@@ -470,6 +471,23 @@ impl AgentManagerRpc for GrpcAgentAdapter {
         }))
     }
 
+    async fn check_repository(
+        &self,
+        request: Request<pb::CheckRepositoryRequest>,
+    ) -> Result<Response<pb::CheckRepositoryResponse>, Status> {
+        let r = request.into_inner();
+        let refusal = preflight::check(self.manager.settings(), &r.repository_url, &r.branch)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(match refusal {
+            None => pb::CheckRepositoryResponse::default(),
+            Some(refusal) => pb::CheckRepositoryResponse {
+                problem: problem_to_proto(refusal.problem) as i32,
+                message: refusal.message,
+            },
+        }))
+    }
+
     async fn deliver_changes(
         &self,
         request: Request<pb::DeliverChangesRequest>,
@@ -566,6 +584,17 @@ impl AgentManagerRpc for GrpcAgentAdapter {
             .await
             .map_err(status)?;
         Ok(Response::new(pb::DeleteUserSecretResponse {}))
+    }
+}
+
+fn problem_to_proto(problem: Problem) -> pb::RepositoryProblem {
+    match problem {
+        Problem::Invalid => pb::RepositoryProblem::Invalid,
+        Problem::InvalidBranch => pb::RepositoryProblem::InvalidBranch,
+        Problem::NotAllowed => pb::RepositoryProblem::NotAllowed,
+        Problem::NotFound => pb::RepositoryProblem::NotFound,
+        Problem::NotARepository => pb::RepositoryProblem::NotARepository,
+        Problem::UnknownBranch => pb::RepositoryProblem::UnknownBranch,
     }
 }
 

@@ -15,7 +15,8 @@
 //! - [`workspace`]: a task's clone: Kandev's own repository under
 //!   `<workspaces_root>/.kandev/<task_id>` and the agent's copy at
 //!   `<workspaces_root>/<task_id>`, or an allowed host directory;
-//!   [`repository`]: which repository URLs may be cloned.
+//!   [`repository`]: which repository URLs may be cloned; [`preflight`]:
+//!   whether a task may use its repository, asked before it is taken.
 //! - [`mirror`]: copying the agent's work tree into Kandev's own without
 //!   following or interpreting anything the agent wrote.
 //! - [`git`]: git on the host, only ever in Kandev's own repository;
@@ -42,6 +43,7 @@ pub mod grpc;
 pub mod images;
 pub mod manager;
 pub mod mirror;
+pub mod preflight;
 pub mod repository;
 pub mod runner;
 pub mod startup;

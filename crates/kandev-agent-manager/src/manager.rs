@@ -358,6 +358,10 @@ impl AgentManager {
         Ok((agent_type, prepared, build))
     }
 
+    /// Ends an instance that failed before its agent ran, publishing
+    /// `agent.failed` with whether running it again may succeed
+    /// ([`AgentError::retryable`]): a refusal (no such type, a missing
+    /// secret, a repository gone) fails its task once.
     async fn fail_early(&self, instance: &AgentInstance, err: &AgentError) {
         let message = match err {
             AgentError::Storage(_) | AgentError::Internal(_) => "internal error".to_string(),
@@ -379,7 +383,10 @@ impl AgentManager {
             self.inner.shared.bus.as_ref(),
             instance,
             AgentEventKind::Failed,
-            |e| e.error = Some(message),
+            |e| {
+                e.error = Some(message);
+                e.retryable = Some(err.retryable());
+            },
         )
         .await;
     }

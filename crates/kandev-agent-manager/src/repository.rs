@@ -460,6 +460,24 @@ pub async fn check(settings: &Settings, url: &str) -> Result<Vec<String>> {
     }
 }
 
+/// What [`check`] can tell without the network: the URL as git reads it,
+/// its scheme, a host written as an internal address or a loopback name,
+/// and a local path under the allowed roots. A host name is not resolved
+/// (the launch's [`check`] resolves it). Returns where the URL points.
+pub fn check_offline(settings: &Settings, url: &str) -> Result<Remote> {
+    let remote = parse(url)?;
+    match &remote {
+        Remote::Local(path) => check_local(settings, path)?,
+        Remote::Network { scheme, host, .. } => {
+            check_scheme(settings, scheme)?;
+            if !settings.allow_internal_repository_hosts {
+                check_written_host(host)?;
+            }
+        }
+    }
+    Ok(remote)
+}
+
 fn check_scheme(settings: &Settings, scheme: &str) -> Result<()> {
     let allowed = &settings.allowed_repository_schemes;
     if allowed.iter().any(|s| s.eq_ignore_ascii_case(scheme)) {
@@ -495,13 +513,7 @@ fn default_port(scheme: &str) -> u16 {
 }
 
 fn check_local(settings: &Settings, path: &Path) -> Result<()> {
-    let refused = || {
-        AgentError::PermissionDenied(
-            "local repositories are only cloned from under the allowed repository roots \
-             (KANDEV_ALLOWED_REPOSITORY_ROOTS)"
-                .into(),
-        )
-    };
+    let refused = || outside_roots(settings, path);
     if !path.is_absolute() || path.components().any(|c| c == Component::ParentDir) {
         return Err(refused());
     }
@@ -532,19 +544,52 @@ fn check_local(settings: &Settings, path: &Path) -> Result<()> {
     }
 }
 
+/// The refusal of a local repository outside the allowed roots, naming
+/// the roots (a person can then pick a repository under one), or saying
+/// that none is set.
+fn outside_roots(settings: &Settings, path: &Path) -> AgentError {
+    let roots = &settings.allowed_repository_roots;
+    let absolute = path.is_absolute();
+    let path = path.display();
+    AgentError::PermissionDenied(if roots.is_empty() {
+        format!(
+            "{path} is a local repository, and Kandev may use none: no repository roots are \
+             set (KANDEV_ALLOWED_REPOSITORY_ROOTS)"
+        )
+    } else if absolute {
+        format!(
+            "{path} is outside the repositories Kandev may use: {}",
+            roots.join(", ")
+        )
+    } else {
+        format!(
+            "{path} is not an absolute path; Kandev may use the repositories under: {}",
+            roots.join(", ")
+        )
+    })
+}
+
 /// The addresses of an external host; refuses an internal one.
 async fn check_host(host: &Host, port: u16) -> Result<Vec<IpAddr>> {
+    check_written_host(host)?;
     match host {
-        Host::Ip(ip) => {
-            if let Some(kind) = internal_kind(*ip) {
-                return Err(denied(format!("repository host {ip} is {kind}")));
-            }
-            Ok(vec![*ip])
-        }
+        Host::Ip(ip) => Ok(vec![*ip]),
+        Host::Name(name) => check_resolved(name, &resolve(name, port).await?),
+    }
+}
+
+/// Refuses a host that is internal as the URL writes it: an internal
+/// address, or a loopback name. A name is not resolved here.
+fn check_written_host(host: &Host) -> Result<()> {
+    match host {
+        Host::Ip(ip) => match internal_kind(*ip) {
+            Some(kind) => Err(denied(format!("repository host {ip} is {kind}"))),
+            None => Ok(()),
+        },
         Host::Name(name) if is_localhost(name) => {
             Err(denied(format!("repository host {name} is a loopback name")))
         }
-        Host::Name(name) => check_resolved(name, &resolve(name, port).await?),
+        Host::Name(_) => Ok(()),
     }
 }
 
@@ -1034,6 +1079,81 @@ mod tests {
         let link = root.path().join("link");
         std::os::unix::fs::symlink("/etc", &link).unwrap();
         assert!(check(&open, &link.display().to_string()).await.is_err());
+    }
+
+    /// A refusal names the roots a person may pick from, or says that
+    /// there are none.
+    #[tokio::test]
+    async fn a_refused_local_repository_names_the_roots() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let roots = vec![
+            a.path().display().to_string(),
+            b.path().display().to_string(),
+        ];
+        let open = settings(roots.clone());
+        let refused = check(&open, "/etc").await.unwrap_err();
+        assert!(matches!(refused, AgentError::PermissionDenied(_)));
+        assert_eq!(
+            refused.to_string(),
+            format!(
+                "/etc is outside the repositories Kandev may use: {}, {}",
+                roots[0], roots[1]
+            )
+        );
+        let relative = check(&open, "repo").await.unwrap_err();
+        assert_eq!(
+            relative.to_string(),
+            format!(
+                "repo is not an absolute path; Kandev may use the repositories under: {}, {}",
+                roots[0], roots[1]
+            )
+        );
+        let none = check(&settings(vec![]), "file:///srv/git/x")
+            .await
+            .unwrap_err();
+        assert!(
+            none.to_string()
+                .contains("Kandev may use none: no repository roots are set"),
+            "{none}"
+        );
+    }
+
+    /// The check before a task is taken reads the URL, never the network:
+    /// a name is not resolved, an internal host as written is refused.
+    #[test]
+    fn the_offline_check_reads_only_the_url() {
+        let closed = settings(vec![]);
+        for url in [
+            "https://github.com/org/repo.git",
+            "git@github.com:org/repo.git",
+            // Would not resolve; only the launch's check asks.
+            "https://kandev-no-such-host.invalid/x.git",
+        ] {
+            assert!(
+                matches!(check_offline(&closed, url), Ok(Remote::Network { .. })),
+                "{url}"
+            );
+        }
+        for url in [
+            "https://127.0.0.1/x",
+            "https://localhost/x",
+            "http://[::1]/x",
+            "ftp://github.com/x",
+            "/srv/git/x",
+        ] {
+            let refused = check_offline(&closed, url).unwrap_err();
+            assert!(matches!(refused, AgentError::PermissionDenied(_)), "{url}");
+        }
+        assert!(matches!(
+            check_offline(&closed, "ext::sh -c id"),
+            Err(AgentError::InvalidArgument(_))
+        ));
+        let internal = Settings {
+            allow_internal_repository_hosts: true,
+            ..Settings::default()
+        };
+        assert!(check_offline(&internal, "https://127.0.0.1/x").is_ok());
     }
 
     #[test]

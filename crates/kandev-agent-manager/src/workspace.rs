@@ -25,7 +25,7 @@ use uuid::Uuid;
 use crate::{
     config::Settings,
     domain::{AgentError, Result, invalid},
-    repository,
+    preflight, repository,
 };
 
 /// The directory under the workspaces root holding Kandev's own
@@ -313,14 +313,7 @@ async fn plan_clone(
     branch: String,
     work_branch: String,
 ) -> Result<Prepared> {
-    if url.trim().is_empty() || url.starts_with('-') {
-        return Err(invalid(
-            "repository_url is required and must not start with '-'",
-        ));
-    }
-    if branch.starts_with('-') || branch.chars().any(char::is_whitespace) {
-        return Err(invalid("branch must not start with '-' or contain spaces"));
-    }
+    preflight::validate(&url, &branch)?;
     let protocols = repository::check(settings, &url).await?;
     let dest = task_dir(settings, task_id)?;
     let paths = TaskPaths::new(Path::new(&settings.workspaces_root), task_id);
@@ -329,6 +322,9 @@ async fn plan_clone(
         // are ever renamed into place).
         return Ok(Prepared::Ready(owned(dest)?));
     }
+    // A local repository gone, or without the branch, since the task was
+    // taken: refused now, plainly, rather than by git in the background.
+    preflight::before_clone(&url, &branch).await?;
     Ok(Prepared::Clone(PendingClone {
         url,
         branch,
@@ -432,7 +428,7 @@ impl PendingClone {
             Ok(output) => output.map_err(|e| AgentError::Internal(format!("git clone: {e}")))?,
             Err(_) => {
                 drop(group);
-                return Err(AgentError::FailedPrecondition(format!(
+                return Err(AgentError::Unavailable(format!(
                     "cloning {} timed out after {} s",
                     redact_url(url),
                     timeout.as_secs()
@@ -442,9 +438,15 @@ impl PendingClone {
         if output.status.success() {
             return Ok(());
         }
+        // A local repository that went away (or lost the branch) fails
+        // every run alike: said plainly, and not retried.
+        if let Some(refused) = preflight::explain_failed_clone(url, branch).await {
+            return Err(refused);
+        }
+        // Anything else (a remote that did not answer, say) may pass later.
         let stderr = String::from_utf8_lossy(&output.stderr);
         let reason = clone_failure(&stderr).replace(url.as_str(), &redact_url(url));
-        Err(AgentError::FailedPrecondition(format!(
+        Err(AgentError::Unavailable(format!(
             "cloning {} (branch {}) failed: {reason}",
             redact_url(url),
             if branch.is_empty() { "default" } else { branch },

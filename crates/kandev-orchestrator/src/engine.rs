@@ -412,18 +412,7 @@ impl Engine {
             }
             Err(status) => {
                 let error = format!("launch failed: {}", status.message());
-                // A refused request (no such type, a policy, a bad
-                // repository) is refused again; an unavailable engine or
-                // manager may come back.
-                let retryable = matches!(
-                    status.code(),
-                    tonic::Code::Unavailable
-                        | tonic::Code::Internal
-                        | tonic::Code::Unknown
-                        | tonic::Code::DeadlineExceeded
-                        | tonic::Code::ResourceExhausted
-                        | tonic::Code::Aborted
-                );
+                let retryable = launch_retryable(status.code());
                 self.run_failed(&exec_with_attempts(exec, attempts), &error, retryable)
                     .await?;
                 Ok(false)
@@ -648,4 +637,73 @@ fn is_auggie(agent_type: &str) -> bool {
 fn exec_with_attempts(mut exec: Execution, attempts: i32) -> Execution {
     exec.attempts = attempts;
     exec
+}
+
+/// Whether a launch the agent manager refused with `code` may pass when
+/// tried again. A refusal (no such agent type, a missing secret, a
+/// repository the policy refuses, one gone or without the branch) is
+/// refused again: the run fails once. An unavailable engine or manager, a
+/// limit or an internal failure may come back. A failure found after the
+/// launch answered comes as `agent.failed`, whose `retryable` says the
+/// same (see `events`).
+fn launch_retryable(code: tonic::Code) -> bool {
+    use tonic::Code;
+    match code {
+        Code::Unavailable
+        | Code::Internal
+        | Code::Unknown
+        | Code::DeadlineExceeded
+        | Code::ResourceExhausted
+        | Code::Aborted
+        | Code::Cancelled => true,
+        Code::Ok
+        | Code::InvalidArgument
+        | Code::NotFound
+        | Code::AlreadyExists
+        | Code::PermissionDenied
+        | Code::FailedPrecondition
+        | Code::OutOfRange
+        | Code::Unimplemented
+        | Code::DataLoss
+        | Code::Unauthenticated => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tonic::Code;
+
+    use super::launch_retryable;
+
+    /// What the agent manager refuses is never retried; what could not
+    /// be done now is.
+    #[test]
+    fn refused_launches_fail_once() {
+        for refused in [
+            // An unknown agent type.
+            Code::NotFound,
+            // A repository gone, without the branch, or not a repository;
+            // an invalid request.
+            Code::InvalidArgument,
+            // A root or host the policy refuses.
+            Code::PermissionDenied,
+            // A missing secret, a disabled type.
+            Code::FailedPrecondition,
+            Code::Unauthenticated,
+            Code::Unimplemented,
+        ] {
+            assert!(!launch_retryable(refused), "{refused:?}");
+        }
+        for passing in [
+            Code::Unavailable,
+            Code::DeadlineExceeded,
+            Code::ResourceExhausted,
+            Code::Internal,
+            Code::Unknown,
+            Code::Aborted,
+            Code::Cancelled,
+        ] {
+            assert!(launch_retryable(passing), "{passing:?}");
+        }
+    }
 }

@@ -17,6 +17,7 @@ mod permission;
 mod pool;
 mod real_agents;
 mod replicas;
+mod repositories;
 mod review_comments;
 mod secrets;
 mod seed;

@@ -2,6 +2,12 @@
 //! repository and the build of the agent's image, side by side, then the
 //! first turn. The build's progress is published as `agent.preparing`, so
 //! the card and the feed say "preparing the agent image".
+//!
+//! A failure ends the instance with `agent.failed`, whose `retryable`
+//! says whether running again may succeed ([`AgentError::retryable`]): a
+//! local repository gone or without the branch is not
+//! ([`crate::preflight::explain_failed_clone`]); a remote that did not
+//! answer, or a failed image build, may be.
 
 use std::time::{Duration, Instant};
 
@@ -48,7 +54,8 @@ impl AgentManager {
         let ready = match image.and(workspace) {
             Ok(ready) => ready,
             Err(err) => {
-                tracing::warn!(error = %err, "preparing the launch failed");
+                let retryable = err.retryable();
+                tracing::warn!(error = %err, retryable, "preparing the launch failed");
                 self.fail_early(&instance, &err).await;
                 return;
             }
@@ -126,7 +133,9 @@ impl AgentManager {
             }
         };
         let (built, ()) = tokio::join!(build, publish);
-        built.map(|_| ()).map_err(AgentError::FailedPrecondition)
+        // A failed build is made again by the next launch, which may pass
+        // (a package registry back): retried.
+        built.map(|_| ()).map_err(AgentError::Unavailable)
     }
 
     async fn publish_preparing(&self, instance: &AgentInstance, text: String) {

@@ -207,6 +207,8 @@ async fn launch_preparation_errors_fail_the_instance() {
     assert!(err.message().contains("no-such-agent"), "{err:?}");
     let failed = watch.until("agent.failed", 0).await;
     assert!(failed["error"].as_str().unwrap().contains("no-such-agent"));
+    // A refusal: running again would meet it again.
+    assert_eq!(failed["retryable"], false, "{failed}");
     assert_eq!(
         only_instance(&mut app, task).await.status,
         pb::AgentStatus::Failed as i32
@@ -245,22 +247,26 @@ async fn launch_preparation_errors_fail_the_instance() {
     assert_eq!(err.code(), Code::FailedPrecondition);
     assert!(err.message().contains("disabled"));
 
-    // Clone failure: the launch answers at once (`pending`), the clone
-    // fails in the background, saying why, and leaves nothing behind.
+    // A local repository that does not exist: refused before any clone,
+    // plainly, as a failure that would repeat; nothing is left behind.
+    // (A clone that fails in the background is below.)
     let task = Uuid::new_v4();
     let mut watch = TaskWatch::start(task).await;
-    let missing = format!("file://{}", app.path("repos/no-such-repo").display());
-    let pending = app
+    let path = app.path("repos/no-such-repo");
+    let missing = format!("file://{}", path.display());
+    let err = app
         .launch(task, "mock-agent", &missing, "hi")
         .await
-        .unwrap();
-    assert_eq!(pending.status, pb::AgentStatus::Pending as i32);
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let said = format!("the repository {} does not exist", path.display());
+    assert_eq!(err.message(), said);
     let failed = watch.until("agent.failed", 0).await;
-    let error = failed["error"].as_str().unwrap();
-    assert!(error.contains(&format!("cloning {missing}")), "{error}");
+    assert_eq!(failed["error"], said.as_str(), "{failed}");
+    assert_eq!(failed["retryable"], false, "{failed}");
     let instance = only_instance(&mut app, task).await;
     assert_eq!(instance.status, pb::AgentStatus::Failed as i32);
-    assert!(instance.error.contains("cloning"), "{}", instance.error);
+    assert_eq!(instance.error, said);
     assert_no_workspace(&app, task);
 
     // Repositories the policy refuses: another user's workspace (a local
@@ -403,6 +409,8 @@ async fn a_hanging_clone_is_bounded_and_never_reused() {
     let failed = watch.until("agent.failed", 0).await;
     let error = failed["error"].as_str().unwrap();
     assert!(error.contains("timed out"), "{error}");
+    // A remote that does not answer may answer later.
+    assert_eq!(failed["retryable"], true, "{failed}");
     assert_no_workspace(&app, task);
     // git and its helpers (git-remote-http) are gone, not orphaned.
     kandev_testkit::eventually(10, "the clone's processes are gone", || async {

@@ -15,6 +15,7 @@ mod faults;
 mod helpers;
 mod images;
 mod launch;
+mod preflight;
 mod registry;
 mod restart;
 mod secrets;

@@ -10,6 +10,7 @@ use kandev_proto::v1 as pb;
 use super::{
     access::{task_err, visible_board},
     orchestrator::orch_err,
+    repository,
 };
 use crate::{
     api::{
@@ -138,7 +139,12 @@ pub async fn delete_board(
 #[utoipa::path(post, path = "/api/v1/boards/{id}/tasks", tag = "tasks",
     params(("id" = uuid::Uuid, Path, description = "board id")),
     request_body = CreateTaskRequest,
-    responses((status = 201, body = Task), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody)))]
+    responses((status = 201, body = Task), (status = 404, body = ErrorBody),
+        (status = 400, description = "invalid fields, or a repository the task may not use \
+            (`details`: `field`, `problem`)", body = ErrorBody)))]
+/// Creates a task. Its repository is checked first by the agent manager
+/// (the repository policy; a local repository must exist, be a git
+/// repository and have the branch): a refusal is a 400 that says why.
 pub async fn create_task(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -146,6 +152,7 @@ pub async fn create_task(
     ApiJson(body): ApiJson<CreateTaskRequest>,
 ) -> ApiResult<(StatusCode, Json<Task>)> {
     let board = visible_board(&state, &user, &id).await?;
+    repository::check(&state, &body.repository_url, &body.branch).await?;
     let metadata_json = match body.metadata {
         Some(map) => serde_json::Value::Object(map).to_string(),
         None => String::new(),

@@ -35,6 +35,7 @@ pub mod auth;
 pub mod boards;
 pub mod changes;
 pub mod orchestrator;
+pub mod repository;
 pub mod review;
 pub mod secrets;
 pub mod tasks;

@@ -3,7 +3,10 @@
 use axum::{Json, extract::State, http::StatusCode};
 use kandev_proto::v1 as pb;
 
-use super::access::{task_err, visible_task};
+use super::{
+    access::{task_err, visible_task},
+    repository,
+};
 use crate::{
     api::{
         ChangeStateRequest, DeleteTaskParams, PageParams, Task, TaskEventList, UpdateTaskRequest,
@@ -31,7 +34,10 @@ pub async fn get_task(
     request_body = UpdateTaskRequest,
     responses((status = 200, body = Task), (status = 404, body = ErrorBody),
         (status = 409, description = "the task changed since `version`", body = ErrorBody),
-        (status = 400, body = ErrorBody)))]
+        (status = 400, description = "invalid fields, or a repository the task may not use \
+            (`details`: `field`, `problem`)", body = ErrorBody)))]
+/// Updates a task. A new `repository_url` or `branch` is checked as at
+/// creation.
 pub async fn update_task(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -39,6 +45,14 @@ pub async fn update_task(
     ApiJson(body): ApiJson<UpdateTaskRequest>,
 ) -> ApiResult<Json<Task>> {
     let task = visible_task(&state, &user, &id).await?;
+    if body.repository_url.is_some() || body.branch.is_some() {
+        let url = body
+            .repository_url
+            .as_deref()
+            .unwrap_or(&task.repository_url);
+        let branch = body.branch.as_deref().unwrap_or(&task.branch);
+        repository::check(&state, url, branch).await?;
+    }
     let (agent_type, clear_agent_type) = match body.agent_type {
         None => (None, false),
         Some(None) => (None, true),

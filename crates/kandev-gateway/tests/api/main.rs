@@ -9,6 +9,8 @@
 //! - `binary`: the built binary, its key checks and a graceful stop.
 //! - `contract`: the users' storage contract, on Postgres and on SQLite.
 //! - `not_found`: someone else's resources answer exactly like missing ones.
+//! - `repositories`: a task's repository checked by the REAL agent manager
+//!   (in-process, no Docker) when the task is created or changed.
 
 mod agents;
 mod auth;
@@ -20,5 +22,6 @@ mod helpers;
 mod not_found;
 mod openapi;
 mod orchestrator;
+mod repositories;
 mod stack;
 mod tasks;

@@ -916,6 +916,36 @@ async fn the_sweep_removes_the_clones_of_finished_directly_launched_runs() {
     app.stop().await;
 }
 
+/// A failure the agent manager marks as one that would repeat (a clone
+/// of a repository that went away, a missing secret) fails the task at
+/// once: one attempt, no retry wait, however many retries it allows.
+#[tokio::test]
+async fn a_failure_that_would_repeat_fails_the_task_once() {
+    let app = spawn_app_with(Options {
+        with_task_service: true,
+        ..Options::default()
+    })
+    .await;
+    let board = board(&app).await;
+    let id = task(&app, &board, "gone", 0, "mock-agent").await;
+    let l = wait_launches(&app, 1).await;
+    let mut failed = lifecycle(AgentEventKind::Failed, &id, l[0].1);
+    failed.error = Some("the repository /srv/git/gone does not exist".into());
+    failed.retryable = Some(false);
+    publish_agent(&app.bus, failed, 1).await;
+    let t = wait_state(&app, &id, pb::TaskState::Failed).await;
+    assert_eq!(
+        metadata(&t)["last_error"],
+        "the repository /srv/git/gone does not exist"
+    );
+    assert_eq!(metadata(&t)["attempts"], 1);
+    let s = status(&app, &id).await;
+    assert_eq!(s["state"], "failed", "{s}");
+    assert_eq!(s["attempts"], 1, "{s}");
+    assert_eq!(app.agents.launches().len(), 1, "no second run");
+    app.stop().await;
+}
+
 /// A task with no agent type (never queued here), moved to `state`.
 async fn direct_task(app: &TestApp, board: &str, title: &str, state: pb::TaskState) -> String {
     let id = app
