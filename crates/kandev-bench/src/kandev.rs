@@ -1,7 +1,11 @@
 //! The path under test: tasks created through the gateway's REST API, their
 //! feeds read through the gateway's WebSocket, as a browser reads them.
 
-use std::{net::SocketAddr, time::Duration};
+use std::{
+    net::SocketAddr,
+    sync::atomic::{AtomicU64, AtomicUsize, Ordering},
+    time::Duration,
+};
 
 use anyhow::{Context, Result, anyhow, bail};
 use futures::StreamExt;
@@ -62,9 +66,36 @@ impl Watch {
     }
 }
 
+/// What many readers saw so far, for a load that measures a window of
+/// their steady state: chunks received, readers that had their first
+/// chunk, readers that finished.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub chunks: AtomicU64,
+    pub streaming: AtomicUsize,
+    pub done: AtomicUsize,
+}
+
+impl Tally {
+    pub fn chunks(&self) -> u64 {
+        self.chunks.load(Ordering::Relaxed)
+    }
+}
+
 /// Reads a feed until `turns` turn ends were seen after `after`, or the
 /// deadline. Seqs must run `after+1, after+2, …` without a gap or repeat.
-pub async fn watch(mut ws: Ws, after: u64, turns: usize, deadline: Instant) -> Watch {
+pub async fn watch(ws: Ws, after: u64, turns: usize, deadline: Instant) -> Watch {
+    watch_tallied(ws, after, turns, deadline, &Tally::default()).await
+}
+
+/// [`watch`], counting into `tally` as it reads.
+pub async fn watch_tallied(
+    mut ws: Ws,
+    after: u64,
+    turns: usize,
+    deadline: Instant,
+    tally: &Tally,
+) -> Watch {
     let mut w = Watch {
         last_seq: after,
         ..Watch::default()
@@ -105,11 +136,16 @@ pub async fn watch(mut ws: Ws, after: u64, turns: usize, deadline: Instant) -> W
         }
         w.last_seq = seq;
         if let Some(sent) = sent_at(bytes) {
+            if w.stats.count() == 0 {
+                tally.streaming.fetch_add(1, Ordering::Relaxed);
+            }
+            tally.chunks.fetch_add(1, Ordering::Relaxed);
             w.stats.record(sent, now);
         } else if is_turn_end(bytes) {
             ends += 1;
         }
     }
+    tally.done.fetch_add(1, Ordering::Relaxed);
     let _ = ws.close(None).await;
     w
 }
@@ -136,8 +172,20 @@ pub async fn run_task(
     prompt: &str,
     timeout: Duration,
 ) -> Result<(String, Watch)> {
+    run_task_tallied(api, board, prompt, timeout, &Tally::default()).await
+}
+
+/// [`run_task`], counting into `tally`.
+pub async fn run_task_tallied(
+    api: &Api,
+    board: &str,
+    prompt: &str,
+    timeout: Duration,
+    tally: &Tally,
+) -> Result<(String, Watch)> {
     let task = create_task(api, board, prompt).await?;
     let token = api.token.clone().context("a logged-in client")?;
     let ws = connect(api.addr, &token, &task, 0).await?;
-    Ok((task, watch(ws, 0, 1, Instant::now() + timeout).await))
+    let deadline = Instant::now() + timeout;
+    Ok((task, watch_tallied(ws, 0, 1, deadline, tally).await))
 }

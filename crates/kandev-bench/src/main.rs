@@ -14,12 +14,14 @@
 //! - `bare`: the baseline agent under `docker run -i`.
 //! - `kandev`: tasks through REST, feeds through the gateway's WebSocket.
 //! - `procs`: CPU seconds, RSS and fds from /proc.
+//! - `realistic`: many agents at modest rates, in their steady state.
 //! - `stats`: rates and latency percentiles; `wire`: byte scanners.
 
 mod bare;
 mod kandev;
 mod loads;
 mod procs;
+mod realistic;
 mod stats;
 mod wire;
 
@@ -53,6 +55,9 @@ enum Load {
     Paced,
     /// Many agents at once.
     Many,
+    /// Many agents, each at a modest rate: CPU per message of every
+    /// process in the steady state.
+    Realistic,
     /// Many subscribers on one task.
     Fanout,
     /// Create task → first frame.
@@ -69,7 +74,7 @@ struct StreamArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "startup,full,paced,many,fanout"
+        default_value = "startup,full,paced,many,realistic,fanout"
     )]
     loads: Vec<Load>,
     /// Text bytes per chunk.
@@ -90,6 +95,13 @@ struct StreamArgs {
     agents: usize,
     #[arg(long, default_value_t = 20_000)]
     agent_messages: u64,
+    /// Agents of the realistic load, chunks per second each, and seconds.
+    #[arg(long, default_value_t = 50)]
+    realistic_agents: usize,
+    #[arg(long, default_value_t = 20)]
+    realistic_rate: u64,
+    #[arg(long, default_value_t = 30)]
+    realistic_secs: u64,
     /// Subscribers of the fan-out load, the rate of its agent, and seconds.
     #[arg(long, default_value_t = 500)]
     subscribers: usize,
@@ -493,6 +505,7 @@ async fn stream(args: StreamArgs) -> Result<()> {
             Load::Full => bench.full(&args).await,
             Load::Paced => bench.paced(&args).await,
             Load::Many => bench.many(&args).await,
+            Load::Realistic => bench.realistic(&args).await,
             Load::Fanout => bench.fanout(&args).await,
             Load::Startup => bench.startup(&args).await,
             Load::Logs => bench.logs(&args).await,
