@@ -374,6 +374,12 @@ pub struct PermissionResponseData {
     /// The selected option when `outcome` is `selected`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub option_id: Option<String>,
+    /// Who answered, when a person did and the decider named them (see
+    /// [`crate::PermissionAsk::respond_by`]): their username. Absent for
+    /// an answer of the policy itself (auto-approve, deny, an unanswered
+    /// question's fallback) and for a turn cancelled first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<String>,
 }
 
 /// A mode change.

@@ -11,7 +11,11 @@
 //! `edit`, options [`WRITE_ALLOW`] and [`WRITE_REJECT`], `_meta`
 //! [`SYNTHESIZED_META`]), keyed by the write's own JSON-RPC id.
 
-use std::time::Duration;
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use agent_client_protocol::v1::schema::{
     PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest,
@@ -66,6 +70,13 @@ pub trait PermissionPolicy: Send + Sync + 'static {
     /// `permission_response` events, so the person sees what to answer.
     fn is_interactive(&self) -> bool {
         false
+    }
+
+    /// Who gave the answer [`PermissionPolicy::decide`] returned for
+    /// `request_id`, when the policy knows (a person's username); asked
+    /// once per answer, right after `decide`, so the policy may forget it.
+    fn answered_by(&self, _request_id: &Value) -> Option<String> {
+        None
     }
 }
 
@@ -146,14 +157,22 @@ pub struct PermissionAsk {
     pub request_id: Value,
     /// The request as the agent sent it.
     pub request: RequestPermissionRequest,
-    reply: oneshot::Sender<PermissionDecision>,
+    reply: oneshot::Sender<(PermissionDecision, Option<String>)>,
 }
 
 impl PermissionAsk {
     /// Answers the question. Returns `false` when the answer came too late
     /// (timed out or the turn was cancelled).
     pub fn respond(self, decision: PermissionDecision) -> bool {
-        self.reply.send(decision).is_ok()
+        self.reply.send((decision, None)).is_ok()
+    }
+
+    /// Answers the question as the person `by` (a username): the
+    /// `permission_response` event names them (`answered_by`). Returns
+    /// `false` when the answer came too late.
+    pub fn respond_by(self, decision: PermissionDecision, by: &str) -> bool {
+        let by = Some(by.to_owned()).filter(|b| !b.is_empty());
+        self.reply.send((decision, by)).is_ok()
     }
 }
 
@@ -164,6 +183,9 @@ pub struct AskDecider {
     asks: mpsc::Sender<PermissionAsk>,
     timeout: Duration,
     fallback: PermissionDecision,
+    /// Who answered each request answered by a named person, by request
+    /// id (JSON text), until [`PermissionPolicy::answered_by`] takes it.
+    answerers: Arc<Mutex<HashMap<String, String>>>,
 }
 
 impl AskDecider {
@@ -181,6 +203,7 @@ impl AskDecider {
                 asks,
                 timeout,
                 fallback,
+                answerers: Arc::default(),
             },
             rx,
         )
@@ -205,13 +228,28 @@ impl PermissionPolicy for AskDecider {
             answer.await.ok()
         };
         match tokio::time::timeout(self.timeout, asked).await {
-            Ok(Some(decision)) => decision,
+            Ok(Some((decision, by))) => {
+                if let Some(by) = by {
+                    self.answerers
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(request_id.to_string(), by);
+                }
+                decision
+            }
             Ok(None) | Err(_) => self.fallback.clone(),
         }
     }
 
     fn is_interactive(&self) -> bool {
         true
+    }
+
+    fn answered_by(&self, request_id: &Value) -> Option<String> {
+        self.answerers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&request_id.to_string())
     }
 }
 
@@ -308,5 +346,33 @@ mod tests {
             PermissionDecision::Cancel
         );
         answering.await.expect("decider task");
+    }
+
+    #[tokio::test]
+    async fn ask_decider_names_who_answered_once() {
+        let (policy, mut asks) =
+            AskDecider::new(Duration::from_secs(5), PermissionDecision::Cancel, 4);
+        let req = request(&[("yes", PermissionOptionKind::AllowOnce)]);
+        let answering = tokio::spawn(async move {
+            let ask = asks.recv().await.expect("first ask");
+            assert!(ask.respond_by(PermissionDecision::Select("yes".into()), "alice"));
+            let ask = asks.recv().await.expect("second ask");
+            assert!(ask.respond(PermissionDecision::Cancel));
+        });
+        let id = Value::from("req-1");
+        assert_eq!(
+            policy.decide(&id, &req).await,
+            PermissionDecision::Select("yes".into())
+        );
+        assert_eq!(policy.answered_by(&id).as_deref(), Some("alice"));
+        assert_eq!(policy.answered_by(&id), None, "taken once");
+        let other = Value::from(2);
+        assert_eq!(
+            policy.decide(&other, &req).await,
+            PermissionDecision::Cancel
+        );
+        assert_eq!(policy.answered_by(&other), None, "nobody named");
+        answering.await.expect("decider task");
+        assert_eq!(AutoApprove.answered_by(&id), None);
     }
 }

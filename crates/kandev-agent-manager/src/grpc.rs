@@ -400,7 +400,7 @@ impl AgentManagerRpc for GrpcAgentAdapter {
             PermissionDecision::Select(r.option_id)
         };
         self.manager
-            .respond_permission(id, &r.request_id, decision)
+            .respond_permission(id, &r.request_id, decision, &r.actor)
             .await
             .map_err(status)?;
         Ok(Response::new(pb::RespondPermissionResponse {}))

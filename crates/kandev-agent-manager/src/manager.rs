@@ -644,12 +644,14 @@ impl AgentManager {
         Ok(instance)
     }
 
-    /// Answers an `ask` permission request of the running turn.
+    /// Answers an `ask` permission request of the running turn, as the
+    /// person `by` (a username, named in the feed; empty: nobody named).
     pub async fn respond_permission(
         &self,
         id: Uuid,
         request_id: &str,
         decision: PermissionDecision,
+        by: &str,
     ) -> Result<()> {
         self.store().get_instance(id).await?;
         let key_value: serde_json::Value = serde_json::from_str(request_id)
@@ -658,7 +660,7 @@ impl AgentManager {
             return Err(AgentError::FailedPrecondition("no turn is running".into()));
         };
         let key = runner::ask_key(&key_value);
-        match run.respond(&key, decision) {
+        match run.respond(&key, decision, by) {
             Some(true) => {
                 let instance = self.store().get_instance(id).await?;
                 runner::publish_lifecycle(

@@ -931,7 +931,8 @@ async fn the_board_tells_the_truth_at_a_glance() {
     .await;
 
     // The board asks for every card in one request per refresh: over a few
-    // refreshes, only /cards requests reach the API.
+    // refreshes, only /cards requests reach the API (and the notifier's
+    // list of the person's boards, whose cards it follows).
     go(c, &format!("#/boards/{board_id}")).await;
     js(
         c,
@@ -957,9 +958,9 @@ async fn the_board_tells_the_truth_at_a_glance() {
         .filter_map(Value::as_str)
         .collect();
     assert!(
-        paths
-            .iter()
-            .all(|p| p.ends_with("/cards") || p.starts_with("/api/v1/auth/")),
+        paths.iter().all(|p| p.ends_with("/cards")
+            || p.starts_with("/api/v1/auth/")
+            || *p == "/api/v1/boards"),
         "only one request per refresh: {paths:?}"
     );
 

@@ -446,12 +446,20 @@ async fn permission(turn: &Turn, file: &str) -> TurnEnd {
     );
     turn.update(call.clone()).await;
 
+    // The file as it was, read once: asked about below, diffed when done.
+    let mut before = None;
     let decision = if allow_always || mode == "accept-edits" {
         turn.think("Writing files is already allowed in this session.")
             .await;
         Decision::Allow
     } else {
-        ask_permission(turn, &call).await
+        // The request shows the write it asks for, as ACP diff content.
+        let old = turn.read_text(&path).await.unwrap_or(None);
+        let mut asked = call.clone();
+        asked["content"] =
+            json!([{ "type": "diff", "path": path, "oldText": old, "newText": content }]);
+        before = Some(old);
+        ask_permission(turn, &asked).await
     };
     let failed = |why: &str| {
         let mut update = tool_update(&id, "failed");
@@ -465,7 +473,10 @@ async fn permission(turn: &Turn, file: &str) -> TurnEnd {
         }
         Decision::Allow => {
             turn.update(tool_update(&id, "in_progress")).await;
-            let old = turn.read_text(&path).await.unwrap_or(None);
+            let old = match before {
+                Some(old) => old,
+                None => turn.read_text(&path).await.unwrap_or(None),
+            };
             if let Err(e) = turn.write_text(&path, content).await {
                 return fail_tool(turn, &id, &e).await;
             }

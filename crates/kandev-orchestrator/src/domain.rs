@@ -157,6 +157,8 @@ pub struct PermissionAnswer {
     pub request_id: String,
     pub option_id: String,
     pub cancelled: bool,
+    /// Who answers (a username, named in the feed), or empty.
+    pub actor: String,
 }
 
 /// Everything the adapters can ask of the orchestrator. `actor` is the
@@ -182,6 +184,28 @@ pub trait Orchestration: Send + Sync + 'static {
     async fn prompt(&self, task_id: Uuid, text: String, actor: &str) -> Result<ExecutionView>;
     /// Cancels the running prompt turn (`session/cancel`).
     async fn cancel_turn(&self, task_id: Uuid) -> Result<()>;
+    /// The follow-ups held until the task's turn ends, in the order they
+    /// came (see `engine::followups`).
+    async fn pending_prompts(
+        &self,
+        task_id: Uuid,
+    ) -> Result<Vec<crate::engine::followups::PendingPrompt>>;
+    /// Replaces the text of a held follow-up, as `actor` (its author, or
+    /// empty for a caller without a person).
+    async fn edit_pending_prompt(
+        &self,
+        task_id: Uuid,
+        prompt_id: Uuid,
+        text: &str,
+        actor: &str,
+    ) -> Result<crate::engine::followups::PendingPrompt>;
+    /// Cancels a held follow-up, as `actor`: it is never sent.
+    async fn cancel_pending_prompt(
+        &self,
+        task_id: Uuid,
+        prompt_id: Uuid,
+        actor: &str,
+    ) -> Result<()>;
     async fn respond_permission(&self, task_id: Uuid, answer: PermissionAnswer) -> Result<()>;
     /// The review loop of a task in REVIEW: request changes, or approve.
     async fn review_task(
@@ -217,6 +241,9 @@ pub enum OrchestratorError {
     NotFound(String),
     #[error("{0}")]
     FailedPrecondition(String),
+    /// A bounded holding is full (the follow-ups waiting for a turn).
+    #[error("{0}")]
+    Full(String),
     /// An error answered by the task service or the agent manager.
     #[error("{service}: {}", status.message())]
     Upstream {
@@ -243,6 +270,7 @@ impl ServiceError for OrchestratorError {
             OrchestratorError::Validation(_) => ErrorCode::Validation,
             OrchestratorError::NotFound(_) => ErrorCode::NotFound,
             OrchestratorError::FailedPrecondition(_) => ErrorCode::FailedPrecondition,
+            OrchestratorError::Full(_) => ErrorCode::RateLimited,
             OrchestratorError::Upstream { status, .. } => match status.code() {
                 // The dependency itself is down, whatever it says.
                 tonic::Code::Unknown => ErrorCode::Unavailable,

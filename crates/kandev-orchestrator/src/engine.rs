@@ -6,7 +6,8 @@
 //! Here: the queue and launching. Beside it: `events` (the reactions),
 //! `orchestration` (the calls of the adapters), `store` (every statement),
 //! `slots` (the limits, pure), `failover` (runs of a pool's gone managers),
-//! `board`, `review` and `workspaces`.
+//! `followups` (follow-ups held until a turn ends), `board`, `review` and
+//! `workspaces`.
 //!
 //! Each run is for one user (`run_as`, stored with its queue entry): the
 //! agent manager gives its container that user's stored secrets and agent
@@ -18,6 +19,7 @@
 mod board;
 mod events;
 mod failover;
+pub mod followups;
 mod orchestration;
 pub mod review;
 mod slots;

@@ -8,6 +8,7 @@ use kandev_proto::v1::{self as pb, orchestrator_server::Orchestrator};
 use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
+use crate::engine::followups::{parse_prompt_id, pending_to_proto};
 use crate::engine::review::{Review, comment_to_proto};
 use crate::{
     domain::{ExecutionView, Orchestration, OrchestratorError, PermissionAnswer},
@@ -155,11 +156,56 @@ impl Orchestrator for GrpcOrchestratorAdapter {
                     request_id: req.request_id,
                     option_id: req.option_id,
                     cancelled: req.cancelled,
+                    actor: req.actor,
                 },
             )
             .await
             .map_err(|e| e.to_status())?;
         Ok(Response::new(pb::TaskPermissionResponse {}))
+    }
+
+    async fn list_pending_prompts(
+        &self,
+        request: Request<pb::ListPendingPromptsRequest>,
+    ) -> Result<Response<pb::ListPendingPromptsResponse>, Status> {
+        let task_id = parse_task_id(&request.into_inner().task_id).map_err(|e| e.to_status())?;
+        let held = self
+            .orchestration
+            .pending_prompts(task_id)
+            .await
+            .map_err(|e| e.to_status())?;
+        Ok(Response::new(pb::ListPendingPromptsResponse {
+            prompts: held.iter().map(pending_to_proto).collect(),
+        }))
+    }
+
+    async fn edit_pending_prompt(
+        &self,
+        request: Request<pb::EditPendingPromptRequest>,
+    ) -> Result<Response<pb::PendingPrompt>, Status> {
+        let req = request.into_inner();
+        let task_id = parse_task_id(&req.task_id).map_err(|e| e.to_status())?;
+        let id = parse_prompt_id(&req.prompt_id).map_err(|e| e.to_status())?;
+        let held = self
+            .orchestration
+            .edit_pending_prompt(task_id, id, &req.text, &req.actor)
+            .await
+            .map_err(|e| e.to_status())?;
+        Ok(Response::new(pending_to_proto(&held)))
+    }
+
+    async fn cancel_pending_prompt(
+        &self,
+        request: Request<pb::CancelPendingPromptRequest>,
+    ) -> Result<Response<pb::CancelPendingPromptResponse>, Status> {
+        let req = request.into_inner();
+        let task_id = parse_task_id(&req.task_id).map_err(|e| e.to_status())?;
+        let id = parse_prompt_id(&req.prompt_id).map_err(|e| e.to_status())?;
+        self.orchestration
+            .cancel_pending_prompt(task_id, id, &req.actor)
+            .await
+            .map_err(|e| e.to_status())?;
+        Ok(Response::new(pb::CancelPendingPromptResponse {}))
     }
 
     async fn review_task(

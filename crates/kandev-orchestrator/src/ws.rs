@@ -323,6 +323,8 @@ pub async fn handle_command(orchestration: &dyn Orchestration, task_id: Uuid, te
                             request_id,
                             option_id,
                             cancelled,
+                            // The internal stream has no person.
+                            actor: String::new(),
                         },
                     )
                     .await

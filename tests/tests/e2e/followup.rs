@@ -203,3 +203,103 @@ async fn follow_up_ran(api: &Api, feed: &mut Feed, task: &str, from: usize, answ
     );
     api.wait_state(task, &["COMPLETED"], 60).await;
 }
+
+/// Issue 40: follow-ups sent over the stream while a turn runs are held by
+/// the orchestrator: listed, one cancelled, one edited, then the other goes
+/// to the agent when the turn ends, in the same session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_ups_sent_during_a_turn_are_held_until_it_ends() {
+    follow_ups_held_on("follow_up_held", Options::default()).await;
+}
+
+/// The same through the `kandev` binary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_ups_sent_during_a_turn_are_held_until_it_ends_single() {
+    follow_ups_held_on("follow_up_held_single", Options::single()).await;
+}
+
+async fn follow_ups_held_on(test: &str, options: Options) {
+    let stack = Stack::start(test, options).await;
+    let api = stack.admin().await;
+    let board = api.board("held").await;
+    let task = api
+        .task(
+            &board,
+            json!({"title": "A long turn", "description": "scenario: slow 60 250",
+                   "agent_type": "mock-agent", "max_retries": 0}),
+        )
+        .await;
+    let mut feed = Feed::open(&api, &task).await;
+    feed.wait_for(120, "the turn under way", |f| {
+        f.to_string().contains("chunk 2/60")
+    })
+    .await;
+    for text in ["echo never sent", "echo held, then edited"] {
+        let ack = feed
+            .command(json!({"type": "prompt", "text": text}), 60)
+            .await;
+        assert_eq!(ack["type"], "ack", "{ack}");
+    }
+    let pending = format!("/api/v1/orchestrator/tasks/{task}/pending-prompts");
+    let held = api.get(&pending).await;
+    assert_eq!(held.status, 200, "{}", held.body);
+    let list = held.body["pending_prompts"].as_array().unwrap().clone();
+    let texts: Vec<_> = list.iter().map(|p| p["text"].as_str().unwrap()).collect();
+    assert_eq!(texts, ["echo never sent", "echo held, then edited"]);
+    assert!(list.iter().all(|p| p["author"] == "admin"), "{list:?}");
+
+    let cancelled = api
+        .send(
+            "DELETE",
+            &format!("{pending}/{}", list[0]["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(cancelled.status, 204, "{}", cancelled.body);
+    let again = api
+        .send(
+            "DELETE",
+            &format!("{pending}/{}", list[0]["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(again.status, 404, "{}", again.body);
+    let edited = api
+        .send(
+            "PUT",
+            &format!("{pending}/{}", list[1]["id"].as_str().unwrap()),
+            Some(json!({"text": "echo the held follow-up ran"}).to_string()),
+        )
+        .await;
+    assert_eq!(edited.status, 200, "{}", edited.body);
+    assert_eq!(edited.body["text"], "echo the held follow-up ran");
+    assert_eq!(
+        api.get(&pending).await.body["pending_prompts"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // The turn ends; the held follow-up is the next one, in the same
+    // session, and nothing is held any more.
+    let first_end = feed.wait_for(120, "the first turn_end", is_turn_end).await;
+    let session = first_end["event"]["session_id"].clone();
+    feed.wait_for(120, "the held follow-up's answer", |f| {
+        kind(f) == "message_chunk" && f.to_string().contains("the held follow-up ran")
+    })
+    .await;
+    let second_end = feed.wait_for(120, "the second turn_end", is_turn_end).await;
+    assert_eq!(second_end["event"]["session_id"], session, "{second_end}");
+    assert!(
+        !feed
+            .frames
+            .iter()
+            .any(|f| f.to_string().contains("never sent") && f["event"]["direction"] == "to_agent"),
+        "the cancelled follow-up never reached the agent"
+    );
+    api.wait_state(&task, &["COMPLETED"], 60).await;
+    assert_eq!(api.get(&pending).await.body, json!({"pending_prompts": []}));
+    feed.close().await;
+    stack.stop().await;
+}

@@ -63,6 +63,10 @@ pub(super) struct State {
     pub(super) stashed_turn: Option<TurnSignal>,
     pub(super) cancel_requested: bool,
     pub(super) write_grants: super::fs_permission::WriteGrants,
+    /// Who answered a permission request the client is about to answer
+    /// (its id as JSON text), when the policy named a person: the answer's
+    /// `permission_response` event carries it.
+    pub(super) answerers: HashMap<String, String>,
 }
 
 pub(super) struct Emitter {
@@ -255,10 +259,12 @@ impl Inner {
             (Ok(value), "session/request_permission") => {
                 let outcome = value.pointer("/outcome/outcome").and_then(Value::as_str);
                 let option_id = value.pointer("/outcome/optionId").and_then(Value::as_str);
+                let answered_by = lock(&self.state).answerers.remove(&id.to_string());
                 EventKind::PermissionResponse(PermissionResponseData {
                     request_id: id.clone(),
                     outcome: outcome.unwrap_or("cancelled").to_owned(),
                     option_id: option_id.map(str::to_owned),
+                    answered_by,
                 })
             }
             _ => other(Some(method), Some(&id)),

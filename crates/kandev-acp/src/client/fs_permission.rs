@@ -322,8 +322,9 @@ pub(super) async fn handle_write(
             () = cancel.cancelled() => None,
             decision = policy.decide(&request_id, &question) => Some(decision),
         };
+        let by = decision.as_ref().and(policy.answered_by(&request_id));
         if shown {
-            let kind = answer_event(&request_id, decision.as_ref());
+            let kind = answer_event(&request_id, decision.as_ref(), by);
             task_inner
                 .emit(Direction::Local, session, kind, Value::Null)
                 .await;
@@ -359,8 +360,12 @@ pub(super) async fn handle_write(
 }
 
 /// The `permission_response` event of a question the client asked; `None`
-/// when the turn was cancelled first.
-fn answer_event(id: &Value, decision: Option<&PermissionDecision>) -> EventKind {
+/// when the turn was cancelled first. `by`: the person who answered.
+fn answer_event(
+    id: &Value,
+    decision: Option<&PermissionDecision>,
+    by: Option<String>,
+) -> EventKind {
     let option_id = match decision {
         Some(PermissionDecision::Select(option)) => Some(option.clone()),
         _ => None,
@@ -374,6 +379,7 @@ fn answer_event(id: &Value, decision: Option<&PermissionDecision>) -> EventKind 
         }
         .to_owned(),
         option_id,
+        answered_by: by,
     })
 }
 

@@ -332,7 +332,12 @@ async fn handle_agent_request(
                     let decision = tokio::select! {
                         biased;
                         () = cancel.cancelled() => PermissionDecision::Cancel,
-                        decision = policy.decide(&request_id, &request) => decision,
+                        decision = policy.decide(&request_id, &request) => {
+                            if let Some(by) = policy.answered_by(&request_id) {
+                                lock(&task_inner.state).answerers.insert(request_id.to_string(), by);
+                            }
+                            decision
+                        }
                     };
                     // Before the answer goes out: the agent's write that
                     // follows it is not asked again.

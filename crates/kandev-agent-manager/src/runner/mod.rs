@@ -239,11 +239,12 @@ impl RunHandle {
         }
     }
 
-    /// Answers an open permission request. `None` when there is none with
-    /// this id, `Some(false)` when it came too late.
-    pub fn respond(&self, key: &str, decision: PermissionDecision) -> Option<bool> {
+    /// Answers an open permission request as `by` (a username; empty:
+    /// nobody named). `None` when there is none with this id, `Some(false)`
+    /// when it came too late.
+    pub fn respond(&self, key: &str, decision: PermissionDecision, by: &str) -> Option<bool> {
         let ask = lock(&self.asks).remove(key)?;
-        Some(ask.respond(decision))
+        Some(ask.respond_by(decision, by))
     }
 
     /// Queues a follow-up prompt for the running turn: it is sent in the

@@ -516,6 +516,7 @@ async fn permission_ask_waits_for_respond_permission() {
                 request_id: request_id.clone(),
                 option_id: "allow-once".into(),
                 cancelled: false,
+                actor: "alice".into(),
             })
             .await;
         match r {
@@ -532,6 +533,14 @@ async fn permission_ask_waits_for_respond_permission() {
     assert!(answered);
     let done = watch.until("agent.completed", 0).await;
     assert_eq!(done["stop_reason"], "end_turn");
+    // The feed names who answered.
+    let response = watch
+        .events
+        .iter()
+        .find(|e| e["kind"] == "permission_response")
+        .expect("the answer is in the feed");
+    assert_eq!(response["data"]["answered_by"], "alice", "{response}");
+    assert_eq!(response["data"]["option_id"], "allow-once", "{response}");
     let written = app
         .path("workspaces")
         .join(task.to_string())

@@ -34,6 +34,7 @@ pub mod agents;
 pub mod auth;
 pub mod boards;
 pub mod changes;
+pub mod followups;
 pub mod orchestrator;
 pub mod repository;
 pub mod review;
@@ -124,6 +125,14 @@ fn api(state: AppState) -> Router<AppState> {
         .route(
             "/orchestrator/tasks/{task_id}/status",
             get(orchestrator::status),
+        )
+        .route(
+            "/orchestrator/tasks/{task_id}/pending-prompts",
+            get(followups::list),
+        )
+        .route(
+            "/orchestrator/tasks/{task_id}/pending-prompts/{prompt_id}",
+            axum::routing::put(followups::edit).delete(followups::cancel),
         )
         .route(
             "/orchestrator/tasks/{task_id}/stream",

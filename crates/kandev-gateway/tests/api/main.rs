@@ -17,6 +17,7 @@ mod auth;
 mod binary;
 mod boards;
 mod contract;
+mod followups;
 mod hardening;
 mod helpers;
 mod not_found;

@@ -186,7 +186,7 @@ fn path_ids_are_declared_as_uuids_except_agent_type_ids() {
                 continue;
             }
             assert!(
-                ["id", "taskId", "instanceId", "commentId"].contains(&name),
+                ["id", "taskId", "instanceId", "commentId", "promptId"].contains(&name),
                 "{method} {path}: unexpected path parameter {name}"
             );
             assert_eq!(schema["format"], "uuid", "{method} {path} {{{name}}}");
@@ -252,6 +252,8 @@ fn valid_body(method: &Method, path: &str) -> Option<Value> {
         json!({"action": "approve"})
     } else if path.contains("/review/comments/") {
         json!({"resolved": true})
+    } else if path.contains("/pending-prompts/") {
+        json!({"text": "hello"})
     } else {
         json!({})
     })

@@ -515,11 +515,12 @@ fn container_env(task_id: &str) -> Option<String> {
 
 /// Issue 37, through REST: (A) a task the admin filed on Bob's board and
 /// Bob started runs with Bob's secret, not the admin's, and the API says
-/// whose run it is; (B) follow-ups sent while its turn runs are refused
-/// with 429 beyond the per-run queue, and taken again after a cancel.
+/// whose run it is; (B) follow-ups sent while its turn runs are held (issue
+/// 40), refused with 429 beyond the cap, and taken again after a cancel
+/// (the cancelled turn sends the held ones as the next).
 #[tokio::test]
 async fn stack_a_run_uses_its_starters_secrets_and_its_follow_ups_are_bounded() {
-    const QUEUED: usize = kandev_agent_manager::runner::MAX_QUEUED_PROMPTS;
+    const QUEUED: usize = kandev_orchestrator::engine::followups::MAX_HELD_PROMPTS;
     let stack = Stack::start().await;
     let app = &stack.gateway;
     let admin = app.token("admin", true);
@@ -596,7 +597,7 @@ async fn stack_a_run_uses_its_starters_secrets_and_its_follow_ups_are_bounded() 
         .await;
     assert_eq!(direct.status, StatusCode::CONFLICT, "{}", direct.body);
 
-    // Follow-ups mid-turn queue up to the cap; the next is a 429.
+    // Follow-ups mid-turn are held up to the cap; the next is a 429.
     for n in 0..QUEUED {
         let queued = app
             .post(&start, &bob, follow_up(&format!("echo queued {n}")))
@@ -625,7 +626,8 @@ async fn stack_a_run_uses_its_starters_secrets_and_its_follow_ups_are_bounded() 
         .await;
     assert_eq!(huge.status, StatusCode::PAYLOAD_TOO_LARGE, "{}", huge.body);
 
-    // The cancel drops the queue: a follow-up is taken again.
+    // The cancel ends the turn (the held follow-ups go as the next one): a
+    // follow-up is taken again.
     let cancelled = app
         .post(
             &format!("/api/v1/agents/{instance}/cancel"),
@@ -634,6 +636,12 @@ async fn stack_a_run_uses_its_starters_secrets_and_its_follow_ups_are_bounded() 
         )
         .await;
     assert_eq!(cancelled.status, StatusCode::OK, "{}", cancelled.body);
+    let pending = format!("/api/v1/orchestrator/tasks/{task_id}/pending-prompts");
+    eventually(60, "the held follow-ups sent", || async {
+        let held = app.get(&pending, &bob).await;
+        (held.body["pending_prompts"].as_array().map(Vec::len) == Some(0)).then_some(())
+    })
+    .await;
     let again = app
         .post(&start, &bob, follow_up("echo after the cancel"))
         .await;

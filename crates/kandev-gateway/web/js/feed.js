@@ -9,11 +9,15 @@
 // - Only the last `windowSize` items are in the DOM; "show earlier" widens it.
 
 import { h, clear, timeEl } from './dom.js';
+import { auth } from './api.js';
 import { renderMarkdown } from './markdown.js';
 import { lineDiff, hunks } from './diff.js';
 
 const MD_LIMIT = 64 * 1024;      // above this, a message renders as plain text
 const TEXT_LIMIT = 256 * 1024;   // above this, only the tail is shown until expanded
+// A permission prompt shows this much of the write it asks for.
+const WRITE_PREVIEW_LINES = 12;
+const WRITE_LINE_CHARS = 400;
 
 /** What the feed says for each way a turn ends (docs/ui.md lists them). */
 export const STOP_WORDS = Object.freeze({
@@ -51,6 +55,57 @@ function updateOf(ev) {
     || (p.data && typeof p.data === 'object' ? p.data : null) || {};
 }
 
+/**
+ * The file a permission request asks to write, as {path, oldText, newText}
+ * (oldText null: a new file; undefined: not known), or null. From the tool
+ * call's ACP `diff` content (in the request, else in the tool call's own
+ * updates), its rawInput (path + content, or old_string/new_string), or
+ * the agent's `fs/write_text_file` the client asks about itself.
+ */
+function writeOf(ev, d, feed) {
+  const raw = ev.raw && typeof ev.raw === 'object' ? ev.raw : {};
+  const call = (raw.params && raw.params.toolCall) || raw.toolCall || {};
+  const tool = feed.tools.get(d.tool_call_id);
+  const content = Array.isArray(call.content) ? call.content : tool ? tool.content : [];
+  const diff = content.find((c) => c && c.type === 'diff' && typeof c.path === 'string');
+  if (diff) return { path: diff.path, oldText: diff.oldText ?? null, newText: String(diff.newText ?? '') };
+  const input = call.rawInput && typeof call.rawInput === 'object' ? call.rawInput : {};
+  const path = input.path ?? input.file_path;
+  const text = input.content ?? input.new_string ?? input.newText;
+  if (typeof path === 'string' && typeof text === 'string') {
+    return { path, oldText: typeof input.old_string === 'string' ? input.old_string : undefined, newText: text };
+  }
+  return feed.writes.get(requestIdText(d.request_id)) || null;
+}
+
+/** The lines a write preview shows: a diff when the old text is known, else the new text. */
+function writeLines(w) {
+  if (w.oldText !== undefined) return hunks(lineDiff(w.oldText, w.newText));
+  const text = String(w.newText).replace(/\n$/, '');
+  return (text ? text.split('\n') : []).map((t, i) => ({ op: '+', text: t, oldNo: null, newNo: i + 1 }));
+}
+
+/** The write a permission prompt asks for: its path and its first lines, as text. */
+function renderWrite(w) {
+  w.lines = w.lines || writeLines(w);
+  const shown = w.lines.slice(0, WRITE_PREVIEW_LINES);
+  const body = h('div', { class: 'diff-body', role: 'table', 'aria-label': `What would be written to ${w.path}` });
+  for (const l of shown) {
+    const cls = l.op === '+' ? 'add' : l.op === '-' ? 'del' : l.op === '…' ? 'skip' : 'ctx';
+    const text = l.text.length > WRITE_LINE_CHARS ? `${l.text.slice(0, WRITE_LINE_CHARS)}…` : l.text;
+    body.append(cls === 'skip' ? h('div', { class: 'diff-line diff-skip' }, text)
+      : h('div', { class: `diff-line diff-${cls}`, role: 'row', testid: 'permission-write-line', dataset: { op: l.op } },
+        h('span', { class: 'ln', role: 'cell' }, l.oldNo ?? ''), h('span', { class: 'ln', role: 'cell' }, l.newNo ?? ''),
+        h('span', { class: 'op', role: 'cell', 'aria-hidden': 'true' }, l.op), h('span', { class: 'code', role: 'cell' }, text)));
+  }
+  const more = w.lines.length - shown.length;
+  if (more > 0) body.append(h('div', { class: 'diff-line diff-skip', testid: 'permission-write-more' }, `… ${more} more line${more === 1 ? '' : 's'}`));
+  return h('div', { class: 'diff perm-write', testid: 'permission-write' },
+    h('div', { class: 'diff-head' }, 'Writes', h('code', { testid: 'permission-write-path' }, w.path),
+      w.oldText === null ? h('span', { class: 'badge' }, 'new file') : null),
+    body);
+}
+
 function promptText(ev) {
   const p = ev.raw && ev.raw.params;
   if (!p) return '';
@@ -71,6 +126,8 @@ export class Feed {
     this.items = [];
     this.tools = new Map();
     this.perms = new Map();
+    // The agent's fs/write_text_file requests by id: {path, newText}.
+    this.writes = new Map();
     this.plan = null;
     this.replaying = false;
     this.replayCount = 0;
@@ -249,7 +306,8 @@ export class Feed {
         const rid = requestIdText(d.request_id);
         const item = this.addItem({ kind: 'permission_request', seq, requestId: rid, toolCallId: d.tool_call_id,
           title: d.title || (this.tools.get(d.tool_call_id) || {}).title || d.tool_call_id || 'a tool call',
-          options: Array.isArray(d.options) ? d.options : [], answered: null, sent: null, expired: false });
+          options: Array.isArray(d.options) ? d.options : [], answered: null, sent: null, expired: false,
+          write: writeOf(ev, d, this) });
         this.perms.set(rid, item);
         break;
       }
@@ -280,6 +338,11 @@ export class Feed {
           if (text) this.addItem({ kind: 'prompt', seq, text });
         } else if (ev.direction === 'to_agent' && d.method === 'session/load') {
           this.replaying = true; this.replayCount = 0;
+        } else if (ev.direction === 'from_agent' && d.method === 'fs/write_text_file' && d.id != null) {
+          const p = ev.raw && ev.raw.params;
+          if (p && typeof p.path === 'string' && typeof p.content === 'string') {
+            this.writes.set(requestIdText(d.id), { path: p.path, oldText: undefined, newText: p.content });
+          }
         }
         break;
       }
@@ -491,22 +554,27 @@ export class Feed {
     clear(el).append(
       h('div', { class: 'item-label' }, 'Permission requested'),
       h('p', { class: 'perm-title' }, it.title),
+      it.write ? renderWrite(it.write) : null,
       h('div', { class: 'perm-options', role: 'group', 'aria-label': 'Permission options' }, buttons),
       h('p', { class: 'perm-status', testid: 'permission-status', hidden: !status }, status,
         by ? h('span', { class: 'perm-by', testid: 'permission-by' }, ` — ${by.text}`) : null));
   }
 
-  /** Who answered a permission request: {who: you|person|policy|..., text}. */
+  /**
+   * Who answered a permission request: {who: you|person|policy|turn|unknown,
+   * text}. The answer event names the person who answered (answered_by):
+   * the logged-in user is "you", anyone else by name.
+   */
   answeredBy(it) {
     const a = it.answered;
-    if (a.by) return a.by === 'policy' ? { who: 'policy', text: `by the agent type’s ${this.policy || ''} policy`.replace('  ', ' ') } : { who: 'person', text: `by ${a.by}` };
+    if (a.by) return a.by === auth.user ? { who: 'you', text: 'by you' } : { who: 'person', text: `by ${a.by}` };
     if (it.sent) return { who: 'you', text: 'by you' };
     if (a.outcome !== 'selected') return { who: 'turn', text: 'the turn ended before an answer' };
     if (this.policy && this.policy !== 'ask') {
       const name = this.policy === 'auto_approve' ? 'auto-approve' : this.policy;
       return { who: 'policy', text: `automatically, by the agent type’s ${name} policy (nobody was asked)` };
     }
-    if (this.policy === 'ask') return { who: 'person', text: 'by a person (in another window)' };
+    if (this.policy === 'ask') return { who: 'unknown', text: 'by someone Kandev did not record' };
     return null;
   }
 

@@ -1,18 +1,30 @@
-// Attention: while the page is open, a task that starts waiting for input,
-// completes or fails bumps a count in the tab's title ("(2) Kandev") and,
-// once the person opted in, raises a browser notification. Task states are
-// followed through what the views already fetch (api.observe), so this adds
-// no polling; opening a task clears its mark.
+// Attention: while the page is open, a task that finishes a run (ready for
+// review, completed, failed) or starts waiting for input bumps a count in
+// the tab's title ("(2) Kandev") and, once the person opted in, raises a
+// browser notification. Task states are followed through what the views
+// fetch anyway (api.observe) and, for the boards no view shows, through a
+// slow poll of the person's boards (GET /boards, then each board's cards,
+// every BOARDS_POLL_MS, the list itself at most once a minute; a board a
+// view polled recently is skipped). Looking at a task (its page shown in a
+// focused window) clears its mark.
 
 import { h } from './dom.js';
-import { observe, taskState } from './api.js';
+import { api, auth, get, enc, observe, taskState } from './api.js';
 import { STATE, STATE_LABELS } from './common.js';
 
-const ATTENTION = new Set([STATE.WAITING_FOR_INPUT, STATE.COMPLETED, STATE.FAILED]);
+const ATTENTION = new Set([STATE.WAITING_FOR_INPUT, STATE.REVIEW, STATE.COMPLETED, STATE.FAILED]);
+// The boards of other views are followed this often (and at most this many);
+// the list of boards itself is asked for once a minute.
+const BOARDS_POLL_MS = 10_000;
+const BOARD_LIST_MS = 60_000;
+const MAX_BOARDS = 50;
 const known = new Map();  // task id -> last state seen
 const marked = new Map(); // task id -> state that needs a look
+const boardSeen = new Map(); // board id -> when its cards were last fetched
 let openTask = null;      // the task whose page is shown
 let button = null;
+let pollTimer = null;
+let boardList = { at: 0, boards: [] };
 const startedAt = Date.now() - 2000;
 
 function notifications() { return typeof window.Notification === 'function' ? window.Notification : null; }
@@ -31,7 +43,14 @@ function message(task, state) {
   const name = task.title || 'A task';
   if (state === STATE.WAITING_FOR_INPUT) return `${name} needs your input`;
   if (state === STATE.FAILED) return `${name} failed`;
+  if (state === STATE.REVIEW) return `${name} is ready for review`;
+  if (state === STATE.COMPLETED) return `${name} completed`;
   return `${name}: ${STATE_LABELS[state] || state}`;
+}
+
+/** Whether the person is looking at the page of `taskId` right now. */
+function looking(taskId) {
+  return openTask === taskId && !document.hidden && document.hasFocus();
 }
 
 function raise(task, state) {
@@ -49,22 +68,27 @@ function seeTask(t) {
   const before = known.get(t.id);
   known.set(t.id, st);
   if (!ATTENTION.has(st)) { marked.delete(t.id); return; }
-  // A task first seen already there counts only when it was made while
+  // A task first seen already there counts only when it got there while
   // this page was open (a launch can fail before the first poll sees TODO).
   if (before === st) return;
-  if (before === undefined && !(Date.parse(t.created_at) >= startedAt)) return;
+  if (before === undefined && !(Date.parse(t.updated_at || t.created_at) >= startedAt)) return;
   // Nothing to point at when the person is looking at that very task.
-  if (openTask === t.id && !document.hidden) return;
+  if (looking(t.id)) return;
   marked.set(t.id, st);
   raise(t, st);
 }
 
 function onAnswer(method, path, data) {
   if (method !== 'GET' || !data) return;
+  if (path === '/boards' && Array.isArray(data.boards)) {
+    boardList = { at: Date.now(), boards: data.boards.slice(0, MAX_BOARDS) };
+    return;
+  }
   if (/^\/boards\/[^/]+\/tasks(\?|$)/.test(path)) {
     const list = Array.isArray(data) ? data : data.tasks || data.items || [];
     list.forEach(seeTask);
   } else if (/^\/boards\/[^/]+\/cards(\?|$)/.test(path)) {
+    boardSeen.set(decodeURIComponent(path.split('/')[2]), Date.now());
     (Array.isArray(data.cards) ? data.cards : []).forEach((c) => seeTask(c && c.task));
   } else if (/^\/tasks\/[^/?]+$/.test(path)) seeTask(data);
   else return;
@@ -75,13 +99,37 @@ function onAnswer(method, path, data) {
 export function forgetTasks() {
   known.clear();
   marked.clear();
+  boardSeen.clear();
+  boardList = { at: 0, boards: [] };
   syncTitle();
 }
 
 /** The page of `taskId` is shown (null: some other page). */
 export function viewing(taskId) {
   openTask = taskId;
-  if (taskId && marked.delete(taskId)) syncTitle();
+  looked();
+}
+
+/** The person looks (again): the task whose page is shown needs no mark. */
+function looked() {
+  if (openTask && looking(openTask) && marked.delete(openTask)) syncTitle();
+}
+
+/**
+ * Fetches the cards of every board of the person that no view fetched in
+ * the last poll period; what comes back goes through `onAnswer` like any
+ * view's answer. One board failing does not stop the others.
+ */
+async function pollBoards() {
+  clearTimeout(pollTimer);
+  if (auth.token) {
+    try {
+      if (Date.now() - boardList.at >= BOARD_LIST_MS) boardList = { at: Date.now(), boards: (await api.boards()).slice(0, MAX_BOARDS) };
+      const due = boardList.boards.filter((b) => !(Date.now() - (boardSeen.get(b.id) || 0) < BOARDS_POLL_MS));
+      await Promise.all(due.map((b) => get(`/boards/${enc(b.id)}/cards`).catch(() => null)));
+    } catch { /* offline or logged out: the next poll tries again */ }
+  }
+  pollTimer = setTimeout(pollBoards, BOARDS_POLL_MS);
 }
 
 function renderButton() {
@@ -94,8 +142,8 @@ function renderButton() {
   button.textContent = perm === 'granted' ? 'Notifications on' : perm === 'denied' ? 'Notifications blocked' : 'Notify me';
   button.title = perm === 'denied'
     ? 'The browser blocks notifications for this site; allow them in its site settings.'
-    : perm === 'granted' ? 'You are notified when a task needs input, completes or fails.'
-      : 'Get a browser notification when a task needs input, completes or fails.';
+    : perm === 'granted' ? 'You are notified when a task needs input, is ready for review, completes or fails.'
+      : 'Get a browser notification when a task needs input, is ready for review, completes or fails.';
 }
 
 async function ask() {
@@ -117,6 +165,13 @@ export function installNotifier(slot) {
   // Views set document.title; keep the count in front of whatever they set.
   const titleEl = document.querySelector('title');
   if (titleEl) new MutationObserver(syncTitle).observe(titleEl, { childList: true, characterData: true, subtree: true });
-  window.addEventListener('focus', renderButton);
-  return { refresh: renderButton, get count() { return marked.size; } };
+  window.addEventListener('focus', () => { renderButton(); looked(); });
+  document.addEventListener('visibilitychange', looked);
+  pollTimer = setTimeout(pollBoards, BOARDS_POLL_MS);
+  return {
+    refresh: renderButton,
+    get count() { return marked.size; },
+    /** Polls the boards now (tests; a person never needs to). */
+    poll: pollBoards,
+  };
 }

@@ -8,6 +8,7 @@ import { renderMarkdown } from './markdown.js';
 import { Feed, renderPlan, stopWords } from './feed.js';
 import { TaskSocket } from './socket.js';
 import { changesPanel } from './changes.js';
+import { pendingBox, pendingPrompts } from './followups.js';
 import { STATE, STATE_LABELS, execBadge, execState, ACTIVE_EXEC, taskDialog, plainError, failureText, agentTypes, agentTypeId } from './common.js';
 
 const STATUS_POLL_MS = 2000;
@@ -62,6 +63,7 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
   let busy = false;          // a start/stop request is in flight
   let usage = null;
   let statusTimer = null;
+  let pending = [];          // follow-ups held until the turn ends
   const runs = new Map();    // instance_id -> {first, last, turns, stopReason, seqFrom, seqTo}
   const liveLogs = [];
 
@@ -80,6 +82,9 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
   const cancelBtn = h('button', { type: 'button', class: 'btn', testid: 'btn-cancel', onclick: cancelTurn, title: 'Cancel the current turn' }, 'Cancel turn');
   const stopBtn = h('button', { type: 'button', class: 'btn btn-danger', testid: 'btn-stop', onclick: stop, title: 'Stop the agent' }, 'Stop');
   const editBtn = h('button', { type: 'button', class: 'btn btn-ghost', testid: 'btn-edit', onclick: edit }, 'Edit');
+  // A task in review with nothing to review (no repository, or no change
+  // on its branch) is finished here instead of through the state menu.
+  const doneBtn = h('button', { type: 'button', class: 'btn btn-primary', testid: 'btn-mark-done', hidden: true, onclick: markDone }, 'Mark done');
 
   const tabs = ['feed', 'changes', 'logs', 'history'];
   const tabBtns = {};
@@ -103,7 +108,10 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
   promptForm.addEventListener('submit', (e) => { e.preventDefault(); sendPrompt(); });
   promptInput.addEventListener('keydown', (e) => { if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { e.preventDefault(); sendPrompt(); } });
   promptInput.addEventListener('input', updateButtons);
-  panels.feed = h('div', { class: 'panel panel-feed', id: 'panel-feed', role: 'tabpanel', 'aria-labelledby': 'tab-feed' }, feedBox, promptForm);
+  // Why the box sends now, later, or not at all.
+  const promptHint = h('p', { class: 'prompt-hint muted small', testid: 'prompt-hint', hidden: true });
+  const queue = pendingBox(taskId, { changed: () => refresh() });
+  panels.feed = h('div', { class: 'panel panel-feed', id: 'panel-feed', role: 'tabpanel', 'aria-labelledby': 'tab-feed' }, feedBox, queue.el, promptHint, promptForm);
 
   const logsPre = h('pre', { class: 'logs', testid: 'logs', tabindex: '0', 'aria-label': 'Agent logs' });
   const logsInfo = h('p', { class: 'muted small', testid: 'logs-info' });
@@ -126,7 +134,7 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
       h('div', { class: 'title-wrap' }, title, h('div', { class: 'badges' }, stateBadge, execEl)),
       h('div', { class: 'page-actions' },
         sockEl,
-        startBtn, cancelBtn, stopBtn, editBtn)),
+        doneBtn, startBtn, cancelBtn, stopBtn, editBtn)),
     failureBox,
     h('div', { class: 'task-layout' },
       h('div', { class: 'task-main' }, tablist, panels.feed, panels.changes, panels.logs, panels.history),
@@ -219,9 +227,10 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
   async function refresh() {
     clearTimeout(statusTimer);
     try {
-      const [t, s] = await Promise.all([api.task(taskId), api.status(taskId).catch((e) => (e.status === 404 ? null : Promise.reject(e)))]);
+      const [t, s, held] = await Promise.all([api.task(taskId), api.status(taskId).catch((e) => (e.status === 404 ? null : Promise.reject(e))),
+        pendingPrompts(taskId).catch(() => pending)]);
       if (!alive) return;
-      task = t; status = s;
+      task = t; status = s; pending = held;
       renderTask();
     } catch (e) {
       if (!alive) return;
@@ -246,6 +255,7 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
     execEl.dataset.exec = execState(status);
     if (b) { execEl.textContent = b.text; execEl.title = b.title || b.text; execEl.className = `badge exec-${b.cls}`; }
     renderFailure(st);
+    renderMarkDone(st);
     loadBoardName();
     setCrumbs([{ href: '#/boards', text: 'Boards' },
       { href: `#/boards/${encodeURIComponent(task.board_id)}`, text: boardName || 'Board', testid: 'crumb-board' }, { text: task.title }]);
@@ -296,6 +306,33 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
     failureBox.querySelector('details').hidden = !raw || raw === short;
   }
 
+  // Whether the task's branch has changes, per task version (null: not
+  // known, or the changes could not be read).
+  let changesFor = null;
+  let hasChanges = null;
+  function renderMarkDone(st) {
+    const noRepo = !task.repository_url;
+    if (st === STATE.REVIEW && !noRepo && changesFor !== task.version) {
+      changesFor = task.version;
+      hasChanges = null;
+      api.changes(taskId).then((c) => { hasChanges = asList(c, 'files').length > 0; },
+        () => { hasChanges = null; }).then(() => { if (alive && task) renderMarkDone(taskState(task)); });
+    }
+    doneBtn.hidden = !(st === STATE.REVIEW && (noRepo || hasChanges === false));
+    doneBtn.title = noRepo ? 'Nothing to review: the task has no repository. Move it to Completed.'
+      : 'Nothing to review: the agent changed no file. Move the task to Completed.';
+  }
+
+  async function markDone() {
+    doneBtn.disabled = true;
+    try {
+      task = await api.setState(taskId, STATE.COMPLETED);
+      toast('Marked done.');
+    } catch (e) {
+      toast(`Could not mark it done: ${e.message}`, 'error');
+    } finally { doneBtn.disabled = false; refresh(); }
+  }
+
   let boardAsked = null;
   function loadBoardName() {
     if (boardAsked === task.board_id) return;
@@ -317,6 +354,10 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
     const es = execState(status);
     const active = ACTIVE_EXEC.has(es);
     const running = es === 'running';
+    // A run busy with a turn holds a follow-up until the turn ends; a run
+    // still queued (or waiting to retry) takes one once it runs.
+    const holds = running || es === 'launching' || es === 'starting';
+    const waiting = active && !holds;
     const open = socket.isOpen;
     const terminal = task && [STATE.COMPLETED, STATE.CANCELLED].includes(taskState(task));
     startBtn.disabled = busy || !task || active;
@@ -324,10 +365,15 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
     stopBtn.disabled = busy || !active;
     cancelBtn.disabled = !(open && running && turnActive);
     const text = promptInput.value.trim();
-    const canPrompt = !busy && !!task && ((running && open && !turnActive) || !active);
-    sendBtn.disabled = !text || !canPrompt;
-    promptInput.disabled = busy || (active && !running);
-    sendBtn.textContent = running ? 'Send' : 'Send & start';
+    sendBtn.disabled = !text || busy || !task || waiting;
+    promptInput.disabled = busy || waiting;
+    const queues = holds && (turnActive || !running);
+    sendBtn.textContent = queues ? 'Queue' : running ? 'Send' : 'Send & start';
+    sendBtn.title = queues ? 'The agent is working: this follow-up waits and is sent when it finishes this turn (Ctrl+Enter).' : '';
+    promptHint.hidden = !(queues || waiting);
+    promptHint.textContent = waiting ? 'The agent has not started yet: send a follow-up once it runs.'
+      : 'The agent is working: a follow-up you send now is queued and sent when it finishes this turn.';
+    queue.set(pending, holds);
   }
 
   async function start(prompt) {
@@ -360,13 +406,15 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
     const text = promptInput.value.trim();
     if (!text || sendBtn.disabled) return;
     busy = true; updateButtons();
+    const holds = ['running', 'launching', 'starting'].includes(execState(status));
     try {
-      // The socket command runs a follow-up on the live agent, or starts a
-      // new run that resumes the session; REST start is the fallback.
+      // The socket command runs a follow-up (held by the orchestrator while
+      // a turn runs), or starts a new run that resumes the session; REST
+      // start is the fallback.
       if (socket.isOpen) await socket.command({ type: 'prompt', text });
       else status = await api.start(taskId, { prompt: text });
       promptInput.value = '';
-      toast('Follow-up sent.');
+      toast(holds ? 'Queued: sent when the agent finishes this turn.' : 'Follow-up sent.');
     } catch (e) {
       toast(`Could not send: ${e.message}`, 'error');
     } finally { busy = false; refresh(); }

@@ -77,6 +77,7 @@ impl Engine {
                     if let Some(exec) = exec.as_ref().filter(|e| e.state().is_active()) {
                         self.stop_agent(exec, "task deleted").await;
                     }
+                    self.store.drop_pending_prompts(task_id).await?;
                     // Its clone and local branch go with it (nothing pushed),
                     // also when its runs were launched directly, without an
                     // execution here.
@@ -222,6 +223,13 @@ impl Engine {
                         patch["auggie_session_id"] = json!(session);
                     }
                 }
+                // Follow-ups held while the turn ran go now, as the next
+                // turn: the task stays in progress (a cancelled turn too).
+                if self.send_held(exec).await {
+                    kandev_common::text::strip_nul_json(&mut patch);
+                    self.record_metadata(task_id, &patch).await;
+                    return Ok(());
+                }
                 if ev.stop_reason.as_deref() == Some("cancelled") {
                     // A person cancelled the turn: the task is not done; it
                     // stays in progress, idle, for a follow-up.
@@ -237,7 +245,7 @@ impl Engine {
                     .await;
                     return Ok(());
                 }
-                let target = if self.settings.complete_to_review {
+                let target = if self.settings.complete_to_review && self.has_files(task_id).await {
                     pb::TaskState::Review
                 } else {
                     pb::TaskState::Completed
@@ -306,6 +314,21 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Whether the task works on files (a repository, or a workspace
+    /// directory): only then is there work to review, so only then does a
+    /// finished run go to REVIEW; a task with neither completes, as the
+    /// seed has every finished run do. A task that cannot be read is taken
+    /// to have files (REVIEW loses nothing: the person moves it on).
+    async fn has_files(&self, task_id: Uuid) -> bool {
+        match self.get_task(task_id).await {
+            Ok(task) => !task.repository_url.is_empty() || !task.workspace_path.is_empty(),
+            Err(err) => {
+                tracing::warn!(%task_id, %err, "cannot read the task; it goes to review");
+                true
+            }
+        }
     }
 
     /// Moves the task from `from` to `to`; a task a person moved elsewhere

@@ -7,7 +7,11 @@ use kandev_proto::v1 as pb;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::{Engine, Execution, board, is_person, review, task_state};
+use super::{
+    Engine, Execution, board,
+    followups::{PendingPrompt, with_held},
+    is_person, review, task_state,
+};
 use crate::domain::{
     ExecState, ExecutionView, Orchestration, OrchestratorError, PermissionAnswer, Result,
 };
@@ -29,20 +33,10 @@ impl Orchestration for Engine {
                         "the task is already running".into(),
                     ));
                 };
-                let Some(instance) = exec
-                    .instance_id
-                    .filter(|_| exec.state() == ExecState::Running)
-                else {
-                    return Err(OrchestratorError::FailedPrecondition(
-                        "the task's agent is still launching".into(),
-                    ));
-                };
+                // Held until the turn ends (see `followups`).
                 check_prompter(&exec, actor)?;
+                self.hold_follow_up(&exec, actor, &text).await?;
                 drop(guard);
-                self.agents
-                    .send_prompt(&instance.to_string(), &text)
-                    .await
-                    .map_err(OrchestratorError::upstream("agent manager"))?;
             }
             Some(exec) if matches!(exec.state(), ExecState::Queued | ExecState::RetryWait) => {
                 if let Some(text) = prompt {
@@ -65,7 +59,10 @@ impl Orchestration for Engine {
             _ => {
                 let task = self.get_task(task_id).await?;
                 let run_as = self.run_as(actor, &task.board_id).await?;
-                self.new_run(task_id, &task, prompt, &run_as).await?;
+                let held = self.held_for(task_id, &run_as).await?;
+                self.new_run(task_id, &task, with_held(&held, prompt), &run_as)
+                    .await?;
+                self.forget_held(task_id, &held).await;
                 drop(guard);
             }
         }
@@ -157,6 +154,29 @@ impl Orchestration for Engine {
             .map_err(OrchestratorError::upstream("agent manager"))
     }
 
+    async fn pending_prompts(&self, task_id: Uuid) -> Result<Vec<PendingPrompt>> {
+        self.held(task_id).await
+    }
+
+    async fn edit_pending_prompt(
+        &self,
+        task_id: Uuid,
+        prompt_id: Uuid,
+        text: &str,
+        actor: &str,
+    ) -> Result<PendingPrompt> {
+        self.edit_held(task_id, prompt_id, text, actor).await
+    }
+
+    async fn cancel_pending_prompt(
+        &self,
+        task_id: Uuid,
+        prompt_id: Uuid,
+        actor: &str,
+    ) -> Result<()> {
+        self.cancel_held(task_id, prompt_id, actor).await
+    }
+
     async fn review_task(
         &self,
         task_id: Uuid,
@@ -191,6 +211,7 @@ impl Orchestration for Engine {
                 request_id: answer.request_id,
                 option_id: answer.option_id,
                 cancelled: answer.cancelled,
+                actor: answer.actor,
             })
             .await
             .map_err(OrchestratorError::upstream("agent manager"))
@@ -202,9 +223,9 @@ impl Engine {
     /// the REST prompt of its instance alike: a turn on the same instance
     /// (the agent manager resumes its session), the task straight back to
     /// IN_PROGRESS, when it is for the run's user; a new run for the one who
-    /// sent it otherwise, or when the instance refuses. Called under the
-    /// lock.
-    async fn follow_up_completed(
+    /// sent it otherwise, or when the instance refuses. The follow-ups held
+    /// for whoever's run it becomes go first. Called under the lock.
+    pub(super) async fn follow_up_completed(
         &self,
         exec: Execution,
         prompt: Option<String>,
@@ -213,13 +234,18 @@ impl Engine {
         let task_id = exec.task_id;
         let task = self.get_task(task_id).await?;
         let run_as = self.run_as(actor, &task.board_id).await?;
+        let held = self.held_for(task_id, &run_as).await?;
+        let prompt = with_held(&held, prompt);
         let Some(instance) = exec.instance_id.filter(|_| run_as == exec.run_as) else {
             tracing::info!(%task_id, %run_as, was = %exec.run_as, "a follow-up by another user: a run of its own");
-            return self.new_run(task_id, &task, prompt, &run_as).await;
+            self.new_run(task_id, &task, prompt, &run_as).await?;
+            self.forget_held(task_id, &held).await;
+            return Ok(());
         };
         let text = prompt.clone().unwrap_or_default();
         match self.agents.send_prompt(&instance.to_string(), &text).await {
             Ok(()) => {
+                self.forget_held(task_id, &held).await;
                 self.set_state(task_id, ExecState::Running).await?;
                 self.move_to_in_progress(task_id, task_state(&task)?, "follow-up")
                     .await;
@@ -232,7 +258,9 @@ impl Engine {
                 ) =>
             {
                 tracing::info!(%task_id, %instance, msg = status.message(), "follow-up needs a new run");
-                self.new_run(task_id, &task, prompt, &run_as).await
+                self.new_run(task_id, &task, prompt, &run_as).await?;
+                self.forget_held(task_id, &held).await;
+                Ok(())
             }
             Err(status) => Err(OrchestratorError::upstream("agent manager")(status)),
         }

@@ -9,6 +9,7 @@ mod binary;
 mod contract;
 mod e2e;
 mod feed;
+mod followups;
 mod forge;
 mod helpers;
 mod leader;

@@ -354,6 +354,7 @@ async fn follow_ups_continue_the_run_and_reruns_resume_the_session() {
             request_id: "5".into(),
             option_id: "allow-once".into(),
             cancelled: false,
+            actor: String::new(),
         }))
     );
     assert!(
@@ -362,6 +363,7 @@ async fn follow_ups_continue_the_run_and_reruns_resume_the_session() {
             request_id: "6".into(),
             option_id: String::new(),
             cancelled: true,
+            actor: String::new(),
         }))
     );
 
@@ -821,19 +823,31 @@ async fn a_run_uses_the_secrets_of_who_started_it_not_of_who_filed_it() {
         .start_task(start(&id, "and the tests", "bob"))
         .await
         .unwrap();
-    let prompts: Vec<_> = app
-        .agents
-        .calls()
-        .into_iter()
-        .filter(|c| matches!(c, AgentCall::Prompt(..)))
-        .collect();
+    // Bob's follow-up waits for the turn to end (see `followups`), then
+    // goes to his instance.
+    let mut done = lifecycle(AgentEventKind::Completed, &id, first);
+    done.acp_session_id = Some("sess_bob".into());
+    publish_agent(&app.bus, done, 1).await;
+    let prompts = eventually(15, "Bob's follow-up sent", || async {
+        let prompts: Vec<_> = app
+            .agents
+            .calls()
+            .into_iter()
+            .filter(|c| matches!(c, AgentCall::Prompt(..)))
+            .collect();
+        (!prompts.is_empty()).then_some(prompts)
+    })
+    .await;
     assert_eq!(prompts, [AgentCall::Prompt(first, "and the tests".into())]);
 
     // Once it completed, the admin's follow-up is a run of the admin's own
     // (a new instance), never a turn of Bob's.
-    let mut done = lifecycle(AgentEventKind::Completed, &id, first);
-    done.acp_session_id = Some("sess_bob".into());
-    publish_agent(&app.bus, done, 1).await;
+    publish_agent(
+        &app.bus,
+        lifecycle(AgentEventKind::Completed, &id, first),
+        2,
+    )
+    .await;
     wait_state(&app, &id, pb::TaskState::Completed).await;
     let exec = client
         .start_task(start(&id, "one more thing", "admin"))

@@ -1,6 +1,7 @@
 //! The orchestrator's tables as the engine uses them: `executions` (one row
 //! per task: the queue, the run and its retries), `processed_events`
-//! (envelopes already applied) and `review_comments` (see [`ReviewStore`]).
+//! (envelopes already applied), `review_comments` (see [`ReviewStore`]) and
+//! `pending_prompts` (see [`FollowUpStore`]).
 //! Every statement the engine runs is here, named for what it does, behind
 //! [`ExecutionStore`]; the decisions stay in the engine.
 
@@ -10,10 +11,12 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+mod followups;
 mod pg;
 mod review;
 mod sqlite;
 
+pub use followups::{FollowUpStore, PendingPrompt};
 pub use pg::PgExecStore;
 pub use review::{NewReviewComment, ReviewCommentRow, ReviewStore, Side};
 pub use sqlite::SqliteExecStore;
@@ -95,7 +98,7 @@ fn ago(secs: f64) -> DateTime<Utc> {
 }
 
 #[async_trait]
-pub trait ExecutionStore: ReviewStore + Send + Sync + 'static {
+pub trait ExecutionStore: ReviewStore + FollowUpStore + Send + Sync + 'static {
     async fn get(&self, task_id: Uuid) -> Result<Option<Execution>>;
 
     async fn get_many(&self, task_ids: &[Uuid]) -> Result<Vec<Execution>>;
