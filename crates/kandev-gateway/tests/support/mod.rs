@@ -655,3 +655,23 @@ pub async fn go(c: &Client, hash: &str) {
     )
     .await;
 }
+
+// ------------------------------------------------------------- keyboard
+
+/// WebDriver key codes, for [`press`].
+pub const TAB: &str = "\u{E004}";
+pub const ENTER: &str = "\u{E007}";
+pub const ESCAPE: &str = "\u{E00C}";
+pub const ARROW_DOWN: &str = "\u{E015}";
+/// Control down, Enter, then every modifier up.
+pub const CTRL_ENTER: &str = "\u{E009}\u{E007}\u{E000}";
+
+/// Types `keys` into whatever has the focus, as a person at a keyboard.
+pub async fn press(c: &Client, keys: &str) {
+    c.active_element()
+        .await
+        .expect("a focused element")
+        .send_keys(keys)
+        .await
+        .unwrap_or_else(|e| panic!("cannot press {keys:?}: {e}"));
+}

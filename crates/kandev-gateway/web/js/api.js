@@ -117,6 +117,8 @@ export const api = {
   changes: (id) => get(`/tasks/${enc(id)}/changes`),
   fileDiff: (id, path) => get(`/tasks/${enc(id)}/changes/diff?path=${enc(path)}`),
   review: (id, body) => post(`/tasks/${enc(id)}/review`, body),
+  reviewComments: (id) => get(`/tasks/${enc(id)}/review/comments`),
+  resolveComment: (id, commentId, resolved) => patch(`/tasks/${enc(id)}/review/comments/${enc(commentId)}`, { resolved }),
   agentTypes: async ({ includeDisabled = false } = {}) =>
     asList(await get(`/agent-types${includeDisabled ? '?include_disabled=true' : ''}`), 'agent_types'),
   createAgentType: (t) => post('/agent-types', t),

@@ -7,6 +7,37 @@ import { STATE, STATES, STATE_LABELS, execBadge, execState, taskDialog } from '.
 
 const POLL_MS = 2000;
 
+// A repository URL's short name: its last path segment without `.git`
+// (https://github.com/acme/widgets.git → widgets).
+export function repoName(url) {
+  const path = String(url || '').replace(/[?#].*$/, '').replace(/\/+$/, '').replace(/\.git$/, '');
+  return path.split(/[/:]/).pop() || '';
+}
+
+// An http(s) link, or null: nothing else becomes a link.
+function webUrl(u) {
+  try {
+    const url = new URL(String(u));
+    return url.protocol === 'http:' || url.protocol === 'https:' ? url.href : null;
+  } catch { return null; }
+}
+
+// The card's repository, branch (the delivered one, else the base the
+// task works from) and, once approval opened one, its pull request.
+function repoLine(t) {
+  const delivered = (t.metadata && typeof t.metadata.delivered === 'object' && t.metadata.delivered) || {};
+  const repo = repoName(t.repository_url);
+  const branch = typeof delivered.branch === 'string' && delivered.branch ? delivered.branch : t.branch;
+  const pr = webUrl(delivered.pull_request);
+  if (!repo && !branch && !pr) return null;
+  const number = pr && /\/(?:pull|pulls|merge_requests)\/(\d+)/.exec(pr);
+  return h('div', { class: 'card-repo', testid: 'card-repo' },
+    repo ? h('span', { class: 'card-repo-name', testid: 'card-repo-name', title: t.repository_url }, repo) : null,
+    branch ? h('code', { class: 'card-branch', testid: 'card-branch', title: `${delivered.branch ? 'Branch' : 'Base branch'} ${branch}` }, branch) : null,
+    pr ? h('a', { class: 'card-pr', testid: 'card-pr', href: pr, target: '_blank', rel: 'noopener noreferrer', title: `Pull request ${pr}` },
+      number ? `PR #${number[1]}` : 'Pull request') : null);
+}
+
 export function boardView(main, boardId, { setCrumbs }) {
   let alive = true;
   let board = null;
@@ -42,7 +73,8 @@ export function boardView(main, boardId, { setCrumbs }) {
 
   function cardKey(t) {
     const s = statuses.get(t.id);
-    return JSON.stringify([t.title, t.agent_type, t.priority, taskState(t), t.version, preparing(t), s && [execState(s), s.queue_position, s.last_error, s.attempts]]);
+    return JSON.stringify([t.title, t.agent_type, t.priority, taskState(t), t.version, preparing(t), s && [execState(s), s.queue_position, s.last_error, s.attempts],
+      t.repository_url, t.branch, t.metadata?.delivered]);
   }
 
   // "preparing the agent image …" while its build runs (agent.preparing);
@@ -70,6 +102,7 @@ export function boardView(main, boardId, { setCrumbs }) {
       // What the task waits for, in full: a person has to act.
       badge && badge.cls === 'attention' ? h('p', { class: 'card-callout exec-attention', testid: 'card-status', dataset: { exec }, title: badge.title }, badge.text) : null,
       preparing(t) && taskState(t) === STATE.IN_PROGRESS ? h('p', { class: 'card-note', testid: 'card-preparing' }, preparing(t)) : null,
+      repoLine(t),
       h('div', { class: 'card-actions' },
         select,
         h('button', { type: 'button', class: 'btn btn-small', testid: 'card-edit', 'aria-label': `Edit ${t.title}`, onclick: () => editTask(t.id) }, 'Edit'),

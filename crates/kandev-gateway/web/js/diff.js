@@ -123,22 +123,86 @@ export function sideBySide(rows) {
 
 const cls = { '+': 'diff-add', '-': 'diff-del', ' ': '', '@': 'diff-hunk', '!': 'diff-note' };
 
+// A row's commentable line numbers, as data attributes: a removed line is
+// on the old side (data-old-line), an added or unchanged one on the new
+// side (data-new-line). data-line is whichever the row shows first.
+function lineData(r) {
+  return r.op === '-'
+    ? { op: r.op, line: String(r.oldNo), oldLine: String(r.oldNo) }
+    : { op: r.op, line: String(r.newNo), newLine: String(r.newNo) };
+}
+
+// Commentable rows take the focus in order (see keyboardLines): one of
+// them is in the tab order at a time.
+const ROW = { tabindex: '-1', role: 'button' };
+
 export function unifiedView(rows) {
-  return h('div', { class: 'diff-body diff-unified', testid: 'changes-diff-unified' },
+  const body = h('div', { class: 'diff-body diff-unified', testid: 'changes-diff-unified' },
     ...rows.map((r) => (r.op === '@' || r.op === '!')
       ? h('span', { class: `diff-skip ${cls[r.op]}` }, r.text)
-      : h('div', { class: `diff-line ${cls[r.op]}`, dataset: { op: r.op, line: String(r.newNo ?? r.oldNo ?? '') } },
+      : h('div', { ...ROW, class: `diff-line ${cls[r.op]}`, dataset: lineData(r), 'aria-label': lineLabel(r) },
         h('span', { class: 'ln' }, r.oldNo ?? ''), h('span', { class: 'ln' }, r.newNo ?? ''),
         h('span', { class: 'op' }, r.op === ' ' ? '' : r.op), h('span', { class: 'code' }, r.text))));
+  return rove(body);
+}
+
+function lineLabel(r) {
+  const where = r.op === '-' ? `removed line ${r.oldNo}` : `${r.op === '+' ? 'added ' : ''}line ${r.newNo}`;
+  return `${where}: ${r.text.slice(0, 80)}`;
 }
 
 export function splitView(rows) {
   const side = (r, op) => r
-    ? [h('span', { class: `ln ${cls[r.op]}` }, (op === '-' ? r.oldNo : r.newNo) ?? ''), h('span', { class: `code ${cls[r.op]}` }, r.text)]
+    ? [h('span', { class: `ln ${cls[r.op]} side-${op === '-' ? 'old' : 'new'}` }, (op === '-' ? r.oldNo : r.newNo) ?? ''),
+      h('span', { class: `code ${cls[r.op]} side-${op === '-' ? 'old' : 'new'}` }, r.text)]
     : [h('span', { class: 'ln diff-empty' }), h('span', { class: 'code diff-empty' })];
-  return h('div', { class: 'diff-body diff-split', testid: 'changes-diff-split' },
+  const pairData = (p) => {
+    const d = p.right ? lineData(p.right) : lineData(p.left);
+    if (p.left && p.left.op === '-') d.oldLine = String(p.left.oldNo);
+    return d;
+  };
+  const body = h('div', { class: 'diff-body diff-split', testid: 'changes-diff-split' },
     ...sideBySide(rows).map((p) => p.note
       ? h('span', { class: `diff-skip ${cls[p.note.op]}` }, p.note.text)
-      : h('div', { class: 'diff-pair', dataset: { line: String(p.right?.newNo ?? p.left?.oldNo ?? '') } },
+      : h('div', { ...ROW, class: 'diff-pair', dataset: pairData(p), 'aria-label': lineLabel(p.right || p.left) },
         ...side(p.left, '-'), ...side(p.right, '+'))));
+  return rove(body);
+}
+
+// ---- keyboard: the lines of a diff, one focusable after the other ----
+
+const LINE_ROWS = ':scope > [data-line]';
+
+// The first commentable row of a view is the one in the tab order.
+function rove(body) {
+  const first = body.querySelector(LINE_ROWS);
+  if (first) first.tabIndex = 0;
+  return body;
+}
+
+// Keyboard use of the diff views inside `container`: Tab reaches a view's
+// lines, ↑/↓ (or j/k) go to the previous or next line, Home/End to the
+// first or last, and Enter or C calls `onComment(row)`. The focused line
+// stays the view's tab stop.
+export function keyboardLines(container, onComment) {
+  container.addEventListener('focusin', (e) => {
+    const row = e.target;
+    if (!row.matches || !row.matches('[data-line]') || !row.parentElement) return;
+    for (const r of row.parentElement.querySelectorAll(LINE_ROWS)) r.tabIndex = r === row ? 0 : -1;
+  });
+  container.addEventListener('keydown', (e) => {
+    const row = e.target;
+    if (!row.matches || !row.matches('[data-line]') || e.altKey || e.ctrlKey || e.metaKey) return;
+    const rows = [...row.parentElement.querySelectorAll(LINE_ROWS)];
+    const at = rows.indexOf(row);
+    const to = { ArrowDown: at + 1, j: at + 1, ArrowUp: at - 1, k: at - 1, Home: 0, End: rows.length - 1 }[e.key];
+    if (to !== undefined) {
+      e.preventDefault();
+      const next = rows[Math.max(0, Math.min(rows.length - 1, to))];
+      next.focus();
+    } else if (e.key === 'Enter' || e.key === 'c' || e.key === 'C') {
+      e.preventDefault();
+      onComment(row);
+    }
+  });
 }
