@@ -37,6 +37,9 @@ context="$(mktemp -d "${TMPDIR:-/tmp}/kandev-mock-agent-context.XXXXXX")"
 trap 'rm -rf "$context"' EXIT
 cp "$here/Dockerfile" "$context/Dockerfile"
 cp "$bin" "$context/kandev-mock-agent"
+# The agent's home: COPY keeps the mode of the directories under rootfs/.
+mkdir -p "$context/rootfs/home/agent"
+chmod 1777 "$context/rootfs/home/agent"
 
 echo "==> docker build -t $image" >&2
 docker build --pull=false -t "$image" "$context"

@@ -7,6 +7,20 @@
 //! mirror ([`crate::mirror::sync`]), then staged into Kandev's index, and
 //! that index is diffed against the base recorded when the task's branch
 //! was started ([`start_branch`]). Nothing in the agent's `.git` is read.
+//!
+//! What is left out, as git leaves it out of `git add --all`: files the
+//! work tree's `.gitignore` files ignore, and the agent type's state paths
+//! (its own files in the workspace, see [`exclude_state`]), which Kandev
+//! writes into its repository's `info/exclude`. Nothing else the agent
+//! wrote decides: git runs without global or system configuration, so no
+//! `core.excludesFile` of anyone's is read. A file the base tracks stays
+//! tracked.
+//!
+//! After a delivery ([`crate::delivery`], which records its commit and
+//! where it went) the clone may be removed but Kandev's repository kept
+//! ([`remove_clone_keeping_delivery`]): the changes are then the delivered
+//! commit's against the base, read without any work tree, until
+//! [`remove_workspace`] removes the rest.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -23,6 +37,8 @@ use crate::{
     mirror,
     workspace::TaskPaths,
 };
+
+mod excludes;
 
 /// How a file changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +97,22 @@ pub struct Changes {
     pub base_commit: String,
     pub head_commit: String,
     pub files: Vec<FileChange>,
+    /// The last delivery, when the files are exactly it: nothing changed
+    /// in the clone since, or the clone is gone.
+    pub delivered: Option<Delivered>,
+    /// The agent's clone was removed after the delivery: the files are the
+    /// delivered commit's.
+    pub clone_removed: bool,
+}
+
+/// The last delivery of the task's branch, as Kandev recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivered {
+    pub branch: String,
+    pub commit: String,
+    /// The remote pushed to (credentials removed); `None` when committed
+    /// only.
+    pub pushed_to: Option<String>,
 }
 
 /// The unified diff of one file.
@@ -97,12 +129,19 @@ pub(crate) const BASE_COMMIT: &str = "kandev.baseCommit";
 pub(crate) const BASE_BRANCH: &str = "kandev.baseBranch";
 /// The URL the task's repository was cloned from: where delivery pushes.
 pub(crate) const URL: &str = "kandev.url";
+/// The commit of the last delivery.
+const DELIVERED_COMMIT: &str = "kandev.deliveredCommit";
+/// Where the last delivery was pushed (credentials removed; empty: not
+/// pushed).
+const DELIVERED_TO: &str = "kandev.deliveredTo";
 
 /// A task's clone: the agent's work tree and Kandev's repository of it.
 #[derive(Debug, Clone)]
 pub struct TaskRepo {
     paths: TaskPaths,
     repo: Repo,
+    /// Only Kandev's repository is left, after a delivery.
+    clone_removed: bool,
 }
 
 impl TaskRepo {
@@ -115,6 +154,22 @@ impl TaskRepo {
     pub fn repo(&self) -> &Repo {
         &self.repo
     }
+
+    /// Whether the agent's clone was removed after a delivery (only
+    /// Kandev's repository is left).
+    pub fn clone_removed(&self) -> bool {
+        self.clone_removed
+    }
+
+    /// What the task's clone holds on disk: the agent's work tree, or,
+    /// once it is removed, Kandev's repository.
+    pub fn disk_dir(&self) -> &Path {
+        if self.clone_removed {
+            &self.paths.kandev
+        } else {
+            &self.paths.workspace
+        }
+    }
 }
 
 /// The clone of `task_id` under `workspaces_root`.
@@ -122,7 +177,11 @@ pub async fn task_repo(workspaces_root: &Path, task_id: Uuid) -> Result<TaskRepo
     let paths = TaskPaths::new(workspaces_root, task_id);
     let repo = paths.repo();
     if repo.git_dir().is_dir() && paths.workspace.is_dir() {
-        return Ok(TaskRepo { paths, repo });
+        return Ok(TaskRepo {
+            paths,
+            repo,
+            clone_removed: false,
+        });
     }
     if paths.workspace.join(".git").exists() {
         return Err(AgentError::FailedPrecondition(format!(
@@ -134,6 +193,81 @@ pub async fn task_repo(workspaces_root: &Path, task_id: Uuid) -> Result<TaskRepo
     Err(AgentError::NotFound(format!(
         "a cloned workspace of task {task_id}"
     )))
+}
+
+/// What GetChanges reads for `task_id`: its clone, or, once the clone was
+/// removed after a delivery, Kandev's repository alone (see
+/// [`remove_clone_keeping_delivery`]).
+pub async fn task_changes_repo(workspaces_root: &Path, task_id: Uuid) -> Result<TaskRepo> {
+    let found = task_repo(workspaces_root, task_id).await;
+    let paths = TaskPaths::new(workspaces_root, task_id);
+    let repo = paths.repo();
+    match found {
+        Err(AgentError::NotFound(_))
+            if repo.git_dir().is_dir() && delivered(&repo).await.is_some() =>
+        {
+            Ok(TaskRepo {
+                paths,
+                repo,
+                clone_removed: true,
+            })
+        }
+        other => other,
+    }
+}
+
+/// The last delivery recorded in Kandev's repository of the task.
+async fn delivered(repo: &Repo) -> Option<Delivered> {
+    let commit = recorded(repo, DELIVERED_COMMIT).await.ok()?;
+    let pushed_to = recorded(repo, DELIVERED_TO).await.unwrap_or_default();
+    Some(Delivered {
+        branch: current_branch(repo).await.unwrap_or_default(),
+        commit,
+        pushed_to: Some(pushed_to).filter(|p| !p.is_empty()),
+    })
+}
+
+/// Records a delivery of `commit` (pushed to `pushed_to`, credentials
+/// removed) in Kandev's repository of the task.
+pub(crate) async fn record_delivery(
+    repo: &Repo,
+    commit: &str,
+    pushed_to: Option<&str>,
+) -> Result<()> {
+    repo.run(["config", DELIVERED_COMMIT, commit], None).await?;
+    repo.run(
+        ["config", DELIVERED_TO, pushed_to.unwrap_or_default()],
+        None,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Declares the agent type's `state_paths` (`.gitignore` patterns, checked
+/// when the type was saved) in Kandev's repository of the task, if the
+/// task has a clone: Changes and delivery leave them out from the next
+/// staging on. Patterns declared once stay: another agent's state may
+/// still lie in the clone.
+#[instrument(skip_all, fields(%task_id))]
+pub async fn exclude_state(
+    workspaces_root: &Path,
+    task_id: Uuid,
+    patterns: &[String],
+) -> Result<()> {
+    let paths = TaskPaths::new(workspaces_root, task_id);
+    let git_dir = paths.repo().git_dir().to_path_buf();
+    if patterns.is_empty() || !git_dir.is_dir() {
+        return Ok(());
+    }
+    let _guard = task_lock(&paths.kandev).lock_owned().await;
+    let patterns = patterns.to_vec();
+    let added = tokio::task::spawn_blocking(move || excludes::add(&git_dir, &patterns))
+        .await
+        .map_err(|e| AgentError::Internal(format!("declaring state paths: {e}")))??;
+    if added {
+        tracing::debug!("state paths declared");
+    }
+    Ok(())
 }
 
 /// The branch checked out, or `None` when detached.
@@ -228,20 +362,30 @@ async fn tracked_dirs(repo: &Repo) -> Result<HashSet<String>> {
 /// Kandev's index; the task's lock, held until the caller is done.
 #[instrument(skip_all, fields(workspace = %task.paths.workspace.display()))]
 pub(crate) async fn stage(task: &TaskRepo) -> Result<tokio::sync::OwnedMutexGuard<()>> {
+    if task.clone_removed {
+        return Err(AgentError::FailedPrecondition(
+            "the task's clone was removed after its delivery: there is no work to stage".into(),
+        ));
+    }
     let guard = task_lock(&task.paths.kandev).lock_owned().await;
     let tracked = tracked_dirs(&task.repo).await?;
     let started = std::time::Instant::now();
-    let (workspace, tree, staging) = (
+    let (workspace, tree, staging, git_dir) = (
         task.paths.workspace.clone(),
         task.repo.work_tree().to_path_buf(),
         task.paths.staging(),
+        task.repo.git_dir().to_path_buf(),
     );
     let stats = tokio::task::spawn_blocking(move || {
+        let ignored = mirror::Ignored {
+            tracked_dirs: &tracked,
+            excludes: &excludes::matcher(&git_dir),
+        };
         mirror::sync(
             &workspace,
             &tree,
             &staging,
-            &tracked,
+            &ignored,
             &mirror::Limits::default(),
         )
     })
@@ -255,38 +399,88 @@ pub(crate) async fn stage(task: &TaskRepo) -> Result<tokio::sync::OwnedMutexGuar
 
 const DIFF: &[&str] = &[
     "diff",
-    "--cached",
     "--no-ext-diff",
     "--no-textconv",
     "--no-color",
     "--find-renames",
 ];
 
-/// The files changed since the base, committed or not.
+/// What the base is compared with.
+#[derive(Debug, Clone, Copy)]
+enum Target<'a> {
+    /// Kandev's index: the staged work tree.
+    Index,
+    /// A commit (the delivered one), without any work tree.
+    Commit(&'a str),
+}
+
+/// `git diff` of `base` against `target`, then `extra`, then `--`.
+fn diff_args<'a>(base: &'a str, target: Target<'a>, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args: Vec<&str> = DIFF.to_vec();
+    args.extend(extra);
+    match target {
+        Target::Index => args.extend(["--cached", base]),
+        Target::Commit(commit) => args.extend([base, commit]),
+    }
+    args.push("--");
+    args
+}
+
+/// The files changed since the base, committed or not; once the clone was
+/// removed after a delivery, the delivered commit's.
 #[instrument(skip_all)]
 pub async fn changes(task: &TaskRepo) -> Result<Changes> {
     let repo = &task.repo;
     let (base_commit, base_branch) = base_of(repo).await?;
-    let _staged = stage(task).await?;
-    let files = staged_changes(repo, &base_commit).await?;
     let branch = current_branch(repo).await.unwrap_or_default();
+    let last = delivered(repo).await;
+    if task.clone_removed {
+        let last = last.ok_or_else(|| {
+            AgentError::FailedPrecondition("the task's repository has no delivery recorded".into())
+        })?;
+        let files = changed_files(repo, &base_commit, Target::Commit(&last.commit)).await?;
+        return Ok(Changes {
+            branch,
+            base_branch,
+            base_commit,
+            head_commit: last.commit.clone(),
+            files,
+            delivered: Some(last),
+            clone_removed: true,
+        });
+    }
+    let _staged = stage(task).await?;
+    let files = changed_files(repo, &base_commit, Target::Index).await?;
     let head_commit = commit_of(repo, "HEAD").await?;
+    // The delivered change still, when nothing changed since.
+    let delivered = match last {
+        Some(last) if unchanged_since(repo, &last.commit).await? => Some(last),
+        _ => None,
+    };
     Ok(Changes {
         branch,
         base_branch,
         base_commit,
         head_commit,
         files,
+        delivered,
+        clone_removed: false,
     })
 }
 
-/// The files of the index (the staged work tree) that differ from the base.
-async fn staged_changes(repo: &Repo, base_commit: &str) -> Result<Vec<FileChange>> {
-    let diff = |extra: &'static str| {
-        let mut args: Vec<&str> = DIFF.to_vec();
-        args.extend([extra, "-z", base_commit, "--"]);
-        repo.run(args, None)
-    };
+/// Whether the staged work tree is `commit`'s tree.
+async fn unchanged_since(repo: &Repo, commit: &str) -> Result<bool> {
+    repo.run_status(["diff", "--cached", "--quiet", "--no-ext-diff", commit, "--"])
+        .await
+}
+
+/// The files of `target` that differ from the base.
+async fn changed_files(
+    repo: &Repo,
+    base_commit: &str,
+    target: Target<'_>,
+) -> Result<Vec<FileChange>> {
+    let diff = |extra: &'static str| repo.run(diff_args(base_commit, target, &[extra, "-z"]), None);
     let names = diff("--name-status").await?.stdout;
     let stats = diff("--numstat").await?.stdout;
     let mut files = parse_name_status(&String::from_utf8_lossy(&names))?;
@@ -301,19 +495,27 @@ async fn staged_changes(repo: &Repo, base_commit: &str) -> Result<Vec<FileChange
     Ok(files)
 }
 
-/// The unified diff of the changed file `path`, cut at `max_bytes`.
+/// The unified diff of the changed file `path`, cut at `max_bytes` (the
+/// delivered commit's once the clone was removed).
 #[instrument(skip_all)]
 pub async fn file_diff(task: &TaskRepo, path: &str, max_bytes: usize) -> Result<FileDiff> {
     let repo = &task.repo;
     let (base_commit, _) = base_of(repo).await?;
-    let _staged = stage(task).await?;
-    let files = staged_changes(repo, &base_commit).await?;
+    let (_staged, last) = if task.clone_removed {
+        let last = delivered(repo).await.ok_or_else(|| {
+            AgentError::FailedPrecondition("the task's repository has no delivery recorded".into())
+        })?;
+        (None, Some(last.commit))
+    } else {
+        (Some(stage(task).await?), None)
+    };
+    let target = last.as_deref().map_or(Target::Index, Target::Commit);
+    let files = changed_files(repo, &base_commit, target).await?;
     let file = files
         .iter()
         .find(|f| f.path == path)
         .ok_or_else(|| AgentError::NotFound(format!("a change to {path}")))?;
-    let mut args: Vec<&str> = DIFF.to_vec();
-    args.extend([base_commit.as_str(), "--"]);
+    let mut args = diff_args(&base_commit, target, &[]);
     if let Some(old) = &file.old_path {
         args.push(old);
     }
@@ -409,10 +611,40 @@ pub fn disk_usage(dir: &Path) -> u64 {
 /// tree and Kandev's repository); the bytes freed, or `None` when there was
 /// none.
 pub async fn remove_workspace(workspaces_root: &Path, task_id: Uuid) -> Result<Option<u64>> {
+    remove(workspaces_root, task_id, false).await
+}
+
+/// [`remove_workspace`], except that a repository with a delivery recorded
+/// keeps its git directory (the mirror emptied, the index dropped): the
+/// delivered change stays readable ([`task_changes_repo`]) until
+/// [`remove_workspace`] removes the rest.
+pub async fn remove_clone_keeping_delivery(
+    workspaces_root: &Path,
+    task_id: Uuid,
+) -> Result<Option<u64>> {
+    remove(workspaces_root, task_id, true).await
+}
+
+#[instrument(skip_all, fields(%task_id, keep_delivered))]
+async fn remove(
+    workspaces_root: &Path,
+    task_id: Uuid,
+    keep_delivered: bool,
+) -> Result<Option<u64>> {
     let paths = TaskPaths::new(workspaces_root, task_id);
+    let repo = paths.repo();
+    let keep = keep_delivered && repo.git_dir().is_dir() && delivered(&repo).await.is_some();
+    // No staging meanwhile: it would copy into what goes.
+    let _guard = task_lock(&paths.kandev).lock_owned().await;
     tokio::task::spawn_blocking(move || {
+        let mut dirs = vec![paths.workspace.clone()];
+        if keep {
+            dirs.extend([paths.staging(), repo.work_tree().to_path_buf()]);
+        } else {
+            dirs.push(paths.kandev.clone());
+        }
         let mut freed = None;
-        for dir in [&paths.workspace, &paths.kandev] {
+        for dir in &dirs {
             if std::fs::symlink_metadata(dir).is_err() {
                 continue;
             }
@@ -421,6 +653,16 @@ pub async fn remove_workspace(workspaces_root: &Path, task_id: Uuid) -> Result<O
                 AgentError::Internal(format!("cannot remove {}: {e}", dir.display()))
             })?;
             freed = Some(freed.unwrap_or(0) + bytes);
+        }
+        if keep {
+            // git runs in the (now empty) mirror; the index is the clone's.
+            let index = repo.git_dir().join("index");
+            let bytes = std::fs::metadata(&index).map_or(0, |m| m.len());
+            if std::fs::remove_file(&index).is_ok() {
+                freed = Some(freed.unwrap_or(0) + bytes);
+            }
+            std::fs::create_dir(repo.work_tree())
+                .map_err(|e| AgentError::Internal(format!("cannot empty the mirror: {e}")))?;
         }
         Ok(freed)
     })

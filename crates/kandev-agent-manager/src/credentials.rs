@@ -397,6 +397,7 @@ mod tests {
             permission_policy: crate::domain::PermissionPolicyKind::AutoApprove,
             enabled: true,
             home_volume: String::new(),
+            state_paths: vec![],
             internal: false,
             host_credentials,
         }

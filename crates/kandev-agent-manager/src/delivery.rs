@@ -5,14 +5,19 @@
 //! What is pushed, and where, comes only from Kandev's own repository of
 //! the task: the URL and branch recorded at clone time, never the agent's
 //! remote, `HEAD` or configuration; the credentials a push carries are for
-//! that URL only.
+//! that URL only. What is committed is what Changes show: the work tree
+//! without what its `.gitignore` files ignore or the agent type declares
+//! as its own state (see [`crate::changes`]). The delivery is recorded
+//! there too, so the delivered change stays readable after the clone goes.
 
 use std::path::Path;
 
 use tracing::instrument;
 
 use crate::{
-    changes::{BASE_BRANCH, TaskRepo, URL, commit_of, current_branch, recorded, stage},
+    changes::{
+        BASE_BRANCH, TaskRepo, URL, commit_of, current_branch, record_delivery, recorded, stage,
+    },
     domain::{AgentError, Result},
     git::Repo,
 };
@@ -89,6 +94,8 @@ pub async fn deliver(
             merge_into_base(&pusher, &url, &protocols, &branch, &base_branch, author).await?;
         }
     }
+    // What the task's Changes show once the clone is gone.
+    record_delivery(repo, &commit, pushed_to.as_deref()).await?;
     Ok(Delivery {
         branch,
         base_branch,

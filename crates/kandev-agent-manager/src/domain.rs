@@ -137,6 +137,11 @@ pub struct AgentType {
     /// across containers in a named volume per agent type and user; empty
     /// for none.
     pub home_volume: String,
+    /// What the agent writes into the workspace for itself (a session
+    /// store, its local settings): `.gitignore` patterns, relative to the
+    /// repository's root, that Changes and delivery leave out as they leave
+    /// out what the repository ignores (see [`crate::changes`]).
+    pub state_paths: Vec<String>,
     /// For tests and demos: hidden from pickers by default.
     pub internal: bool,
     /// Whether the operator's credentials (the mounts above, the host's
@@ -161,6 +166,38 @@ fn home_volume_ok(path: &str) -> bool {
         && !trimmed.starts_with("/workspace/")
         && !path.contains([':', ',', '\0'])
         && !path.split('/').any(|part| part == ".." || part == ".")
+}
+
+/// The most state paths one agent type declares.
+const MAX_STATE_PATHS: usize = 32;
+
+/// Each state path is one `.gitignore` pattern that ignores (no `!`
+/// negation, no comment, no line break, no surrounding blanks), at most
+/// 256 bytes.
+fn check_state_paths(paths: &[String]) -> Result<()> {
+    if paths.len() > MAX_STATE_PATHS {
+        return Err(invalid(format!(
+            "state_paths holds at most {MAX_STATE_PATHS} patterns"
+        )));
+    }
+    for path in paths {
+        let malformed = path.is_empty()
+            || path.len() > 256
+            || path.trim() != path
+            || path.starts_with(['!', '#'])
+            || path.contains(['\n', '\r', '\0'])
+            || ignore::gitignore::GitignoreBuilder::new("/")
+                .add_line(None, path)
+                .is_err();
+        if malformed {
+            return Err(invalid(format!(
+                "state_paths: {path:?} is not a .gitignore pattern (one line, not empty, \
+                 no '!' or '#' first, at most 256 bytes), e.g. \".claude/settings.local.json\" \
+                 or \".kandev-mock/\""
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The named Docker volume of an agent type's home for one user: a hash
@@ -220,6 +257,7 @@ impl AgentType {
                  ',', and not / or /workspace",
             ));
         }
+        check_state_paths(&self.state_paths)?;
         if self.network_mode.trim().is_empty() {
             return Err(invalid(
                 "network_mode is required (none, bridge, host or a network)",

@@ -129,6 +129,7 @@ fn type_to_proto(t: AgentType, settings: &Settings) -> pb::AgentType {
         permission_policy: t.permission_policy.as_str().to_string(),
         enabled: t.enabled,
         home_volume: t.home_volume,
+        state_paths: t.state_paths,
         ..Default::default()
     }
 }
@@ -169,6 +170,7 @@ fn type_from_proto(t: pb::AgentType) -> Result<AgentType, AgentError> {
         permission_policy: PermissionPolicyKind::parse(&or(t.permission_policy, "auto_approve"))?,
         enabled: t.enabled,
         home_volume: t.home_volume.trim().to_string(),
+        state_paths: t.state_paths,
         internal: t.internal,
         host_credentials: t.host_credentials,
     })
@@ -412,15 +414,27 @@ impl AgentManagerRpc for GrpcAgentAdapter {
     ) -> Result<Response<pb::Changes>, Status> {
         let task_id = parse_id("task_id", &request.into_inner().task_id).map_err(status)?;
         let root = Path::new(&self.manager.settings().workspaces_root);
-        let repo = changes::task_repo(root, task_id).await.map_err(status)?;
+        let repo = changes::task_changes_repo(root, task_id)
+            .await
+            .map_err(status)?;
         let c = changes::changes(&repo).await.map_err(status)?;
-        let dir = repo.workspace().to_path_buf();
+        let dir = repo.disk_dir().to_path_buf();
         let disk_bytes = tokio::task::spawn_blocking(move || changes::disk_usage(&dir))
             .await
             .unwrap_or(0);
         Ok(Response::new(pb::Changes {
             task_id: task_id.to_string(),
-            workspace_path: repo.workspace().display().to_string(),
+            workspace_path: if repo.clone_removed() {
+                String::new()
+            } else {
+                repo.workspace().display().to_string()
+            },
+            delivered: c.delivered.map(|d| pb::DeliveredChange {
+                branch: d.branch,
+                commit: d.commit,
+                pushed_to: d.pushed_to.unwrap_or_default(),
+            }),
+            clone_removed: c.clone_removed,
             branch: c.branch,
             base_branch: c.base_branch,
             base_commit: c.base_commit,
@@ -445,7 +459,8 @@ impl AgentManagerRpc for GrpcAgentAdapter {
         &self,
         request: Request<pb::RemoveWorkspaceRequest>,
     ) -> Result<Response<pb::RemoveWorkspaceResponse>, Status> {
-        let task_id = parse_id("task_id", &request.into_inner().task_id).map_err(status)?;
+        let request = request.into_inner();
+        let task_id = parse_id("task_id", &request.task_id).map_err(status)?;
         let running = self
             .manager
             .list_instances(Some(task_id))
@@ -459,9 +474,12 @@ impl AgentManagerRpc for GrpcAgentAdapter {
             )));
         }
         let root = Path::new(&self.manager.settings().workspaces_root);
-        let freed = changes::remove_workspace(root, task_id)
-            .await
-            .map_err(status)?;
+        let freed = if request.keep_delivered {
+            changes::remove_clone_keeping_delivery(root, task_id).await
+        } else {
+            changes::remove_workspace(root, task_id).await
+        }
+        .map_err(status)?;
         if let Some(bytes) = freed {
             tracing::info!(%task_id, bytes, "workspace removed");
         }
@@ -531,7 +549,9 @@ impl AgentManagerRpc for GrpcAgentAdapter {
         let r = request.into_inner();
         let task_id = parse_id("task_id", &r.task_id).map_err(status)?;
         let root = Path::new(&self.manager.settings().workspaces_root);
-        let repo = changes::task_repo(root, task_id).await.map_err(status)?;
+        let repo = changes::task_changes_repo(root, task_id)
+            .await
+            .map_err(status)?;
         let d = changes::file_diff(&repo, &r.path, changes::MAX_DIFF_BYTES)
             .await
             .map_err(status)?;

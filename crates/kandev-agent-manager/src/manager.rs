@@ -486,6 +486,12 @@ impl AgentManager {
                 return Err(e);
             }
         };
+        let root = Path::new(&self.settings().workspaces_root);
+        if let Err(e) =
+            crate::changes::exclude_state(root, instance.task_id, &agent_type.state_paths).await
+        {
+            tracing::warn!(task = %instance.task_id, error = %e, "cannot declare the agent's state paths");
+        }
         let container = self.container_spec(&instance, &agent_type, &host_path, env);
         let spec = TurnSpec {
             instance: instance.clone(),

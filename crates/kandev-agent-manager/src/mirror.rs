@@ -18,8 +18,9 @@
 //!   so is every entry named `.git` at any depth (the agent's repository, a
 //!   nested one, or a `gitdir:` file pointing elsewhere);
 //! - only the executable bit of a mode reaches the mirror (no setuid);
-//! - directories the work tree's `.gitignore` files ignore and that hold
-//!   nothing tracked are not copied (git would leave them out anyway);
+//! - directories the work tree's `.gitignore` files ignore, or Kandev's
+//!   own excludes (the agent type's state paths), and that hold nothing
+//!   tracked are not copied (git would leave them out anyway);
 //! - sizes, entries and depth are bounded ([`Limits`]).
 //!
 //! A file is copied again when its size, modification time or executable
@@ -107,22 +108,33 @@ const OPEN_DIR: OFlag = OFlag::O_RDONLY
 /// Where a file is written before it is renamed into the mirror.
 const STAGED: &str = "file";
 
+/// What decides that a directory is left out of the mirror.
+#[derive(Debug, Clone, Copy)]
+pub struct Ignored<'a> {
+    /// The directories holding tracked files: never left out.
+    pub tracked_dirs: &'a HashSet<String>,
+    /// Kandev's own excludes (its repository's `info/exclude`), rooted at
+    /// the work tree (`/`): the lowest precedence, below every
+    /// `.gitignore`, as git gives them.
+    pub excludes: &'a Gitignore,
+}
+
 /// Makes `mirror` a copy of the work tree at `workspace` (see the module's
-/// docs). `tracked_dirs` are the directories holding tracked files (never
-/// left out as ignored); `staging` is an empty directory of Kandev's on the
-/// mirror's file system. Blocking.
+/// docs). `ignored` says which directories are left out; `staging` is an
+/// empty directory of Kandev's on the mirror's file system. Blocking.
 pub fn sync(
     workspace: &Path,
     mirror: &Path,
     staging: &Path,
-    tracked_dirs: &HashSet<String>,
+    ignored: &Ignored<'_>,
     limits: &Limits,
 ) -> Result<SyncStats> {
     let src = open_root(workspace)?;
     let dst = open_root(mirror)?;
     let staging = open_root(staging)?;
     let mut walk = Walk {
-        tracked_dirs,
+        tracked_dirs: ignored.tracked_dirs,
+        excludes: ignored.excludes,
         limits,
         staging,
         ignores: Vec::new(),
@@ -224,6 +236,7 @@ fn kind(st: &FileStat) -> Kind {
 
 struct Walk<'a> {
     tracked_dirs: &'a HashSet<String>,
+    excludes: &'a Gitignore,
     limits: &'a Limits,
     staging: OwnedFd,
     /// The `.gitignore` of each directory on the way down that has one.
@@ -413,13 +426,14 @@ impl Walk<'_> {
     }
 
     /// Whether the directory at `path` is ignored by the nearest
-    /// `.gitignore` that decides, and holds nothing tracked.
+    /// `.gitignore` that decides (else by Kandev's excludes), and holds
+    /// nothing tracked.
     fn ignored_dir(&self, path: &Path) -> bool {
         if self.tracked_dirs.contains(path.to_string_lossy().as_ref()) {
             return false;
         }
         let abs = Path::new("/").join(path);
-        for ignore in self.ignores.iter().rev() {
+        for ignore in self.ignores.iter().rev().chain([self.excludes]) {
             let decided = ignore.matched(&abs, true);
             if decided.is_ignore() {
                 return true;
@@ -559,8 +573,20 @@ mod tests {
     }
 
     fn run(d: &Dirs, tracked: &[&str]) -> SyncStats {
+        run_excluding(d, tracked, &Gitignore::empty())
+    }
+
+    fn run_excluding(d: &Dirs, tracked: &[&str], excludes: &Gitignore) -> SyncStats {
         let tracked = tracked.iter().map(|s| s.to_string()).collect();
-        sync(&d.ws, &d.mirror, &d.staging, &tracked, &Limits::default()).unwrap()
+        let ignored = Ignored {
+            tracked_dirs: &tracked,
+            excludes,
+        };
+        sync(&d.ws, &d.mirror, &d.staging, &ignored, &Limits::default()).unwrap()
+    }
+
+    fn nothing_ignored() -> (HashSet<String>, Gitignore) {
+        (HashSet::new(), Gitignore::empty())
     }
 
     fn write(root: &Path, rel: &str, bytes: &[u8]) {
@@ -636,6 +662,28 @@ mod tests {
     }
 
     #[test]
+    fn directories_kandev_excludes_are_left_out_below_every_gitignore() {
+        let d = dirs();
+        write(&d.ws, ".kandev-mock/sessions/s.json", b"{}");
+        write(&d.ws, "keep/.kandev-mock/x", b"x");
+        write(&d.ws, ".claude/settings.json", b"tracked");
+        write(&d.ws, "src/.gitignore", b"!.kandev-mock/\n");
+        write(&d.ws, "src/.kandev-mock/y", b"y");
+        let mut builder = GitignoreBuilder::new("/");
+        for line in [".kandev-mock/", ".claude/"] {
+            builder.add_line(None, line).unwrap();
+        }
+        let excludes = builder.build().unwrap();
+        run_excluding(&d, &[".claude"], &excludes);
+        assert!(!d.mirror.join(".kandev-mock").exists());
+        assert!(!d.mirror.join("keep/.kandev-mock").exists());
+        // A directory holding tracked files is copied (git decides file by
+        // file), and a .gitignore's negation wins over Kandev's excludes.
+        assert!(d.mirror.join(".claude/settings.json").exists());
+        assert!(d.mirror.join("src/.kandev-mock/y").exists());
+    }
+
+    #[test]
     fn limits_are_errors_that_say_which() {
         let d = dirs();
         write(&d.ws, "big.bin", &vec![0u8; 2048]);
@@ -643,7 +691,12 @@ mod tests {
             max_file_bytes: 1024,
             ..Limits::default()
         };
-        let err = sync(&d.ws, &d.mirror, &d.staging, &HashSet::new(), &limits).unwrap_err();
+        let (tracked, excludes) = nothing_ignored();
+        let ignored = Ignored {
+            tracked_dirs: &tracked,
+            excludes: &excludes,
+        };
+        let err = sync(&d.ws, &d.mirror, &d.staging, &ignored, &limits).unwrap_err();
         assert!(err.to_string().contains("big.bin"), "{err}");
 
         let d = dirs();
@@ -653,7 +706,7 @@ mod tests {
             max_depth: 4,
             ..Limits::default()
         };
-        let err = sync(&d.ws, &d.mirror, &d.staging, &HashSet::new(), &limits).unwrap_err();
+        let err = sync(&d.ws, &d.mirror, &d.staging, &ignored, &limits).unwrap_err();
         assert!(err.to_string().contains("deeper than 4"), "{err}");
     }
 

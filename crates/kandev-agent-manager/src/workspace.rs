@@ -392,6 +392,14 @@ impl PendingClone {
             std::fs::rename(from, to)
                 .map_err(|e| AgentError::Internal(format!("cannot move the clone into place: {e}")))
         };
+        // Kandev's repository of a delivered clone, kept for its Changes
+        // (see `changes::remove_clone_keeping_delivery`): the new clone's
+        // replaces it.
+        if self.paths.kandev.exists() {
+            std::fs::remove_dir_all(&self.paths.kandev).map_err(|e| {
+                AgentError::Internal(format!("cannot replace the task's old repository: {e}"))
+            })?;
+        }
         rename(&kandev, &self.paths.kandev)?;
         rename(&agent, &self.paths.workspace)?;
         owned(self.paths.workspace)

@@ -585,6 +585,14 @@ pub struct AgentType {
     /// `/home/agent/.augment/sessions`; empty for none.
     #[serde(default)]
     pub home_volume: String,
+    /// What the agent writes into the workspace for itself (a session
+    /// store, its local settings): `.gitignore` patterns, relative to the
+    /// repository's root, e.g. `.claude/settings.local.json` or
+    /// `.kandev-mock/`. Changes and delivery leave them out as they leave
+    /// out what the repository ignores (a file the repository tracks stays
+    /// tracked). At most 32, each one line without `!` or `#` first.
+    #[serde(default)]
+    pub state_paths: Vec<String>,
     /// For tests and demos: hidden from the agent picker by default.
     #[serde(default)]
     pub internal: bool,
@@ -645,6 +653,7 @@ impl From<pb::AgentType> for AgentType {
             permission_policy: t.permission_policy,
             enabled: t.enabled,
             home_volume: t.home_volume,
+            state_paths: t.state_paths,
             internal: t.internal,
             host_credentials: t.host_credentials,
             missing_env: t.missing_env,
@@ -680,6 +689,7 @@ impl From<AgentType> for pb::AgentType {
             permission_policy: t.permission_policy,
             enabled: t.enabled,
             home_volume: t.home_volume,
+            state_paths: t.state_paths,
             internal: t.internal,
             host_credentials: t.host_credentials,
             ..Default::default()
@@ -708,6 +718,7 @@ pub struct AgentTypePatch {
     pub permission_policy: Option<String>,
     pub enabled: Option<bool>,
     pub home_volume: Option<String>,
+    pub state_paths: Option<Vec<String>>,
     pub internal: Option<bool>,
     pub host_credentials: Option<bool>,
 }
@@ -735,6 +746,7 @@ impl AgentTypePatch {
             permission_policy,
             enabled,
             home_volume,
+            state_paths,
             internal,
             host_credentials
         );

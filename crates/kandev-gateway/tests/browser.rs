@@ -1378,12 +1378,14 @@ async fn the_changes_tab_shows_the_agents_edits() {
         vec![],
     )
     .await;
-    // Delivered: the clone is gone, and the tab says so.
+    // Delivered: the clone is gone, and the tab shows the approved change
+    // (see browser_delivered.rs).
     wait_js(
         c,
-        "the Changes tab without a clone",
+        "the Changes tab with the approved change",
         30,
-        "return document.querySelector('[data-testid=changes-summary]').textContent.includes('no cloned repository');",
+        "return document.querySelector('[data-testid=changes-path]')?.textContent === 'Removed after the approval'
+           && document.querySelector('[data-testid=changes-delivered]')?.textContent.startsWith('Approved and pushed as ');",
         vec![],
     )
     .await;

@@ -91,11 +91,7 @@ pub(crate) struct Config {
     pub(crate) api_key: Option<String>,
 
     /// File whose existence means "logged in" for `--auth terminal`; `--login` creates it.
-    #[arg(
-        long,
-        env = "KANDEV_MOCK_CREDENTIALS",
-        default_value = ".kandev-mock/credentials"
-    )]
+    #[arg(long, env = "KANDEV_MOCK_CREDENTIALS", default_value_os_t = in_home("credentials"))]
     pub(crate) credentials: PathBuf,
 
     /// Perform the terminal login (create the credentials file) and exit 0.
@@ -115,8 +111,10 @@ pub(crate) struct Config {
     #[arg(long = "quirks", env = "KANDEV_MOCK_QUIRKS", default_value = "", value_parser = Quirks::parse)]
     pub(crate) quirks: Quirks,
 
-    /// Directory for session files; relative paths are resolved against the session cwd.
-    #[arg(long, env = "KANDEV_MOCK_STATE_DIR", default_value = ".kandev-mock")]
+    /// Directory for session files: the agent's home, as a real agent keeps
+    /// its sessions (`~/.claude`, `~/.codex`); a relative path is resolved
+    /// against the session cwd (the workspace).
+    #[arg(long, env = "KANDEV_MOCK_STATE_DIR", default_value_os_t = in_home(""))]
     pub(crate) state_dir: PathBuf,
 
     /// Log level on stderr: off, error, warn, info, debug.
@@ -138,4 +136,15 @@ pub(crate) struct Config {
     /// Legacy dialect: emit a heartbeat line every N ms while working (0 = only one at start).
     #[arg(long, env = "KANDEV_MOCK_HEARTBEAT_MS", default_value_t = 0)]
     pub(crate) heartbeat_ms: u64,
+}
+
+/// `$HOME/.kandev-mock/<name>`: the mock's state lives in its home, never
+/// in the workspace it works on. Without `HOME`, `/` (as Docker sets it for
+/// a user the image does not name).
+fn in_home(name: &str) -> PathBuf {
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map_or_else(|| PathBuf::from("/"), PathBuf::from);
+    let dir = home.join(".kandev-mock");
+    if name.is_empty() { dir } else { dir.join(name) }
 }

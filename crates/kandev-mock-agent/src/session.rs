@@ -1,6 +1,7 @@
 //! Sessions: deterministic ids, in-memory state, modes and config options, and
-//! the JSON file under `<cwd>/.kandev-mock/sessions/` that lets a restarted
-//! agent answer `session/load`.
+//! the JSON file under `<state dir>/sessions/` (by default
+//! `$HOME/.kandev-mock/sessions/`, the agent's home, never the workspace)
+//! that lets a restarted agent answer `session/load`.
 
 use std::{
     collections::HashMap,
@@ -84,12 +85,14 @@ impl Sessions {
     }
 
     /// Creates a session with a deterministic id: a hash of the seed, the cwd and
-    /// a counter, skipping ids already in memory or on disk.
+    /// a counter, skipping ids already in memory or on disk. The id's file is
+    /// claimed at once, so agents sharing one home (a volume) never pick the
+    /// same id.
     pub(crate) fn create(&mut self, cwd: &Path) -> (String, SessionRef) {
         let id = loop {
             self.counter += 1;
             let id = session_id(&self.seed, cwd, self.counter);
-            if !self.map.contains_key(&id) && !self.file(cwd, &id).exists() {
+            if !self.map.contains_key(&id) && claim(&self.file(cwd, &id)) {
                 break id;
             }
         };
@@ -164,6 +167,29 @@ pub(crate) fn session_file(state_dir: &Path, cwd: &Path, id: &str) -> PathBuf {
     cwd.join(state_dir)
         .join("sessions")
         .join(format!("{id}.json"))
+}
+
+/// Creates the empty session file `path` unless it exists; whether the id
+/// is free. A store that cannot be written leaves it free (the session then
+/// lives in memory only, as [`persist`] logs).
+fn claim(path: &Path) -> bool {
+    let created = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+        });
+    match created {
+        Ok(_) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+        Err(e) => {
+            warning!("cannot claim the session file {}: {e}", path.display());
+            true
+        }
+    }
 }
 
 /// Writes the record to its session file; failures are logged, never fatal.

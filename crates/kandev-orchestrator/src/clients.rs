@@ -25,8 +25,10 @@ pub trait AgentControl: Send + Sync + 'static {
     async fn list_instances(&self, task_id: &str) -> Result<Vec<pb::AgentInstance>, Status>;
     /// Commits (and pushes) the task's work on its branch.
     async fn deliver(&self, request: pb::DeliverChangesRequest) -> Result<pb::Delivery, Status>;
-    /// Removes the task's clone; `Ok(false)` when it had none.
-    async fn remove_workspace(&self, task_id: &str) -> Result<bool, Status>;
+    /// Removes the task's clone; `Ok(false)` when it had none. With
+    /// `keep_delivered`, Kandev's repository of a delivered clone stays,
+    /// and the delivered change with it (see `RemoveWorkspaceRequest`).
+    async fn remove_workspace(&self, task_id: &str, keep_delivered: bool) -> Result<bool, Status>;
 
     /// Whether a run of `agent_type` can be placed now (a pool of managers
     /// may all be full); a queued run waits while it cannot.
@@ -168,12 +170,13 @@ impl AgentControl for GrpcAgentControl {
             .into_inner())
     }
 
-    async fn remove_workspace(&self, task_id: &str) -> Result<bool, Status> {
+    async fn remove_workspace(&self, task_id: &str, keep_delivered: bool) -> Result<bool, Status> {
         Ok(self
             .client
             .clone()
             .remove_workspace(pb::RemoveWorkspaceRequest {
                 task_id: task_id.into(),
+                keep_delivered,
             })
             .await?
             .into_inner()

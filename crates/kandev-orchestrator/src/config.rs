@@ -56,7 +56,9 @@ pub struct Settings {
     pub workspace_retention_secs: u64,
     /// How often finished tasks' clones are looked at, in seconds.
     pub workspace_sweep_secs: u64,
-    /// Remove the clone once an approval has pushed its branch.
+    /// Remove the clone once an approval has pushed its branch (Kandev's
+    /// own repository of the task stays, so the approved change can still
+    /// be read, until the retention removes it).
     pub remove_workspace_after_delivery: bool,
     /// Forges where an approval opens a pull (merge) request for the
     /// pushed branch (`KANDEV_FORGES='[{repository_prefix = "https://github.com/",

@@ -427,9 +427,9 @@ impl AgentControl for ManagerPool {
         }
     }
 
-    async fn remove_workspace(&self, task_id: &str) -> Result<bool, Status> {
+    async fn remove_workspace(&self, task_id: &str, keep_delivered: bool) -> Result<bool, Status> {
         match self.for_task(task_id).await {
-            Some(client) => client.remove_workspace(task_id).await,
+            Some(client) => client.remove_workspace(task_id, keep_delivered).await,
             None => Ok(false),
         }
     }

@@ -486,3 +486,181 @@ async fn deleting_a_task_removes_the_clone_of_a_direct_launch() {
     .await;
     stack.stop().await;
 }
+
+/// `git <args>` in `dir`; its standard output.
+fn git_in(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Issue 40: an approval pushes exactly the work: not the agent's own state
+/// in the workspace (the agent type's `state_paths`), not what the
+/// repository's `.gitignore` ignores. After the approval the clone is gone,
+/// and the task's changes are still the approved change, saying where it
+/// went.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_pushes_exactly_the_work_and_its_change_stays_readable() {
+    let stack = Stack::start("exact", Options::default()).await;
+    let api = stack.admin().await;
+    // A remote whose base ignores logs and build output.
+    let source = stack.git_repo("exact-src");
+    let source = std::path::PathBuf::from(source.trim_start_matches("file://"));
+    std::fs::write(source.join(".gitignore"), "*.log\nbuild/\n").unwrap();
+    git_in(&source, &["add", ".gitignore"]);
+    git_in(
+        &source,
+        &[
+            "-c",
+            "user.name=e2e",
+            "-c",
+            "user.email=e2e@example.com",
+            "commit",
+            "-q",
+            "-m",
+            "ignore",
+        ],
+    );
+    let bare = source.with_file_name("exact.git");
+    git_in(
+        source.parent().unwrap(),
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            source.to_str().unwrap(),
+            bare.to_str().unwrap(),
+        ],
+    );
+    let remote = format!("file://{}", bare.display());
+
+    // A mock agent that keeps its sessions in the workspace, declared as
+    // its state.
+    let made = api
+        .post(
+            "/api/v1/agent-types",
+            json!({"id": "mock-stateful", "name": "Mock agent (state in the workspace)",
+                   "image": "kandev/mock-agent:latest", "capabilities": ["acp", "fs"],
+                   "memory_mb": 256, "cpu_cores": 0.5, "pids_limit": 64, "timeout_seconds": 600,
+                   "network_mode": "none", "optional_env": ["KANDEV_MOCK_STATE_DIR"],
+                   "state_paths": [".kandev-mock/"]}),
+        )
+        .await;
+    assert_eq!(made.status, 201, "{}", made.body);
+    assert_eq!(made.body["state_paths"], json!([".kandev-mock/"]));
+    let set = api
+        .send(
+            "PUT",
+            "/api/v1/users/me/secrets/KANDEV_MOCK_STATE_DIR",
+            Some(json!({"value": ".kandev-mock"}).to_string()),
+        )
+        .await;
+    assert_eq!(set.status, 200, "{}", set.body);
+
+    let board = api.board("exact").await;
+    let task = api
+        .task(
+            &board,
+            json!({"title": "Exact work", "description": "scenario: code",
+                   "agent_type": "mock-stateful", "repository_url": remote, "max_retries": 0}),
+        )
+        .await;
+    api.wait_state(&task, &["COMPLETED"], 180).await;
+    let workspace = stack.workspace(&task);
+    assert!(workspace.join(".kandev-mock/sessions").is_dir());
+    // What an agent (or its build) leaves that the repository ignores.
+    std::fs::write(workspace.join("debug.log"), "noise\n").unwrap();
+    std::fs::create_dir_all(workspace.join("build")).unwrap();
+    std::fs::write(workspace.join("build/out.bin"), "binary\n").unwrap();
+
+    let files = |c: &Value| -> Vec<String> {
+        c["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["path"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let before = api.get(&format!("/api/v1/tasks/{task}/changes")).await;
+    assert_eq!(before.status, 200, "{}", before.body);
+    assert_eq!(files(&before.body), ["README.md"], "{}", before.body);
+    assert_eq!(before.body["delivered"], Value::Null, "{}", before.body);
+    assert_eq!(before.body["clone_removed"], false, "{}", before.body);
+
+    let approved = api
+        .post(
+            &format!("/api/v1/tasks/{task}/review"),
+            json!({"action": "approve", "message": "Exact work"}),
+        )
+        .await;
+    assert_eq!(approved.status, 200, "{}", approved.body);
+    let delivery = &approved.body["delivery"];
+    let branch = delivery["branch"].as_str().unwrap().to_string();
+    let commit = delivery["commit"].as_str().unwrap().to_string();
+
+    // The pushed branch, cloned: the base's files and the agent's edit.
+    let checkout = source.with_file_name("exact-checkout");
+    git_in(
+        source.parent().unwrap(),
+        &[
+            "clone",
+            "-q",
+            "-b",
+            &branch,
+            bare.to_str().unwrap(),
+            checkout.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(git_in(&checkout, &["ls-files"]), ".gitignore\nREADME.md\n");
+    assert_eq!(git_in(&checkout, &["rev-parse", "HEAD"]).trim(), commit);
+    assert!(
+        std::fs::read_to_string(checkout.join("README.md"))
+            .unwrap()
+            .contains("Edited by kandev-mock-agent (turn 1).")
+    );
+
+    // The clone is gone; the approved change is still there to read.
+    assert!(!workspace.exists());
+    let after = api.get(&format!("/api/v1/tasks/{task}/changes")).await;
+    assert_eq!(after.status, 200, "{}", after.body);
+    let c = &after.body;
+    assert_eq!(files(c), ["README.md"], "{c}");
+    assert_eq!(c["clone_removed"], true, "{c}");
+    assert_eq!(c["workspace_path"], "", "{c}");
+    assert_eq!(c["head_commit"], commit.as_str(), "{c}");
+    assert_eq!(
+        c["delivered"],
+        json!({"branch": branch, "commit": commit, "pushed_to": remote}),
+        "{c}"
+    );
+    let diff = api
+        .get(&format!("/api/v1/tasks/{task}/changes/diff?path=README.md"))
+        .await;
+    assert_eq!(diff.status, 200, "{}", diff.body);
+    assert!(
+        diff.body["diff"]
+            .as_str()
+            .unwrap()
+            .contains("+Edited by kandev-mock-agent (turn 1)."),
+        "{}",
+        diff.body
+    );
+    let ignored = api
+        .get(&format!("/api/v1/tasks/{task}/changes/diff?path=debug.log"))
+        .await;
+    assert_eq!(ignored.status, 404, "{}", ignored.body);
+    // Nothing is left to deliver again.
+    let again = api
+        .post(
+            &format!("/api/v1/tasks/{task}/review"),
+            json!({"action": "approve"}),
+        )
+        .await;
+    assert_eq!(again.status, 404, "{}", again.body);
+    stack.stop().await;
+}

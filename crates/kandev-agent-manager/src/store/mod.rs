@@ -137,6 +137,7 @@ pub(crate) struct TypeRow {
     pub home_volume: String,
     pub internal: bool,
     pub host_credentials: bool,
+    pub state_paths: Vec<String>,
 }
 
 impl TryFrom<TypeRow> for AgentType {
@@ -167,6 +168,7 @@ impl TryFrom<TypeRow> for AgentType {
                 .map_err(|e| AgentError::Internal(e.to_string()))?,
             enabled: r.enabled,
             home_volume: r.home_volume,
+            state_paths: r.state_paths,
             internal: r.internal,
             host_credentials: r.host_credentials,
         })
@@ -176,7 +178,7 @@ impl TryFrom<TypeRow> for AgentType {
 pub(crate) const TYPE_COLUMNS: &str = "id, name, description, image, command, working_dir, memory_mb, \
     cpu_cores, pids_limit, timeout_seconds, capabilities, required_env, optional_env, mount_ssh, \
     mount_gitconfig, mount_git_credentials, network_mode, permission_policy, enabled, home_volume, internal, \
-    host_credentials";
+    host_credentials, state_paths";
 
 #[derive(sqlx::FromRow)]
 pub(crate) struct InstanceRow {

@@ -65,7 +65,7 @@ impl AgentStore for PgAgentStore {
     async fn upsert_type(&self, t: &AgentType) -> Result<AgentType> {
         let row: TypeRow = sqlx::query_as(&format!(
             "INSERT INTO agent_types ({TYPE_COLUMNS}) VALUES \
-             ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22) \
+             ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23) \
              ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, \
              description = EXCLUDED.description, image = EXCLUDED.image, \
              command = EXCLUDED.command, working_dir = EXCLUDED.working_dir, \
@@ -78,7 +78,8 @@ impl AgentStore for PgAgentStore {
              network_mode = EXCLUDED.network_mode, \
              permission_policy = EXCLUDED.permission_policy, enabled = EXCLUDED.enabled, \
              home_volume = EXCLUDED.home_volume, internal = EXCLUDED.internal, \
-             host_credentials = EXCLUDED.host_credentials, updated_at = now() RETURNING {TYPE_COLUMNS}"
+             host_credentials = EXCLUDED.host_credentials, state_paths = EXCLUDED.state_paths, \
+             updated_at = now() RETURNING {TYPE_COLUMNS}"
         ))
         .bind(&t.id)
         .bind(&t.name)
@@ -102,6 +103,7 @@ impl AgentStore for PgAgentStore {
         .bind(&t.home_volume)
         .bind(t.internal)
         .bind(t.host_credentials)
+        .bind(&t.state_paths)
         .fetch_one(&self.pool)
         .await?;
         row.try_into()

@@ -62,6 +62,7 @@ struct SqliteTypeRow {
     home_volume: String,
     internal: bool,
     host_credentials: bool,
+    state_paths: Json<Vec<String>>,
 }
 
 impl TryFrom<SqliteTypeRow> for AgentType {
@@ -91,6 +92,7 @@ impl TryFrom<SqliteTypeRow> for AgentType {
             home_volume: r.home_volume,
             internal: r.internal,
             host_credentials: r.host_credentials,
+            state_paths: r.state_paths.0,
         }
         .try_into()
     }
@@ -130,7 +132,7 @@ impl AgentStore for SqliteAgentStore {
     async fn upsert_type(&self, t: &AgentType) -> Result<AgentType> {
         let row: SqliteTypeRow = sqlx::query_as(&format!(
             "INSERT INTO agent_types ({TYPE_COLUMNS}, created_at, updated_at) VALUES \
-             (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?23) \
+             (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?24) \
              ON CONFLICT (id) DO UPDATE SET name = excluded.name, \
              description = excluded.description, image = excluded.image, \
              command = excluded.command, working_dir = excluded.working_dir, \
@@ -143,7 +145,8 @@ impl AgentStore for SqliteAgentStore {
              network_mode = excluded.network_mode, \
              permission_policy = excluded.permission_policy, enabled = excluded.enabled, \
              home_volume = excluded.home_volume, internal = excluded.internal, \
-             host_credentials = excluded.host_credentials, updated_at = excluded.updated_at \
+             host_credentials = excluded.host_credentials, state_paths = excluded.state_paths, \
+             updated_at = excluded.updated_at \
              RETURNING {TYPE_COLUMNS}"
         ))
         .bind(&t.id)
@@ -168,6 +171,7 @@ impl AgentStore for SqliteAgentStore {
         .bind(&t.home_volume)
         .bind(t.internal)
         .bind(t.host_credentials)
+        .bind(Json(&t.state_paths))
         .bind(now())
         .fetch_one(&self.pool)
         .await?;

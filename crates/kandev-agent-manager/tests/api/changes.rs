@@ -6,8 +6,13 @@ use kandev_agent_manager::{
     delivery::{self, Author, Ship},
     domain::AgentError,
 };
+use kandev_proto::v1 as pb;
+use uuid::Uuid;
 
-use crate::clones::{Clone, clone_of, git, write};
+use crate::{
+    clones::{Clone, clone_of, git, write},
+    helpers::{TaskWatch, TestApp, git_repo, launch_request, spawn_app},
+};
 
 fn ada() -> Author {
     Author {
@@ -301,4 +306,356 @@ async fn removing_a_clone_removes_both_repositories() {
     );
     let gone = changes::task_repo(&root, clone.task_id).await.unwrap_err();
     assert!(matches!(gone, AgentError::NotFound(_)), "{gone}");
+}
+
+/// The files of `branch` on the remote, sorted.
+fn pushed_files(clone: &Clone, branch: &str) -> Vec<String> {
+    let mut files: Vec<String> = clone
+        .remote_git(&["ls-tree", "-r", "--name-only", branch])
+        .lines()
+        .map(str::to_string)
+        .collect();
+    files.sort();
+    files
+}
+
+/// Neither what the repository's `.gitignore` ignores nor the agent type's
+/// state paths are the work: Changes list neither, delivery pushes neither.
+/// A file the base tracks under a state path stays tracked, and a
+/// `.gitignore` of the agent's may un-ignore (git's precedence), but no
+/// other file of the agent's decides.
+#[tokio::test]
+async fn ignored_files_and_state_paths_are_neither_listed_nor_delivered() {
+    let clone = clone_of(
+        &[
+            ("README.md", b"# Demo\n"),
+            (".gitignore", b"*.log\nbuild/\n"),
+            (".claude/settings.json", b"{}\n"),
+        ],
+        "state",
+    )
+    .await;
+    let root = std::path::PathBuf::from(&clone.settings.workspaces_root);
+    let state = [
+        ".kandev-mock/".to_string(),
+        ".claude/settings.local.json".to_string(),
+    ];
+    changes::exclude_state(&root, clone.task_id, &state)
+        .await
+        .unwrap();
+    let work = clone.work();
+    write(&work, "README.md", b"# Demo\n\nBetter.\n");
+    write(&work, ".claude/settings.json", b"{\"shared\": true}\n");
+    write(&work, ".kandev-mock/sessions/sess_1.json", b"{}");
+    write(&work, ".claude/settings.local.json", b"{\"allow\": []}\n");
+    write(&work, "debug.log", b"noise\n");
+    write(&work, "build/out.bin", b"\x00\x01");
+    // What an agent could plant to widen or narrow what is left out:
+    // configuration of its own clone, which Kandev never reads.
+    write(&work, ".git/info/exclude", b"README.md\n");
+    write(&work, "nested/.git", b"gitdir: /elsewhere\n");
+
+    let listed = changes::changes(&clone.task).await.unwrap();
+    let mut paths: Vec<&str> = listed.files.iter().map(|f| f.path.as_str()).collect();
+    paths.sort();
+    assert_eq!(paths, [".claude/settings.json", "README.md"], "{listed:?}");
+    assert_eq!(listed.delivered, None);
+    let hidden = changes::file_diff(&clone.task, ".kandev-mock/sessions/sess_1.json", 1 << 20)
+        .await
+        .unwrap_err();
+    assert!(matches!(hidden, AgentError::NotFound(_)), "{hidden}");
+
+    let done = delivery::deliver(
+        &clone.task,
+        &clone.settings,
+        "Work",
+        &ada(),
+        Ship::Push,
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        pushed_files(&clone, &done.branch),
+        [".claude/settings.json", ".gitignore", "README.md"]
+    );
+    assert_eq!(
+        clone.remote_git(&["show", &format!("{}:.claude/settings.json", done.branch)]),
+        "{\"shared\": true}\n"
+    );
+    // The work tree is left as the agent had it.
+    assert!(work.join(".kandev-mock/sessions/sess_1.json").exists());
+}
+
+/// Declared state paths are kept in Kandev's own repository of the task,
+/// added once, and only where the task has a clone.
+#[tokio::test]
+async fn state_paths_are_declared_in_kandevs_repository_only() {
+    let clone = base().await;
+    let root = std::path::PathBuf::from(&clone.settings.workspaces_root);
+    for _ in 0..2 {
+        changes::exclude_state(&root, clone.task_id, &[".kandev-mock/".to_string()])
+            .await
+            .unwrap();
+    }
+    let exclude =
+        std::fs::read_to_string(clone.task.repo().git_dir().join("info/exclude")).unwrap();
+    assert_eq!(exclude.matches(".kandev-mock/").count(), 1, "{exclude}");
+    let agents =
+        std::fs::read_to_string(clone.work().join(".git/info/exclude")).unwrap_or_default();
+    assert!(!agents.contains(".kandev-mock/"), "{agents}");
+    // No clone: nothing to declare, and nothing made.
+    let other = uuid::Uuid::new_v4();
+    changes::exclude_state(&root, other, &[".kandev-mock/".to_string()])
+        .await
+        .unwrap();
+    assert!(!root.join(".kandev").join(other.to_string()).exists());
+}
+
+/// After an approval the clone may go, but Kandev's repository of the task
+/// stays: the changes are then the delivered commit's, with the delivery;
+/// nothing can be delivered again; a full removal takes the rest.
+#[tokio::test]
+async fn a_delivered_change_stays_readable_after_its_clone_is_removed() {
+    let clone = base().await;
+    let root = std::path::PathBuf::from(&clone.settings.workspaces_root);
+    let work = clone.work();
+    write(&work, "edit.txt", b"one\n2\nthree\n");
+    write(&work, "added.txt", b"hello\n");
+    // Not delivered yet: a removal keeping the delivery removes everything.
+    let other = base().await;
+    let other_root = std::path::PathBuf::from(&other.settings.workspaces_root);
+    changes::remove_clone_keeping_delivery(&other_root, other.task_id)
+        .await
+        .unwrap();
+    let none = changes::task_changes_repo(&other_root, other.task_id)
+        .await
+        .unwrap_err();
+    assert!(matches!(none, AgentError::NotFound(_)), "{none}");
+
+    let done = delivery::deliver(
+        &clone.task,
+        &clone.settings,
+        "Deliver",
+        &ada(),
+        Ship::Push,
+        None,
+    )
+    .await
+    .unwrap();
+    // Nothing changed since: the live changes are the delivered change.
+    let live = changes::changes(&clone.task).await.unwrap();
+    let delivered = live.delivered.clone().expect("the delivery is shown");
+    assert_eq!(delivered.commit, done.commit);
+    assert_eq!(delivered.branch, done.branch);
+    assert_eq!(delivered.pushed_to, done.pushed_to);
+    assert!(!live.clone_removed);
+
+    let freed = changes::remove_clone_keeping_delivery(&root, clone.task_id)
+        .await
+        .unwrap();
+    assert!(freed.is_some_and(|b| b > 0));
+    assert!(!work.exists());
+    let gone = changes::task_repo(&root, clone.task_id).await.unwrap_err();
+    assert!(matches!(gone, AgentError::NotFound(_)), "{gone}");
+    let kept = changes::task_changes_repo(&root, clone.task_id)
+        .await
+        .unwrap();
+    assert!(kept.clone_removed());
+    let after = changes::changes(&kept).await.unwrap();
+    assert!(after.clone_removed);
+    assert_eq!(after.delivered, Some(delivered));
+    assert_eq!(after.head_commit, done.commit);
+    assert_eq!(
+        (after.files.clone(), after.base_commit.clone()),
+        (live.files.clone(), live.base_commit.clone())
+    );
+    let diff = changes::file_diff(&kept, "edit.txt", 1 << 20)
+        .await
+        .unwrap();
+    assert!(diff.diff.contains("-two\n+2\n"), "{}", diff.diff);
+    let unchanged = changes::file_diff(&kept, "keep.txt", 1 << 20)
+        .await
+        .unwrap_err();
+    assert!(matches!(unchanged, AgentError::NotFound(_)), "{unchanged}");
+    let again = delivery::deliver(&kept, &clone.settings, "", &ada(), Ship::Push, None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(again, AgentError::FailedPrecondition(_)),
+        "{again}"
+    );
+
+    // The retention's removal takes the rest.
+    assert!(
+        changes::remove_workspace(&root, clone.task_id)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        !root
+            .join(".kandev")
+            .join(clone.task_id.to_string())
+            .exists()
+    );
+    let none = changes::task_changes_repo(&root, clone.task_id)
+        .await
+        .unwrap_err();
+    assert!(matches!(none, AgentError::NotFound(_)), "{none}");
+}
+
+/// Work after a delivery is not the delivered change any more.
+#[tokio::test]
+async fn new_work_after_a_delivery_is_not_shown_as_delivered() {
+    let clone = clone_of(&[("README.md", b"# Demo\n")], "again").await;
+    write(&clone.work(), "README.md", b"# Demo\n\nOne.\n");
+    delivery::deliver(
+        &clone.task,
+        &clone.settings,
+        "One",
+        &ada(),
+        Ship::Commit,
+        None,
+    )
+    .await
+    .unwrap();
+    let shown = changes::changes(&clone.task).await.unwrap();
+    let delivered = shown.delivered.expect("committed: shown as delivered");
+    assert_eq!(delivered.pushed_to, None, "committed only");
+    write(&clone.work(), "README.md", b"# Demo\n\nTwo.\n");
+    let shown = changes::changes(&clone.task).await.unwrap();
+    assert_eq!(shown.delivered, None);
+}
+
+async fn task_changes(app: &mut TestApp, task: Uuid) -> Result<pb::Changes, tonic::Status> {
+    app.client
+        .get_changes(pb::GetChangesRequest {
+            task_id: task.to_string(),
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
+fn paths(changes: &pb::Changes) -> Vec<&str> {
+    changes.files.iter().map(|f| f.path.as_str()).collect()
+}
+
+/// A real run of the mock agent in Docker: its sessions stay in its home,
+/// not in the workspace; with its state directory set in the workspace,
+/// the seeded type's state paths leave it out of Changes and of the push;
+/// and once the clone is removed after the delivery, the delivered change
+/// is still served.
+#[tokio::test]
+async fn a_runs_own_state_is_not_its_work_and_the_delivery_outlives_the_clone() {
+    let mut app = spawn_app().await;
+    let repo = git_repo(app.dir.path());
+    let plain = Uuid::new_v4();
+    let mut watch = TaskWatch::start(plain).await;
+    app.launch(plain, "mock-agent", &repo, "code README.md")
+        .await
+        .unwrap();
+    watch.until("agent.completed", 0).await;
+    let workspace = app.path("workspaces").join(plain.to_string());
+    assert!(workspace.join("README.md").is_file());
+    assert!(!workspace.join(".kandev-mock").exists(), "sessions go home");
+    assert_eq!(
+        paths(&task_changes(&mut app, plain).await.unwrap()),
+        ["README.md"]
+    );
+
+    let task = Uuid::new_v4();
+    let mut watch = TaskWatch::start(task).await;
+    let request = pb::LaunchAgentRequest {
+        env: [(
+            "KANDEV_MOCK_STATE_DIR".to_string(),
+            ".kandev-mock".to_string(),
+        )]
+        .into(),
+        ..launch_request(task, "mock-agent", &repo, "code README.md")
+    };
+    app.client.launch_agent(request).await.unwrap();
+    watch.until("agent.completed", 0).await;
+    let workspace = app.path("workspaces").join(task.to_string());
+    assert!(workspace.join(".kandev-mock/sessions").is_dir());
+    assert_eq!(
+        paths(&task_changes(&mut app, task).await.unwrap()),
+        ["README.md"]
+    );
+
+    let delivery = app
+        .client
+        .deliver_changes(pb::DeliverChangesRequest {
+            task_id: task.to_string(),
+            message: "Edit the readme".into(),
+            push: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!delivery.pushed_to.is_empty());
+    let source = repo.trim_start_matches("file://");
+    let listed = std::process::Command::new("git")
+        .args([
+            "-C",
+            source,
+            "ls-tree",
+            "-r",
+            "--name-only",
+            &delivery.branch,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&listed.stdout), "README.md\n");
+
+    let removed = app
+        .client
+        .remove_workspace(pb::RemoveWorkspaceRequest {
+            task_id: task.to_string(),
+            keep_delivered: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(removed.removed);
+    assert!(!workspace.exists());
+    let after = task_changes(&mut app, task).await.unwrap();
+    assert!(
+        after.clone_removed && after.workspace_path.is_empty(),
+        "{after:?}"
+    );
+    let delivered = after.delivered.clone().expect("the delivery");
+    assert_eq!(
+        (delivered.branch.as_str(), delivered.commit.as_str()),
+        (delivery.branch.as_str(), delivery.commit.as_str())
+    );
+    assert_eq!(delivered.pushed_to, delivery.pushed_to);
+    assert_eq!(paths(&after), ["README.md"]);
+    assert!(after.disk_bytes > 0);
+    let diff = app
+        .client
+        .get_file_diff(pb::GetFileDiffRequest {
+            task_id: task.to_string(),
+            path: "README.md".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        diff.diff.contains("+Edited by kandev-mock-agent (turn 1)"),
+        "{}",
+        diff.diff
+    );
+
+    // The retention's removal takes the rest.
+    app.client
+        .remove_workspace(pb::RemoveWorkspaceRequest {
+            task_id: task.to_string(),
+            keep_delivered: false,
+        })
+        .await
+        .unwrap();
+    let gone = task_changes(&mut app, task).await.unwrap_err();
+    assert_eq!(gone.code(), tonic::Code::NotFound);
 }

@@ -396,12 +396,19 @@ async fn secrets_are_kept_per_user_within_a_limit(a: &Store, b: &Store) {
     assert_eq!(a.sealed_secrets("bob").await.unwrap().len(), 1);
 }
 
-/// Claude Code, Codex and Gemini keep their own session stores in their
-/// home: by default it is a volume (per user and type), so a follow-up in a
-/// new container can load the session; Augment keeps its sessions
-/// directory as before.
+/// Claude Code, Codex, Gemini and the mock agent keep their own session
+/// stores in their home: by default it is a volume (per user and type), so
+/// a follow-up in a new container can load the session; Augment keeps its
+/// sessions directory as before. What an agent keeps in the workspace for
+/// itself is declared as its state paths.
 async fn real_agents_keep_their_home_in_a_volume(a: &Store, _b: &Store) {
-    for id in ["claude-code", "codex", "gemini"] {
+    let state = |id: &'static str| async move { a.get_type(id).await.unwrap().state_paths };
+    assert_eq!(state("claude-code").await, [".claude/settings.local.json"]);
+    assert_eq!(state("mock-agent").await, [".kandev-mock/"]);
+    for id in ["codex", "gemini", "seed-agent", "augment-agent"] {
+        assert!(state(id).await.is_empty(), "{id}");
+    }
+    for id in ["claude-code", "codex", "gemini", "mock-agent"] {
         assert_eq!(
             a.get_type(id).await.unwrap().home_volume,
             "/home/agent",
@@ -415,9 +422,7 @@ async fn real_agents_keep_their_home_in_a_volume(a: &Store, _b: &Store) {
             "{id}"
         );
     }
-    for id in ["mock-agent", "seed-agent"] {
-        assert_eq!(a.get_type(id).await.unwrap().home_volume, "", "{id}");
-    }
+    assert_eq!(a.get_type("seed-agent").await.unwrap().home_volume, "");
 }
 
 /// A task's exchanges are kept across its instances, oldest first, the

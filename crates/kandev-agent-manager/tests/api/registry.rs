@@ -95,3 +95,51 @@ async fn seeded_agent_types_and_upsert() {
     assert_eq!(err.code(), Code::NotFound);
     app.stop().await;
 }
+
+/// An agent type's state paths are `.gitignore` patterns, one line each:
+/// kept as given, and anything else refused with the reason.
+#[tokio::test]
+async fn state_paths_are_gitignore_patterns() {
+    let mut app = spawn_app().await;
+    let mut t = app
+        .client
+        .get_agent_type(pb::GetAgentTypeRequest {
+            id: "mock-agent".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    t.id = "stateful".into();
+    t.state_paths = vec![".agent/".into(), "notes/*.tmp".into()];
+    let saved = app
+        .client
+        .upsert_agent_type(pb::UpsertAgentTypeRequest {
+            agent_type: Some(t.clone()),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(saved.state_paths, [".agent/", "notes/*.tmp"]);
+    for bad in ["", "!keep", "# comment", "a\nb", " padded", "x\0y"] {
+        t.state_paths = vec![bad.into()];
+        let err = app
+            .client
+            .upsert_agent_type(pb::UpsertAgentTypeRequest {
+                agent_type: Some(t.clone()),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{bad:?}");
+        assert!(err.message().contains("state_paths"), "{}", err.message());
+    }
+    t.state_paths = (0..33).map(|i| format!("dir{i}/")).collect();
+    let err = app
+        .client
+        .upsert_agent_type(pb::UpsertAgentTypeRequest {
+            agent_type: Some(t),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    app.stop().await;
+}

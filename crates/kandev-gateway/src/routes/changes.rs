@@ -1,6 +1,7 @@
 //! A task's changes: the files its agent changed on the task's branch
 //! against the base it started from (committed and not), and each file's
-//! diff. Read from the task's clone by the agent manager.
+//! diff. Read from the task's clone by the agent manager; after an approval
+//! that removed the clone, the approved commit's.
 
 use axum::{Json, extract::State};
 use kandev_proto::v1 as pb;
@@ -44,6 +45,25 @@ pub struct TaskChanges {
     pub files: Vec<FileChange>,
     /// Disk used by the clone, in bytes.
     pub disk_bytes: i64,
+    /// The approved change, when the files are exactly it: nothing changed
+    /// in the clone since the approval, or the clone was removed after it.
+    pub delivered: Option<DeliveredChange>,
+    /// The agent's clone was removed after the approval: the files and
+    /// diffs are the delivered commit's against the base (kept until the
+    /// retention removes them), `workspace_path` is empty, and there is
+    /// nothing to deliver again.
+    pub clone_removed: bool,
+}
+
+/// The commit an approval delivered, and where it was pushed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeliveredChange {
+    /// The task's branch.
+    pub branch: String,
+    pub commit: String,
+    /// The remote the branch was pushed to (no credentials); absent when
+    /// committed only.
+    pub pushed_to: Option<String>,
 }
 
 /// The unified diff of one file.
@@ -121,6 +141,12 @@ pub async fn changes(
             })
             .collect(),
         disk_bytes: c.disk_bytes,
+        delivered: c.delivered.map(|d| DeliveredChange {
+            branch: d.branch,
+            commit: d.commit,
+            pushed_to: Some(d.pushed_to).filter(|p| !p.is_empty()),
+        }),
+        clone_removed: c.clone_removed,
     }))
 }
 

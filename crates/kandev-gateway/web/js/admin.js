@@ -19,7 +19,7 @@ const NEW_TYPE = {
   memory_mb: 2048, cpu_cores: 1, pids_limit: 512, timeout_seconds: 3600,
   capabilities: ['acp', 'fs'], required_env: [], optional_env: [],
   credential_mounts: { ssh: false, gitconfig: false, git_credentials: false },
-  network_mode: 'bridge', permission_policy: 'ask', enabled: true, home_volume: '', internal: false,
+  network_mode: 'bridge', permission_policy: 'ask', enabled: true, home_volume: '', state_paths: [], internal: false,
   host_credentials: false,
 };
 
@@ -80,6 +80,7 @@ function fromForm(v) {
     permission_policy: v.permission_policy,
     enabled: v.enabled === 'on',
     home_volume: (v.home_volume || '').trim(),
+    state_paths: lines(v.state_paths),
     internal: v.internal === 'on',
     host_credentials: v.host_credentials === 'on',
   };
@@ -98,6 +99,8 @@ function typeDialog(current) {
   const input = (name, value, attrs = {}) => h('input', { name, value: value ?? '', testid: `at-${name}`, ...attrs });
   const command = h('textarea', { name: 'command', rows: 2, testid: 'at-command', placeholder: 'One argument per line; empty: the image’s entrypoint' });
   command.value = (t.command || []).join('\n');
+  const statePaths = h('textarea', { name: 'state_paths', rows: 2, testid: 'at-state_paths', placeholder: '.claude/settings.local.json' });
+  statePaths.value = (t.state_paths || []).join('\n');
   const policy = h('select', { name: 'permission_policy', testid: 'at-permission_policy' },
     POLICIES.map(([v, label]) => h('option', { value: v }, `${label} (${v})`)));
   policy.value = t.permission_policy || 'ask';
@@ -119,6 +122,7 @@ function typeDialog(current) {
     field('Optional env', input('optional_env', (t.optional_env || []).join(', ')), 'Names, comma-separated'),
     field('Permission policy', policy),
     field('Home volume', input('home_volume', t.home_volume, { placeholder: '/home/agent/.sessions' }), 'Kept across runs; empty for none'),
+    field('State paths', statePaths, 'The agent’s own files in the workspace, left out of Changes and delivery: .gitignore patterns, one per line'),
     h('fieldset', { class: 'checks' }, h('legend', null, 'Options'),
       check('enabled', t.enabled !== false, 'Enabled'),
       check('internal', t.internal, 'Internal (hidden from the picker)'),

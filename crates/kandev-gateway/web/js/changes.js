@@ -266,12 +266,18 @@ export function changesPanel(taskId, { onReviewed } = {}) {
       return;
     }
     if (mine !== generation) return;
-    hasClone = true; showReview();
+    // After an approval removed the clone, the approved change is shown
+    // (read from Kandev's own repository): nothing to deliver again.
+    hasClone = !changes.clone_removed; showReview();
     clear(where).append(
       h('dt', null, 'Branch'), h('dd', { testid: 'changes-branch' }, changes.branch || '(detached)'),
       h('dt', null, 'Base'), h('dd', { testid: 'changes-base' }, `${changes.base_branch || '(default)'} @ ${changes.base_commit.slice(0, 12)}`),
-      h('dt', null, 'Clone'), h('dd', { testid: 'changes-path' }, h('code', null, changes.workspace_path)),
+      h('dt', null, 'Clone'), h('dd', { testid: 'changes-path' }, changes.clone_removed ? 'Removed after the approval' : h('code', null, changes.workspace_path)),
       h('dt', null, 'Disk'), h('dd', { testid: 'changes-disk' }, humanBytes(changes.disk_bytes)));
+    const d = changes.delivered;
+    if (d) where.append(h('dt', null, 'Approved'), h('dd', { testid: 'changes-delivered' },
+      `Approved and ${d.pushed_to ? 'pushed' : 'committed'} as `, h('code', { title: d.commit }, d.commit.slice(0, 12)),
+      ` ${d.pushed_to ? 'to' : 'on'} `, h('code', null, d.branch), d.pushed_to ? ` (${d.pushed_to})` : ''));
     const files = changes.files;
     const adds = files.reduce((n, f) => n + f.additions, 0);
     const dels = files.reduce((n, f) => n + f.deletions, 0);

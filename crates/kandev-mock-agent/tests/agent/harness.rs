@@ -45,7 +45,15 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_dir_all(home_of(&self.0));
     }
+}
+
+/// The agent's home for a run in `cwd`: beside it, never inside (the mock
+/// keeps its sessions in `$HOME/.kandev-mock`), and the same for every run
+/// in `cwd`, so a restarted agent finds its sessions.
+pub fn home_of(cwd: &Path) -> PathBuf {
+    cwd.with_extension("home")
 }
 
 /// A command for the agent binary with quiet logs (set `TEST_LOG=1` to see them).
@@ -74,6 +82,9 @@ pub fn agent_command(cwd: &Path, args: &[&str], envs: &[(&str, &str)]) -> Comman
         "warn"
     };
     cmd.env("KANDEV_MOCK_LOG", log);
+    let home = home_of(cwd);
+    std::fs::create_dir_all(&home).expect("create the agent's home");
+    cmd.env("HOME", home);
     for (k, v) in envs {
         cmd.env(k, v);
     }

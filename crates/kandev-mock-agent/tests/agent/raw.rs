@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::harness::{
-    BIN, RawAgent, TempDir, agent_command, kinds, message_texts, stop_reason, updates,
+    BIN, RawAgent, TempDir, agent_command, home_of, kinds, message_texts, stop_reason, updates,
 };
 
 #[tokio::test]
@@ -299,11 +299,14 @@ async fn session_load_replays_history_after_a_restart() {
     agent.prompt(&sid, "echo remember me").await;
     assert!(agent.wait().await.success());
     let dir = std::mem::replace(&mut agent.dir, TempDir::new());
-    let file = dir
-        .path()
+    // In the agent's home, as a real agent keeps its sessions; nothing in
+    // the workspace.
+    let file = home_of(dir.path())
         .join(".kandev-mock/sessions")
         .join(format!("{sid}.json"));
     assert!(file.exists(), "session persisted to {}", file.display());
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "the workspace holds {left:?}");
 
     let mut agent = RawAgent::spawn_in(dir, &[], &[]);
     agent.initialize().await;
@@ -364,6 +367,41 @@ async fn session_ids_are_deterministic() {
     assert_eq!(a, ids("").await);
     assert_ne!(a[0], a[1]);
     assert_ne!(a, ids("other").await);
+}
+
+/// Agents sharing one home (a user's home volume) never hand out the same
+/// session id, even for the same cwd and seed at the same time.
+#[tokio::test]
+async fn agents_sharing_a_home_get_distinct_session_ids() {
+    let state_dir = TempDir::new();
+    let state = state_dir.path().to_str().expect("utf-8").to_owned();
+    let mut first = RawAgent::spawn(&["--state-dir", &state], &[]);
+    let mut second = RawAgent::spawn(&["--state-dir", &state], &[]);
+    first.initialize().await;
+    second.initialize().await;
+    let mut ids = Vec::new();
+    for agent in [&mut first, &mut second] {
+        let (_, resp) = agent
+            .request(
+                "session/new",
+                json!({ "cwd": "/workspace", "mcpServers": [] }),
+            )
+            .await;
+        ids.push(resp["result"]["sessionId"].as_str().expect("id").to_owned());
+    }
+    assert_ne!(ids[0], ids[1]);
+    for id in &ids {
+        assert!(
+            state_dir
+                .path()
+                .join("sessions")
+                .join(format!("{id}.json"))
+                .exists(),
+            "{id} has its file"
+        );
+    }
+    assert!(first.wait().await.success());
+    assert!(second.wait().await.success());
 }
 
 #[tokio::test]

@@ -345,7 +345,7 @@ impl Engine {
                 }
                 // Delivered: the clone has done its job.
                 if self.settings.remove_workspace_after_delivery && !delivery.pushed_to.is_empty() {
-                    self.remove_workspace(task_id, "delivered").await;
+                    self.remove_delivered_clone(task_id).await;
                 }
                 Ok(ReviewOutcome {
                     execution: self.get_execution(task_id).await?,

@@ -1,7 +1,9 @@
 //! The lifecycle of task clones: removed when their task is deleted, after
-//! an approval has pushed their branch, and when a finished task's run
-//! ended longer ago than the retention, whether it ran here or was launched
-//! directly; never while the task can resume.
+//! an approval has pushed their branch (Kandev's own repository of the
+//! task stays until the retention, so the approved change can still be
+//! read), and when a finished task's run ended longer ago than the
+//! retention, whether it ran here or was launched directly; never while the
+//! task can resume.
 
 use kandev_events::TaskState;
 use uuid::Uuid;
@@ -16,7 +18,11 @@ impl Engine {
     /// Removes the task's clone, logging (not failing) when the agent
     /// manager cannot.
     pub(super) async fn remove_workspace(&self, task_id: Uuid, why: &str) -> bool {
-        match self.agents.remove_workspace(&task_id.to_string()).await {
+        match self
+            .agents
+            .remove_workspace(&task_id.to_string(), false)
+            .await
+        {
             Ok(removed) => {
                 if removed {
                     tracing::info!(%task_id, why, "task workspace removed");
@@ -30,6 +36,27 @@ impl Engine {
             Err(status) => {
                 tracing::warn!(%task_id, why, msg = status.message(), "cannot remove the task's workspace");
                 false
+            }
+        }
+    }
+
+    /// After a delivery: the agent's clone goes, Kandev's repository of the
+    /// task stays, so the task's Changes still show the approved change.
+    /// The run is not marked removed: the retention sweep removes the rest
+    /// as it removes any finished task's clone.
+    pub(super) async fn remove_delivered_clone(&self, task_id: Uuid) {
+        match self
+            .agents
+            .remove_workspace(&task_id.to_string(), true)
+            .await
+        {
+            Ok(removed) => {
+                if removed {
+                    tracing::info!(%task_id, "delivered: the task's clone removed, its repository kept");
+                }
+            }
+            Err(status) => {
+                tracing::warn!(%task_id, msg = status.message(), "cannot remove the delivered task's clone");
             }
         }
     }

@@ -166,7 +166,7 @@ impl AgentControl for RecordingAgents {
         ))
     }
 
-    async fn remove_workspace(&self, task_id: &str) -> Result<bool, Status> {
+    async fn remove_workspace(&self, task_id: &str, _keep_delivered: bool) -> Result<bool, Status> {
         let mut removed = self.workspaces_removed.lock().unwrap();
         removed.push(task_id.to_string());
         Ok(true)
