@@ -138,6 +138,12 @@ pub struct Settings {
     /// the agent, its output waits in its pipe beyond them, not in memory
     /// (8192 held ~20 MiB per flooding agent).
     pub publish_queue: usize,
+    /// How long a publisher waits for more of an agent's events before it
+    /// publishes them, in ms (`KANDEV_PUBLISH_LINGER_MS`; 0: at once). The
+    /// publishers of all agents publish on the same ticks, so many agents
+    /// at modest rates send in bursts, as one agent's flood does: an event
+    /// waits at most this long, half of it on average.
+    pub publish_linger_ms: u64,
     /// Seconds a turn waits for a Docker engine that stopped answering
     /// (restarting, say) before it fails (`KANDEV_ENGINE_GRACE_SECS`).
     pub engine_grace_secs: u64,
@@ -221,6 +227,7 @@ impl Default for Settings {
             max_log_lines: 1000,
             seq_flush_ms: 500,
             publish_queue: 1024,
+            publish_linger_ms: 5,
             engine_grace_secs: 60,
             agent_env: BTreeMap::new(),
             host_env: BTreeMap::new(),

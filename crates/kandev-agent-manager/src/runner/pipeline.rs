@@ -36,6 +36,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 use uuid::Uuid;
 
+mod linger;
+
+use self::linger::{Bounds, Linger};
 use super::{EventSender, Shared, bounded_text, lock, output::Line, publish_retrying};
 use crate::{
     domain::{AgentInstance, LogLine},
@@ -156,6 +159,7 @@ impl Pipeline {
                 events_rx,
                 state.clone(),
                 max_bytes,
+                Linger::new(Duration::from_millis(settings.publish_linger_ms)),
             )
             .in_current_span(),
         );
@@ -354,9 +358,23 @@ struct Batch {
     cursor: OutputCursor,
 }
 
+/// Whether a batch goes at once after this event: a sync point, or the
+/// end of the turn (its last events are not held back).
+fn ends_batch((event, line): &Positioned) -> bool {
+    line.is_none() || matches!(event.kind, EventKind::TurnEnd(_))
+}
+
+/// About how many bytes an event takes in a batch.
+fn event_weight((event, _): &Positioned) -> usize {
+    event
+        .raw_json
+        .as_ref()
+        .map_or(256, |raw| raw.get().len() + 128)
+}
+
 /// Sends every event of the queue to `acp.message.<task_id>`, in order,
-/// in batches: everything queued at once, up to `max_bytes`, each batch
-/// ending at a sync point.
+/// in batches: everything queued at once or within the linger, up to
+/// `max_bytes`, each batch ending at a sync point.
 async fn publisher(
     bus: Arc<dyn EventBus>,
     store: Store,
@@ -364,7 +382,14 @@ async fn publisher(
     mut rx: mpsc::Receiver<Positioned>,
     state: SharedState,
     max_bytes: usize,
+    linger: Linger,
 ) {
+    let bounds = Bounds {
+        max_items: MAX_BATCH_EVENTS,
+        max_bytes,
+        weight: event_weight,
+        ends: ends_batch,
+    };
     let subject = subjects::acp_message(&instance.task_id);
     let stop = CancellationToken::new();
     let mut queued = Vec::with_capacity(MAX_BATCH_EVENTS);
@@ -417,7 +442,7 @@ async fn publisher(
         s.published_seq = last_seq;
         s.cursor = batch.cursor;
     };
-    while rx.recv_many(&mut queued, MAX_BATCH_EVENTS).await > 0 {
+    while linger.gather(&mut rx, &mut queued, &bounds).await > 0 {
         for (event, line) in queued.drain(..) {
             let b = batch.get_or_insert_with(|| Batch {
                 writer: BatchWriter::new(event.seq, capacity),
