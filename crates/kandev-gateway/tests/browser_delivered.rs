@@ -159,7 +159,12 @@ async fn the_admin_form_keeps_an_agent_types_state_paths() {
     )
     .await;
     assert_eq!(shown, ".kandev-mock/");
-    type_into(c, "[data-testid=at-state_paths]", ".kandev-mock/\nnotes/*.tmp").await;
+    type_into(
+        c,
+        "[data-testid=at-state_paths]",
+        ".kandev-mock/\nnotes/*.tmp",
+    )
+    .await;
     screenshot(c, "delivered-state-paths-form.png").await;
     click(c, "[data-testid=agent-type-dialog-submit]").await;
     wait_js(
@@ -170,9 +175,13 @@ async fn the_admin_form_keeps_an_agent_types_state_paths() {
         vec![],
     )
     .await;
-    let saved = api(c, "GET", "/agent-types/mock-agent", Value::Null).await;
+    let types = api(c, "GET", "/agent-types?include_disabled=true", Value::Null).await;
+    let saved = types["body"]["agent_types"]
+        .as_array()
+        .and_then(|a| a.iter().find(|t| t["id"] == "mock-agent").cloned())
+        .unwrap_or_else(|| panic!("mock-agent is listed: {types}"));
     assert_eq!(
-        saved["body"]["state_paths"],
+        saved["state_paths"],
         json!([".kandev-mock/", "notes/*.tmp"]),
         "{saved}"
     );
