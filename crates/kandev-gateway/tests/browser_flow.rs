@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use support::*;
 
 const PHONE: (u32, u32) = (390, 844);
+const SMALL: (u32, u32) = (800, 900);
 const DESKTOP: (u32, u32) = (1440, 900);
 
 /// The open permission request's Allow button.
@@ -70,10 +71,10 @@ async fn open_task(c: &Client, id: &str) {
     .await;
 }
 
-/// Nothing sticks out sideways, at the phone's and the desktop's size;
-/// a screenshot of each. Ends at the desktop's size.
-async fn fits_at_both_sizes(c: &Client, name: &str) {
-    for (width, height) in [PHONE, DESKTOP] {
+/// Nothing sticks out sideways, at a phone's, a small window's and a
+/// desktop's size; a screenshot of each. Ends at the desktop's size.
+async fn fits_at_every_size(c: &Client, name: &str) {
+    for (width, height) in [PHONE, SMALL, DESKTOP] {
         set_viewport(c, width, height).await;
         let wide = js(c, OVERFLOW_X, vec![]).await;
         assert_eq!(wide, Value::Null, "{name} at {width} px scrolls sideways");
@@ -171,7 +172,7 @@ async fn a_finished_run_notifies_and_counts_in_the_title() {
     assert_eq!(counted, json!("(2) Read me · Kandev"));
     assert_eq!(task_state(c, &reviewed).await, "REVIEW");
     assert_eq!(task_state(c, &answered).await, "COMPLETED");
-    fits_at_both_sizes(c, "notified").await;
+    fits_at_every_size(c, "notified").await;
 
     // Looking at a task clears its mark.
     open_task(c, &reviewed).await;
@@ -287,7 +288,7 @@ async fn permission_prompts_show_the_write_and_who_answered() {
     );
     assert_eq!(write["newFile"], true, "{write}");
     assert_eq!(write["html"], false, "{write}");
-    fits_at_both_sizes(c, "permission-write").await;
+    fits_at_every_size(c, "permission-write").await;
 
     click(c, ALLOW).await;
     let by = wait_js(c, "the answer, by you", 60, ANSWERED_BY, vec![]).await;
@@ -407,7 +408,7 @@ async fn a_follow_up_sent_during_a_turn_is_queued_until_it_ends() {
         json!([["Say: cancel me", waits]]),
     )
     .await;
-    fits_at_both_sizes(c, "queued").await;
+    fits_at_every_size(c, "queued").await;
 
     // Cancelled: it is gone, here and on the server.
     click(c, "[data-testid=pending-prompt-cancel]").await;
@@ -525,7 +526,7 @@ async fn a_task_in_review_with_nothing_to_review_is_marked_done() {
     )
     .await;
     assert!(why.as_str().unwrap().contains("changed no file"), "{why}");
-    fits_at_both_sizes(c, "mark-done").await;
+    fits_at_every_size(c, "mark-done").await;
     click(c, "[data-testid=btn-mark-done]").await;
     wait_js(
         c,
