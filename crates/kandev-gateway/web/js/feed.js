@@ -441,6 +441,11 @@ export class Feed {
     open.revealed = true;
     const buttons = open.el.querySelector('.perm-options') || open.el;
     buttons.scrollIntoView({ block: 'center' });
+    // Again once the page has laid out what came with it (the composer's
+    // hint of a running turn shortens the feed on a phone).
+    requestAnimationFrame(() => requestAnimationFrame(() => {
+      if (!open.answered && !open.sent && this.root.offsetParent !== null) buttons.scrollIntoView({ block: 'center' });
+    }));
   }
 
   renderItem(it) {
