@@ -29,6 +29,12 @@ pub struct TaskSnapshot {
     pub created_by: String,
     pub position: i64,
     pub version: i64,
+    /// Its board column (issue 41); absent in events from before columns.
+    #[serde(default)]
+    pub column_id: Option<Uuid>,
+    /// Whether it waits in its column's queue (a full WIP limit).
+    #[serde(default)]
+    pub queued: bool,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }

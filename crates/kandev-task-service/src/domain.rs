@@ -86,6 +86,11 @@ pub struct Task {
     pub created_by: String,
     pub position: i64,
     pub version: i64,
+    /// Its column on the board (see [`crate::workflow`]); none when no
+    /// column maps its state.
+    pub column_id: Option<Uuid>,
+    /// Whether it waits in its column's queue (the column's WIP limit).
+    pub queued: bool,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }

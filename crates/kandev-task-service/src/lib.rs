@@ -9,6 +9,8 @@
 //! - [`store`]: the [`TaskStore`] and [`store::OutboxStore`] traits and their
 //!   Postgres and SQLite implementations, which write each change, its audit
 //!   row and its outbox event in one transaction.
+//! - [`workflow`]: a board's columns (each mapping a state, with a WIP
+//!   limit and automation) and the pure decisions of where a card goes.
 //! - [`outbox`]: the relay that drains the outbox to the event bus in order.
 //! - [`grpc`]: the thin tonic adapter over a `TaskStore`.
 //! - [`startup`]: `build(settings)` then `run_until_stopped(shutdown)`.
@@ -20,6 +22,7 @@ pub mod grpc;
 pub mod outbox;
 pub mod startup;
 pub mod store;
+pub mod workflow;
 
 pub use config::Settings;
 pub use domain::TaskError;

@@ -25,6 +25,7 @@ mod pg;
 mod queries;
 mod sqlite;
 mod tasks;
+mod workflow;
 
 use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound as _, Utc};
@@ -41,9 +42,12 @@ pub use pg::PgTaskStore;
 pub use sqlite::SqliteTaskStore;
 pub use tasks::SqlTaskStore;
 
-use crate::domain::{
-    Board, BoardPatch, NewBoard, NewTask, Page, Result, StateChange, Task, TaskError,
-    TaskEventRecord, TaskPatch, TaskState, merge_metadata, parse_state,
+use crate::{
+    domain::{
+        Board, BoardPatch, NewBoard, NewTask, Page, Result, StateChange, Task, TaskError,
+        TaskEventRecord, TaskPatch, TaskState, merge_metadata, parse_state,
+    },
+    workflow::Column,
 };
 
 /// Boards, tasks and their history. The gRPC adapter works against this
@@ -81,6 +85,23 @@ pub trait TaskStore: Send + Sync + 'static {
         task_id: Uuid,
         page: Page,
     ) -> Result<(Vec<TaskEventRecord>, String)>;
+
+    /// The board's workflow columns, left to right.
+    async fn list_columns(&self, board_id: Uuid) -> Result<Vec<Column>>;
+    /// Replaces the board's columns with `columns` (already checked); the
+    /// cards of a removed column go to the first column of their state, and
+    /// a column whose limit grew lets its queue in.
+    async fn put_columns(&self, board_id: Uuid, columns: Vec<Column>) -> Result<Vec<Column>>;
+    /// Moves a card into a column of its board: it enters it (see
+    /// [`crate::workflow`]). An unknown column, or one of another board, is
+    /// not found.
+    async fn move_task(
+        &self,
+        id: Uuid,
+        column_id: Uuid,
+        expected_version: Option<i64>,
+        actor: String,
+    ) -> Result<Task>;
 
     /// Whether the database answers (for `/readyz`).
     async fn ping(&self) -> Result<()>;
@@ -177,6 +198,8 @@ pub(crate) struct TaskRow {
     created_by: String,
     position: i64,
     version: i64,
+    column_id: Option<Uuid>,
+    queued: bool,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -202,6 +225,8 @@ impl TryFrom<TaskRow> for Task {
             created_by: r.created_by,
             position: r.position,
             version: r.version,
+            column_id: r.column_id,
+            queued: r.queued,
             created_at: r.created_at,
             updated_at: r.updated_at,
         })
@@ -254,6 +279,8 @@ pub fn snapshot(t: &Task) -> TaskSnapshot {
         created_by: t.created_by.clone(),
         position: t.position,
         version: t.version,
+        column_id: t.column_id,
+        queued: t.queued,
         created_at: t.created_at,
         updated_at: t.updated_at,
     }
@@ -410,6 +437,8 @@ pub(crate) fn new_task(new: NewTask, position: i64, at: DateTime<Utc>) -> Task {
         created_by: new.created_by,
         position,
         version: 1,
+        column_id: None,
+        queued: false,
         created_at: at,
         updated_at: at,
     }
@@ -490,7 +519,7 @@ pub(crate) fn state_change(old: &Task, change: &StateChange) -> Result<Map<Strin
 }
 
 /// Old and new values of the fields a patch really changes.
-fn diff(old: &TaskSnapshot, new: &TaskSnapshot) -> Diff {
+pub(crate) fn diff(old: &TaskSnapshot, new: &TaskSnapshot) -> Diff {
     let (Value::Object(old), Value::Object(new)) = (json!(old), json!(new)) else {
         return Diff {
             changed: vec![],

@@ -7,13 +7,14 @@
 //! publishes when several replicas share the database.
 
 use async_trait::async_trait;
-use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+use kandev_common::db::Dialect as _;
+use sqlx::{PgPool, Postgres, Transaction};
 use tokio::sync::OwnedMutexGuard;
 use uuid::Uuid;
 
 use super::{
     OutboxBatch, OutboxEvent,
-    dialect::{Dialect, Rows, Stmt, arguments},
+    dialect::{Dialect, Stmt},
     queries,
     tasks::SqlTaskStore,
 };
@@ -29,17 +30,6 @@ const DELETE_PUBLISHED: &str = "DELETE FROM outbox WHERE id = ANY($1)";
 
 #[async_trait]
 impl Dialect for Postgres {
-    const FOR_UPDATE: &'static str = "FOR UPDATE";
-
-    async fn begin(pool: &PgPool) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        pool.begin().await
-    }
-
-    async fn run<T: Rows>(conn: &mut PgConnection, stmt: Stmt) -> Result<Vec<T>, sqlx::Error> {
-        let args = arguments::<Postgres, _>(stmt.params, |at| at)?;
-        sqlx::query_as_with(&stmt.sql, args).fetch_all(conn).await
-    }
-
     async fn claim_outbox(
         pool: &PgPool,
         limit: i64,

@@ -38,7 +38,7 @@ macro_rules! task_columns {
     () => {
         "id, board_id, title, description, state, priority, agent_type, repository_url, branch, \
          workspace_path, metadata, max_retries, autostart, created_by, position, version, \
-         created_at, updated_at"
+         column_id, queued, created_at, updated_at"
     };
 }
 
@@ -85,13 +85,14 @@ macro_rules! task_fields {
     };
 }
 
-/// ($1 id, $2 board, $3 state, $4 created by, $5 version, $6 now, $7 … $17
-/// the fields of `task_fields` in order) → task.
+/// ($1 id, $2 board, $3 state, $4 created by, $5 version, $6 now, $7
+/// column or NULL, $8 … $18 the fields of `task_fields` in order) → task.
 pub const INSERT_TASK: &str = concat!(
-    "INSERT INTO tasks (id, board_id, state, created_by, version, created_at, updated_at, ",
+    "INSERT INTO tasks (id, board_id, state, created_by, version, created_at, updated_at, \
+     column_id, ",
     task_fields!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
-     RETURNING ",
+    ") VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
+     $18) RETURNING ",
     task_columns!()
 );
 
@@ -139,15 +140,74 @@ pub const UPDATE_TASK: &str = concat!(
     task_columns!()
 );
 
-/// ($1 id, $2 state, $3 position, $4 metadata, $5 now) → task, one version on.
-pub const MOVE_TASK: &str = concat!(
-    "UPDATE tasks SET state = $2, position = $3, metadata = $4, version = version + 1, \
-     updated_at = $5 WHERE id = $1 RETURNING ",
+/// ($1 id, $2 state, $3 position, $4 metadata, $5 agent type, $6 autostart,
+/// $7 column or NULL, $8 queued, $9 now) → task, one version on: a move
+/// across columns.
+pub const PLACE_TASK: &str = concat!(
+    "UPDATE tasks SET state = $2, position = $3, metadata = $4, agent_type = $5, autostart = $6, \
+     column_id = $7, queued = $8, version = version + 1, updated_at = $9 WHERE id = $1 RETURNING ",
     task_columns!()
 );
 
 /// ($1 id).
 pub const DELETE_TASK: &str = "DELETE FROM tasks WHERE id = $1";
+
+// Workflow columns.
+
+/// The columns of a [`super::workflow::ColumnRow`].
+macro_rules! column_columns {
+    () => {
+        "id, board_id, name, position, colour, state, wip_limit, agent_type, prompt_template, \
+         on_success, on_failure"
+    };
+}
+
+/// ($1 board) → its columns, left to right.
+pub const COLUMNS: &str = concat!(
+    "SELECT ",
+    column_columns!(),
+    " FROM board_columns WHERE board_id = $1 ORDER BY position, id"
+);
+
+/// ($1 column) → its board, whichever board that is.
+pub const COLUMN_BOARD: &str = "SELECT board_id FROM board_columns WHERE id = $1";
+
+/// ($1 id, $2 board, $3 name, $4 position, $5 colour, $6 state, $7 WIP
+/// limit, $8 agent type, $9 prompt template, $10 on success, $11 on
+/// failure): a new column, or a column of the same board changed.
+pub const UPSERT_COLUMN: &str = concat!(
+    "INSERT INTO board_columns (",
+    column_columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (id) DO UPDATE SET \
+     name = excluded.name, position = excluded.position, colour = excluded.colour, \
+     state = excluded.state, wip_limit = excluded.wip_limit, agent_type = excluded.agent_type, \
+     prompt_template = excluded.prompt_template, on_success = excluded.on_success, \
+     on_failure = excluded.on_failure WHERE board_columns.board_id = excluded.board_id"
+);
+
+/// ($1 column, $2 false): its cards leave it (a column being removed).
+pub const UNPLACE_COLUMN: &str =
+    "UPDATE tasks SET column_id = NULL, queued = $2 WHERE column_id = $1";
+
+/// ($1 column).
+pub const DELETE_COLUMN: &str = "DELETE FROM board_columns WHERE id = $1";
+
+/// ($1 board, $2 false): each card in no column goes to the first column
+/// of its state (none when no column maps it).
+pub const PLACE_UNPLACED: &str = "UPDATE tasks SET queued = $2, column_id = \
+     (SELECT c.id FROM board_columns c WHERE c.board_id = tasks.board_id AND c.state = tasks.state \
+      ORDER BY c.position LIMIT 1) WHERE board_id = $1 AND column_id IS NULL";
+
+/// ($1 column, $2 a task not to count) → how many cards hold a slot of it.
+pub const COLUMN_OCCUPANCY: &str =
+    "SELECT count(*) FROM tasks WHERE column_id = $1 AND NOT queued AND id <> $2";
+
+/// ($1 column) → the first card of its queue.
+pub const QUEUE_HEAD: &str = concat!(
+    "SELECT ",
+    task_columns!(),
+    " FROM tasks WHERE column_id = $1 AND queued ORDER BY position, id LIMIT 1"
+);
 
 // History and outbox.
 

@@ -14,14 +14,14 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use kandev_common::db::sqlite::time as ts;
-use sqlx::{Sqlite, SqliteConnection, SqlitePool, Transaction, types::Json};
+use kandev_common::db::Dialect as _;
+use sqlx::{Sqlite, SqlitePool, types::Json};
 use tokio::sync::{Notify, OwnedMutexGuard};
 use uuid::Uuid;
 
 use super::{
     OutboxBatch, OutboxEvent,
-    dialect::{Dialect, Rows, Stmt, arguments},
+    dialect::{Dialect, Stmt},
     queries,
     tasks::SqlTaskStore,
 };
@@ -45,18 +45,6 @@ impl SqlTaskStore<Sqlite> {
 
 #[async_trait]
 impl Dialect for Sqlite {
-    const FOR_UPDATE: &'static str = "";
-
-    /// A transaction that holds the write lock from its first statement.
-    async fn begin(pool: &SqlitePool) -> Result<Transaction<'static, Sqlite>, sqlx::Error> {
-        pool.begin_with("BEGIN IMMEDIATE").await
-    }
-
-    async fn run<T: Rows>(conn: &mut SqliteConnection, stmt: Stmt) -> Result<Vec<T>, sqlx::Error> {
-        let args = arguments::<Sqlite, _>(stmt.params, ts)?;
-        sqlx::query_as_with(&stmt.sql, args).fetch_all(conn).await
-    }
-
     async fn claim_outbox(
         pool: &SqlitePool,
         limit: i64,

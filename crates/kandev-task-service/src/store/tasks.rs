@@ -22,10 +22,14 @@ use super::{
     check_version,
     dialect::{Dialect, Rows, Stmt, execute, fetch_one, fetch_optional, for_update},
     new_task, now, queries as q, state_change,
+    workflow::{no_column, without_prompt},
 };
-use crate::domain::{
-    Board, BoardPatch, NewBoard, NewTask, Page, Result, StateChange, Task, TaskError,
-    TaskEventRecord, TaskPatch, TaskState,
+use crate::{
+    domain::{
+        Board, BoardPatch, NewBoard, NewTask, Page, Result, StateChange, Task, TaskError,
+        TaskEventRecord, TaskPatch, TaskState,
+    },
+    workflow::{Column, WORKFLOW_ACTOR, column_of_state, default_columns},
 };
 
 /// Boards, tasks, their history and outbox in database `D`. `outbox_wake`
@@ -56,7 +60,7 @@ impl<D: Dialect> std::fmt::Debug for SqlTaskStore<D> {
     }
 }
 
-type Tx<D> = Transaction<'static, D>;
+pub(super) type Tx<D> = Transaction<'static, D>;
 
 /// Binds the fields a patch may change, last, in the order
 /// [`q::INSERT_TASK`] and [`q::UPDATE_TASK`] number them.
@@ -106,20 +110,24 @@ impl<D: Dialect> SqlTaskStore<D> {
     }
 
     /// The task, locked for the change until `tx` ends.
-    async fn lock_task(tx: &mut Tx<D>, id: Uuid) -> Result<Task> {
+    pub(super) async fn lock_task(tx: &mut Tx<D>, id: Uuid) -> Result<Task> {
         let stmt = Stmt::new(for_update::<D>(q::TASK)).bind(id);
         let row: Option<TaskRow> = fetch_optional::<D, _>(tx, stmt).await?;
         row.ok_or_else(|| no_task(id))?.try_into()
     }
 
     /// Locks the board: who holds it places tasks at column ends.
-    async fn lock_board(tx: &mut Tx<D>, id: Uuid) -> Result<()> {
+    pub(super) async fn lock_board(tx: &mut Tx<D>, id: Uuid) -> Result<()> {
         let stmt = Stmt::new(for_update::<D>(q::BOARD_ID)).bind(id);
         let found: Option<(Uuid,)> = fetch_optional::<D, _>(tx, stmt).await?;
         found.map(drop).ok_or_else(|| no_board(id))
     }
 
-    async fn next_position(tx: &mut Tx<D>, board_id: Uuid, state: TaskState) -> Result<i64> {
+    pub(super) async fn next_position(
+        tx: &mut Tx<D>,
+        board_id: Uuid,
+        state: TaskState,
+    ) -> Result<i64> {
         let stmt = Stmt::new(q::LAST_POSITION)
             .bind(board_id)
             .bind(state.as_str());
@@ -128,7 +136,7 @@ impl<D: Dialect> SqlTaskStore<D> {
     }
 
     /// Writes the audit row and the outbox event of one change.
-    async fn record(tx: &mut Tx<D>, change: ChangeRecord) -> Result<()> {
+    pub(super) async fn record(tx: &mut Tx<D>, change: ChangeRecord) -> Result<()> {
         let at = now();
         let event = Stmt::new(q::INSERT_EVENT)
             .bind(change.id)
@@ -163,7 +171,14 @@ impl<D: Dialect> SqlTaskStore<D> {
         Ok(task)
     }
 
-    async fn commit(&self, tx: Tx<D>) -> Result<()> {
+    /// The board of task `id`, read before locking the board.
+    async fn board_of_task(tx: &mut Tx<D>, id: Uuid) -> Result<Uuid> {
+        let board: Option<(Uuid,)> =
+            fetch_optional::<D, _>(tx, Stmt::new(q::TASK_BOARD).bind(id)).await?;
+        board.map(|(b,)| b).ok_or_else(|| no_task(id))
+    }
+
+    pub(super) async fn commit(&self, tx: Tx<D>) -> Result<()> {
         tx.commit().await?;
         self.outbox_wake.notify_one();
         Ok(())
@@ -173,13 +188,17 @@ impl<D: Dialect> SqlTaskStore<D> {
 #[async_trait]
 impl<D: Dialect> TaskStore for SqlTaskStore<D> {
     async fn create_board(&self, new: NewBoard) -> Result<Board> {
+        let mut tx = D::begin(&self.pool).await?;
         let stmt = Stmt::new(q::INSERT_BOARD)
             .bind(Uuid::now_v7())
             .bind(new.name.as_str())
             .bind(new.description)
             .bind(new.owner)
             .bind(now());
-        let row: BoardRow = self.read_one(stmt).await?;
+        let row: BoardRow = fetch_one::<D, _>(&mut tx, stmt).await?;
+        // A new board's workflow is the default one: today's board.
+        Self::write_columns(&mut tx, &default_columns(row.id)).await?;
+        tx.commit().await?;
         Ok(row.into())
     }
 
@@ -225,6 +244,8 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         let mut tx = D::begin(&self.pool).await?;
         Self::lock_board(&mut tx, new.board_id).await?;
         let position = Self::next_position(&mut tx, new.board_id, new.state).await?;
+        let columns = Self::columns(&mut tx, new.board_id).await?;
+        let column = column_of_state(&columns, new.state).map(|c| c.id);
         let task = new_task(new, position, now());
         let stmt = Stmt::new(q::INSERT_TASK)
             .bind(task.id)
@@ -232,7 +253,8 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
             .bind(task.state.as_str())
             .bind(&task.created_by)
             .bind(task.version)
-            .bind(task.created_at);
+            .bind(task.created_at)
+            .bind(column);
         let stmt = bind_fields(stmt, &task);
         self.write_task(tx, stmt, ChangeRecord::created).await
     }
@@ -289,21 +311,41 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
     async fn change_state(&self, id: Uuid, change: StateChange) -> Result<Task> {
         let mut tx = D::begin(&self.pool).await?;
         // Board first (see the module's note): a task never changes board.
-        let board: Option<(Uuid,)> =
-            fetch_optional::<D, _>(&mut tx, Stmt::new(q::TASK_BOARD).bind(id)).await?;
-        let (board_id,) = board.ok_or_else(|| no_task(id))?;
+        let board_id = Self::board_of_task(&mut tx, id).await?;
         Self::lock_board(&mut tx, board_id).await?;
         let old = Self::lock_task(&mut tx, id).await?;
-        let metadata = state_change(&old, &change)?;
+        let mut metadata = state_change(&old, &change)?;
+        let (column_id, queued, enter) = Self::follow(&mut tx, &old, change.to).await?;
+        if column_id != old.column_id {
+            without_prompt(&mut metadata);
+        }
         let position = Self::next_position(&mut tx, old.board_id, change.to).await?;
-        let stmt = Stmt::new(q::MOVE_TASK)
+        let stmt = Stmt::new(q::PLACE_TASK)
             .bind(id)
             .bind(change.to.as_str())
             .bind(position)
             .bind(&metadata)
+            .bind(&old.agent_type)
+            .bind(old.autostart)
+            .bind(column_id)
+            .bind(queued)
             .bind(now());
-        let moved = |task: &Task| ChangeRecord::state_changed(task, old.state, &change);
-        self.write_task(tx, stmt, moved).await
+        let row: TaskRow = fetch_one::<D, _>(&mut tx, stmt).await?;
+        let mut task = Task::try_from(row)?;
+        Self::record(
+            &mut tx,
+            ChangeRecord::state_changed(&task, old.state, &change),
+        )
+        .await?;
+        self.left(&mut tx, &old, &task).await?;
+        if let Some(next) = enter {
+            // The run of an automated column ended: on to its next step.
+            task = self
+                .enter(&mut tx, &task, &next, WORKFLOW_ACTOR, false)
+                .await?;
+        }
+        self.commit(tx).await?;
+        Ok(task)
     }
 
     async fn delete_task(
@@ -313,10 +355,16 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         actor: String,
     ) -> Result<()> {
         let mut tx = D::begin(&self.pool).await?;
+        let board_id = Self::board_of_task(&mut tx, id).await?;
+        Self::lock_board(&mut tx, board_id).await?;
         let task = Self::lock_task(&mut tx, id).await?;
         check_version(&task, expected_version)?;
         execute::<D>(&mut tx, Stmt::new(q::DELETE_TASK).bind(id)).await?;
         Self::record(&mut tx, ChangeRecord::deleted(&task, &actor)).await?;
+        if let Some(column) = task.column_id.filter(|_| !task.queued) {
+            // Its slot frees: the column's queue moves up.
+            self.fill(&mut tx, board_id, column).await?;
+        }
         self.commit(tx).await
     }
 
@@ -337,6 +385,63 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         let token = page.next_token(rows.len());
         let events = rows.into_iter().map(TaskEventRecord::from).collect();
         Ok((events, token))
+    }
+
+    async fn list_columns(&self, board_id: Uuid) -> Result<Vec<Column>> {
+        self.get_board(board_id).await?;
+        Self::columns(&mut *self.pool.acquire().await?, board_id).await
+    }
+
+    async fn put_columns(&self, board_id: Uuid, columns: Vec<Column>) -> Result<Vec<Column>> {
+        let mut tx = D::begin(&self.pool).await?;
+        Self::lock_board(&mut tx, board_id).await?;
+        Self::check_column_ids(&mut tx, board_id, &columns).await?;
+        let old = Self::columns(&mut tx, board_id).await?;
+        for gone in old.iter().filter(|o| !columns.iter().any(|c| c.id == o.id)) {
+            execute::<D>(
+                &mut tx,
+                Stmt::new(q::UNPLACE_COLUMN).bind(gone.id).bind(false),
+            )
+            .await?;
+            execute::<D>(&mut tx, Stmt::new(q::DELETE_COLUMN).bind(gone.id)).await?;
+        }
+        Self::write_columns(&mut tx, &columns).await?;
+        execute::<D>(
+            &mut tx,
+            Stmt::new(q::PLACE_UNPLACED).bind(board_id).bind(false),
+        )
+        .await?;
+        for c in columns.iter().filter(|c| c.wip_limit.is_some()) {
+            self.fill(&mut tx, board_id, c.id).await?;
+        }
+        let saved = Self::columns(&mut tx, board_id).await?;
+        self.commit(tx).await?;
+        Ok(saved)
+    }
+
+    async fn move_task(
+        &self,
+        id: Uuid,
+        column_id: Uuid,
+        expected_version: Option<i64>,
+        actor: String,
+    ) -> Result<Task> {
+        let mut tx = D::begin(&self.pool).await?;
+        let board_id = Self::board_of_task(&mut tx, id).await?;
+        Self::lock_board(&mut tx, board_id).await?;
+        let old = Self::lock_task(&mut tx, id).await?;
+        check_version(&old, expected_version)?;
+        let columns = Self::columns(&mut tx, board_id).await?;
+        let column = columns
+            .into_iter()
+            .find(|c| c.id == column_id)
+            .ok_or_else(|| no_column(column_id))?;
+        if old.column_id == Some(column_id) && !old.queued {
+            return Ok(old);
+        }
+        let task = self.enter(&mut tx, &old, &column, &actor, true).await?;
+        self.commit(tx).await?;
+        Ok(task)
     }
 
     async fn ping(&self) -> Result<()> {

@@ -20,6 +20,8 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
+use crate::workflow::*;
+
 /// A fresh database of one kind, and what removes it.
 struct Backend {
     storage: Storage,
@@ -107,6 +109,10 @@ contract!(
     a_claimed_batch_keeps_other_relays_out,
     concurrent_writers_of_one_task_serialise,
     the_relay_publishes_in_commit_order_once,
+    a_new_board_has_the_default_workflow_and_cards_follow_their_state,
+    a_three_step_workflow_moves_a_card_and_a_wip_limit_queues,
+    a_deleted_card_frees_its_slot_and_removed_columns_keep_their_cards,
+    bad_moves_and_columns_are_refused,
 );
 
 /// Postgres only: replicas share one database, so a relay's claim holds

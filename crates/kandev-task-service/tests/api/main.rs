@@ -12,3 +12,4 @@ mod helpers;
 mod sqlite;
 mod tasks;
 mod transitions;
+mod workflow;
