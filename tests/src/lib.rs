@@ -1039,6 +1039,12 @@ pub struct Feed {
 impl Feed {
     /// Opens the stream from the start (`?after=0`).
     pub async fn open(api: &Api, task_id: &str) -> Feed {
+        Feed::open_after(api, task_id, 0).await
+    }
+
+    /// Opens the stream after `after` (a page's `covers_to`): its first
+    /// frame must be `after + 1`.
+    pub async fn open_after(api: &Api, task_id: &str, after: i64) -> Feed {
         let mut feed = Feed {
             addr: api.addr,
             token: api.token.clone().expect("a logged-in client"),
@@ -1046,7 +1052,7 @@ impl Feed {
             ws: None,
             frames: Vec::new(),
             others: Vec::new(),
-            last_seq: 0,
+            last_seq: after,
             reconnects: 0,
         };
         feed.connect(Instant::now() + Duration::from_secs(60)).await;

@@ -12,16 +12,19 @@
 //!
 //! # Layout
 //! - `bare`: the baseline agent under `docker run -i`.
+//! - `reopen`: a long stored session opened again, page by page.
 //! - `kandev`: tasks through REST, feeds through the gateway's WebSocket.
 //! - `procs`: CPU seconds, RSS and fds from /proc.
 //! - `realistic`: many agents at modest rates, in their steady state.
 //! - `stats`: rates and latency percentiles; `wire`: byte scanners.
 
 mod bare;
+mod chromium;
 mod kandev;
 mod loads;
 mod procs;
 mod realistic;
+mod reopen;
 mod stats;
 mod wire;
 
@@ -65,6 +68,9 @@ enum Load {
     /// The bare attach alone under each Docker log driver: what the
     /// engine's log costs per line (Kandev is not run).
     Logs,
+    /// A long stored session opened again: its compacted pages against
+    /// the replay of every frame.
+    Reopen,
 }
 
 #[derive(Debug, clap::Args)]
@@ -112,6 +118,9 @@ struct StreamArgs {
     /// Runs of the startup load.
     #[arg(long, default_value_t = 5)]
     startups: usize,
+    /// Chunks of the session the reopen load stores, then opens again.
+    #[arg(long, default_value_t = 1_000_000)]
+    reopen_messages: u64,
     /// Also write the figures table (the key rows of each load, Markdown)
     /// into this file, in place of the last one of the same deployment
     /// (see `splice_report`).
@@ -509,6 +518,7 @@ async fn stream(args: StreamArgs) -> Result<()> {
             Load::Fanout => bench.fanout(&args).await,
             Load::Startup => bench.startup(&args).await,
             Load::Logs => bench.logs(&args).await,
+            Load::Reopen => bench.reopen(&args).await,
         };
         let section = match section {
             Ok(s) => s,

@@ -132,6 +132,7 @@ impl Modify for CommonErrors {
         routes::followups::list,
         routes::followups::edit,
         routes::followups::cancel,
+        routes::feed::page,
     ),
     components(schemas(ErrorBody, api::TaskState)),
     modifiers(&BearerAuth, &CommonErrors),

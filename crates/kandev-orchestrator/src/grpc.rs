@@ -13,7 +13,7 @@ use crate::engine::review::{Review, comment_to_proto};
 use crate::{
     domain::{ExecutionView, Orchestration, OrchestratorError, PermissionAnswer},
     feed::FeedReader,
-    http::parse_task_id,
+    http::{PageQuery, parse_task_id},
 };
 
 /// The most frames one `ReadFeed` returns.
@@ -122,6 +122,36 @@ impl Orchestrator for GrpcOrchestratorAdapter {
             .map_err(|e| OrchestratorError::Database(e).to_status())?;
         Ok(Response::new(pb::ReadFeedResponse {
             frames: frames.iter().map(|f| f.text.to_string()).collect(),
+        }))
+    }
+
+    async fn read_feed_page(
+        &self,
+        request: Request<pb::ReadFeedPageRequest>,
+    ) -> Result<Response<pb::ReadFeedPageResponse>, Status> {
+        let req = request.into_inner();
+        let task_id = parse_task_id(&req.task_id).map_err(|e| e.to_status())?;
+        let query = PageQuery {
+            before: (req.before != 0).then_some(req.before),
+            limit: (req.limit != 0).then_some(req.limit),
+        };
+        let (before, limit) = query.parse().map_err(|e| e.to_status())?;
+        let page = self
+            .feed
+            .page(task_id, before, limit)
+            .await
+            .map_err(|e| OrchestratorError::Database(e).to_status())?;
+        let items = page
+            .items
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| OrchestratorError::Internal(e.to_string()).to_status())?;
+        Ok(Response::new(pb::ReadFeedPageResponse {
+            items,
+            covers_to: page.covers_to,
+            earliest: page.earliest.unwrap_or(0),
+            has_more: page.has_more,
         }))
     }
 

@@ -4,6 +4,10 @@
 //! - `POST /api/v1/orchestrator/tasks/{taskId}/stop` (optional `{"reason"}`)
 //! - `GET  /api/v1/orchestrator/tasks/{taskId}/status`
 //! - `WS   /api/v1/orchestrator/tasks/{taskId}/stream[?after=<seq>]`
+//! - `GET  /api/v1/orchestrator/tasks/{taskId}/feed[?before=<seq>&limit=<n>]`:
+//!   a page of the compacted feed (`{"items","covers_to","earliest",
+//!   "has_more"}`, see [`crate::feed::store::FeedPage`]), newest first;
+//!   the stream from `?after=covers_to` continues it.
 //!
 //! Errors have the shape `{"error","message","details","http_status"}`.
 
@@ -22,7 +26,7 @@ use uuid::Uuid;
 
 use crate::{
     domain::{Orchestration, OrchestratorError},
-    feed::{FeedHub, store::FeedStore},
+    feed::{self, FeedHub, store::FeedStore},
     ws,
 };
 
@@ -43,6 +47,7 @@ pub fn routes(state: AppState) -> Router {
         .route("/api/v1/orchestrator/tasks/{task_id}/stop", post(stop))
         .route("/api/v1/orchestrator/tasks/{task_id}/status", get(status))
         .route("/api/v1/orchestrator/tasks/{task_id}/stream", get(stream))
+        .route("/api/v1/orchestrator/tasks/{task_id}/feed", get(feed_page))
         .with_state(state)
 }
 
@@ -162,4 +167,54 @@ async fn stream(
     Ok(upgrade
         .read_buffer_size(kandev_common::serve::WS_READ_BUFFER)
         .on_upgrade(move |socket| ws::session(state, task_id, after, socket)))
+}
+
+/// Which page of the compacted feed a client asks for.
+#[derive(Debug, Default, Deserialize)]
+pub struct PageQuery {
+    #[serde(default)]
+    pub before: Option<i64>,
+    #[serde(default)]
+    pub limit: Option<i64>,
+}
+
+impl PageQuery {
+    /// `(before, limit)`, checked: `before` at least 1, `limit` from 1 to
+    /// [`feed::PAGE_ITEMS_MAX`] ([`feed::PAGE_ITEMS`] when absent).
+    pub fn parse(&self) -> Result<(Option<i64>, i64), OrchestratorError> {
+        if let Some(before) = self.before
+            && before < 1
+        {
+            return Err(OrchestratorError::Validation(
+                "before must be 1 or more".into(),
+            ));
+        }
+        let limit = self.limit.unwrap_or(feed::PAGE_ITEMS);
+        if !(1..=feed::PAGE_ITEMS_MAX).contains(&limit) {
+            return Err(OrchestratorError::Validation(format!(
+                "limit must be from 1 to {}",
+                feed::PAGE_ITEMS_MAX
+            )));
+        }
+        Ok((self.before, limit))
+    }
+}
+
+async fn feed_page(
+    State(state): State<AppState>,
+    Path(task_id): Path<String>,
+    query: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let task_id = parse_task_id(&task_id)?;
+    let Query(query) = query.map_err(|e| OrchestratorError::BadRequest(e.body_text()))?;
+    let (before, limit) = query.parse()?;
+    let reader = feed::FeedReader {
+        store: state.feed.clone(),
+        hub: state.hub.clone(),
+    };
+    let page = reader
+        .page(task_id, before, limit)
+        .await
+        .map_err(OrchestratorError::Database)?;
+    Ok(Json(page).into_response())
 }

@@ -16,6 +16,7 @@ mod metrics;
 mod permission;
 mod pool;
 mod real_agents;
+mod reopen;
 mod replicas;
 mod repositories;
 mod review_comments;

@@ -34,6 +34,7 @@ pub mod agents;
 pub mod auth;
 pub mod boards;
 pub mod changes;
+pub mod feed;
 pub mod followups;
 pub mod orchestrator;
 pub mod repository;
@@ -138,6 +139,7 @@ fn api(state: AppState) -> Router<AppState> {
             "/orchestrator/tasks/{task_id}/stream",
             get(orchestrator::stream),
         )
+        .route("/orchestrator/tasks/{task_id}/feed", get(feed::page))
         .route_layer(middleware::from_fn_with_state(state, require_auth));
     public
         .merge(protected)

@@ -125,6 +125,8 @@ const UUID_PROPERTIES: &[(&str, &str)] = &[
     ("AgentSession", "task_id"),
     ("TaskExecution", "task_id"),
     ("TaskExecution", "instance_id"),
+    ("FeedText", "instance_id"),
+    ("FeedEvent", "instance_id"),
 ];
 
 /// Id properties that are not UUIDs: agent type names (`mock-agent`),
@@ -136,6 +138,7 @@ const OTHER_ID_PROPERTIES: &[(&str, &str)] = &[
     ("AgentSession", "session_id"),
     ("TaskExecution", "acp_session_id"),
     ("LaunchAgentRequest", "resume_session_id"),
+    ("FeedText", "message_id"),
 ];
 
 fn document() -> Value {

@@ -33,6 +33,10 @@ async fn grpc_routes_check_auth_and_ownership_then_report_the_orchestrator_down(
             Method::GET,
             format!("/api/v1/orchestrator/tasks/{id}/status"),
         ),
+        (
+            Method::GET,
+            format!("/api/v1/orchestrator/tasks/{id}/feed?limit=20"),
+        ),
     ] {
         let body = (method == Method::POST).then(|| json!({}));
         let none = app.call(method.clone(), &path, None, body.clone()).await;

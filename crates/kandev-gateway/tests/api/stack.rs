@@ -264,6 +264,56 @@ async fn stack_a_rest_task_reaches_the_orchestrator_and_streams_through_the_gate
     })
     .await;
 
+    // The feed compacted, through the gateway: the task's owner reads its
+    // items, from seq 1 to the last stored, the turn's end last; nobody
+    // else does.
+    let page = app
+        .get(
+            &format!("/api/v1/orchestrator/tasks/{task_id}/feed"),
+            &alice,
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let items = page.body["items"].as_array().unwrap();
+    assert_eq!(page.body["earliest"], 1, "{}", page.body);
+    assert_eq!(page.body["has_more"], false);
+    let stored = app
+        .get(
+            &format!("/api/v1/orchestrator/tasks/{task_id}/status"),
+            &alice,
+        )
+        .await;
+    assert_eq!(page.body["covers_to"], stored.body["last_seq"]);
+    assert!(
+        items.iter().any(|i| i["kind"] == "message"),
+        "{}",
+        page.body
+    );
+    assert!(
+        items
+            .iter()
+            .any(|i| i["kind"] == "event" && i["event"]["kind"] == "turn_end"),
+        "{}",
+        page.body
+    );
+    let mut next = 1;
+    for item in items {
+        assert_eq!(item["first_seq"], next, "{item}");
+        next = item["last_seq"].as_i64().unwrap() + 1;
+    }
+    let other = app
+        .get(&format!("/api/v1/orchestrator/tasks/{task_id}/feed"), &bob)
+        .await;
+    assert_eq!(other.status, StatusCode::NOT_FOUND);
+    let bad = app
+        .get(
+            &format!("/api/v1/orchestrator/tasks/{task_id}/feed?before=0"),
+            &alice,
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{}", bad.body);
+    assert_eq!(bad.error(), "validation_error");
+
     // The feed through the gateway, token as a subprotocol: stored
     // frames replay from ?after=0, numbered from 1.
     let addr: SocketAddr = stack.gateway.serve();

@@ -6,7 +6,8 @@
 // - Consecutive message chunks (same role, same message id) merge into one
 //   message; thoughts likewise into one collapsed <details>.
 // - Tool calls are cards keyed by tool_call_id, patched by tool_call_update.
-// - Only the last `windowSize` items are in the DOM; "show earlier" widens it.
+// - Only the last `windowSize` items are in the DOM; "show earlier" (or
+//   scrolling to the top) widens it, then loads earlier pages (feedpages.js).
 
 import { h, clear, timeEl } from './dom.js';
 import { auth } from './api.js';
@@ -15,6 +16,22 @@ import { lineDiff, hunks } from './diff.js';
 
 const MD_LIMIT = 64 * 1024;      // above this, a message renders as plain text
 const TEXT_LIMIT = 256 * 1024;   // above this, only the tail is shown until expanded
+// A message or thought keeps at most this much at each end: a session's
+// one long message (a million chunks) does not fill the tab's memory.
+const KEEP_CHARS = 256 * 1024;
+
+/**
+ * Drops the middle of a long message's text, keeping `KEEP_CHARS` at each
+ * end: `it.cut` is where the kept head ends, `it.elided` counts what went.
+ * A cut made before lies inside what is dropped again (the tail after it
+ * is never shorter than `KEEP_CHARS`).
+ */
+export function clipText(it) {
+  if (it.text.length <= 3 * KEEP_CHARS) return;
+  it.elided = (it.elided || 0) + it.text.length - 2 * KEEP_CHARS;
+  it.text = it.text.slice(0, KEEP_CHARS) + it.text.slice(it.text.length - KEEP_CHARS);
+  it.cut = KEEP_CHARS;
+}
 // A permission prompt shows this much of the write it asks for.
 const WRITE_PREVIEW_LINES = 12;
 const WRITE_LINE_CHARS = 400;
@@ -120,6 +137,32 @@ export class Feed {
     this.onPermission = onPermission || (() => false);
     this.onEvent = onEvent || (() => {});
     this.windowSize = windowSize;
+    this.initModel();
+
+    this.root = root;
+    this.earlier = h('button', { type: 'button', class: 'btn btn-small feed-earlier', testid: 'feed-show-earlier', hidden: true,
+      onclick: () => this.showEarlier() });
+    this.list = h('ol', { class: 'feed-list', testid: 'feed-list', 'aria-live': 'polite', 'aria-relevant': 'additions', 'aria-label': 'Agent feed' });
+    this.empty = h('p', { class: 'feed-empty muted', testid: 'feed-empty' }, 'No agent activity yet.');
+    this.jump = h('button', { type: 'button', class: 'btn btn-small feed-jump', testid: 'feed-jump', hidden: true,
+      onclick: () => this.jumpToLatest() }, 'Jump to latest ↓');
+    clear(root).append(this.earlier, this.empty, this.list, this.jump);
+    // Follow the tail unless the user scrolled up (content-visibility makes
+    // heights change after layout, so intent is tracked, not measured).
+    this.stick = true;
+    this.autoTop = 0;
+    root.addEventListener('scroll', () => {
+      const dist = root.scrollHeight - root.scrollTop - root.clientHeight;
+      if (dist < 80) this.stick = true;
+      else if (root.scrollTop < this.autoTop - 8) this.stick = false;
+      // Scrolled up to the top: earlier history comes in by itself.
+      if (!this.stick && root.scrollTop < 120) this.showEarlier();
+      this.updateJump();
+    }, { passive: true });
+  }
+
+  /** The model without its DOM (a feed's state, or an older page's being built). */
+  initModel() {
     this.lastSeq = 0;
     this.duplicatesIgnored = 0;
     this.applied = 0;
@@ -142,25 +185,13 @@ export class Feed {
     // The task's agent type permission_policy, once known: answers that
     // nobody here gave came from it unless it is `ask`.
     this.policy = undefined;
-
-    this.root = root;
-    this.earlier = h('button', { type: 'button', class: 'btn btn-small feed-earlier', testid: 'feed-show-earlier', hidden: true,
-      onclick: () => this.showEarlier() });
-    this.list = h('ol', { class: 'feed-list', testid: 'feed-list', 'aria-live': 'polite', 'aria-relevant': 'additions', 'aria-label': 'Agent feed' });
-    this.empty = h('p', { class: 'feed-empty muted', testid: 'feed-empty' }, 'No agent activity yet.');
-    this.jump = h('button', { type: 'button', class: 'btn btn-small feed-jump', testid: 'feed-jump', hidden: true,
-      onclick: () => this.jumpToLatest() }, 'Jump to latest ↓');
-    clear(root).append(this.earlier, this.empty, this.list, this.jump);
-    // Follow the tail unless the user scrolled up (content-visibility makes
-    // heights change after layout, so intent is tracked, not measured).
-    this.stick = true;
-    this.autoTop = 0;
-    root.addEventListener('scroll', () => {
-      const dist = root.scrollHeight - root.scrollTop - root.clientHeight;
-      if (dist < 80) this.stick = true;
-      else if (root.scrollTop < this.autoTop - 8) this.stick = false;
-      this.updateJump();
-    }, { passive: true });
+    // Answers whose question is on a page not loaded yet, by request id,
+    // and whether a turn ended on the pages loaded (older unanswered
+    // questions then expired): see feedpages.js.
+    this.orphanAnswers = new Map();
+    this.sawEnd = false;
+    // Whether runs before the loaded pages may exist (runs are then not numbered).
+    this.olderUnknown = false;
   }
 
   /** Shows "Jump to latest" while the reader is scrolled up. */
@@ -233,14 +264,15 @@ export class Feed {
   addItem(item) {
     item.index = this.items.length;
     if (item.ts === undefined) item.ts = this.curTs;
-    item.seqs = item.seq == null ? [] : [item.seq];
+    item.nseq = item.seq == null ? 0 : (item.span || 1);
+    delete item.span;
     this.items.push(item);
     this.dirty.add(item);
     return item;
   }
 
-  touch(item, seq) {
-    if (seq != null && item.seqs) item.seqs.push(seq);
+  touch(item, seq, span = 1) {
+    if (seq != null) item.nseq += span;
     this.dirty.add(item);
   }
 
@@ -248,7 +280,9 @@ export class Feed {
     const ev = frame.event || {};
     const seq = Number(frame.seq);
     const d = ev.data || {};
-    this.applied++;
+    // A page's message item stands for `span` frames.
+    const span = frame.span || 1;
+    this.applied += span;
     this.curTs = ev.timestamp || frame.timestamp || null;
     // Each agent run (a retry, a rerun) is its own instance: number them,
     // so the attempts of a failing task are told apart.
@@ -256,7 +290,8 @@ export class Feed {
       this.runs = (this.runs || 0) + 1;
       if (this.runs > 1) {
         this.closeOpen();
-        this.addItem({ kind: 'note', seq, testid: 'run-start', message: `Run ${this.runs}: a new agent container.` });
+        const which = this.olderUnknown ? 'Another run' : `Run ${this.runs}`;
+        this.addItem({ kind: 'note', seq, testid: 'run-start', message: `${which}: a new agent container.` });
       }
       this.instance = frame.instance_id;
     }
@@ -271,10 +306,11 @@ export class Feed {
         if (last && last.kind === kind && last.role === role && !last.closed
             && (last.messageId == null || d.message_id == null || last.messageId === d.message_id)) {
           last.text += text;
+          clipText(last);
           if (d.message_id != null) last.messageId = d.message_id;
-          this.touch(last, seq);
+          this.touch(last, seq, span);
         } else {
-          this.addItem({ kind, seq, role, text, messageId: d.message_id ?? null });
+          this.addItem({ kind, seq, span, role, text, messageId: d.message_id ?? null });
         }
         break;
       }
@@ -312,12 +348,15 @@ export class Feed {
         break;
       }
       case 'permission_response': {
-        const item = this.perms.get(requestIdText(d.request_id));
-        if (item) { item.answered = { outcome: d.outcome, optionId: d.option_id, by: d.answered_by || d.by || null }; this.touch(item, seq); }
+        const rid = requestIdText(d.request_id);
+        const answer = { outcome: d.outcome, optionId: d.option_id, by: d.answered_by || d.by || null };
+        const item = this.perms.get(rid);
+        if (item) { item.answered = answer; this.touch(item, seq); } else this.orphanAnswers.set(rid, answer);
         break;
       }
       case 'turn_end': {
         for (const p of this.perms.values()) if (!p.answered && !p.expired) { p.expired = true; this.dirty.add(p); }
+        this.sawEnd = true;
         this.closeOpen();
         this.addItem({ kind: 'turn_end', seq, stopReason: d.stop_reason || 'unknown', message: d.message || '' });
         break;
@@ -351,7 +390,7 @@ export class Feed {
           if (this.replaying && this.replayCount) this.addItem({ kind: 'note', seq, message: 'The agent picked up the earlier conversation.' });
           this.replaying = false;
         }
-        if (d.phase === 'closed') { this.closeOpen(); this.addItem({ kind: 'lifecycle', seq, message: exitWords(d.detail), detail: d.detail || '' }); }
+        if (d.phase === 'closed') { this.sawEnd = true; this.closeOpen(); this.addItem({ kind: 'lifecycle', seq, message: exitWords(d.detail), detail: d.detail || '' }); }
         if (d.phase === 'prompt_queued') this.addItem({ kind: 'note', seq, message: `Follow-up queued, sent when this turn ends: ${d.detail ?? ''}` });
         if (d.phase === 'queue_dropped') this.addItem({ kind: 'note', seq, message: `Queued follow-ups dropped: ${d.detail ?? ''}` });
         break;
@@ -371,9 +410,12 @@ export class Feed {
 
   // --- rendering ----------------------------------------------------------
 
+  /** Widens the window over loaded items, or loads the page before them. */
   showEarlier() {
-    this.windowSize += 300;
-    this.render(true);
+    if (this.renderedStart > 0) {
+      this.windowSize += 300;
+      this.render(true);
+    } else if (this.pager) this.pager.loadOlder();
   }
 
   render(grow = false) {
@@ -414,8 +456,9 @@ export class Feed {
 
     if (!grow && !this.stick) { this.newBelow += newCount; }
     const hiddenCount = this.renderedStart;
-    this.earlier.hidden = hiddenCount === 0;
-    this.earlier.textContent = `Show earlier (${hiddenCount} hidden)`;
+    const older = !!(this.pager && this.pager.hasMore);
+    this.earlier.hidden = hiddenCount === 0 && !older;
+    this.earlier.textContent = hiddenCount ? `Show earlier (${hiddenCount} hidden)` : 'Show earlier messages';
     if (grow) sc.scrollTop += sc.scrollHeight - prevHeight;
     else if (this.stick) { sc.scrollTop = sc.scrollHeight; this.autoTop = sc.scrollTop; }
     this.updateJump();
@@ -454,7 +497,7 @@ export class Feed {
       if (it.seq != null) it.el.dataset.seq = String(it.seq);
       else it.el.dataset.local = String(++this.controlCounter);
     }
-    it.el.dataset.seqs = String(it.seqs.length);
+    it.el.dataset.seqs = String(it.nseq);
     const fn = this[`render_${it.kind}`] || this.render_note;
     fn.call(this, it, it.el);
     // When it happened: the frame's own timestamp, as local time.
@@ -471,6 +514,10 @@ export class Feed {
       el.append(h('div', { class: 'item-label' }, it.role === 'user' ? 'You' : 'Agent'), body = h('div', { class: 'msg-body md' }));
     }
     let text = it.text;
+    if (it.elided) {
+      const gone = `\n\n[… ${it.elided.toLocaleString()} characters of this message are not shown …]\n\n`;
+      text = text.slice(0, it.cut) + gone + text.slice(it.cut);
+    }
     if (text.length > TEXT_LIMIT && !it.expanded) {
       const cut = text.length - TEXT_LIMIT;
       text = text.slice(cut);

@@ -7,6 +7,7 @@ import { api, taskState, asList, humanizeStates } from './api.js';
 import { renderMarkdown } from './markdown.js';
 import { Feed, renderPlan, stopWords } from './feed.js';
 import { TaskSocket } from './socket.js';
+import { FeedPager } from './feedpages.js';
 import { changesPanel } from './changes.js';
 import { pendingBox, pendingPrompts } from './followups.js';
 import { STATE, STATE_LABELS, execBadge, execState, ACTIVE_EXEC, taskDialog, plainError, failureText, agentTypes, agentTypeId } from './common.js';
@@ -218,7 +219,8 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
       scheduleButtons();
     },
   });
-  socket.open();
+  // The newest page of the compacted feed first, then the frames after it.
+  new FeedPager(feed, taskId).openNewest().finally(() => socket.open());
 
   // ---- status ----
   let refreshTimer = null;
@@ -491,6 +493,9 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
     get duplicatesIgnored() { return feed.duplicatesIgnored; },
     get feedItems() { return feed.items.length; },
     get eventsApplied() { return feed.applied; },
+    // The compacted feed's pages: more before the loaded ones, one loading.
+    get olderPages() { return !!(feed.pager && feed.pager.hasMore); },
+    get loadingPage() { return !!(feed.pager && feed.pager.loading); },
     feed,
   }));
 

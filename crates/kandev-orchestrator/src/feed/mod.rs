@@ -15,9 +15,15 @@
 //! The not-yet-stored tail of each task is kept in memory ([`FeedHub`]) so a
 //! WebSocket replay can serve it without a gap.
 //!
+//! A client that shows the feed reads it compacted ([`FeedReader::page`]:
+//! one item per message, thought or other event, newest page first), then
+//! streams the frames after the last seq the page covers (`covers_to`):
+//! the stored ones, the tail, then live ones, each once.
+//!
 //! # Layout
-//! - this module: frames and the live hub.
-//! - [`store`]: how the feed is kept in Postgres (chunks of events).
+//! - this module: frames, the live hub and the reader.
+//! - [`store`]: how the feed is kept in Postgres or SQLite (chunks of
+//!   events, and the compacted view beside them).
 //! - `consumer`: the consumer that numbers, broadcasts and stores.
 
 mod consumer;
@@ -288,7 +294,25 @@ pub struct FeedReader {
 /// The most bytes of frames one read returns (at least one frame).
 const READ_BYTES: usize = 2 * 1024 * 1024;
 
+/// Items of a compacted page when the client does not say, and at most.
+pub const PAGE_ITEMS: i64 = 50;
+pub const PAGE_ITEMS_MAX: i64 = 500;
+
 impl FeedReader {
+    /// A page of the task's compacted feed (see [`store::FeedStore::page`]):
+    /// the newest `limit` items before `before` (before the end when
+    /// `None`). The frames after its `covers_to` continue it: read them
+    /// with [`FeedReader::read`] or a stream from `?after=covers_to`.
+    #[tracing::instrument(skip(self))]
+    pub async fn page(
+        &self,
+        task_id: Uuid,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<store::FeedPage, sqlx::Error> {
+        self.store.page(task_id, before, limit).await
+    }
+
     /// At most `limit` frames with `seq > after`, in order, without a gap.
     pub async fn read(
         &self,

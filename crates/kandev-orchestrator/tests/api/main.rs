@@ -9,6 +9,8 @@ mod binary;
 mod contract;
 mod e2e;
 mod feed;
+mod feed_items;
+mod feed_reopen;
 mod followups;
 mod forge;
 mod helpers;

@@ -14,7 +14,12 @@
 //! never overlap: the consumer numbers each event once, and a chunk written
 //! twice (a commit whose answer was lost) has the same `(task_id,
 //! first_seq)` and is dropped.
+//!
+//! Beside the chunks, in the same transaction, the compacted view of each
+//! task's feed ([`items`]): one item per message, thought or other event,
+//! what a client that shows the feed reads ([`FeedStore::page`]).
 
+mod items;
 mod pg;
 mod sqlite;
 
@@ -25,6 +30,7 @@ use kandev_events::pack;
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
+pub use items::{EventItem, FeedItem, FeedPage, ITEM_TEXT_BYTES, ItemKind, PAGE_BYTES, TextItem};
 pub use pg::PgFeedStore;
 pub use sqlite::SqliteFeedStore;
 
@@ -32,13 +38,21 @@ use super::Frame;
 
 type Result<T> = std::result::Result<T, sqlx::Error>;
 
-/// The stored feed. Its contract (`tests/api/contract.rs` checks it against
-/// both databases): seqs of a task are stored once each, a chunk written
-/// twice is dropped, reads return stored frames in seq order.
+/// The stored feed. Its contract (`tests/api/contract.rs` and
+/// `tests/api/feed_items.rs` check it against both databases): seqs of a
+/// task are stored once each, a chunk written twice is dropped, reads
+/// return stored frames in seq order; the compacted view covers the stored
+/// seqs from 1 without a gap, each once.
 #[async_trait]
 pub trait FeedStore: Send + Sync + 'static {
     /// Stored frames of a task with `seq > after`, in order, at most `limit`.
     async fn history(&self, task_id: Uuid, after: i64, limit: i64) -> Result<Vec<Frame>>;
+    /// A page of the task's compacted feed: the newest `limit` items (at
+    /// most [`PAGE_BYTES`] of them, at least one) that start before
+    /// `before`, or before the end when `None`. A read of the newest page
+    /// first brings the view up to the stored frames when it is behind
+    /// (a feed stored before the view existed).
+    async fn page(&self, task_id: Uuid, before: Option<i64>, limit: i64) -> Result<FeedPage>;
     /// Instances whose run moved to another agent manager (see
     /// [`super::Fence`]).
     async fn moved_instances(&self) -> Result<Vec<Uuid>>;
@@ -81,6 +95,14 @@ fn unpack(packed: &[u8]) -> std::result::Result<String, String> {
     }
     let bytes = lz4_flex::decompress(block, claimed).map_err(|e| e.to_string())?;
     String::from_utf8(bytes).map_err(|e| e.to_string())
+}
+
+/// The text of an item row: `text`, or `text_lz4` when it is set.
+fn stored_text(text: String, packed: Option<Vec<u8>>) -> std::result::Result<String, String> {
+    match packed {
+        Some(p) => unpack(&p),
+        None => Ok(text),
+    }
 }
 
 /// The range of chunk starts that may hold `after+1..=after+limit`: seqs of

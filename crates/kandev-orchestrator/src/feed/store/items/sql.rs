@@ -1,0 +1,72 @@
+//! The statements both databases run as they are (SQLite reads `$n` as
+//! the n-th bound value).
+
+pub const LAST_ROW: &str = "SELECT first_seq, last_seq, item_seq, instance_id, first_instance_seq, kind, role, message_id, started_at, item_bytes, pieces
+     FROM feed_items WHERE task_id = $1 ORDER BY first_seq DESC LIMIT 1";
+pub const COVERED: &str =
+    "SELECT last_seq FROM feed_items WHERE task_id = $1 ORDER BY first_seq DESC LIMIT 1";
+pub const ITEM_TEXT: &str = "SELECT text, text_lz4 FROM feed_items
+     WHERE task_id = $1 AND item_seq = $2 ORDER BY first_seq";
+pub const DELETE_ITEM: &str = "DELETE FROM feed_items WHERE task_id = $1 AND item_seq = $2";
+/// The first seqs of the newest `$3` items starting before `$2`, and
+/// their first rows' text bytes (a whole item's but the last one's).
+pub const PAGE_HEADS: &str = "SELECT first_seq, item_bytes FROM feed_items
+     WHERE task_id = $1 AND first_seq = item_seq AND first_seq < $2
+     ORDER BY first_seq DESC LIMIT $3";
+/// Every row of the items that start in `$2..=$3`.
+pub const PAGE_ROWS: &str = "SELECT first_seq, last_seq, item_seq, instance_id, first_instance_seq, kind, role, message_id, started_at, item_bytes, pieces, text, text_lz4
+     FROM feed_items WHERE task_id = $1 AND item_seq >= $2 AND item_seq <= $3
+     ORDER BY item_seq, first_seq";
+/// The most tasks [`last_rows`] reads in one statement.
+pub const TASKS_PER_READ: usize = 64;
+
+/// The last row of each of `tasks` tasks (`$1..=$tasks`), with its
+/// task id first: one indexed read per task in one statement.
+pub fn last_rows(tasks: usize) -> &'static str {
+    static SQL: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+        (0..=TASKS_PER_READ)
+            .map(|n| {
+                (1..=n)
+                    .map(|k| {
+                        format!(
+                            "SELECT * FROM (SELECT task_id, first_seq, last_seq, item_seq, instance_id,
+                               first_instance_seq, kind, role, message_id, started_at, item_bytes, pieces
+                             FROM feed_items WHERE task_id = ${k} ORDER BY first_seq DESC LIMIT 1) AS t{k}"
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" UNION ALL ")
+            })
+            .collect()
+    });
+    &SQL[tasks]
+}
+
+pub const COLUMNS: usize = 14;
+pub const ROWS_PER_INSERT: usize = 32;
+
+/// `INSERT … VALUES` of `rows` rows; one text per row count, made once.
+pub fn insert(rows: usize) -> &'static str {
+    static SQL: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+        (0..=ROWS_PER_INSERT)
+            .map(|n| {
+                let values: Vec<String> = (0..n)
+                    .map(|row| {
+                        let params: Vec<String> = (1..=COLUMNS)
+                            .map(|k| format!("${}", row * COLUMNS + k))
+                            .collect();
+                        format!("({})", params.join(", "))
+                    })
+                    .collect();
+                format!(
+                    "INSERT INTO feed_items (task_id, first_seq, last_seq, item_seq, instance_id,
+                       first_instance_seq, kind, role, message_id, started_at, item_bytes, pieces,
+                       text, text_lz4)
+                     VALUES {}",
+                    values.join(", ")
+                )
+            })
+            .collect()
+    });
+    &SQL[rows]
+}
