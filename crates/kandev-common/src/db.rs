@@ -1,6 +1,10 @@
 //! Each service owns one Postgres schema: its tables and its migrations
 //! table live there, and its connections see nothing else by default.
 
+pub mod dialect;
+
+pub use dialect::{Dialect, Param, Rows, Stmt};
+
 use std::{str::FromStr, time::Duration};
 
 use sqlx::{

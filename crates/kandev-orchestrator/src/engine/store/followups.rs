@@ -1,16 +1,14 @@
 //! The follow-ups held while a task's run is busy with a turn
 //! (`pending_prompts`): sent together when the turn ends, editable and
 //! cancellable until then (see `engine::followups`). One statement text for
-//! both databases (SQLite reads `$n` as the n-th bound value); only the
-//! bound time differs: Postgres takes `timestamptz`, SQLite the text
-//! [`time`] stores.
+//! both databases (see [`kandev_common::db::dialect`]).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use kandev_common::db::sqlite::time;
+use kandev_common::db::Stmt;
 use uuid::Uuid;
 
-use super::{PgExecStore, Result, SqliteExecStore};
+use super::{ExecDialect, Result, SqlExecStore};
 
 /// One held follow-up.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -60,81 +58,52 @@ pub trait FollowUpStore: Send + Sync {
     async fn drop_pending_prompts(&self, task_id: Uuid) -> Result<()>;
 }
 
-/// The store's methods over one pool type; `$stamp` turns a time into what
-/// the database binds.
-macro_rules! follow_up_store {
-    ($store:ty, $stamp:expr) => {
-        #[async_trait]
-        impl FollowUpStore for $store {
-            async fn hold_prompt(
-                &self,
-                task_id: Uuid,
-                author: &str,
-                text: &str,
-            ) -> Result<PendingPrompt> {
-                let held = PendingPrompt {
-                    id: Uuid::now_v7(),
-                    task_id,
-                    text: text.to_string(),
-                    author: author.to_string(),
-                    queued_at: Utc::now(),
-                };
-                sqlx::query(INSERT)
-                    .bind(held.id)
-                    .bind(task_id)
-                    .bind(&held.text)
-                    .bind(&held.author)
-                    .bind(($stamp)(held.queued_at))
-                    .execute(&self.pool)
-                    .await?;
-                Ok(held)
-            }
+#[async_trait]
+impl<D: ExecDialect> FollowUpStore for SqlExecStore<D> {
+    async fn hold_prompt(&self, task_id: Uuid, author: &str, text: &str) -> Result<PendingPrompt> {
+        let held = PendingPrompt {
+            id: Uuid::now_v7(),
+            task_id,
+            text: text.to_string(),
+            author: author.to_string(),
+            queued_at: Utc::now(),
+        };
+        let stmt = Stmt::new(INSERT)
+            .bind(held.id)
+            .bind(task_id)
+            .bind(&held.text)
+            .bind(&held.author)
+            .bind(held.queued_at);
+        self.db().write(stmt).await?;
+        Ok(held)
+    }
 
-            async fn pending_prompts(&self, task_id: Uuid) -> Result<Vec<PendingPrompt>> {
-                sqlx::query_as(&format!("{SELECT} WHERE task_id = $1 {ORDER}"))
-                    .bind(task_id)
-                    .fetch_all(&self.pool)
-                    .await
-            }
+    async fn pending_prompts(&self, task_id: Uuid) -> Result<Vec<PendingPrompt>> {
+        let stmt = Stmt::new(format!("{SELECT} WHERE task_id = $1 {ORDER}")).bind(task_id);
+        self.db().all(stmt).await
+    }
 
-            async fn edit_pending_prompt(
-                &self,
-                task_id: Uuid,
-                id: Uuid,
-                text: &str,
-            ) -> Result<Option<PendingPrompt>> {
-                sqlx::query(UPDATE)
-                    .bind(task_id)
-                    .bind(id)
-                    .bind(text)
-                    .execute(&self.pool)
-                    .await?;
-                sqlx::query_as(&format!("{SELECT} WHERE task_id = $1 AND id = $2"))
-                    .bind(task_id)
-                    .bind(id)
-                    .fetch_optional(&self.pool)
-                    .await
-            }
+    async fn edit_pending_prompt(
+        &self,
+        task_id: Uuid,
+        id: Uuid,
+        text: &str,
+    ) -> Result<Option<PendingPrompt>> {
+        let stmt = Stmt::new(UPDATE).bind(task_id).bind(id).bind(text);
+        self.db().write(stmt).await?;
+        let stmt = Stmt::new(format!("{SELECT} WHERE task_id = $1 AND id = $2"))
+            .bind(task_id)
+            .bind(id);
+        self.db().optional(stmt).await
+    }
 
-            async fn drop_pending_prompt(&self, task_id: Uuid, id: Uuid) -> Result<bool> {
-                let done = sqlx::query(DELETE_ONE)
-                    .bind(task_id)
-                    .bind(id)
-                    .execute(&self.pool)
-                    .await?;
-                Ok(done.rows_affected() > 0)
-            }
+    async fn drop_pending_prompt(&self, task_id: Uuid, id: Uuid) -> Result<bool> {
+        let stmt = Stmt::new(DELETE_ONE).bind(task_id).bind(id);
+        Ok(self.db().write(stmt).await? > 0)
+    }
 
-            async fn drop_pending_prompts(&self, task_id: Uuid) -> Result<()> {
-                sqlx::query(DELETE_ALL)
-                    .bind(task_id)
-                    .execute(&self.pool)
-                    .await?;
-                Ok(())
-            }
-        }
-    };
+    async fn drop_pending_prompts(&self, task_id: Uuid) -> Result<()> {
+        self.db().write(Stmt::new(DELETE_ALL).bind(task_id)).await?;
+        Ok(())
+    }
 }
-
-follow_up_store!(PgExecStore, |at: DateTime<Utc>| at);
-follow_up_store!(SqliteExecStore, time);

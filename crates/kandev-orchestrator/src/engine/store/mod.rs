@@ -11,11 +11,13 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+mod executions;
 mod followups;
 mod pg;
 mod review;
 mod sqlite;
 
+pub use executions::{ExecDialect, SqlExecStore};
 pub use followups::{FollowUpStore, PendingPrompt};
 pub use pg::PgExecStore;
 pub use review::{NewReviewComment, ReviewCommentRow, ReviewStore, Side};
@@ -80,23 +82,11 @@ pub struct Enqueue<'a> {
 }
 
 /// What the engine keeps: its executions (the queue, the runs, their
-/// retries), moved instances and applied events. [`PgExecStore`] keeps
-/// them in Postgres, [`SqliteExecStore`] in a SQLite file; the engine holds
-/// a `dyn ExecutionStore`, so the queue logic does not depend on where they
+/// retries), moved instances and applied events. [`SqlExecStore`] keeps
+/// them in Postgres ([`PgExecStore`]) or a SQLite file
+/// ([`SqliteExecStore`]), each statement written once; the engine holds a
+/// `dyn ExecutionStore`, so the queue logic does not depend on where they
 /// live. `tests/api/contract.rs` checks both against one contract.
-/// The direct clones' SQL, the same text for both databases (SQLite reads
-/// `$n` as the n-th bound value).
-const DIRECT_RUN_ENDED: &str = "INSERT INTO direct_clones (task_id, finished_at) VALUES ($1, $2)
-     ON CONFLICT (task_id) DO UPDATE SET finished_at = excluded.finished_at";
-const DIRECT_CLONES_DUE: &str =
-    "SELECT task_id FROM direct_clones WHERE finished_at < $1 ORDER BY finished_at LIMIT $2";
-const FORGET_DIRECT_CLONE: &str = "DELETE FROM direct_clones WHERE task_id = $1";
-
-/// The time `secs` before now.
-fn ago(secs: f64) -> DateTime<Utc> {
-    Utc::now() - chrono::Duration::microseconds((secs.max(0.0) * 1e6) as i64)
-}
-
 #[async_trait]
 pub trait ExecutionStore: ReviewStore + FollowUpStore + Send + Sync + 'static {
     async fn get(&self, task_id: Uuid) -> Result<Option<Execution>>;

@@ -1,15 +1,14 @@
 //! The review comments a reviewer left with each "Request changes"
 //! (`review_comments`), kept so the diff shows them on later rounds and
-//! each can be resolved. One statement text for both databases (SQLite
-//! reads `$n` as the n-th bound value); only the bound types differ:
-//! Postgres takes `timestamptz`, SQLite the text [`time`] stores.
+//! each can be resolved. One statement text for both databases (see
+//! [`kandev_common::db::dialect`]).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use kandev_common::db::sqlite::time;
+use kandev_common::db::{Stmt, dialect::fetch_one};
 use uuid::Uuid;
 
-use super::{PgExecStore, Result, SqliteExecStore};
+use super::{ExecDialect, Result, SqlExecStore};
 
 /// Which side of the diff a line comment is on: the file after the change
 /// (added and unchanged lines), or before it (removed lines).
@@ -127,96 +126,67 @@ pub trait ReviewStore: Send + Sync {
     async fn delete_review_comments(&self, task_id: Uuid) -> Result<()>;
 }
 
-/// The store's methods over one pool type; `$stamp` turns a time into what
-/// the database binds.
-macro_rules! review_store {
-    ($store:ty, $stamp:expr) => {
-        #[async_trait]
-        impl ReviewStore for $store {
-            async fn add_review_round(
-                &self,
-                task_id: Uuid,
-                author: &str,
-                comments: &[NewReviewComment],
-            ) -> Result<i32> {
-                let mut tx = self.pool.begin().await?;
-                let round: i32 = sqlx::query_scalar(NEXT_ROUND)
-                    .bind(task_id)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                let at = $stamp(Utc::now());
-                for c in comments {
-                    sqlx::query(INSERT)
-                        .bind(Uuid::now_v7())
-                        .bind(task_id)
-                        .bind(round)
-                        .bind(&c.path)
-                        .bind(c.line.and_then(|l| i32::try_from(l).ok()))
-                        .bind(c.side.as_str())
-                        .bind(&c.line_text)
-                        .bind(&c.body)
-                        .bind(author)
-                        .bind(&at)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                tx.commit().await?;
-                Ok(round)
-            }
-
-            async fn forget_review_round(&self, task_id: Uuid, round: i32) -> Result<()> {
-                sqlx::query(FORGET_ROUND)
-                    .bind(task_id)
-                    .bind(round)
-                    .execute(&self.pool)
-                    .await?;
-                Ok(())
-            }
-
-            async fn review_comments(&self, task_id: Uuid) -> Result<Vec<ReviewCommentRow>> {
-                sqlx::query_as(&format!("{SELECT} WHERE task_id = $1 {ORDER}"))
-                    .bind(task_id)
-                    .fetch_all(&self.pool)
-                    .await
-            }
-
-            async fn resolve_review_comment(
-                &self,
-                task_id: Uuid,
-                id: Uuid,
-                by: Option<(&str, DateTime<Utc>)>,
-            ) -> Result<Option<ReviewCommentRow>> {
-                let change = match by {
-                    Some((who, at)) => sqlx::query(RESOLVE)
-                        .bind(task_id)
-                        .bind(id)
-                        .bind(who)
-                        .bind($stamp(at)),
-                    None => sqlx::query(UNRESOLVE).bind(task_id).bind(id),
-                };
-                change.execute(&self.pool).await?;
-                sqlx::query_as(&format!("{SELECT} WHERE task_id = $1 AND id = $2"))
-                    .bind(task_id)
-                    .bind(id)
-                    .fetch_optional(&self.pool)
-                    .await
-            }
-
-            async fn delete_review_comments(&self, task_id: Uuid) -> Result<()> {
-                sqlx::query(DELETE_ALL)
-                    .bind(task_id)
-                    .execute(&self.pool)
-                    .await?;
-                Ok(())
-            }
+#[async_trait]
+impl<D: ExecDialect> ReviewStore for SqlExecStore<D> {
+    async fn add_review_round(
+        &self,
+        task_id: Uuid,
+        author: &str,
+        comments: &[NewReviewComment],
+    ) -> Result<i32> {
+        let mut tx = D::begin(&self.pool).await?;
+        let (round,): (i32,) =
+            fetch_one::<D, _>(&mut tx, Stmt::new(NEXT_ROUND).bind(task_id)).await?;
+        let at = Utc::now();
+        for c in comments {
+            let stmt = Stmt::new(INSERT)
+                .bind(Uuid::now_v7())
+                .bind(task_id)
+                .bind(round)
+                .bind(&c.path)
+                .bind(c.line.and_then(|l| i32::try_from(l).ok()))
+                .bind(c.side.as_str())
+                .bind(&c.line_text)
+                .bind(&c.body)
+                .bind(author)
+                .bind(at);
+            D::write(&mut tx, stmt).await?;
         }
-    };
-}
+        tx.commit().await?;
+        Ok(round)
+    }
 
-/// Postgres binds a time as it is.
-fn timestamptz(at: DateTime<Utc>) -> DateTime<Utc> {
-    at
-}
+    async fn forget_review_round(&self, task_id: Uuid, round: i32) -> Result<()> {
+        let stmt = Stmt::new(FORGET_ROUND).bind(task_id).bind(round);
+        self.db().write(stmt).await.map(drop)
+    }
 
-review_store!(PgExecStore, timestamptz);
-review_store!(SqliteExecStore, time);
+    async fn review_comments(&self, task_id: Uuid) -> Result<Vec<ReviewCommentRow>> {
+        let stmt = Stmt::new(format!("{SELECT} WHERE task_id = $1 {ORDER}")).bind(task_id);
+        self.db().all(stmt).await
+    }
+
+    async fn resolve_review_comment(
+        &self,
+        task_id: Uuid,
+        id: Uuid,
+        by: Option<(&str, DateTime<Utc>)>,
+    ) -> Result<Option<ReviewCommentRow>> {
+        let change = match by {
+            Some((who, at)) => Stmt::new(RESOLVE).bind(task_id).bind(id).bind(who).bind(at),
+            None => Stmt::new(UNRESOLVE).bind(task_id).bind(id),
+        };
+        self.db().write(change).await?;
+        let stmt = Stmt::new(format!("{SELECT} WHERE task_id = $1 AND id = $2"))
+            .bind(task_id)
+            .bind(id);
+        self.db().optional(stmt).await
+    }
+
+    async fn delete_review_comments(&self, task_id: Uuid) -> Result<()> {
+        self.db()
+            .write(Stmt::new(DELETE_ALL).bind(task_id))
+            .await
+            .map(drop)
+    }
+}
