@@ -32,6 +32,17 @@ pub fn feed_live(task_id: &uuid::Uuid) -> String {
     format!("{FEED_LIVE_PREFIX}{task_id}")
 }
 
+/// The prefix of per-board live subjects (core NATS, not stored).
+pub const BOARD_LIVE_PREFIX: &str = "board.";
+
+/// `board.<board_id>`: a card of the board changed (its task or its
+/// execution); the payload is the task id, as text. Only a hint: whoever
+/// listens reads the card again, and reads the whole board after a gap
+/// (a reconnect of its live connection).
+pub fn board_live(board_id: &uuid::Uuid) -> String {
+    format!("{BOARD_LIVE_PREFIX}{board_id}")
+}
+
 /// Header of a live feed message: the seq of its first frame.
 pub const LIVE_FIRST_SEQ: &str = "Kandev-First-Seq";
 /// Header of a live feed message: the seq of its last frame.

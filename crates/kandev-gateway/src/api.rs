@@ -337,6 +337,26 @@ pub struct Card {
     pub execution: TaskExecution,
 }
 
+/// A message of a board's live stream (`GET /boards/{id}/stream`), by
+/// `type`. `seq` counts the messages of one connection from 1; after a
+/// reconnect the first message is a `snapshot` again, so nothing that
+/// changed meanwhile is missed.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum BoardPush {
+    /// Every card of the board: the first message, and again whenever
+    /// changes may have been missed. It replaces what the client shows.
+    Snapshot {
+        seq: u64,
+        cards: Vec<Card>,
+        truncated: bool,
+    },
+    /// One card as it is now (new, moved or changed).
+    Card { seq: u64, card: Box<Card> },
+    /// The task is gone from the board.
+    Removed { seq: u64, task_id: String },
+}
+
 /// The most cards one `GET /boards/{id}/cards` returns.
 pub const MAX_CARDS: usize = 2000;
 

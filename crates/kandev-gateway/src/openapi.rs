@@ -100,6 +100,7 @@ impl Modify for CommonErrors {
         routes::boards::create_task,
         routes::boards::list_tasks,
         routes::boards::list_cards,
+        routes::board_stream::stream,
         routes::tasks::get_task,
         routes::tasks::update_task,
         routes::tasks::delete_task,

@@ -3,7 +3,10 @@
 use std::{net::SocketAddr, sync::Arc};
 
 use crate::{
-    auth::JwtKeys, clients::Downstream, rate_limit::RateLimiter, stream::live::LiveFeeds,
+    auth::JwtKeys,
+    clients::Downstream,
+    rate_limit::RateLimiter,
+    stream::{boards::BoardFeeds, live::LiveFeeds},
     users::Users,
 };
 use axum::extract::ConnectInfo;
@@ -23,6 +26,8 @@ struct Inner {
     trust_forwarded_for: bool,
     /// The live feeds of the tasks clients watch.
     live: Arc<LiveFeeds>,
+    /// The signals of the boards clients have open.
+    boards: Arc<BoardFeeds>,
     /// The largest message a stream client may send.
     stream_max_message: usize,
     /// Fired when the server stops: open streams close politely.
@@ -52,6 +57,7 @@ impl AppState {
         live: Arc<LiveFeeds>,
         stream_max_message: usize,
     ) -> Self {
+        let boards = BoardFeeds::new(live.live(), live.reconnects());
         AppState(Arc::new(Inner {
             users,
             jwt,
@@ -60,6 +66,7 @@ impl AppState {
             api_limiter: limits.api,
             trust_forwarded_for: limits.trust_forwarded_for,
             live,
+            boards,
             stream_max_message,
             streams_stop: CancellationToken::new(),
         }))
@@ -68,6 +75,11 @@ impl AppState {
     /// The live feeds of the tasks clients watch.
     pub fn live(&self) -> &Arc<LiveFeeds> {
         &self.0.live
+    }
+
+    /// The signals of the boards clients have open.
+    pub fn boards(&self) -> &Arc<BoardFeeds> {
+        &self.0.boards
     }
 
     /// The largest message a stream client may send, in bytes.

@@ -22,6 +22,7 @@ mod failover;
 pub mod followups;
 mod orchestration;
 pub mod review;
+pub mod signals;
 mod slots;
 pub mod store;
 mod workspaces;
@@ -36,6 +37,7 @@ use serde_json::{Value, json};
 use tracing::Instrument as _;
 use uuid::Uuid;
 
+use self::signals::BoardSignals;
 use crate::{
     clients::AgentControl,
     config::Settings,
@@ -104,6 +106,9 @@ pub struct Engine {
     agents: Arc<dyn AgentControl>,
     tasks: TaskServiceClient<TracedChannel>,
     hub: Arc<FeedHub>,
+    /// `board.<board_id>`: a card changed (set once at start, see
+    /// [`Engine::signal_boards_on`]).
+    signals: std::sync::OnceLock<Arc<BoardSignals>>,
     /// Instances whose run moved to another manager.
     fence: Arc<Fence>,
     /// Decisions of every replica, one at a time.
@@ -137,7 +142,30 @@ impl Engine {
             fence,
             http: reqwest::Client::new(),
             gauged_types: Default::default(),
+            signals: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Signals every change of a card on `board.<board_id>` of `live`
+    /// (see [`signals`]); without it, none is sent.
+    pub fn signal_boards_on(&self, live: Arc<dyn kandev_events::live::Live>) {
+        let _ = self
+            .signals
+            .set(BoardSignals::new(live, self.tasks.clone()));
+    }
+
+    /// A `task.*` event of `task` was received.
+    fn signal_task(&self, task: &TaskSnapshot, deleted: bool) {
+        if let Some(s) = self.signals.get() {
+            s.task_changed(task.board_id, task.id, deleted);
+        }
+    }
+
+    /// The execution of `task_id` changed.
+    fn signal_execution(&self, task_id: Uuid) {
+        if let Some(s) = self.signals.get() {
+            s.execution_changed(task_id);
+        }
     }
 
     pub fn settings(&self) -> &Settings {

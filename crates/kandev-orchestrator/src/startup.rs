@@ -242,6 +242,7 @@ impl Application {
             hub.clone(),
             fence.clone(),
         );
+        engine.signal_boards_on(bus.live.clone());
         let listener = TcpListener::bind(&settings.listen_addr)
             .await
             .map_err(|source| StartupError::Listen {

@@ -278,12 +278,14 @@ async fn each_user_is_refused_the_subjects_of_the_others() {
     let task = Uuid::new_v4();
     let acp = subjects::acp_message(&task);
     let feed = subjects::feed_live(&task);
+    let board = subjects::board_live(&Uuid::new_v4());
 
-    let gateway_ok = [subscribe(&feed)];
+    let gateway_ok = [subscribe(&feed), subscribe(&board)];
     let gateway_refused = [
         publish("task.created"),
         publish(&acp),
         publish(&feed),
+        publish(&board),
         publish("$JS.API.STREAM.INFO.KANDEV_TASKS"),
         subscribe("acp.message.>"),
         subscribe("task.>"),
@@ -313,6 +315,7 @@ async fn each_user_is_refused_the_subjects_of_the_others() {
     let agent_manager_refused = [
         publish("task.state_changed"),
         publish(&feed),
+        publish(&board),
         publish("$JS.API.STREAM.MSG.GET.KANDEV_TASKS"),
         publish("$JS.API.CONSUMER.MSG.NEXT.KANDEV_ACP.orchestrator-acp"),
         subscribe("acp.message.>"),
@@ -320,6 +323,7 @@ async fn each_user_is_refused_the_subjects_of_the_others() {
     ];
     let orchestrator_ok = [
         publish(&feed),
+        publish(&board),
         publish("$JS.API.CONSUMER.MSG.NEXT.KANDEV_ACP.orchestrator-acp"),
         subscribe("_INBOX.kandev-orchestrator.x"),
     ];

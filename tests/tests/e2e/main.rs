@@ -2,6 +2,7 @@
 
 mod api;
 mod board;
+mod board_push;
 mod cancel;
 mod changes;
 mod cluster;

@@ -261,6 +261,12 @@ pub async fn list_cards(
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<BoardCards>> {
     let board = visible_board(&state, &user, &id).await?;
+    Ok(Json(board_cards(&state, &board.id).await?))
+}
+
+/// Every card of board `board_id` (the caller checked it may see it).
+#[tracing::instrument(skip(state))]
+pub async fn board_cards(state: &AppState, board_id: &str) -> ApiResult<BoardCards> {
     let downstream = state.downstream();
     let mut tasks = Vec::new();
     let mut page_token = String::new();
@@ -269,7 +275,7 @@ pub async fn list_cards(
             .tasks
             .clone()
             .list_tasks(pb::ListTasksRequest {
-                board_id: board.id.clone(),
+                board_id: board_id.to_string(),
                 states: vec![],
                 page_size: 500,
                 page_token,
@@ -309,7 +315,49 @@ pub async fn list_cards(
             execution: TaskExecution::from(execution),
         })
         .collect();
-    Ok(Json(BoardCards { cards, truncated }))
+    Ok(BoardCards { cards, truncated })
+}
+
+/// The card of task `task_id` when it is on board `board_id`; `None` when
+/// the task is gone or on another board.
+#[tracing::instrument(skip(state))]
+pub async fn board_card(
+    state: &AppState,
+    board_id: &str,
+    task_id: &str,
+) -> ApiResult<Option<Card>> {
+    let downstream = state.downstream();
+    let task = match downstream
+        .tasks
+        .clone()
+        .get_task(pb::GetTaskRequest {
+            id: task_id.to_string(),
+        })
+        .await
+    {
+        Ok(task) => task.into_inner(),
+        Err(status) if status.code() == tonic::Code::NotFound => return Ok(None),
+        Err(status) => return Err(task_err(status)),
+    };
+    if task.board_id != board_id {
+        return Ok(None);
+    }
+    let execution = downstream
+        .orchestrator
+        .clone()
+        .list_task_executions(pb::ListTaskExecutionsRequest {
+            task_ids: vec![task.id.clone()],
+        })
+        .await
+        .map_err(orch_err)?
+        .into_inner()
+        .executions
+        .pop()
+        .ok_or_else(|| ApiError::internal("the orchestrator answered no execution"))?;
+    Ok(Some(Card {
+        task: Task::from(task),
+        execution: TaskExecution::from(execution),
+    }))
 }
 
 #[cfg(test)]

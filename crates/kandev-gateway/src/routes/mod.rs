@@ -32,6 +32,7 @@ pub mod access;
 pub mod agent_types;
 pub mod agents;
 pub mod auth;
+pub mod board_stream;
 pub mod boards;
 pub mod changes;
 pub mod feed;
@@ -82,6 +83,7 @@ fn api(state: AppState) -> Router<AppState> {
             post(boards::create_task).get(boards::list_tasks),
         )
         .route("/boards/{id}/cards", get(boards::list_cards))
+        .route("/boards/{id}/stream", get(board_stream::stream))
         .route(
             "/tasks/{id}",
             get(tasks::get_task)

@@ -113,7 +113,7 @@ pub async fn status(
 }
 
 /// Whether the client offered the `kandev.bearer` subprotocol.
-fn offers_bearer_protocol(headers: &HeaderMap) -> bool {
+pub(super) fn offers_bearer_protocol(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::SEC_WEBSOCKET_PROTOCOL)
         .iter()

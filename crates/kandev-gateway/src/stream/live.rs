@@ -152,6 +152,17 @@ impl LiveFeeds {
         self.buffer
     }
 
+    /// The live messages these feeds read (board signals read them too).
+    pub fn live(&self) -> Arc<dyn Live> {
+        self.live.clone()
+    }
+
+    /// Changes each time the live connection came back (see
+    /// [`LiveFeeds::reconnected`]).
+    pub fn reconnects(&self) -> watch::Receiver<u64> {
+        self.reconnects.subscribe()
+    }
+
     /// Tells every client that live frames may have been missed.
     pub fn reconnected(&self) {
         self.reconnects.send_modify(|n| *n += 1);

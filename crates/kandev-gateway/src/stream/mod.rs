@@ -10,8 +10,11 @@
 //!
 //! # Layout
 //! - [`live`]: the per-task NATS subscriptions and their fan-out.
+//! - [`boards`]: the per-board signals of changed cards and their fan-out
+//!   (the board's stream is `routes::board_stream`).
 //! - [`session`]: one client: catch up, follow, commands, close codes.
 
+pub mod boards;
 pub mod live;
 pub mod session;
 

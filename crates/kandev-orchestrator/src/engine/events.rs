@@ -16,9 +16,22 @@ use super::{
 };
 use crate::domain::{ExecState, Result};
 
+/// What every `task.*` event carries: the task after the change.
+#[derive(serde::Deserialize)]
+struct AnyTaskEvent {
+    task: TaskSnapshot,
+}
+
 impl Engine {
     /// Handles one `task.*` event; returns once it is fully applied.
     pub async fn handle_task_event(&self, subject: &str, payload: &[u8]) -> Result<()> {
+        // The card moves at once, whatever the engine decides next.
+        let snapshot = serde_json::from_slice::<Envelope<AnyTaskEvent>>(payload)
+            .ok()
+            .map(|env| env.data.task);
+        if let Some(task) = &snapshot {
+            self.signal_task(task, subject == subjects::TASK_DELETED);
+        }
         let _guard = self.lock.lock().await?;
         let id: Uuid = match serde_json::from_slice::<Envelope<Value>>(payload) {
             Ok(env) => env.id,
@@ -92,7 +105,12 @@ impl Engine {
             _ => {}
         }
         self.mark_seen(id).await?;
-        self.dispatch().await
+        let dispatched = self.dispatch().await;
+        // Its execution may have changed too (queued, stopped).
+        if let Some(task) = snapshot.filter(|_| subject != subjects::TASK_DELETED) {
+            self.signal_execution(task.id);
+        }
+        dispatched
     }
 
     /// Queues a task an event made eligible, as a run for the person whose
@@ -171,7 +189,9 @@ impl Engine {
                 "agent event of an instance that is not the task's current one");
         }
         self.mark_seen(env.id).await?;
-        self.dispatch().await
+        let dispatched = self.dispatch().await;
+        self.signal_execution(ev.task_id);
+        dispatched
     }
 
     /// A run launched directly, with no execution here: once it ends, its
