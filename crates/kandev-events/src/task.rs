@@ -6,6 +6,14 @@ use uuid::Uuid;
 
 use crate::TaskState;
 
+/// The actor of the moves a board's workflow makes by itself (issue 41):
+/// no person, so a run it starts is the board owner's.
+pub const WORKFLOW_ACTOR: &str = "workflow";
+
+/// The task metadata key holding the prompt an automated workflow column
+/// rendered for the run it starts.
+pub const WORKFLOW_PROMPT: &str = "workflow_prompt";
+
 /// A task as it stands after the change, as carried by `task.*` events.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskSnapshot {

@@ -86,10 +86,10 @@ fn eligible(t: &TaskFacts) -> bool {
     t.state == TaskState::Todo && t.agent_type.is_some() && t.autostart
 }
 
-/// Whether `actor` names a person: not empty (an internal caller) and not
-/// the orchestrator itself.
+/// Whether `actor` names a person: not empty (an internal caller), not
+/// the orchestrator itself, not a board's workflow.
 fn is_person(actor: &str) -> bool {
-    !actor.is_empty() && actor != ACTOR
+    !actor.is_empty() && actor != ACTOR && actor != kandev_events::task::WORKFLOW_ACTOR
 }
 
 /// The state of a task read over gRPC; the task service never sends an
@@ -394,7 +394,14 @@ impl Engine {
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
             .map(str::to_string);
-        let prompt = if exec.prompt.is_empty() {
+        let workflow_prompt = metadata
+            .get(kandev_events::task::WORKFLOW_PROMPT)
+            .and_then(Value::as_str)
+            .filter(|p| !p.is_empty());
+        let prompt = if let Some(p) = workflow_prompt.filter(|_| exec.prompt.is_empty()) {
+            // Entering an automated workflow column: its prompt.
+            p.to_string()
+        } else if exec.prompt.is_empty() {
             if task.description.is_empty() {
                 task.title.clone()
             } else {

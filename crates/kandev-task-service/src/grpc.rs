@@ -16,6 +16,7 @@ use crate::{
         TaskEventRecord, TaskPatch, TaskState, TaskTitle, bounded, parse_id,
     },
     store::TaskStore,
+    workflow::{Column, ColumnInput, parse_columns},
 };
 
 /// Serves `kandev.v1.TaskService` over a [`TaskStore`].
@@ -69,9 +70,48 @@ fn task_to_proto(t: Task) -> pb::Task {
         created_by: t.created_by,
         position: t.position,
         version: t.version,
+        column_id: t.column_id.map(|c| c.to_string()).unwrap_or_default(),
+        queued: t.queued,
         created_at: Some(from_chrono(t.created_at)),
         updated_at: Some(from_chrono(t.updated_at)),
     }
+}
+
+fn column_to_proto(c: Column) -> pb::Column {
+    pb::Column {
+        id: c.id.to_string(),
+        board_id: c.board_id.to_string(),
+        name: c.name,
+        position: c.position,
+        colour: c.colour,
+        state: c.state.to_proto() as i32,
+        wip_limit: c.wip_limit,
+        agent_type: c.agent_type,
+        prompt_template: c.prompt_template,
+        on_success: c.on_success.map(|id| id.to_string()),
+        on_failure: c.on_failure.map(|id| id.to_string()),
+    }
+}
+
+fn columns_to_proto(columns: Vec<Column>) -> pb::ListColumnsResponse {
+    pb::ListColumnsResponse {
+        columns: columns.into_iter().map(column_to_proto).collect(),
+    }
+}
+
+fn column_input(c: pb::Column) -> Result<ColumnInput, TaskError> {
+    let state = state_from_proto(c.state)?;
+    Ok(ColumnInput {
+        id: Some(c.id).filter(|id| !id.is_empty()),
+        name: c.name,
+        colour: c.colour,
+        state: state.as_str().to_string(),
+        wip_limit: c.wip_limit,
+        agent_type: c.agent_type,
+        prompt_template: c.prompt_template,
+        on_success: c.on_success,
+        on_failure: c.on_failure,
+    })
 }
 
 fn event_to_proto(e: TaskEventRecord) -> pb::TaskEvent {
@@ -330,5 +370,56 @@ impl TaskService for GrpcTaskAdapter {
             events: events.into_iter().map(event_to_proto).collect(),
             next_page_token,
         }))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn list_columns(
+        &self,
+        request: Request<pb::ListColumnsRequest>,
+    ) -> Result<Response<pb::ListColumnsResponse>, Status> {
+        let board_id = parse_id("board_id", &request.into_inner().board_id).map_err(status)?;
+        let columns = self.store.list_columns(board_id).await.map_err(status)?;
+        Ok(Response::new(columns_to_proto(columns)))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn put_columns(
+        &self,
+        request: Request<pb::PutColumnsRequest>,
+    ) -> Result<Response<pb::ListColumnsResponse>, Status> {
+        let r = request.into_inner();
+        let (board_id, columns) = (|| {
+            let board_id = parse_id("board_id", &r.board_id)?;
+            let inputs = r
+                .columns
+                .into_iter()
+                .map(column_input)
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok::<_, TaskError>((board_id, parse_columns(board_id, inputs)?))
+        })()
+        .map_err(status)?;
+        self.store.get_board(board_id).await.map_err(status)?;
+        let saved = self
+            .store
+            .put_columns(board_id, columns)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(columns_to_proto(saved)))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn move_task(
+        &self,
+        request: Request<pb::MoveTaskRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        let r = request.into_inner();
+        let id = parse_id("id", &r.id).map_err(status)?;
+        let column = parse_id("column_id", &r.column_id).map_err(status)?;
+        let task = self
+            .store
+            .move_task(id, column, r.expected_version, r.actor)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(task_to_proto(task)))
     }
 }

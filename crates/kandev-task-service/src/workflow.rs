@@ -24,11 +24,10 @@ use crate::domain::{Result, Task, TaskError, TaskState, agent_type, bounded};
 pub const MAX_COLUMNS: usize = 32;
 pub const MAX_COLUMN_NAME_CHARS: usize = 100;
 pub const MAX_PROMPT_TEMPLATE_BYTES: usize = 16 * 1024;
-/// The metadata key holding the prompt an automated column rendered; the
-/// orchestrator launches with it. Removed when the card leaves.
-pub const WORKFLOW_PROMPT: &str = "workflow_prompt";
-/// The actor of the moves a workflow makes by itself.
-pub const WORKFLOW_ACTOR: &str = "workflow";
+/// The metadata key holding the prompt an automated column rendered (the
+/// orchestrator launches with it; removed when the card leaves), and the
+/// actor of the moves a workflow makes by itself.
+pub use kandev_events::task::{WORKFLOW_ACTOR, WORKFLOW_PROMPT};
 
 /// One column of a board.
 #[derive(Debug, Clone, PartialEq)]

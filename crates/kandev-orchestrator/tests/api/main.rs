@@ -16,3 +16,4 @@ mod forge;
 mod helpers;
 mod leader;
 mod queue;
+mod workflow;

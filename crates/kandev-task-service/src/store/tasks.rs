@@ -185,6 +185,12 @@ impl<D: Dialect> SqlTaskStore<D> {
     }
 }
 
+/// Whether a run that finished in `old`'s column goes straight into
+/// `next` (see [`TaskStore::change_state`]).
+fn finishes_in(old: &Task, next: &Column) -> bool {
+    !next.is_automated() && next.wip_limit.is_none() && old.state.can_change_to(next.state)
+}
+
 #[async_trait]
 impl<D: Dialect> TaskStore for SqlTaskStore<D> {
     async fn create_board(&self, new: NewBoard) -> Result<Board> {
@@ -314,8 +320,16 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         let board_id = Self::board_of_task(&mut tx, id).await?;
         Self::lock_board(&mut tx, board_id).await?;
         let old = Self::lock_task(&mut tx, id).await?;
+        let mut change = change;
         let mut metadata = state_change(&old, &change)?;
-        let (column_id, queued, enter) = Self::follow(&mut tx, &old, change.to).await?;
+        let (mut column_id, mut queued, mut enter) = Self::follow(&mut tx, &old, change.to).await?;
+        if let Some(next) = enter.take_if(|n| finishes_in(&old, n)) {
+            // A finished run's next step is a column without automation or
+            // limit: the change goes straight to its state (IN_PROGRESS →
+            // REVIEW, where COMPLETED → REVIEW is no transition).
+            change.to = next.state;
+            (column_id, queued) = (Some(next.id), false);
+        }
         if column_id != old.column_id {
             without_prompt(&mut metadata);
         }
