@@ -3,7 +3,7 @@
 
 pub mod dialect;
 
-pub use dialect::{Dialect, Param, Rows, Stmt};
+pub use dialect::{Dialect, Param, Reader, Rows, Stmt, TextList};
 
 use std::{str::FromStr, time::Duration};
 

@@ -1,19 +1,23 @@
 //! Storage of agent types, instances, their logs and users' secrets
-//! behind [`AgentStore`], with two implementations: Postgres
-//! ([`PgAgentStore`], the services' deployment) and SQLite
-//! ([`SqliteAgentStore`], one machine, one file).
+//! behind [`AgentStore`], implemented once ([`SqlAgentStore`], each
+//! statement written for both databases) over Postgres ([`PgAgentStore`],
+//! the services' deployment) and SQLite ([`SqliteAgentStore`], one
+//! machine, one file).
 
 mod pg;
+mod sql;
 mod sqlite;
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use kandev_common::db::TextList;
 use kandev_events::agent::OutputCursor;
 use uuid::Uuid;
 
 pub use pg::PgAgentStore;
+pub use sql::SqlAgentStore;
 pub use sqlite::SqliteAgentStore;
 
 use crate::credentials::SecretEntry;
@@ -27,9 +31,8 @@ pub type Store = Arc<dyn AgentStore>;
 
 /// The agent manager's tables: the registry of agent types and users'
 /// secrets (shared by every manager on the database), and this manager's
-/// instances and their logs. Two implementations, [`PgAgentStore`] and
-/// [`SqliteAgentStore`], keep the one contract `tests/api/contract.rs`
-/// checks against each.
+/// instances and their logs. [`SqlAgentStore`] keeps them in either
+/// database, and `tests/api/contract.rs` checks both against one contract.
 #[async_trait]
 pub trait AgentStore: std::fmt::Debug + Send + Sync + 'static {
     async fn ping(&self) -> Result<()>;
@@ -119,15 +122,15 @@ pub(crate) struct TypeRow {
     pub name: String,
     pub description: String,
     pub image: String,
-    pub command: Vec<String>,
+    pub command: TextList,
     pub working_dir: String,
     pub memory_mb: i64,
     pub cpu_cores: f64,
     pub pids_limit: i64,
     pub timeout_seconds: i64,
-    pub capabilities: Vec<String>,
-    pub required_env: Vec<String>,
-    pub optional_env: Vec<String>,
+    pub capabilities: TextList,
+    pub required_env: TextList,
+    pub optional_env: TextList,
     pub mount_ssh: bool,
     pub mount_gitconfig: bool,
     pub mount_git_credentials: bool,
@@ -137,7 +140,7 @@ pub(crate) struct TypeRow {
     pub home_volume: String,
     pub internal: bool,
     pub host_credentials: bool,
-    pub state_paths: Vec<String>,
+    pub state_paths: TextList,
 }
 
 impl TryFrom<TypeRow> for AgentType {
@@ -149,15 +152,15 @@ impl TryFrom<TypeRow> for AgentType {
             name: r.name,
             description: r.description,
             image: r.image,
-            command: r.command,
+            command: r.command.0,
             working_dir: r.working_dir,
             memory_mb: r.memory_mb,
             cpu_cores: r.cpu_cores,
             pids_limit: r.pids_limit,
             timeout_seconds: r.timeout_seconds,
-            capabilities: r.capabilities,
-            required_env: r.required_env,
-            optional_env: r.optional_env,
+            capabilities: r.capabilities.0,
+            required_env: r.required_env.0,
+            optional_env: r.optional_env.0,
             credential_mounts: CredentialMounts {
                 ssh: r.mount_ssh,
                 gitconfig: r.mount_gitconfig,
@@ -168,7 +171,7 @@ impl TryFrom<TypeRow> for AgentType {
                 .map_err(|e| AgentError::Internal(e.to_string()))?,
             enabled: r.enabled,
             home_volume: r.home_volume,
-            state_paths: r.state_paths,
+            state_paths: r.state_paths.0,
             internal: r.internal,
             host_credentials: r.host_credentials,
         })

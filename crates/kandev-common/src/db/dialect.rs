@@ -320,3 +320,40 @@ impl<D: Dialect> Reader<'_, D> {
         D::write(&mut *self.0.acquire().await?, stmt).await
     }
 }
+
+/// A list of strings in a row, as each database stores one: `text[]` in
+/// Postgres, a JSON array in SQLite (bind one as [`Param::TextList`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TextList(pub Vec<String>);
+
+impl Type<Postgres> for TextList {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        <Vec<String> as Type<Postgres>>::type_info()
+    }
+
+    fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+        <Vec<String> as Type<Postgres>>::compatible(ty)
+    }
+}
+
+impl<'r> sqlx::Decode<'r, Postgres> for TextList {
+    fn decode(value: sqlx::postgres::PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+        <Vec<String> as sqlx::Decode<'r, Postgres>>::decode(value).map(TextList)
+    }
+}
+
+impl Type<Sqlite> for TextList {
+    fn type_info() -> sqlx::sqlite::SqliteTypeInfo {
+        <Json<Vec<String>> as Type<Sqlite>>::type_info()
+    }
+
+    fn compatible(ty: &sqlx::sqlite::SqliteTypeInfo) -> bool {
+        <Json<Vec<String>> as Type<Sqlite>>::compatible(ty)
+    }
+}
+
+impl<'r> sqlx::Decode<'r, Sqlite> for TextList {
+    fn decode(value: sqlx::sqlite::SqliteValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+        <Json<Vec<String>> as sqlx::Decode<'r, Sqlite>>::decode(value).map(|list| TextList(list.0))
+    }
+}
