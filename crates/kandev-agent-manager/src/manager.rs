@@ -9,6 +9,7 @@ use std::{
 };
 
 use kandev_acp::PermissionDecision;
+use kandev_common::sync::lock;
 use kandev_events::{EventBus, agent::AgentEventKind, managers::ManagerAnnouncement};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
@@ -91,10 +92,6 @@ struct Inner {
     secrets: UserSecrets,
     /// The agent images this manager builds from their recipes.
     images: ImageBuilder,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl AgentManager {

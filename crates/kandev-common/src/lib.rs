@@ -13,6 +13,7 @@
 //! - [`service_auth`]: the shared service token internal ports require.
 //! - [`metrics`]: the Prometheus recorder, `/metrics`, request metrics.
 //! - [`shutdown`]: a cancellation token fired by SIGTERM or ctrl-c.
+//! - [`sync`]: a poison-tolerant mutex [`lock`](sync::lock).
 //! - [`text`]: text made storable (no NUL characters).
 
 pub mod config;
@@ -22,6 +23,7 @@ pub mod metrics;
 pub mod serve;
 pub mod service_auth;
 pub mod shutdown;
+pub mod sync;
 pub mod telemetry;
 pub mod text;
 pub mod trace;

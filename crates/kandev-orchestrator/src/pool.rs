@@ -97,7 +97,7 @@ impl ManagerPool {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        kandev_common::sync::lock(&self.state)
     }
 
     /// Follows the announcements until `stop` fires.

@@ -38,6 +38,7 @@ use kandev_acp::{
     AcpClient, AcpError, AskDecider, AutoApprove, Deny, LifecyclePhase, PermissionAsk,
     PermissionDecision, PermissionPolicy,
 };
+use kandev_common::sync::lock;
 use kandev_events::{
     Envelope, EventBus,
     agent::{AgentEventKind, AgentLifecycle},
@@ -171,10 +172,6 @@ fn bounded_detail(text: &str) -> String {
         end -= 1;
     }
     format!("{}… [{} more bytes]", &text[..end], text.len() - end)
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The key of a permission request id (JSON text, normalized).

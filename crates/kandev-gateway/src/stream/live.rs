@@ -18,6 +18,7 @@ use std::{
 use axum::extract::ws::Utf8Bytes;
 use futures::StreamExt;
 use kandev_common::CancellationToken;
+use kandev_common::sync::lock;
 use kandev_events::{
     live::{Live, LiveMessage},
     subjects,
@@ -84,10 +85,6 @@ impl std::fmt::Debug for LiveFeeds {
             .field("buffer", &self.buffer)
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A client's view of one task's live feed.

@@ -1,5 +1,5 @@
 // Kandev browser UI: hash router, login, boards list; board and task views
-// live in board.js and task.js.
+// live in board.js and task.js, "Needs you" in needs.js.
 
 import { h, clear, toast, dialog, field, confirmDialog, fmtTime } from './dom.js';
 import { api, auth, setUnauthorizedHandler } from './api.js';
@@ -9,6 +9,7 @@ import { agentTypesView } from './admin.js';
 import { secretsView } from './secrets.js';
 import { enhanceColumns } from './columns.js';
 import { installNotifier, viewing, forgetTasks } from './notify.js';
+import { needsView, needsLink } from './needs.js';
 
 const main = document.getElementById('main');
 const crumbs = document.getElementById('crumbs');
@@ -16,6 +17,9 @@ const logoutBtn = document.getElementById('logout');
 const userName = document.getElementById('user-name');
 const adminLink = document.getElementById('admin-link');
 const secretsLink = document.getElementById('secrets-link');
+// "Needs you" in the top bar, with its count (needs.js).
+const needsNav = h('a', { class: 'btn btn-ghost btn-small', href: '#/needs-you', testid: 'nav-needs', hidden: true }, 'Needs you');
+secretsLink.before(needsNav);
 
 // Who is logged in (GET /auth/me), asked once per token.
 let meFor = null;
@@ -52,6 +56,7 @@ function route() {
   userName.textContent = loggedIn ? auth.user : '';
   adminLink.hidden = true;
   secretsLink.hidden = !loggedIn;
+  needsNav.hidden = !loggedIn;
   viewing(null);
   // The page's kind, for the layout (styles.css: the task page fills the window).
   const view = (name) => { document.body.dataset.view = name; };
@@ -60,13 +65,14 @@ function route() {
   let m;
   if ((m = /^#\/boards\/([^/]+)$/.exec(hash))) {
     view('board');
-    cleanup = boardView(main, decodeURIComponent(m[1]), { setCrumbs });
+    cleanup = boardView(main, decodeURIComponent(m[1]), { setCrumbs, debug });
     enhanceColumns(main);
   } else if ((m = /^#\/tasks\/([^/]+)$/.exec(hash))) {
     view('task');
     viewing(decodeURIComponent(m[1]));
     cleanup = taskView(main, decodeURIComponent(m[1]), { setCrumbs, debug });
-  } else if (/^#\/admin\/agent-types\/?$/.test(hash)) { view('admin'); cleanup = agentTypesView(main, { setCrumbs, isAdmin }); }
+  } else if (/^#\/needs-you\/?$/.test(hash)) { view('needs'); cleanup = needsView(main, { setCrumbs }); }
+  else if (/^#\/admin\/agent-types\/?$/.test(hash)) { view('admin'); cleanup = agentTypesView(main, { setCrumbs, isAdmin }); }
   else if (/^#\/settings\/secrets\/?$/.test(hash)) { view('secrets'); cleanup = secretsView(main, { setCrumbs }); }
   else { view('boards'); boardsView(); }
   main.focus({ preventScroll: true });
@@ -180,5 +186,6 @@ logoutBtn.addEventListener('click', () => {
 });
 
 window.kandevNotifier = installNotifier(document.getElementById('notify-slot'));
+needsLink(needsNav);
 window.addEventListener('hashchange', route);
 route();

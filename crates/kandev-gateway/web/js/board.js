@@ -1,11 +1,16 @@
-// The board view: one column per state, cards that follow the server by
-// polling, drag and drop plus a keyboard-friendly state select.
+// The board view: one column per state, cards pushed by the server over
+// the board's live stream (boardsocket.js: a snapshot, then each change;
+// no polling), drag and drop plus a keyboard-friendly state select, search
+// and filters (boardfilter.js). Columns scroll on their own and are
+// reachable from the keyboard.
 
 import { h, clear, toast, confirmDialog } from './dom.js';
-import { api, get, enc, taskState } from './api.js';
+import { api, taskState } from './api.js';
 import { STATE, STATES, STATE_LABELS, execBadge, execState, taskDialog } from './common.js';
-
-const POLL_MS = 2000;
+import { BoardSocket } from './boardsocket.js';
+import { boardFilter } from './boardfilter.js';
+import { followBoard, seeCards } from './notify.js';
+import { editWorkflow, moveToColumn } from './workflow.js';
 
 // A repository URL's short name: its last path segment without `.git`
 // (https://github.com/acme/widgets.git → widgets).
@@ -38,20 +43,22 @@ function repoLine(t) {
       number ? `PR #${number[1]}` : 'Pull request') : null);
 }
 
-export function boardView(main, boardId, { setCrumbs }) {
+export function boardView(main, boardId, { setCrumbs, debug }) {
   let alive = true;
   let board = null;
   const cards = new Map();    // id -> {el, task, key}
   const statuses = new Map(); // id -> execution status
   const pending = new Set();  // ids with a state change in flight
-  let timer = null;
+  const filter = boardFilter(boardId, () => sortColumns());
 
   const title = h('h1', { class: 'page-title', testid: 'board-title' }, 'Board');
   const newBtn = h('button', { type: 'button', class: 'btn btn-primary', testid: 'new-task', onclick: createTask }, '+ New task');
+  const flowBtn = h('button', { type: 'button', class: 'btn', testid: 'edit-workflow', onclick: () => editWorkflow(boardId) }, 'Workflow');
   const columns = new Map();
   const colWrap = h('div', { class: 'columns', testid: 'columns' });
   for (const st of STATES) {
-    const list = h('ul', { class: 'card-list', 'aria-label': STATE_LABELS[st] });
+    // A column scrolls on its own; tabindex lets the keyboard scroll it.
+    const list = h('ul', { class: 'card-list', 'aria-label': `${STATE_LABELS[st]} cards`, tabindex: '0', testid: 'card-list' });
     const count = h('span', { class: 'count', testid: 'column-count' }, '0');
     const col = h('section', { class: `column col-${st}`, testid: 'column', dataset: { state: st }, 'aria-labelledby': `col-h-${st}` },
       h('h2', { class: 'column-title', id: `col-h-${st}` }, STATE_LABELS[st], ' ', count), list);
@@ -68,7 +75,8 @@ export function boardView(main, boardId, { setCrumbs }) {
   }
   const updated = h('span', { class: 'muted small', testid: 'board-updated', 'aria-live': 'off' });
   clear(main).append(
-    h('div', { class: 'page-head' }, title, h('div', { class: 'page-actions' }, updated, newBtn)),
+    h('div', { class: 'page-head' }, title, h('div', { class: 'page-actions' }, updated, flowBtn, newBtn)),
+    filter.el,
     colWrap);
 
   function cardKey(t) {
@@ -105,6 +113,7 @@ export function boardView(main, boardId, { setCrumbs }) {
       repoLine(t),
       h('div', { class: 'card-actions' },
         select,
+        h('button', { type: 'button', class: 'btn btn-small', testid: 'card-move', 'aria-label': `Move ${t.title} to a column`, onclick: () => moveToColumn(boardId, t) }, 'Move'),
         h('button', { type: 'button', class: 'btn btn-small', testid: 'card-edit', 'aria-label': `Edit ${t.title}`, onclick: () => editTask(t.id) }, 'Edit'),
         h('button', { type: 'button', class: 'btn btn-small btn-danger-ghost', testid: 'card-delete', 'aria-label': `Delete ${t.title}`, onclick: () => deleteTask(t.id) }, 'Delete')));
     el.addEventListener('dragstart', (e) => {
@@ -121,7 +130,9 @@ export function boardView(main, boardId, { setCrumbs }) {
     if (el.parentNode !== list) list.append(el);
   }
 
+  // Sorted by position, filtered, counted (the count is what shows).
   function sortColumns() {
+    let visible = 0;
     for (const [, { list, count }] of columns) {
       const els = [...list.children];
       els.sort((a, b) => {
@@ -129,47 +140,72 @@ export function boardView(main, boardId, { setCrumbs }) {
         return (Number(ta?.position) || 0) - (Number(tb?.position) || 0) || String(ta?.created_at).localeCompare(String(tb?.created_at));
       });
       els.forEach((e, i) => { if (list.children[i] !== e) list.insertBefore(e, list.children[i] || null); });
-      count.textContent = String(els.length);
+      let shown = 0;
+      for (const e of els) {
+        const t = cards.get(e.dataset.taskId)?.task;
+        e.hidden = !!t && !filter.matches(t);
+        if (!e.hidden) shown++;
+      }
+      visible += shown;
+      count.textContent = String(shown);
+      count.title = shown === els.length ? `${els.length} cards` : `${shown} of ${els.length} cards shown`;
     }
+    filter.report(visible, cards.size);
   }
 
-  function apply(tasks) {
-    const seen = new Set();
-    for (const t of tasks) {
-      seen.add(t.id);
-      if (pending.has(t.id)) continue;
-      const key = cardKey(t);
-      const cur = cards.get(t.id);
-      if (cur && cur.key === key) continue;
-      const focused = cur && cur.el.contains(document.activeElement) ? document.activeElement.dataset.testid : null;
-      const el = renderCard(t);
-      if (cur) cur.el.replaceWith(el);
-      cards.set(t.id, { el, task: t, key });
-      place(t.id, el, taskState(t));
-      if (focused) el.querySelector(`[data-testid="${focused}"]`)?.focus();
-    }
-    for (const [id, c] of cards) if (!seen.has(id) && !pending.has(id)) { c.el.remove(); cards.delete(id); }
+  // One card as the server has it now (unless a move of it is in flight).
+  function upsert(t) {
+    if (pending.has(t.id)) return;
+    const key = cardKey(t);
+    const cur = cards.get(t.id);
+    if (cur && cur.key === key) return;
+    const focused = cur && cur.el.contains(document.activeElement) ? document.activeElement.dataset.testid : null;
+    const el = renderCard(t);
+    if (cur) cur.el.replaceWith(el);
+    cards.set(t.id, { el, task: t, key });
+    place(t.id, el, taskState(t));
+    if (focused) el.querySelector(`[data-testid="${focused}"]`)?.focus();
+  }
+
+  function removeCard(id) {
+    const c = cards.get(id);
+    if (c) { c.el.remove(); cards.delete(id); }
+    statuses.delete(id);
+  }
+
+  function afterChange() {
+    filter.options([...cards.values()].map((c) => c.task));
     sortColumns();
   }
 
-  // One request per refresh for every card and its execution, whatever the
-  // number of cards (GET /boards/{id}/cards).
-  async function poll() {
-    clearTimeout(timer);
-    try {
-      const { cards: fresh } = await get(`/boards/${enc(boardId)}/cards`);
-      if (!alive) return;
-      const tasks = fresh.map((c) => c.task);
+  // The board's live stream: a snapshot replaces every card, then each
+  // card comes as it changes.
+  function onPush(msg) {
+    if (!alive) return;
+    if (msg.type === 'snapshot') {
+      const fresh = Array.isArray(msg.cards) ? msg.cards : [];
       statuses.clear();
       for (const c of fresh) statuses.set(c.task.id, c.execution);
-      apply(tasks);
-      updated.textContent = `Updated ${new Date().toLocaleTimeString()}`;
-    } catch (e) {
-      if (!alive) return;
-      if (e.status === 404) { toast('This board no longer exists.', 'error'); location.hash = '#/boards'; return; }
-      updated.textContent = `Offline: ${e.message}`;
-    }
-    if (alive) timer = setTimeout(poll, document.hidden ? POLL_MS * 3 : POLL_MS);
+      const seen = new Set(fresh.map((c) => c.task.id));
+      for (const c of fresh) upsert(c.task);
+      for (const id of [...cards.keys()]) if (!seen.has(id) && !pending.has(id)) removeCard(id);
+      seeCards(boardId, fresh);
+    } else if (msg.type === 'card' && msg.card && msg.card.task) {
+      statuses.set(msg.card.task.id, msg.card.execution);
+      upsert(msg.card.task);
+      seeCards(boardId, [msg.card]);
+    } else if (msg.type === 'removed' && msg.task_id) {
+      if (!pending.has(msg.task_id)) removeCard(msg.task_id);
+    } else return;
+    debug.boardPushes = (debug.boardPushes || 0) + 1;
+    debug.boardLastSeq = msg.seq;
+    afterChange();
+  }
+
+  function onStatus(status) {
+    if (!alive) return;
+    updated.dataset.status = status;
+    updated.textContent = status === 'open' ? 'Live' : status === 'closed' ? '' : 'Reconnecting…';
   }
 
   async function moveTask(id, state) {
@@ -186,9 +222,8 @@ export function boardView(main, boardId, { setCrumbs }) {
     try {
       const t = await api.setState(id, state);
       pending.delete(id);
-      if (t && t.id) c.task = t;
-      c.key = null;
-      poll();
+      if (t && t.id) upsert(t);
+      afterChange();
     } catch (e) {
       pending.delete(id);
       place(id, c.el, from); // snap back
@@ -204,21 +239,20 @@ export function boardView(main, boardId, { setCrumbs }) {
   async function createTask() {
     const sent = await taskDialog(null, (body) => api.createTask(boardId, body));
     if (!sent) return;
-    toast('Task created.');
-    poll();
+    toast('Task created.'); // its card is pushed
   }
 
   async function editTask(id) {
     const c = cards.get(id);
     if (!c) return;
-    if (await taskDialog(c.task, (body) => api.updateTask(id, body))) poll();
+    await taskDialog(c.task, (body) => api.updateTask(id, body)); // the change is pushed
   }
 
   async function deleteTask(id) {
     const c = cards.get(id);
     if (!c) return;
     if (!(await confirmDialog('Delete task', `Delete “${c.task.title}”? This cannot be undone.`))) return;
-    try { await api.deleteTask(id); c.el.remove(); cards.delete(id); sortColumns(); } catch (e) { toast(`Could not delete: ${e.message}`, 'error'); }
+    try { await api.deleteTask(id); removeCard(id); afterChange(); } catch (e) { toast(`Could not delete: ${e.message}`, 'error'); }
   }
 
   api.board(boardId).then((b) => {
@@ -227,16 +261,20 @@ export function boardView(main, boardId, { setCrumbs }) {
     title.textContent = b.name || 'Board';
     document.title = `${b.name} · Kandev`;
     setCrumbs([{ href: '#/boards', text: 'Boards' }, { text: b.name }]);
-  }).catch(() => {});
+  }).catch((e) => {
+    if (alive && e.status === 404) { toast('This board no longer exists.', 'error'); location.hash = '#/boards'; }
+  });
   setCrumbs([{ href: '#/boards', text: 'Boards' }]);
-  poll();
-  const onVis = () => { if (!document.hidden) poll(); };
-  document.addEventListener('visibilitychange', onVis);
+  const live = new BoardSocket(boardId, { onMessage: onPush, onStatus });
+  const unfollow = followBoard(boardId);
+  debug.boardSocket = live;
+  live.open();
+  sortColumns();
 
   return () => {
     alive = false;
-    clearTimeout(timer);
-    document.removeEventListener('visibilitychange', onVis);
+    live.close();
+    unfollow();
     void board;
   };
 }

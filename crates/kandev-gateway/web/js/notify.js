@@ -2,11 +2,16 @@
 // review, completed, failed) or starts waiting for input bumps a count in
 // the tab's title ("(2) Kandev") and, once the person opted in, raises a
 // browser notification. Task states are followed through what the views
-// fetch anyway (api.observe) and, for the boards no view shows, through a
-// slow poll of the person's boards (GET /boards, then each board's cards,
-// every BOARDS_POLL_MS, the list itself at most once a minute; a board a
-// view polled recently is skipped). Looking at a task (its page shown in a
-// focused window) clears its mark.
+// fetch anyway (api.observe), the cards the open board's live stream
+// pushes (seeCards; that board is never polled) and, for the boards no
+// view shows, through a slow poll of the person's boards (GET /boards, then
+// each board's cards, every BOARDS_POLL_MS, the list itself at most once a
+// minute; a board a view fetched recently is skipped). Looking at a task
+// (its page shown in a focused window) clears its mark.
+//
+// "Needs you" (needs.js) is what of all that waits for a person: a
+// permission or question pending, a review waiting, a failure
+// (needsYou(), onNeedsChange()).
 
 import { h } from './dom.js';
 import { api, auth, get, enc, observe, taskState } from './api.js';
@@ -21,6 +26,11 @@ const MAX_BOARDS = 50;
 const known = new Map();  // task id -> last state seen
 const marked = new Map(); // task id -> state that needs a look
 const boardSeen = new Map(); // board id -> when its cards were last fetched
+const followed = new Map();  // board id -> open live streams of it
+const latest = new Map();    // task id -> { task, execution } last seen
+const needsWatchers = new Set();
+/** Task states that wait for a person. */
+export const NEEDS = [STATE.WAITING_FOR_INPUT, STATE.REVIEW, STATE.FAILED];
 let openTask = null;      // the task whose page is shown
 let button = null;
 let pollTimer = null;
@@ -62,16 +72,18 @@ function raise(task, state) {
   } catch (e) { console.warn('notification refused', e); }
 }
 
-function seeTask(t) {
+function seeTask(t, execution) {
   if (!t || !t.id) return;
+  const before = latest.get(t.id);
+  latest.set(t.id, { task: t, execution: execution === undefined ? before && before.execution : execution });
   const st = taskState(t);
-  const before = known.get(t.id);
+  const was = known.get(t.id);
   known.set(t.id, st);
   if (!ATTENTION.has(st)) { marked.delete(t.id); return; }
   // A task first seen already there counts only when it got there while
   // this page was open (a launch can fail before the first poll sees TODO).
-  if (before === st) return;
-  if (before === undefined && !(Date.parse(t.updated_at || t.created_at) >= startedAt)) return;
+  if (was === st) return;
+  if (was === undefined && !(Date.parse(t.updated_at || t.created_at) >= startedAt)) return;
   // Nothing to point at when the person is looking at that very task.
   if (looking(t.id)) return;
   marked.set(t.id, st);
@@ -82,26 +94,73 @@ function onAnswer(method, path, data) {
   if (method !== 'GET' || !data) return;
   if (path === '/boards' && Array.isArray(data.boards)) {
     boardList = { at: Date.now(), boards: data.boards.slice(0, MAX_BOARDS) };
+    // The tasks of a board that is gone (or no longer the person's) go too.
+    const ids = new Set(data.boards.map((b) => b.id));
+    for (const [id, v] of latest) if (!ids.has(v.task.board_id)) latest.delete(id);
+    changed();
     return;
   }
   if (/^\/boards\/[^/]+\/tasks(\?|$)/.test(path)) {
     const list = Array.isArray(data) ? data : data.tasks || data.items || [];
-    list.forEach(seeTask);
+    list.forEach((t) => seeTask(t));
   } else if (/^\/boards\/[^/]+\/cards(\?|$)/.test(path)) {
-    boardSeen.set(decodeURIComponent(path.split('/')[2]), Date.now());
-    (Array.isArray(data.cards) ? data.cards : []).forEach((c) => seeTask(c && c.task));
+    const boardId = decodeURIComponent(path.split('/')[2]);
+    boardSeen.set(boardId, Date.now());
+    const cards = Array.isArray(data.cards) ? data.cards : [];
+    // A board's full list: its tasks not in it are gone.
+    const ids = new Set(cards.map((c) => c && c.task && c.task.id));
+    for (const [id, v] of latest) if (v.task.board_id === boardId && !ids.has(id)) latest.delete(id);
+    cards.forEach((c) => c && seeTask(c.task, c.execution));
   } else if (/^\/tasks\/[^/?]+$/.test(path)) seeTask(data);
   else return;
+  changed();
+}
+
+function changed() {
   syncTitle();
+  for (const fn of needsWatchers) { try { fn(); } catch (e) { console.error(e); } }
+}
+
+/** Cards pushed by board `boardId`'s live stream (board.js). */
+export function seeCards(boardId, cards) {
+  boardSeen.set(boardId, Date.now());
+  for (const c of cards) if (c && c.task) seeTask(c.task, c.execution);
+  changed();
+}
+
+/**
+ * Board `boardId` is followed live while the page shows it: the slow poll
+ * leaves it alone. Returns the function that stops following it.
+ */
+export function followBoard(boardId) {
+  followed.set(boardId, (followed.get(boardId) || 0) + 1);
+  return () => {
+    const n = (followed.get(boardId) || 1) - 1;
+    if (n > 0) followed.set(boardId, n); else followed.delete(boardId);
+  };
+}
+
+/** The tasks waiting for a person, newest change first: [{task, execution}]. */
+export function needsYou() {
+  return [...latest.values()]
+    .filter((v) => NEEDS.includes(taskState(v.task)))
+    .sort((a, b) => String(b.task.updated_at).localeCompare(String(a.task.updated_at)));
+}
+
+/** Runs `fn` whenever what needs the person may have changed. */
+export function onNeedsChange(fn) {
+  needsWatchers.add(fn);
+  return () => needsWatchers.delete(fn);
 }
 
 /** Forgets every task (logging out). */
 export function forgetTasks() {
   known.clear();
   marked.clear();
+  latest.clear();
   boardSeen.clear();
   boardList = { at: 0, boards: [] };
-  syncTitle();
+  changed();
 }
 
 /** The page of `taskId` is shown (null: some other page). */
@@ -125,7 +184,7 @@ async function pollBoards() {
   if (auth.token) {
     try {
       if (Date.now() - boardList.at >= BOARD_LIST_MS) boardList = { at: Date.now(), boards: (await api.boards()).slice(0, MAX_BOARDS) };
-      const due = boardList.boards.filter((b) => !(Date.now() - (boardSeen.get(b.id) || 0) < BOARDS_POLL_MS));
+      const due = boardList.boards.filter((b) => !followed.has(b.id) && !(Date.now() - (boardSeen.get(b.id) || 0) < BOARDS_POLL_MS));
       await Promise.all(due.map((b) => get(`/boards/${enc(b.id)}/cards`).catch(() => null)));
     } catch { /* offline or logged out: the next poll tries again */ }
   }
