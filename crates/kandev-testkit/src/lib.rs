@@ -40,6 +40,11 @@ pub static PG_BASE: LazyLock<String> = LazyLock::new(|| {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
 });
 
+/// The NATS server the tests share; overridable for other machines.
+pub static NATS_URL: LazyLock<String> = LazyLock::new(|| {
+    std::env::var("KANDEV_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
+});
+
 /// A fresh, empty database; dropped by [`TestDb::drop_db`].
 #[derive(Debug)]
 pub struct TestDb {

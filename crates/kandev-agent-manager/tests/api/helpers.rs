@@ -20,11 +20,7 @@ use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 use uuid::Uuid;
 
-pub use kandev_testkit::{MOCK_IMAGE, OwnDocker, TestDb, ensure_docker, free_port};
-
-pub static NATS_URL: LazyLock<String> = LazyLock::new(|| {
-    std::env::var("KANDEV_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
-});
+pub use kandev_testkit::{MOCK_IMAGE, NATS_URL, OwnDocker, TestDb, ensure_docker, free_port};
 
 static TRACING: LazyLock<()> = LazyLock::new(|| {
     if std::env::var("TEST_LOG").is_ok() {

@@ -9,18 +9,8 @@ use axum::{
 use kandev_common::CancellationToken;
 use kandev_gateway::{Application, Settings, auth::CurrentUser, config::RateLimitSettings};
 use serde_json::{Value, json};
-use sqlx::{Connection, Executor, PgConnection};
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
-use uuid::Uuid;
-
-pub static PG_BASE: LazyLock<String> = LazyLock::new(|| {
-    std::env::var("KANDEV_TEST_PG_BASE")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
-});
-pub static NATS_URL: LazyLock<String> = LazyLock::new(|| {
-    std::env::var("KANDEV_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
-});
 
 static TRACING: LazyLock<()> = LazyLock::new(|| {
     if std::env::var("TEST_LOG").is_ok() {
@@ -34,37 +24,7 @@ pub const JWT_SECRET: &str = "test-secret-test-secret-test-secret!";
 
 /// A fresh, empty database shared by the task service and the gateway
 /// (each in its own schema).
-pub struct TestDb {
-    pub name: String,
-    pub url: String,
-}
-
-impl TestDb {
-    pub async fn create() -> TestDb {
-        let name = format!("kandev_gw_test_{}", Uuid::new_v4().simple());
-        let mut admin = PgConnection::connect(&format!("{}/postgres", *PG_BASE))
-            .await
-            .expect("postgres must be running");
-        admin
-            .execute(format!(r#"CREATE DATABASE "{name}""#).as_str())
-            .await
-            .unwrap();
-        TestDb {
-            url: format!("{}/{name}", *PG_BASE),
-            name,
-        }
-    }
-
-    pub async fn drop_db(&self) {
-        if let Ok(mut admin) = PgConnection::connect(&format!("{}/postgres", *PG_BASE)).await {
-            let _ = admin
-                .execute(
-                    format!(r#"DROP DATABASE IF EXISTS "{}" WITH (FORCE)"#, self.name).as_str(),
-                )
-                .await;
-        }
-    }
-}
+pub use kandev_testkit::{NATS_URL, TestDb};
 
 /// An address nothing listens on: a service that is down.
 pub fn dead_url(scheme: &str) -> String {

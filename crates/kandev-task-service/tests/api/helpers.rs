@@ -5,13 +5,9 @@ use kandev_common::CancellationToken;
 use kandev_common::trace::{TracedChannel, traced};
 use kandev_proto::v1::{self as pb, task_service_client::TaskServiceClient};
 use kandev_task_service::{Application, Settings};
-pub use kandev_testkit::{OwnNats, TestDb, free_port};
+pub use kandev_testkit::{NATS_URL, OwnNats, TestDb, free_port};
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
-
-pub static NATS_URL: LazyLock<String> = LazyLock::new(|| {
-    std::env::var("KANDEV_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
-});
 
 static TRACING: LazyLock<()> = LazyLock::new(|| {
     if std::env::var("TEST_LOG").is_ok() {
