@@ -169,6 +169,12 @@ pub struct Task {
     /// Increases on every change; send it back as `version` to update only
     /// an unchanged task.
     pub version: i64,
+    /// Its board column (`GET /boards/{id}/columns`); absent when no
+    /// column maps its state.
+    #[schema(format = Uuid)]
+    pub column_id: Option<String>,
+    /// Whether it waits in its column's queue (the column's WIP limit).
+    pub queued: bool,
     pub created_at: Option<DateTime<Utc>>,
     pub updated_at: Option<DateTime<Utc>>,
 }
@@ -192,6 +198,8 @@ impl From<pb::Task> for Task {
             created_by: t.created_by,
             position: t.position,
             version: t.version,
+            column_id: Some(t.column_id).filter(|c| !c.is_empty()),
+            queued: t.queued,
             created_at: time(t.created_at),
             updated_at: time(t.updated_at),
         }

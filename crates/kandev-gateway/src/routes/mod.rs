@@ -42,6 +42,7 @@ pub mod repository;
 pub mod review;
 pub mod secrets;
 pub mod tasks;
+pub mod workflow;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -90,6 +91,11 @@ fn api(state: AppState) -> Router<AppState> {
                 .patch(tasks::update_task)
                 .delete(tasks::delete_task),
         )
+        .route(
+            "/boards/{id}/columns",
+            get(workflow::list_columns).put(workflow::put_columns),
+        )
+        .route("/tasks/{id}/move", post(workflow::move_task))
         .route("/tasks/{id}/state", patch(tasks::change_state))
         .route("/tasks/{id}/events", get(tasks::list_events))
         .route("/tasks/{id}/changes", get(changes::changes))

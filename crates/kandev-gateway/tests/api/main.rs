@@ -26,3 +26,4 @@ mod orchestrator;
 mod repositories;
 mod stack;
 mod tasks;
+mod workflow;

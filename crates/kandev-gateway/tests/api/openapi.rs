@@ -257,6 +257,10 @@ fn valid_body(method: &Method, path: &str) -> Option<Value> {
         json!({"resolved": true})
     } else if path.contains("/pending-prompts/") {
         json!({"text": "hello"})
+    } else if path.ends_with("/columns") {
+        json!({"columns": []})
+    } else if path.ends_with("/move") {
+        json!({"column_id": "7b0c5a8e-2f4e-4c1a-9d3e-5f6a7b8c9d0e"})
     } else {
         json!({})
     })

@@ -1,0 +1,227 @@
+//! Workflow columns (issue 41): a board's columns, read and replaced, and a
+//! card moved into one. The task service decides what entering a column
+//! does (its automation, its WIP limit); here the caller's access is
+//! checked and the bodies converted.
+
+use axum::{Json, extract::State};
+use kandev_proto::v1 as pb;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::access::{task_err, visible_board, visible_task};
+use crate::{
+    api::{Task, TaskState},
+    auth::CurrentUser,
+    error::{ApiError, ApiResult, ErrorBody},
+    extract::{ApiJson, ApiPath},
+    state::AppState,
+};
+
+/// One column of a board.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Column {
+    #[schema(format = Uuid)]
+    pub id: String,
+    pub name: String,
+    /// Its place, from 0, left to right.
+    pub position: i32,
+    /// `#rrggbb`, or empty for the default.
+    pub colour: String,
+    /// The state a card moved here takes (for an automated column: the
+    /// state its runs are in).
+    pub state: Option<TaskState>,
+    /// At most this many cards in the column; more wait in its queue.
+    pub wip_limit: Option<i32>,
+    /// Entering the column starts a run of this agent type.
+    pub agent_type: Option<String>,
+    /// The run's prompt: `{title}`, `{description}` and `{summary}` (what
+    /// the previous step's run said) are filled in; empty: the title and
+    /// description, then the previous summary.
+    pub prompt_template: String,
+    /// The column a card goes to when its run here finishes.
+    #[schema(format = Uuid)]
+    pub on_success: Option<String>,
+    /// The column a card goes to when its run here fails.
+    #[schema(format = Uuid)]
+    pub on_failure: Option<String>,
+}
+
+impl From<pb::Column> for Column {
+    fn from(c: pb::Column) -> Self {
+        Column {
+            state: TaskState::from_proto(c.state).ok(),
+            id: c.id,
+            name: c.name,
+            position: c.position,
+            colour: c.colour,
+            wip_limit: c.wip_limit,
+            agent_type: c.agent_type,
+            prompt_template: c.prompt_template,
+            on_success: c.on_success,
+            on_failure: c.on_failure,
+        }
+    }
+}
+
+/// A column as `PUT` gives it.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnInput {
+    /// An existing column's id keeps it (and its cards); a new column may
+    /// choose one (a UUID), so another column can name it as its next step.
+    #[schema(format = Uuid)]
+    pub id: Option<String>,
+    pub name: String,
+    #[serde(default)]
+    pub colour: String,
+    pub state: TaskState,
+    /// 1 or more; absent: no limit.
+    pub wip_limit: Option<i32>,
+    pub agent_type: Option<String>,
+    #[serde(default)]
+    pub prompt_template: String,
+    #[schema(format = Uuid)]
+    pub on_success: Option<String>,
+    #[schema(format = Uuid)]
+    pub on_failure: Option<String>,
+}
+
+impl From<ColumnInput> for pb::Column {
+    fn from(c: ColumnInput) -> Self {
+        pb::Column {
+            id: c.id.unwrap_or_default(),
+            name: c.name,
+            colour: c.colour,
+            state: c.state.to_proto() as i32,
+            wip_limit: c.wip_limit,
+            agent_type: c.agent_type,
+            prompt_template: c.prompt_template,
+            on_success: c.on_success,
+            on_failure: c.on_failure,
+            ..Default::default()
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PutColumnsRequest {
+    /// The board's columns, left to right (1 to 32).
+    pub columns: Vec<ColumnInput>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ColumnList {
+    pub columns: Vec<Column>,
+}
+
+impl From<pb::ListColumnsResponse> for ColumnList {
+    fn from(r: pb::ListColumnsResponse) -> Self {
+        ColumnList {
+            columns: r.columns.into_iter().map(Column::from).collect(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MoveTaskRequest {
+    /// A column of the task's board.
+    #[schema(format = Uuid)]
+    pub column_id: String,
+    /// Move only an unchanged task.
+    pub version: Option<i64>,
+}
+
+#[utoipa::path(get, path = "/api/v1/boards/{id}/columns", tag = "boards",
+    params(("id" = uuid::Uuid, Path, description = "board id")),
+    responses((status = 200, body = ColumnList),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+/// The board's workflow columns, left to right. A new board has the
+/// default workflow: one column per task state, no limits, no automation.
+#[tracing::instrument(skip_all)]
+pub async fn list_columns(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<ColumnList>> {
+    let board = visible_board(&state, &user, &id).await?;
+    let resp = state
+        .downstream()
+        .tasks
+        .clone()
+        .list_columns(pb::ListColumnsRequest { board_id: board.id })
+        .await
+        .map_err(task_err)?
+        .into_inner();
+    Ok(Json(resp.into()))
+}
+
+#[utoipa::path(put, path = "/api/v1/boards/{id}/columns", tag = "boards",
+    params(("id" = uuid::Uuid, Path, description = "board id")),
+    request_body = PutColumnsRequest,
+    responses((status = 200, body = ColumnList), (status = 404, body = ErrorBody),
+        (status = 400, description = "a bad column: its name, colour, state, a WIP limit below 1, \
+            an agent type, a next step naming no column of the list, an id of another board",
+            body = ErrorBody)))]
+/// Replaces the board's columns. Cards of a removed column go to the first
+/// column of their state; a column whose limit grew lets its queue in.
+#[tracing::instrument(skip_all)]
+pub async fn put_columns(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<PutColumnsRequest>,
+) -> ApiResult<Json<ColumnList>> {
+    let board = visible_board(&state, &user, &id).await?;
+    let resp = state
+        .downstream()
+        .tasks
+        .clone()
+        .put_columns(pb::PutColumnsRequest {
+            board_id: board.id,
+            columns: body.columns.into_iter().map(pb::Column::from).collect(),
+        })
+        .await
+        .map_err(task_err)?
+        .into_inner();
+    Ok(Json(resp.into()))
+}
+
+#[utoipa::path(post, path = "/api/v1/tasks/{id}/move", tag = "tasks",
+    params(("id" = uuid::Uuid, Path, description = "task id")),
+    request_body = MoveTaskRequest,
+    responses((status = 200, body = Task),
+        (status = 400, body = ErrorBody),
+        (status = 404, description = "no such task, or no such column on its board", body = ErrorBody),
+        (status = 409, description = "a transition the state machine forbids, or a version conflict",
+            body = ErrorBody)))]
+/// Moves a card into a column of its board. An automated column starts its
+/// run (or queues the card when its WIP limit is reached); any other gives
+/// the card the column's state.
+#[tracing::instrument(skip_all)]
+pub async fn move_task(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<MoveTaskRequest>,
+) -> ApiResult<Json<Task>> {
+    let column_id = uuid::Uuid::parse_str(&body.column_id)
+        .map_err(|_| ApiError::validation(format!("column_id {:?} is not a UUID", body.column_id)))?
+        .to_string();
+    let task = visible_task(&state, &user, &id).await?;
+    let moved = state
+        .downstream()
+        .tasks
+        .clone()
+        .move_task(pb::MoveTaskRequest {
+            id: task.id,
+            column_id,
+            expected_version: body.version,
+            actor: user.username,
+        })
+        .await
+        .map_err(task_err)?
+        .into_inner();
+    Ok(Json(moved.into()))
+}
