@@ -24,6 +24,7 @@ use crate::{
     images::ImageStatus,
     manager::{AgentManager, LaunchRequest},
     preflight::{self, Problem},
+    profiles,
     workspace::WorkspaceSource,
 };
 
@@ -604,6 +605,39 @@ impl AgentManagerRpc for GrpcAgentAdapter {
             .await
             .map_err(status)?;
         Ok(Response::new(pb::DeleteUserSecretResponse {}))
+    }
+
+    async fn list_agent_profiles(
+        &self,
+        request: Request<pb::ListAgentProfilesRequest>,
+    ) -> Result<Response<pb::AgentProfileList>, Status> {
+        let list = profiles::rpc::list(&self.manager, request.into_inner());
+        Ok(Response::new(list.await.map_err(status)?))
+    }
+
+    async fn get_agent_profile(
+        &self,
+        request: Request<pb::GetAgentProfileRequest>,
+    ) -> Result<Response<pb::AgentProfile>, Status> {
+        let got = profiles::rpc::get(&self.manager, request.into_inner());
+        Ok(Response::new(got.await.map_err(status)?))
+    }
+
+    async fn save_agent_profile(
+        &self,
+        request: Request<pb::SaveAgentProfileRequest>,
+    ) -> Result<Response<pb::AgentProfile>, Status> {
+        let saved = profiles::rpc::save(&self.manager, request.into_inner());
+        Ok(Response::new(saved.await.map_err(status)?))
+    }
+
+    async fn delete_agent_profile(
+        &self,
+        request: Request<pb::DeleteAgentProfileRequest>,
+    ) -> Result<Response<pb::DeleteAgentProfileResponse>, Status> {
+        let deleted = profiles::rpc::delete(&self.manager, request.into_inner());
+        deleted.await.map_err(status)?;
+        Ok(Response::new(pb::DeleteAgentProfileResponse {}))
     }
 }
 

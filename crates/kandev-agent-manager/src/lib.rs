@@ -27,6 +27,8 @@
 //! - [`grpc`]: the thin tonic adapter.
 //! - [`announce`]: announcing this manager (load, capacity, images) to the
 //!   orchestrators' pool on NATS.
+//! - [`profiles`]: agent profiles (model, mode, instructions, secrets' env,
+//!   MCP servers) chosen per task.
 //! - [`startup`]: `build(settings)` then `run_until_stopped(shutdown)`.
 //! - [`config`]: the service's typed settings.
 
@@ -44,6 +46,7 @@ pub mod images;
 pub mod manager;
 pub mod mirror;
 pub mod preflight;
+pub mod profiles;
 pub mod repository;
 pub mod runner;
 pub mod startup;

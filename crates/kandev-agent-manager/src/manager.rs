@@ -160,6 +160,11 @@ impl AgentManager {
         &self.inner.secrets
     }
 
+    /// Agent profiles ([`crate::profiles`]).
+    pub fn profiles(&self) -> crate::profiles::Profiles {
+        crate::profiles::Profiles::new(self.store().clone())
+    }
+
     pub async fn ping_store(&self) -> Result<()> {
         self.store().ping().await
     }
@@ -342,6 +347,8 @@ impl AgentManager {
         }
         self.container_env(&agent_type, &request.env, &request.home_scope)
             .await?;
+        self.resolve_profile(&request.metadata, &request.home_scope, &agent_type.id)
+            .await?;
         let build = self.inner.images.needs_build(&agent_type.image).await;
         if !build {
             self.inner
@@ -398,6 +405,24 @@ impl AgentManager {
     ) -> Result<Vec<String>> {
         let user_env = self.inner.secrets.env_for(scope).await?;
         credentials::container_env(self.settings(), agent_type, request_env, &user_env)
+    }
+
+    /// The task's agent profile for a run of `scope` (see
+    /// [`crate::profiles::Profiles::for_launch`]), its secrets opened.
+    async fn resolve_profile(
+        &self,
+        metadata: &serde_json::Map<String, serde_json::Value>,
+        scope: &str,
+        agent_type: &str,
+    ) -> Result<Option<Arc<crate::profiles::ResolvedProfile>>> {
+        let profiles = self.profiles();
+        let Some(profile) = profiles.for_launch(metadata, scope, agent_type).await? else {
+            return Ok(None);
+        };
+        let secrets = self.inner.secrets.env_for(scope).await?;
+        let resolved = crate::profiles::resolve::resolve(&profile, &secrets)?;
+        tracing::info!(profile = ?resolved, "the run uses an agent profile");
+        Ok(Some(Arc::new(resolved)))
     }
 
     fn container_spec(
@@ -472,11 +497,18 @@ impl AgentManager {
             .get(&instance_id)
             .cloned()
             .unwrap_or_default();
-        let env = match self
+        let prepared = match self
             .container_env(&agent_type, &request_env, &instance.home_scope)
             .await
         {
-            Ok(env) => env,
+            Ok(env) => self
+                .resolve_profile(&instance.metadata, &instance.home_scope, &agent_type.id)
+                .await
+                .map(|profile| (env, profile)),
+            Err(e) => Err(e),
+        };
+        let (env, profile) = match prepared {
+            Ok((env, profile)) => (with_profile_env(env, profile.as_deref()), profile),
             Err(e) => {
                 lock(&self.inner.runs).remove(&instance_id);
                 self.fail_early(&instance, &e).await;
@@ -498,6 +530,7 @@ impl AgentManager {
             prompt,
             resume_session,
             reattach: None,
+            profile,
         };
         self.spawn_turn(&instance, spec, handle);
         Ok(instance)
@@ -683,4 +716,23 @@ impl AgentManager {
             ))),
         }
     }
+}
+
+/// The container's environment with the profile's variables added (a
+/// variable the type or the request already sets keeps its value).
+fn with_profile_env(
+    mut env: Vec<String>,
+    profile: Option<&crate::profiles::ResolvedProfile>,
+) -> Vec<String> {
+    let Some(profile) = profile else { return env };
+    let name = |pair: &String| pair.split_once('=').map(|(n, _)| n.to_string());
+    let set: std::collections::BTreeSet<String> = env.iter().filter_map(name).collect();
+    env.extend(
+        profile
+            .env
+            .iter()
+            .filter(|pair| name(pair).is_some_and(|n| !set.contains(&n)))
+            .cloned(),
+    );
+    env
 }

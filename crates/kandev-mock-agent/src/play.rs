@@ -77,6 +77,10 @@ pub(crate) async fn run(turn: &Turn, scenario: Scenario) -> TurnEnd {
             turn.say(&format!("Wrote {lines} lines to stderr.")).await;
             TurnEnd::end_turn()
         }
+        Scenario::SessionInfo => {
+            turn.say(&session_info(turn)).await;
+            TurnEnd::end_turn()
+        }
         Scenario::Help => {
             let mut text =
                 String::from("Scenarios (first word of the prompt, or a `scenario:` line):\n");
@@ -87,6 +91,69 @@ pub(crate) async fn run(turn: &Turn, scenario: Scenario) -> TurnEnd {
             TurnEnd::end_turn()
         }
     }
+}
+
+/// `name=fnv:<digest>` of each `{name, value}` (a secret's value never
+/// leaves the agent; its digest shows which arrived).
+fn digests(pairs: &Value) -> String {
+    pairs
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let name = p["name"].as_str().unwrap_or("?");
+            let value = p["value"].as_str().unwrap_or("");
+            format!(
+                "{name}=fnv:{:016x}",
+                crate::session::fnv1a(&[value.as_bytes()])
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// One line per MCP server the session was given.
+fn server_line(server: &Value) -> String {
+    let name = server["name"].as_str().unwrap_or("?");
+    match server["type"].as_str() {
+        Some(kind @ ("http" | "sse")) => format!(
+            "- {name}: {kind} {} headers [{}]",
+            server["url"].as_str().unwrap_or(""),
+            digests(&server["headers"])
+        ),
+        _ => {
+            let args: Vec<&str> = server["args"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            format!(
+                "- {name}: stdio {} args [{}] env [{}]",
+                server["command"].as_str().unwrap_or(""),
+                args.join(" "),
+                digests(&server["env"])
+            )
+        }
+    }
+}
+
+/// What the session was given, for `session-info`.
+fn session_info(turn: &Turn) -> String {
+    let record = turn.session.lock().expect("session lock").record.clone();
+    let mut text = format!(
+        "Session info\nmode: {}\nmodel: {}\nmcp servers: {}\n",
+        record.mode_id,
+        record.model,
+        record.mcp_servers.len()
+    );
+    for server in &record.mcp_servers {
+        text.push_str(&server_line(server));
+        text.push('\n');
+    }
+    text.push_str("prompt:\n");
+    text.push_str(&turn.prompt_text);
+    text
 }
 
 fn text_block(text: &str) -> Value {

@@ -40,6 +40,9 @@ pub(crate) enum Scenario {
     Hang,
     /// Write lines to stderr, then end the turn.
     Stderr { lines: u64 },
+    /// Say what the session was given: its mode, model, MCP servers
+    /// (secret values as digests) and the prompt.
+    SessionInfo,
     /// Describe the grammar.
     Help,
 }
@@ -63,7 +66,7 @@ pub(crate) const STOP_REASONS: [&str; 5] = [
 ];
 
 /// The scenario names and what they do, for `help` and `available_commands_update`.
-pub(crate) const COMMANDS: [(&str, &str, &str); 15] = [
+pub(crate) const COMMANDS: [(&str, &str, &str); 16] = [
     ("echo", "Echo the text back", "text"),
     (
         "code",
@@ -114,6 +117,11 @@ pub(crate) const COMMANDS: [(&str, &str, &str); 15] = [
     ("stop", "End the turn with REASON", "REASON"),
     ("hang", "Never answer the prompt", ""),
     ("stderr", "Write N lines to stderr (default 3)", "N"),
+    (
+        "session-info",
+        "Say the session's mode, model and MCP servers, and the prompt",
+        "",
+    ),
     ("help", "Describe the scenarios", ""),
 ];
 
@@ -243,6 +251,10 @@ fn parse_command(line: &str) -> Result<Option<Scenario>, ParseError> {
             Scenario::Stderr {
                 lines: arg(&args, 0, 3, "stderr N")?,
             }
+        }
+        "session-info" | "session_info" => {
+            no_args(&name, &args)?;
+            Scenario::SessionInfo
         }
         "help" => Scenario::Help,
         _ => return Ok(None),

@@ -204,6 +204,13 @@ fn require_mcp_servers(params: &Value) -> Result<(), RpcError> {
     }
 }
 
+/// Keeps the session's `mcpServers` (the agent runs none: `session-info`
+/// reports them).
+fn keep_mcp_servers(session: &SessionRef, params: &Value) {
+    let servers = params["mcpServers"].as_array().cloned().unwrap_or_default();
+    session.lock().expect("session lock").record.mcp_servers = servers;
+}
+
 fn require_auth(ctx: &Ctx) -> Result<(), RpcError> {
     if ctx.is_authenticated() {
         return Ok(());
@@ -246,7 +253,7 @@ fn initialize(ctx: &Ctx, params: &Value) -> Value {
         "agentCapabilities": {
             "loadSession": true,
             "promptCapabilities": { "image": false, "audio": false, "embeddedContext": true },
-            "mcpCapabilities": { "http": false, "sse": false },
+            "mcpCapabilities": { "http": true, "sse": false },
             "sessionCapabilities": {},
         },
         "authMethods": auth_methods(ctx, caps),
@@ -303,6 +310,7 @@ async fn new_session(ctx: &Arc<Ctx>, params: &Value) -> Result<Value, RpcError> 
     require_mcp_servers(params)?;
     require_auth(ctx)?;
     let (id, session) = ctx.sessions().create(&cwd);
+    keep_mcp_servers(&session, params);
     save(ctx, &session);
     info!("new session {id} in {}", cwd.display());
     if ctx.cfg.quirks.early_updates {
@@ -326,6 +334,7 @@ async fn load_session(ctx: &Arc<Ctx>, params: &Value) -> Result<Value, RpcError>
         RpcError::new(RESOURCE_NOT_FOUND, "Resource not found")
             .with_data(json!({ "sessionId": id }))
     })?;
+    keep_mcp_servers(&session, params);
     let history = {
         let mut session = session.lock().expect("session lock");
         session.record.cwd = cwd;

@@ -44,6 +44,9 @@ pub(crate) struct SessionRecord {
     pub(crate) turns: u64,
     #[serde(default)]
     pub(crate) allow_always: bool,
+    /// The `mcpServers` of the last `session/new` or `session/load`.
+    #[serde(default)]
+    pub(crate) mcp_servers: Vec<Value>,
     /// `session/update` payloads replayed by `session/load`.
     #[serde(default)]
     pub(crate) history: Vec<Value>,
@@ -104,6 +107,7 @@ impl Sessions {
             thinking: false,
             turns: 0,
             allow_always: false,
+            mcp_servers: Vec::new(),
             history: Vec::new(),
         };
         let session = Arc::new(Mutex::new(Session {
@@ -218,7 +222,7 @@ pub(crate) fn valid_session_id(id: &str) -> bool {
 }
 
 /// 64-bit FNV-1a; stable across Rust versions, unlike `DefaultHasher`.
-fn fnv1a(parts: &[&[u8]]) -> u64 {
+pub(crate) fn fnv1a(parts: &[&[u8]]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for part in parts {
         for &b in *part {

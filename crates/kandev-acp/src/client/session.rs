@@ -470,6 +470,26 @@ impl AcpClient {
         Ok(())
     }
 
+    /// `session/set_model {sessionId, modelId}`: ACP's (unstable) model
+    /// selection, for agents whose session answer lists `models`.
+    pub async fn set_model(&self, model_id: &str) -> Result<(), AcpError> {
+        let session_id = self.require_v1("session/set_model")?;
+        let kind = EventKind::ConfigChange(ConfigChangeData {
+            config_id: Some("model".to_owned()),
+            value: Some(Value::String(model_id.to_owned())),
+            config_options: None,
+        });
+        self.inner
+            .request(
+                "session/set_model",
+                json!({"sessionId": session_id, "modelId": model_id}),
+                Some(self.inner.options.request_timeout),
+                Some(kind),
+            )
+            .await?;
+        Ok(())
+    }
+
     /// `session/set_config_option`; returns the agent's full option list.
     pub async fn set_config_option(
         &self,

@@ -232,6 +232,8 @@ impl AgentManager {
             prompt: String::new(),
             resume_session: None,
             reattach: Some(container_id.to_string()),
+            // A re-attached turn has its session already.
+            profile: None,
         };
         self.spawn_turn(&instance, spec, handle);
         Reattach::Started

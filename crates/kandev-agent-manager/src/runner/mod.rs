@@ -22,6 +22,7 @@ mod conversation;
 mod modes;
 mod output;
 mod pipeline;
+mod profile;
 mod recovery;
 mod turn;
 
@@ -87,6 +88,10 @@ pub struct TurnSpec {
     /// of creating one; its output is re-read from the stored position and
     /// numbered from `last_seq + 1`.
     pub reattach: Option<String>,
+    /// The task's agent profile, resolved for this run: its MCP servers go
+    /// in `session/new` / `session/load`, its mode and model are set, its
+    /// instructions prepended to a new session's first prompt.
+    pub profile: Option<Arc<crate::profiles::ResolvedProfile>>,
 }
 
 /// The manager's handle on a running turn.

@@ -258,17 +258,26 @@ pub(super) async fn start_fresh(
     let t = std::time::Instant::now();
     let initialized = client.initialize().await;
     phase("initialize", t);
-    if let Err(e) = initialized {
-        let failure = match e {
-            AcpError::Timeout { .. } => failed(format!(
-                "the agent did not answer initialize within {} s",
-                settings.initialize_timeout_secs
-            ))
-            .into(),
-            e => crashed("initialize", e).await,
-        };
+    let handshake = match initialized {
+        Ok(handshake) => handshake,
+        Err(e) => {
+            let failure = match e {
+                AcpError::Timeout { .. } => failed(format!(
+                    "the agent did not answer initialize within {} s",
+                    settings.initialize_timeout_secs
+                ))
+                .into(),
+                e => crashed("initialize", e).await,
+            };
+            return Err(recovery::abandon(client, handle, conn.drain, failure).await);
+        }
+    };
+    let profile = spec.profile.as_deref();
+    if let Err(why) = super::profile::check(profile, &handshake) {
+        let failure: Interruption = refused(why).into();
         return Err(recovery::abandon(client, handle, conn.drain, failure).await);
     }
+    let servers = || super::profile::servers(profile);
     let t = std::time::Instant::now();
     // Why the session to resume could not be loaded: the prompt then starts
     // a new session, the conversation so far summarised before it.
@@ -276,7 +285,7 @@ pub(super) async fn start_fresh(
     let session = match &spec.resume_session {
         Some(session_id) => {
             match client
-                .load_session(session_id, CONTAINER_WORKSPACE, vec![])
+                .load_session(session_id, CONTAINER_WORKSPACE, servers())
                 .await
             {
                 Err(AcpError::Rpc { method, source })
@@ -285,16 +294,16 @@ pub(super) async fn start_fresh(
                     // The agent answered: it no longer has the session (its
                     // store went with an earlier container).
                     lost_session = Some(format!("{method} failed: {}", source.explain()));
-                    client.new_session(CONTAINER_WORKSPACE, vec![]).await
+                    client.new_session(CONTAINER_WORKSPACE, servers()).await
                 }
                 Err(AcpError::Unsupported(why)) => {
                     lost_session = Some(why);
-                    client.new_session(CONTAINER_WORKSPACE, vec![]).await
+                    client.new_session(CONTAINER_WORKSPACE, servers()).await
                 }
                 other => other,
             }
         }
-        None => client.new_session(CONTAINER_WORKSPACE, vec![]).await,
+        None => client.new_session(CONTAINER_WORKSPACE, servers()).await,
     };
     phase("session", t);
     if let Some(why) = &lost_session {
@@ -320,6 +329,10 @@ pub(super) async fn start_fresh(
         .session_id
         .clone_from(&session.session_id);
     super::modes::apply(client, &spec.agent_type, &session).await;
+    if let Err(why) = super::profile::apply(client, profile, &session).await {
+        let failure: Interruption = refused(why).into();
+        return Err(recovery::abandon(client, handle, conn.drain, failure).await);
+    }
     if let Err(e) = shared
         .store
         .set_running(instance.id, &session.session_id)
@@ -347,11 +360,18 @@ pub(super) async fn start_fresh(
         }
         None => None,
     };
+    // A new session (not one loaded) is told the profile's instructions.
+    let mut instruct = spec.resume_session.is_none() || lost_session.is_some();
     let stop = loop {
         lock(&slots.sent_prompts).push(prompt.clone());
         let text = match preface.take() {
             Some(summary) => summary + &prompt,
             None => prompt,
+        };
+        let text = if std::mem::take(&mut instruct) {
+            super::profile::first_prompt(profile, text)
+        } else {
+            text
         };
         let stop = match client.prompt(vec![text.into()]).await {
             Ok(stop) => stop,

@@ -5,6 +5,7 @@
 //! machine, one file).
 
 mod pg;
+mod profiles;
 mod sql;
 mod sqlite;
 
@@ -112,6 +113,20 @@ pub trait AgentStore: std::fmt::Debug + Send + Sync + 'static {
     async fn delete_secret(&self, scope: &str, name: &str) -> Result<bool>;
     /// `(name, nonce, ciphertext)` of each of a user's secrets.
     async fn sealed_secrets(&self, scope: &str) -> Result<Vec<(String, Vec<u8>, Vec<u8>)>>;
+    /// The user's (`scope`) agent profiles and the shared ones, of one type
+    /// or all: by type, shared first, then by name.
+    async fn list_profiles(
+        &self,
+        scope: &str,
+        agent_type: Option<&str>,
+    ) -> Result<Vec<crate::profiles::AgentProfile>>;
+    async fn get_profile(&self, id: Uuid) -> Result<Option<crate::profiles::AgentProfile>>;
+    /// Inserts the profile, or replaces the one with its id (its owner and
+    /// creation time stay); a name its owner already uses for the type is
+    /// a validation error.
+    async fn put_profile(&self, profile: &crate::profiles::AgentProfile) -> Result<()>;
+    /// Whether a profile was there to delete.
+    async fn delete_profile(&self, id: Uuid) -> Result<bool>;
     /// Closes the database's connections (at shutdown).
     async fn close(&self);
 }

@@ -477,6 +477,26 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         Ok(self.db().all(stmt).await?)
     }
 
+    async fn list_profiles(
+        &self,
+        scope: &str,
+        agent_type: Option<&str>,
+    ) -> Result<Vec<crate::profiles::AgentProfile>> {
+        self.profiles_list(scope, agent_type).await
+    }
+
+    async fn get_profile(&self, id: Uuid) -> Result<Option<crate::profiles::AgentProfile>> {
+        self.profiles_get(id).await
+    }
+
+    async fn put_profile(&self, profile: &crate::profiles::AgentProfile) -> Result<()> {
+        self.profiles_put(profile).await
+    }
+
+    async fn delete_profile(&self, id: Uuid) -> Result<bool> {
+        self.profiles_delete(id).await
+    }
+
     async fn close(&self) {
         self.pool.close().await;
     }

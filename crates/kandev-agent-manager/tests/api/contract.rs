@@ -5,10 +5,11 @@
 
 use std::collections::HashSet;
 
-use chrono::Utc;
+use chrono::{SubsecRound, Utc};
 use kandev_agent_manager::{
     AgentError, Settings,
     domain::{AgentType, InstanceStatus, LogLine},
+    profiles::{AgentProfile, McpServerSpec, McpTransport, ProfileSpec},
     startup::open_store,
     store::{Exchange, LaunchFields, Outcome, Store},
 };
@@ -100,6 +101,7 @@ contract!(
     secrets_are_kept_per_user_within_a_limit,
     real_agents_keep_their_home_in_a_volume,
     a_tasks_conversation_is_kept_bounded,
+    profiles_are_kept_per_owner_and_shared,
 );
 
 /// The seeded registry, the same on both databases: what a fresh
@@ -457,4 +459,96 @@ async fn a_tasks_conversation_is_kept_bounded(a: &Store, b: &Store) {
     );
     assert_eq!(a.exchanges(other, 10).await.unwrap(), [exchange(9)]);
     assert!(a.exchanges(Uuid::now_v7(), 10).await.unwrap().is_empty());
+}
+
+fn profile(owner: &str, agent_type: &str, name: &str) -> AgentProfile {
+    let now = Utc::now().trunc_subsecs(6);
+    AgentProfile {
+        id: Uuid::now_v7(),
+        owner: owner.into(),
+        agent_type: agent_type.into(),
+        name: name.into(),
+        spec: ProfileSpec {
+            model: "mock-smart".into(),
+            mode: "plan".into(),
+            instructions: "Be brief.".into(),
+            env: [("GH".to_string(), "GITHUB_TOKEN".to_string())].into(),
+            mcp_servers: vec![McpServerSpec {
+                name: "docs".into(),
+                transport: McpTransport::Http,
+                command: String::new(),
+                args: vec![],
+                env: Default::default(),
+                url: "https://mcp.example/docs".into(),
+                headers: [("Authorization".to_string(), "DOCS_TOKEN".to_string())].into(),
+            }],
+        },
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+/// Profiles: a user's own and the shared ones are listed (by type,
+/// shared first), another user's are not; the spec round-trips; a name is
+/// unique per owner and type; a profile of an unknown type is refused.
+async fn profiles_are_kept_per_owner_and_shared(a: &Store, b: &Store) {
+    let mine = profile("alice", "mock-agent", "fast");
+    let shared = profile("", "mock-agent", "team");
+    let theirs = profile("bob", "mock-agent", "fast");
+    let other_type = profile("alice", "codex", "fast");
+    for p in [&mine, &shared, &theirs, &other_type] {
+        a.put_profile(p).await.unwrap();
+    }
+    // The other manager on the database sees them: profiles are shared.
+    assert_eq!(b.get_profile(mine.id).await.unwrap().as_ref(), Some(&mine));
+    let names = |list: Vec<AgentProfile>| -> Vec<(String, String, String)> {
+        list.into_iter()
+            .map(|p| (p.agent_type, p.owner, p.name))
+            .collect()
+    };
+    let alice = names(a.list_profiles("alice", None).await.unwrap());
+    let expect = |v: &[(&str, &str, &str)]| -> Vec<(String, String, String)> {
+        v.iter()
+            .map(|(t, o, n)| (t.to_string(), o.to_string(), n.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        alice,
+        expect(&[
+            ("codex", "alice", "fast"),
+            ("mock-agent", "", "team"),
+            ("mock-agent", "alice", "fast")
+        ])
+    );
+    let bob = names(b.list_profiles("bob", Some("mock-agent")).await.unwrap());
+    assert_eq!(
+        bob,
+        expect(&[("mock-agent", "", "team"), ("mock-agent", "bob", "fast")])
+    );
+
+    let mut renamed = mine.clone();
+    renamed.name = "faster".into();
+    renamed.spec.mcp_servers.clear();
+    renamed.updated_at = Utc::now().trunc_subsecs(6);
+    b.put_profile(&renamed).await.unwrap();
+    assert_eq!(a.get_profile(mine.id).await.unwrap(), Some(renamed.clone()));
+
+    let mut clash = profile("alice", "mock-agent", "faster");
+    let err = a.put_profile(&clash).await.unwrap_err();
+    assert!(
+        matches!(&err, AgentError::InvalidArgument(m) if m.starts_with("name:")),
+        "{err:?}"
+    );
+    clash.name = "team".into();
+    a.put_profile(&clash).await.unwrap();
+    let unknown = profile("alice", "no-such-type", "x");
+    let err = a.put_profile(&unknown).await.unwrap_err();
+    assert!(
+        matches!(&err, AgentError::InvalidArgument(m) if m.starts_with("agent_type:")),
+        "{err:?}"
+    );
+
+    assert!(a.delete_profile(mine.id).await.unwrap());
+    assert!(!b.delete_profile(mine.id).await.unwrap());
+    assert_eq!(a.get_profile(mine.id).await.unwrap(), None);
 }
