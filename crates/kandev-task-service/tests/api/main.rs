@@ -12,4 +12,5 @@ mod helpers;
 mod sqlite;
 mod tasks;
 mod transitions;
+mod upgrade;
 mod workflow;
