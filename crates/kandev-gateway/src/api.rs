@@ -230,6 +230,11 @@ pub struct CreateTaskRequest {
     /// False creates the task without starting its agent; true (the
     /// default) lets the orchestrator queue it at once.
     pub autostart: Option<bool>,
+    /// An agent profile (`/api/v1/agent-profiles`) of the task's agent type,
+    /// the caller's own or shared; kept in the metadata as
+    /// `agent_profile_id`.
+    #[schema(format = Uuid)]
+    pub profile_id: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -423,6 +428,10 @@ pub struct LaunchAgentRequest {
     pub prompt: Option<String>,
     /// Resume this ACP session instead of creating one.
     pub resume_session_id: Option<String>,
+    /// An agent profile of `agent_type` (the caller's own or shared); kept
+    /// in the metadata as `agent_profile_id`.
+    #[schema(format = Uuid)]
+    pub profile_id: Option<String>,
 }
 
 /// An agent instance (a container running one agent for one task).

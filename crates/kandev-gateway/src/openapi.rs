@@ -126,6 +126,11 @@ impl Modify for CommonErrors {
         routes::agent_types::patch,
         routes::agent_types::delete,
         routes::agent_types::disable,
+        routes::profiles::list,
+        routes::profiles::create,
+        routes::profiles::get,
+        routes::profiles::replace,
+        routes::profiles::delete,
         routes::secrets::list,
         routes::secrets::set,
         routes::secrets::delete,
@@ -147,6 +152,7 @@ impl Modify for CommonErrors {
         (name = "tasks", description = "Tasks and their state machine"),
         (name = "agents", description = "Agent instances"),
         (name = "agent-types", description = "The agent type registry"),
+        (name = "agent-profiles", description = "Agent profiles: model, mode, instructions, environment and MCP servers on an agent type, chosen per task"),
         (name = "orchestrator", description = "Task executions and their live stream"),
     )
 )]

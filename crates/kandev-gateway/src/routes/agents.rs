@@ -51,6 +51,10 @@ pub async fn launch(
         return Err(ApiError::validation("agent_type must not be empty"));
     }
     let task = visible_task(&state, &user, &body.task_id).await?;
+    let mut metadata = body.metadata;
+    if let Some(profile_id) = &body.profile_id {
+        super::profiles::bind(&state, &user, profile_id, &body.agent_type, &mut metadata).await?;
+    }
     // The first prompt: the body's, else `env.TASK_DESCRIPTION` (the agent
     // manager reads it), else the task's own description.
     let prompt = match body.prompt {
@@ -68,8 +72,7 @@ pub async fn launch(
             workspace,
             env: body.env,
             priority: body.priority,
-            metadata_json: body
-                .metadata
+            metadata_json: metadata
                 .map(|m| serde_json::Value::Object(m).to_string())
                 .unwrap_or_default(),
             prompt,

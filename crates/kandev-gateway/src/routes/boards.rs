@@ -153,7 +153,12 @@ pub async fn create_task(
 ) -> ApiResult<(StatusCode, Json<Task>)> {
     let board = visible_board(&state, &user, &id).await?;
     repository::check(&state, &body.repository_url, &body.branch).await?;
-    let metadata_json = match body.metadata {
+    let mut metadata = body.metadata;
+    if let Some(profile_id) = &body.profile_id {
+        let agent_type = body.agent_type.as_deref().unwrap_or_default();
+        super::profiles::bind(&state, &user, profile_id, agent_type, &mut metadata).await?;
+    }
+    let metadata_json = match metadata {
         Some(map) => serde_json::Value::Object(map).to_string(),
         None => String::new(),
     };

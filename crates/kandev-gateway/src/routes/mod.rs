@@ -38,6 +38,7 @@ pub mod changes;
 pub mod feed;
 pub mod followups;
 pub mod orchestrator;
+pub mod profiles;
 pub mod repository;
 pub mod review;
 pub mod secrets;
@@ -123,6 +124,16 @@ fn api(state: AppState) -> Router<AppState> {
                 .delete(agent_types::delete),
         )
         .route("/agent-types/{id}/disable", post(agent_types::disable))
+        .route(
+            "/agent-profiles",
+            get(profiles::list).post(profiles::create),
+        )
+        .route(
+            "/agent-profiles/{id}",
+            get(profiles::get)
+                .put(profiles::replace)
+                .delete(profiles::delete),
+        )
         .route(
             "/orchestrator/tasks/{task_id}/start",
             post(orchestrator::start),

@@ -9,6 +9,9 @@
 //! - `binary`: the built binary, its key checks and a graceful stop.
 //! - `contract`: the users' storage contract, on Postgres and on SQLite.
 //! - `not_found`: someone else's resources answer exactly like missing ones.
+//! - `profiles`: agent profiles through the whole stack: bad input, whose
+//!   profiles a user sees, secrets never returned, and a task's profile
+//!   (model, mode, instructions, two MCP servers) reaching the mock agent.
 //! - `repositories`: a task's repository checked by the REAL agent manager
 //!   (in-process, no Docker) when the task is created or changed.
 
@@ -23,6 +26,7 @@ mod helpers;
 mod not_found;
 mod openapi;
 mod orchestrator;
+mod profiles;
 mod repositories;
 mod stack;
 mod tasks;

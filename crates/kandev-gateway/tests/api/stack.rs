@@ -39,15 +39,15 @@ where
     Service { stop, handle }
 }
 
-struct Stack {
-    gateway: TestApp,
+pub(crate) struct Stack {
+    pub(crate) gateway: TestApp,
     services: Vec<Service>,
     am_dir: PathBuf,
     _nats: OwnNats,
 }
 
 impl Stack {
-    async fn start() -> Stack {
+    pub(crate) async fn start() -> Stack {
         tokio::task::spawn_blocking(kandev_testkit::ensure_docker)
             .await
             .unwrap();
@@ -135,7 +135,7 @@ impl Stack {
         }
     }
 
-    async fn stop(self) {
+    pub(crate) async fn stop(self) {
         let Stack {
             mut gateway,
             services,
@@ -154,7 +154,7 @@ impl Stack {
     }
 }
 
-async fn next_json<S>(ws: &mut S) -> Value
+pub(crate) async fn next_json<S>(ws: &mut S) -> Value
 where
     S: futures::Stream<Item = Result<tg::Message, tg::Error>> + Unpin,
 {
