@@ -980,9 +980,9 @@ async fn the_board_tells_the_truth_at_a_glance() {
         .collect();
     let created = format!("/api/v1/boards/{board_id}/tasks");
     assert!(
-        paths.iter().all(|p| *p == created
-            || p.starts_with("/api/v1/auth/")
-            || *p == "/api/v1/boards"),
+        paths
+            .iter()
+            .all(|p| *p == created || p.starts_with("/api/v1/auth/") || *p == "/api/v1/boards"),
         "no request for the board's cards: {paths:?}"
     );
 
