@@ -34,7 +34,9 @@ const STATE: &str = "const d = window.kandevDebug; if (!d) return null;
     const items = document.querySelectorAll('[data-testid=feed-item]');
     return { end: !!document.querySelector('[data-kind=turn_end]'), older: d.olderPages, loading: d.loadingPage,
              first: items.length ? items[0].dataset.kind : null, applied: d.eventsApplied, last: d.lastSeq,
-             heap: performance.memory ? performance.memory.usedJSHeapSize : 0 };";
+             heap: performance.memory ? performance.memory.usedJSHeapSize : 0,
+             stick: !!(d.feed && d.feed.stick), pager: !!(d.feed && d.feed.pager), start: d.feed ? d.feed.renderedStart : -1,
+             box: (b => b ? [b.scrollTop, b.scrollHeight, b.clientHeight] : null)(document.querySelector('[data-testid=feed]')) };";
 
 struct Chromium {
     driver: Child,
@@ -183,6 +185,8 @@ pub(crate) async fn open(
     let t1 = Instant::now();
     let scroll =
         "const box = document.querySelector('[data-testid=feed]'); if (box) box.scrollTop = 0;";
+    // Stalled: no page came for a minute.
+    let (mut applied, mut moved) = (opened["applied"].clone(), Instant::now());
     let start = loop {
         chromium.exec(scroll, json!([])).await?;
         let s = chromium
@@ -191,8 +195,10 @@ pub(crate) async fn open(
         if s["older"] != true {
             break s;
         }
-        if t1.elapsed() > Duration::from_secs(1800) {
-            bail!("scrolling back did not reach the first message: {s}");
+        if s["applied"] != applied {
+            (applied, moved) = (s["applied"].clone(), Instant::now());
+        } else if moved.elapsed() > Duration::from_secs(60) {
+            bail!("scrolling back stalled before the first message: {s}");
         }
     };
     let to_start = t1.elapsed();

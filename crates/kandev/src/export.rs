@@ -197,15 +197,50 @@ async fn connect_target(part: Part, url: &str) -> Result<sqlx::PgPool> {
     Ok(pool)
 }
 
-/// The part's tables in creation order (so a table comes after those it
-/// references).
+/// The part's tables, each after the tables it references (a column added
+/// by a later migration may reference a table created after its own), in
+/// creation order otherwise.
 async fn tables(source: &SqlitePool) -> Result<Vec<String>> {
-    Ok(sqlx::query_scalar(
+    let names: Vec<String> = sqlx::query_scalar(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' \
          AND name <> '_sqlx_migrations' ORDER BY rowid",
     )
     .fetch_all(source)
-    .await?)
+    .await?;
+    let mut references = BTreeMap::new();
+    for name in &names {
+        let targets: Vec<String> =
+            sqlx::query_scalar("SELECT DISTINCT \"table\" FROM pragma_foreign_key_list(?)")
+                .bind(name)
+                .fetch_all(source)
+                .await?;
+        references.insert(name.clone(), targets);
+    }
+    referenced_first(&names, &references)
+}
+
+/// `names` ordered so that each comes after the names it references (only
+/// those among `names`), keeping their order where free; a cycle is an error.
+fn referenced_first(
+    names: &[String],
+    references: &BTreeMap<String, Vec<String>>,
+) -> Result<Vec<String>> {
+    let mut placed: Vec<String> = Vec::with_capacity(names.len());
+    while placed.len() < names.len() {
+        let next = names.iter().find(|n| {
+            !placed.contains(n)
+                && references
+                    .get(*n)
+                    .into_iter()
+                    .flatten()
+                    .all(|r| r == *n || placed.contains(r) || !names.contains(r))
+        });
+        let Some(next) = next else {
+            bail!("the tables' foreign keys form a cycle: {names:?}");
+        };
+        placed.push(next.clone());
+    }
+    Ok(placed)
 }
 
 /// A Postgres column's name and type (`format_type`: `uuid`, `text[]`,
@@ -429,4 +464,30 @@ async fn copy_table(
         copied += batch.len() as u64;
     }
     Ok(copied)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    fn refs(pairs: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
+        pairs
+            .iter()
+            .map(|(n, r)| (n.to_string(), r.iter().map(|s| s.to_string()).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn a_table_comes_after_the_tables_it_references() {
+        let names: Vec<String> = ["tasks", "boards", "columns"].map(String::from).to_vec();
+        let references = refs(&[
+            ("tasks", &["boards", "columns"]),
+            ("columns", &["boards"]),
+            ("boards", &[]),
+        ]);
+        let order = super::referenced_first(&names, &references).unwrap();
+        assert_eq!(order, ["boards", "columns", "tasks"]);
+        let cycle = refs(&[("tasks", &["boards"]), ("boards", &["tasks"])]);
+        assert!(super::referenced_first(&names[..2], &cycle).is_err());
+    }
 }

@@ -96,6 +96,7 @@ pub struct AgentProfileList {
 }
 
 #[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ProfileQuery {
     /// Only this agent type's profiles.
@@ -324,9 +325,10 @@ async fn save(
 pub async fn get(
     State(state): State<AppState>,
     user: CurrentUser,
-    ApiPath(id): ApiPath<uuid::Uuid>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<AgentProfile>> {
-    Ok(Json(visible(&state, &user, &id.to_string()).await?.into()))
+    let id = super::access::parse_id("agent profile", &id)?;
+    Ok(Json(visible(&state, &user, &id).await?.into()))
 }
 
 #[utoipa::path(operation_id = "replace_agent_profile", put, path = "/api/v1/agent-profiles/{id}", tag = "agent-profiles",
@@ -339,11 +341,12 @@ pub async fn get(
 pub async fn replace(
     State(state): State<AppState>,
     user: CurrentUser,
-    ApiPath(id): ApiPath<uuid::Uuid>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<AgentProfileInput>,
 ) -> ApiResult<Json<AgentProfile>> {
     // The owner stays as stored (the agent manager keeps it).
-    let profile = to_proto(id.to_string(), user.username.clone(), body);
+    let id = super::access::parse_id("agent profile", &id)?;
+    let profile = to_proto(id, user.username.clone(), body);
     Ok(Json(save(&state, &user, profile).await?))
 }
 
@@ -356,15 +359,16 @@ pub async fn replace(
 pub async fn delete(
     State(state): State<AppState>,
     user: CurrentUser,
-    ApiPath(id): ApiPath<uuid::Uuid>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<StatusCode> {
+    let id = super::access::parse_id("agent profile", &id)?;
     state
         .downstream()
         .agents
         .clone()
         .delete_agent_profile(pb::DeleteAgentProfileRequest {
             caller: caller(&user),
-            id: id.to_string(),
+            id: id.clone(),
         })
         .await
         .map_err(profile_err)?;

@@ -154,7 +154,9 @@ export class Feed {
     root.addEventListener('scroll', () => {
       const dist = root.scrollHeight - root.scrollTop - root.clientHeight;
       if (dist < 80) this.stick = true;
-      else if (root.scrollTop < this.autoTop - 8) this.stick = false;
+      // Up from where the tail was, or at the top of a feed taller than
+      // the box (a render that followed the tail never leaves it there).
+      else if (root.scrollTop < this.autoTop - 8 || root.scrollTop < 120) this.stick = false;
       // Scrolled up to the top: earlier history comes in by itself.
       if (!this.stick && root.scrollTop < 120) this.showEarlier();
       this.updateJump();
