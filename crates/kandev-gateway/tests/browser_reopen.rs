@@ -1,7 +1,7 @@
 //! Issue 39, in headless Chromium on the real stack (see `support`): a long
 //! session opens on the newest page of its compacted feed, with its end
 //! (the turn's end) on screen and only that page in the page; scrolling up
-//! loads earlier pages until the first message, and then every seq is
+//! (or "Show earlier messages") loads earlier pages until the first message, and then every seq is
 //! applied exactly once, the flood's chunks as one message. Waits on
 //! conditions, never on time.
 //!
@@ -99,8 +99,8 @@ async fn a_long_session_opens_at_its_end_and_scrolls_back_to_its_start() {
     );
     screenshot(c, "reopen-end.png").await;
 
-    // Scrolled up to the top, again and again: every page back to the
-    // first message.
+    // Scrolled up to the top (and "Show earlier messages"), again and
+    // again: every page back to the first message.
     let all = wait_js(
         c,
         "every earlier page loaded by scrolling up",
@@ -108,6 +108,9 @@ async fn a_long_session_opens_at_its_end_and_scrolls_back_to_its_start() {
         &format!(
             "const box = document.querySelector('[data-testid=feed]');
              box.scrollTop = 0;
+             // The reader at the top, or asking with the button above the feed.
+             const more = document.querySelector('[data-testid=feed-show-earlier]');
+             if (more && !more.hidden && !window.kandevDebug.loadingPage) more.click();
              const s = (() => {{ {FEED_STATE} }})();
              return !s.older && !s.loading ? s : null;"
         ),
