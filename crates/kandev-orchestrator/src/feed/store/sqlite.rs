@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::{
     CHUNK_COLUMNS, ChunkRow, FeedStore, Result, appended, chunk_starts, chunks, frames_of,
-    items::{self, FeedPage, ItemsTx, MetaTuple, Row, RowTuple, TaskMetaTuple, sql},
+    items::{self, FeedPage, ItemsTx, Row, RowTuple, sql},
     pack,
 };
 use crate::feed::Frame;
@@ -173,39 +173,19 @@ async fn history<'e>(
 #[async_trait]
 impl ItemsTx for SqliteConnection {
     async fn last_row(&mut self, task_id: Uuid) -> Result<Option<Row>> {
-        let meta: Option<MetaTuple> = sqlx::query_as(sql::LAST_ROW)
-            .bind(task_id)
-            .fetch_optional(&mut *self)
-            .await?;
-        meta.map(|m| Row::from_meta(task_id, m, String::new()))
-            .transpose()
+        items::shared::last_row::<sqlx::Sqlite>(self, task_id).await
     }
 
     async fn last_rows(&mut self, tasks: &[Uuid]) -> Result<Vec<Row>> {
-        let mut query = sqlx::query_as(sql::last_rows(tasks.len()));
-        for task_id in tasks {
-            query = query.bind(*task_id);
-        }
-        let rows: Vec<TaskMetaTuple> = query.fetch_all(&mut *self).await?;
-        rows.into_iter().map(Row::from_task_meta).collect()
+        items::shared::last_rows::<sqlx::Sqlite>(self, tasks).await
     }
 
     async fn item_text(&mut self, task_id: Uuid, item_seq: i64) -> Result<String> {
-        let rows: Vec<(String, Option<Vec<u8>>)> = sqlx::query_as(sql::ITEM_TEXT)
-            .bind(task_id)
-            .bind(item_seq)
-            .fetch_all(&mut *self)
-            .await?;
-        items::join_text(task_id, item_seq, rows)
+        items::shared::item_text::<sqlx::Sqlite>(self, task_id, item_seq).await
     }
 
     async fn delete_item(&mut self, task_id: Uuid, item_seq: i64) -> Result<()> {
-        sqlx::query(sql::DELETE_ITEM)
-            .bind(task_id)
-            .bind(item_seq)
-            .execute(&mut *self)
-            .await?;
-        Ok(())
+        items::shared::delete_item::<sqlx::Sqlite>(self, task_id, item_seq).await
     }
 
     async fn insert(&mut self, rows: &[Row]) -> Result<()> {

@@ -484,6 +484,60 @@ impl Compactor {
     }
 }
 
+/// The reads and the delete of [`ItemsTx`] that both databases run as they
+/// are, written once over the shared dialect.
+pub(super) mod shared {
+    use kandev_common::db::dialect::{self, Dialect, Stmt};
+    use uuid::Uuid;
+
+    use super::{MetaTuple, Result, Row, TaskMetaTuple, sql};
+
+    pub async fn last_row<D: Dialect>(
+        conn: &mut D::Connection,
+        task_id: Uuid,
+    ) -> Result<Option<Row>> {
+        let stmt = Stmt::new(sql::LAST_ROW).bind(task_id);
+        let meta: Option<MetaTuple> = dialect::fetch_optional::<D, _>(conn, stmt).await?;
+        meta.map(|m| Row::from_meta(task_id, m, String::new()))
+            .transpose()
+    }
+
+    pub async fn last_rows<D: Dialect>(
+        conn: &mut D::Connection,
+        tasks: &[Uuid],
+    ) -> Result<Vec<Row>> {
+        let stmt = tasks
+            .iter()
+            .fold(Stmt::new(sql::last_rows(tasks.len())), |stmt, task_id| {
+                stmt.bind(*task_id)
+            });
+        let rows: Vec<TaskMetaTuple> = D::run(conn, stmt).await?;
+        rows.into_iter().map(Row::from_task_meta).collect()
+    }
+
+    pub async fn item_text<D: Dialect>(
+        conn: &mut D::Connection,
+        task_id: Uuid,
+        item_seq: i64,
+    ) -> Result<String> {
+        let stmt = Stmt::new(sql::ITEM_TEXT).bind(task_id).bind(item_seq);
+        let rows: Vec<(String, Option<Vec<u8>>)> = D::run(conn, stmt).await?;
+        super::join_text(task_id, item_seq, rows)
+    }
+
+    pub async fn delete_item<D: Dialect>(
+        conn: &mut D::Connection,
+        task_id: Uuid,
+        item_seq: i64,
+    ) -> Result<()> {
+        dialect::execute::<D>(
+            conn,
+            Stmt::new(sql::DELETE_ITEM).bind(task_id).bind(item_seq),
+        )
+        .await
+    }
+}
+
 /// One database transaction, as the compaction uses it.
 #[async_trait]
 pub(super) trait ItemsTx: Send {
