@@ -69,7 +69,22 @@ pub fn has_nul(json: &[u8]) -> bool {
     })
 }
 
-/// Query parameters.
+/// Whether a URL part holds a NUL once percent-decoded: `%00` is the only
+/// way one gets into a URI.
+fn has_encoded_nul(part: &str) -> bool {
+    part.contains("%00")
+}
+
+fn refuse_nul(part: &str, what: &str) -> Result<(), ApiError> {
+    if has_encoded_nul(part) {
+        return Err(ApiError::validation(format!(
+            "the {what} must not contain NUL (%00) characters"
+        )));
+    }
+    Ok(())
+}
+
+/// Query parameters. No value may hold a NUL character, as in [`ApiJson`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ApiQuery<T>(pub T);
 
@@ -77,13 +92,14 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        refuse_nul(parts.uri.query().unwrap_or_default(), "query")?;
         let axum::extract::Query(value) =
             axum::extract::Query::<T>::from_request_parts(parts, state).await?;
         Ok(ApiQuery(value))
     }
 }
 
-/// Path parameters.
+/// Path parameters. No segment may hold a NUL character, as in [`ApiJson`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ApiPath<T>(pub T);
 
@@ -91,6 +107,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        refuse_nul(parts.uri.path(), "path")?;
         let axum::extract::Path(value) =
             axum::extract::Path::<T>::from_request_parts(parts, state).await?;
         Ok(ApiPath(value))
@@ -99,7 +116,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath
 
 #[cfg(test)]
 mod tests {
-    use super::has_nul;
+    use super::{has_encoded_nul, has_nul};
 
     #[test]
     fn nul_escapes_are_found_and_escaped_backslashes_are_not() {
@@ -108,5 +125,12 @@ mod tests {
         assert!(has_nul(br#"{"t":"\\\u0000"}"#));
         assert!(!has_nul(br#"{"t":"\\u0000"}"#));
         assert!(!has_nul(br#"{"t":"u0000 \u0001"}"#));
+    }
+
+    #[test]
+    fn an_encoded_nul_in_a_url_part_is_found() {
+        assert!(has_encoded_nul("agent_type=%21%2Br9u%00"));
+        assert!(!has_encoded_nul("agent_type=%2500"));
+        assert!(!has_encoded_nul("limit=100"));
     }
 }
