@@ -113,6 +113,7 @@ export const api = {
   updateTask: (id, t) => patch(`/tasks/${enc(id)}`, t),
   deleteTask: (id) => del(`/tasks/${enc(id)}`),
   setState: (id, state) => patch(`/tasks/${enc(id)}/state`, { state }),
+  moveTask: (id, columnId, version) => post(`/tasks/${enc(id)}/move`, { column_id: columnId, version }),
   taskEvents: async (id) => asList(await get(`/tasks/${enc(id)}/events`), 'events'),
   changes: (id) => get(`/tasks/${enc(id)}/changes`),
   fileDiff: (id, path) => get(`/tasks/${enc(id)}/changes/diff?path=${enc(path)}`),

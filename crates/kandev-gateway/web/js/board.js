@@ -10,7 +10,9 @@ import { STATE, STATES, STATE_LABELS, execBadge, execState, taskDialog } from '.
 import { BoardSocket } from './boardsocket.js';
 import { boardFilter } from './boardfilter.js';
 import { followBoard, seeCards } from './notify.js';
-import { editWorkflow, moveToColumn } from './workflow.js';
+import { editWorkflow, loadColumns, moveToColumn } from './workflow.js';
+import { BoardColumns } from './boardcolumns.js';
+import { enhanceColumns } from './columns.js';
 
 // A repository URL's short name: its last path segment without `.git`
 // (https://github.com/acme/widgets.git → widgets).
@@ -53,26 +55,10 @@ export function boardView(main, boardId, { setCrumbs, debug }) {
 
   const title = h('h1', { class: 'page-title', testid: 'board-title' }, 'Board');
   const newBtn = h('button', { type: 'button', class: 'btn btn-primary', testid: 'new-task', onclick: createTask }, '+ New task');
-  const flowBtn = h('button', { type: 'button', class: 'btn', testid: 'edit-workflow', onclick: () => editWorkflow(boardId) }, 'Workflow');
-  const columns = new Map();
+  const flowBtn = h('button', { type: 'button', class: 'btn', testid: 'edit-workflow',
+    onclick: async () => { if (await editWorkflow(boardId)) readColumns(); } }, 'Workflow');
   const colWrap = h('div', { class: 'columns', testid: 'columns' });
-  for (const st of STATES) {
-    // A column scrolls on its own; tabindex lets the keyboard scroll it.
-    const list = h('ul', { class: 'card-list', 'aria-label': `${STATE_LABELS[st]} cards`, tabindex: '0', testid: 'card-list' });
-    const count = h('span', { class: 'count', testid: 'column-count' }, '0');
-    const col = h('section', { class: `column col-${st}`, testid: 'column', dataset: { state: st }, 'aria-labelledby': `col-h-${st}` },
-      h('h2', { class: 'column-title', id: `col-h-${st}` }, STATE_LABELS[st], ' ', count), list);
-    col.addEventListener('dragover', (e) => { if (e.dataTransfer.types.includes('text/x-kandev-task')) { e.preventDefault(); col.classList.add('drop'); } });
-    col.addEventListener('dragleave', (e) => { if (!col.contains(e.relatedTarget)) col.classList.remove('drop'); });
-    col.addEventListener('drop', (e) => {
-      e.preventDefault();
-      col.classList.remove('drop');
-      const id = e.dataTransfer.getData('text/x-kandev-task');
-      if (id) moveTask(id, st);
-    });
-    columns.set(st, { col, list, count });
-    colWrap.append(col);
-  }
+  const columns = new BoardColumns(colWrap, dropTask);
   const updated = h('span', { class: 'muted small', testid: 'board-updated', 'aria-live': 'off' });
   clear(main).append(
     h('div', { class: 'page-head' }, title, h('div', { class: 'page-actions' }, updated, flowBtn, newBtn)),
@@ -82,7 +68,7 @@ export function boardView(main, boardId, { setCrumbs, debug }) {
   function cardKey(t) {
     const s = statuses.get(t.id);
     return JSON.stringify([t.title, t.agent_type, t.priority, taskState(t), t.version, preparing(t), s && [execState(s), s.queue_position, s.last_error, s.attempts],
-      t.repository_url, t.branch, t.metadata?.delivered]);
+      t.repository_url, t.branch, t.metadata?.delivered, t.column_id, t.queued]);
   }
 
   // "preparing the agent image …" while its build runs (agent.preparing);
@@ -106,6 +92,7 @@ export function boardView(main, boardId, { setCrumbs, debug }) {
       h('div', { class: 'card-meta' },
         t.agent_type ? h('span', { class: 'chip', testid: 'card-agent' }, t.agent_type) : h('span', { class: 'chip muted' }, 'no agent'),
         h('span', { class: 'chip', testid: 'card-priority', title: 'Priority' }, `P${t.priority ?? 0}`),
+        t.queued ? h('span', { class: 'chip chip-queued', testid: 'card-queued', title: 'The column is full: this card waits its turn' }, 'Queued') : null,
         badge && badge.cls !== 'attention' ? h('span', { class: `badge exec-${badge.cls}`, testid: 'card-status', dataset: { exec }, title: badge.text }, badge.text) : null),
       // What the task waits for, in full: a person has to act.
       badge && badge.cls === 'attention' ? h('p', { class: 'card-callout exec-attention', testid: 'card-status', dataset: { exec }, title: badge.title }, badge.text) : null,
@@ -125,30 +112,65 @@ export function boardView(main, boardId, { setCrumbs, debug }) {
     return el;
   }
 
-  function place(id, el, st) {
-    const { list } = columns.get(st) || columns.get(STATE.TODO);
+  // Into the task's column (a state change in flight: the first column of
+  // the new state).
+  function place(el, task, state) {
+    const { list } = state ? columns.ofState(state) : columns.of(task, taskState(task));
     if (el.parentNode !== list) list.append(el);
+  }
+
+  // The board's workflow, drawn; the cards go to their columns again.
+  async function readColumns() {
+    let cols;
+    try { cols = await loadColumns(boardId); } catch (e) {
+      if (alive) toast(`The board's columns could not be read: ${e.message}`, 'error');
+      return;
+    }
+    if (!alive || !Array.isArray(cols) || cols.length === 0) return;
+    columns.draw(cols);
+    for (const [, c] of cards) place(c.el, c.task);
+    enhanceColumns(colWrap);
+    sortColumns();
+  }
+
+  // A card dropped on a column: a plain column of a state takes the state
+  // (as the state select does); any other enters the column, its limit and
+  // automation applying.
+  async function dropTask(id, column) {
+    const c = cards.get(id);
+    if (!c) return;
+    if (columns.isPlain(column)) { moveTask(id, column.state); return; }
+    if (c.task.column_id === column.id) return;
+    try {
+      const moved = await api.moveTask(id, column.id, c.task.version);
+      if (moved && moved.queued) toast(`“${column.name}” is full: the card waits in its queue`);
+    } catch (e) {
+      toast(`Cannot move “${c.task.title}” to ${column.name}: ${e.message}`, 'error');
+    }
   }
 
   // Sorted by position, filtered, counted (the count is what shows).
   function sortColumns() {
     let visible = 0;
-    for (const [, { list, count }] of columns) {
-      const els = [...list.children];
+    for (const c of columns.list) {
+      const els = [...c.list.children];
       els.sort((a, b) => {
         const ta = cards.get(a.dataset.taskId)?.task, tb = cards.get(b.dataset.taskId)?.task;
-        return (Number(ta?.position) || 0) - (Number(tb?.position) || 0) || String(ta?.created_at).localeCompare(String(tb?.created_at));
+        // Queued cards after those in the column, in the order they wait.
+        return (ta?.queued ? 1 : 0) - (tb?.queued ? 1 : 0)
+          || (Number(ta?.position) || 0) - (Number(tb?.position) || 0) || String(ta?.created_at).localeCompare(String(tb?.created_at));
       });
-      els.forEach((e, i) => { if (list.children[i] !== e) list.insertBefore(e, list.children[i] || null); });
+      els.forEach((e, i) => { if (c.list.children[i] !== e) c.list.insertBefore(e, c.list.children[i] || null); });
       let shown = 0;
+      let queued = 0;
       for (const e of els) {
         const t = cards.get(e.dataset.taskId)?.task;
         e.hidden = !!t && !filter.matches(t);
         if (!e.hidden) shown++;
+        if (!e.hidden && t?.queued) queued++;
       }
       visible += shown;
-      count.textContent = String(shown);
-      count.title = shown === els.length ? `${els.length} cards` : `${shown} of ${els.length} cards shown`;
+      columns.count(c, shown, els.length, queued);
     }
     filter.report(visible, cards.size);
   }
@@ -163,7 +185,7 @@ export function boardView(main, boardId, { setCrumbs, debug }) {
     const el = renderCard(t);
     if (cur) cur.el.replaceWith(el);
     cards.set(t.id, { el, task: t, key });
-    place(t.id, el, taskState(t));
+    place(el, t);
     if (focused) el.querySelector(`[data-testid="${focused}"]`)?.focus();
   }
 
@@ -214,7 +236,7 @@ export function boardView(main, boardId, { setCrumbs, debug }) {
     const from = taskState(c.task);
     if (from === state) return;
     pending.add(id);
-    place(id, c.el, state); // optimistic
+    place(c.el, c.task, state); // optimistic
     c.el.dataset.state = state;
     const sel = c.el.querySelector('select');
     if (sel) sel.value = state;
@@ -226,7 +248,7 @@ export function boardView(main, boardId, { setCrumbs, debug }) {
       afterChange();
     } catch (e) {
       pending.delete(id);
-      place(id, c.el, from); // snap back
+      place(c.el, c.task); // snap back
       c.el.dataset.state = from;
       if (sel) sel.value = from;
       sortColumns();
@@ -270,6 +292,7 @@ export function boardView(main, boardId, { setCrumbs, debug }) {
   debug.boardSocket = live;
   live.open();
   sortColumns();
+  readColumns();
 
   return () => {
     alive = false;

@@ -1,0 +1,194 @@
+//! Issue 41, a board's own workflow in headless Chromium on the real stack
+//! (see `support`): the board draws its columns (Backlog → Plan (WIP 1) →
+//! Implement → Review), a card moved into Plan from the page runs there and
+//! each finished run moves it on by itself, and the second card waits in
+//! Plan's queue, shown as queued, until the first leaves.
+
+mod support;
+
+use fantoccini::Client;
+use serde_json::{Value, json};
+use support::*;
+
+/// The names of the columns the board draws, left to right.
+const COLUMN_NAMES: &str = "
+    return [...document.querySelectorAll('[data-testid=column]')]
+      .map(c => c.querySelector('.column-title').firstChild.textContent.trim());";
+
+/// Whether the card `arguments[1]` is in the column `arguments[0]`.
+const IN_COLUMN_ID: &str = "
+    const [col, id] = arguments;
+    return !!document.querySelector('[data-testid=column][data-column-id=\"' + col + '\"] [data-testid=card][data-task-id=\"' + id + '\"]');";
+
+/// Records, for every card, each column it is drawn in, in order.
+const TRACK_COLUMNS: &str = "
+    window.__cardColumns = {};
+    const note = () => {
+      for (const k of document.querySelectorAll('[data-testid=column] [data-testid=card]')) {
+        const col = k.closest('[data-testid=column]').dataset.columnId;
+        const seen = (window.__cardColumns[k.dataset.taskId] ||= []);
+        if (seen[seen.length - 1] !== col) seen.push(col);
+      }
+    };
+    note();
+    new MutationObserver(note).observe(document.body, { childList: true, subtree: true });
+    return true;";
+
+fn workflow(ids: &[String]) -> Value {
+    json!([
+        {"id": ids[0], "name": "Backlog", "state": "TODO"},
+        {"id": ids[1], "name": "Plan", "state": "IN_PROGRESS", "wip_limit": 1, "colour": "#3366cc",
+         "agent_type": "mock-agent", "prompt_template": "{description}", "on_success": ids[2]},
+        {"id": ids[2], "name": "Implement", "state": "IN_PROGRESS", "agent_type": "mock-agent",
+         "prompt_template": "{description}\n\nthe plan: {summary}", "on_success": ids[3]},
+        {"id": ids[3], "name": "Review", "state": "REVIEW"},
+    ])
+}
+
+async fn new_task(c: &Client, board: &str, title: &str, description: &str) -> String {
+    let made = api(
+        c,
+        "POST",
+        &format!("/boards/{board}/tasks"),
+        json!({"title": title, "description": description, "max_retries": 0}),
+    )
+    .await;
+    assert_eq!(made["status"], 201, "{made}");
+    made["body"]["id"].as_str().unwrap().to_string()
+}
+
+/// Moves a card into a column with its "Move" dialog.
+async fn move_with_dialog(c: &Client, task: &str, column: &str) {
+    click(c, &format!("{} [data-testid=card-move]", card(task))).await;
+    select_value(
+        c,
+        "[data-testid=move-column] select[name=column_id]",
+        column,
+    )
+    .await;
+    click(c, "[data-testid=move-column-submit]").await;
+    wait_js(
+        c,
+        "the move dialog closed",
+        20,
+        "return !document.querySelector('dialog[data-testid=move-column][open]');",
+        vec![],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_three_step_workflow_is_drawn_runs_cards_on_by_itself_and_queues_at_its_limit() {
+    let Some(browser) = start_browser().await else {
+        return;
+    };
+    let stack = start_stack().await;
+    let c = &browser.client;
+    login(c, &stack.base).await;
+    set_viewport(c, 1440, 900).await;
+    let board = api(c, "POST", "/boards", json!({"name": "Flow board"})).await;
+    let board = board["body"]["id"].as_str().unwrap().to_string();
+    let ids: Vec<String> = (0..4).map(|_| uuid::Uuid::now_v7().to_string()).collect();
+    let put = api(
+        c,
+        "PUT",
+        &format!("/boards/{board}/columns"),
+        json!({"columns": workflow(&ids)}),
+    )
+    .await;
+    assert_eq!(put["status"], 200, "{put}");
+    let first = new_task(c, &board, "First card", "scenario: slow 20 100").await;
+    let second = new_task(c, &board, "Second card", "scenario: echo second").await;
+
+    go(c, &format!("#/boards/{board}")).await;
+    wait_js(
+        c,
+        "the board's own columns",
+        20,
+        &format!("const names = (() => {{ {COLUMN_NAMES} }})(); return names.join('|') === 'Backlog|Plan|Implement|Review';"),
+        vec![],
+    )
+    .await;
+    for id in [&first, &second] {
+        wait_js(
+            c,
+            "a new card in Backlog",
+            20,
+            IN_COLUMN_ID,
+            vec![json!(ids[0]), json!(id)],
+        )
+        .await;
+    }
+    let plan_title = js(
+        c,
+        "const col = document.querySelector('[data-testid=column][data-column-id=\"' + arguments[0] + '\"]');
+         return { auto: col.querySelector('[data-testid=column-auto]')?.textContent, count: col.querySelector('[data-testid=column-count]').textContent,
+                  border: getComputedStyle(col).borderTopColor };",
+        vec![json!(ids[1])],
+    )
+    .await;
+    assert_eq!(plan_title["auto"], "▶ mock-agent", "{plan_title}");
+    assert_eq!(plan_title["count"], "0 / 1", "{plan_title}");
+    assert_eq!(plan_title["border"], "rgb(51, 102, 204)", "{plan_title}");
+    js(c, TRACK_COLUMNS, vec![]).await;
+
+    // Both into Plan from the page: the first runs, the second waits.
+    move_with_dialog(c, &first, &ids[1]).await;
+    wait_js(
+        c,
+        "the first card in Plan",
+        20,
+        IN_COLUMN_ID,
+        vec![json!(ids[1]), json!(first)],
+    )
+    .await;
+    move_with_dialog(c, &second, &ids[1]).await;
+    let queued = wait_js(
+        c,
+        "the second card queued in Plan",
+        20,
+        "const [col, id] = arguments;
+         const k = document.querySelector('[data-testid=column][data-column-id=\"' + col + '\"] ' + '[data-testid=card][data-task-id=\"' + id + '\"]');
+         if (!k || !k.querySelector('[data-testid=card-queued]')) return null;
+         const c = k.closest('[data-testid=column]');
+         return { queue: c.querySelector('[data-testid=column-queue]').textContent, count: c.querySelector('[data-testid=column-count]').textContent };",
+        vec![json!(ids[1]), json!(second)],
+    )
+    .await;
+    assert_eq!(queued["queue"], "1 queued", "{queued}");
+    assert_eq!(queued["count"], "1 / 1", "{queued}");
+    screenshot(c, "workflow-queued.png").await;
+
+    // Each finished run moves a card on by itself; both end in Review.
+    for id in [&first, &second] {
+        wait_js(
+            c,
+            "a card in Review",
+            240,
+            IN_COLUMN_ID,
+            vec![json!(ids[3]), json!(id)],
+        )
+        .await;
+    }
+    let path = js(c, "return window.__cardColumns;", vec![]).await;
+    for id in [&first, &second] {
+        let seen: Vec<String> = serde_json::from_value(path[id.as_str()].clone()).unwrap();
+        assert_eq!(
+            seen,
+            ids.to_vec(),
+            "card {id} went Backlog → Plan → Implement → Review on the page"
+        );
+    }
+    let queued_left = js(
+        c,
+        "return document.querySelectorAll('[data-testid=card-queued]').length;",
+        vec![],
+    )
+    .await;
+    assert_eq!(queued_left, 0);
+    screenshot(c, "workflow-done.png").await;
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    browser.close().await;
+    stack.shutdown().await;
+}
