@@ -530,6 +530,29 @@ pub async fn file_diff(task: &TaskRepo, path: &str, max_bytes: usize) -> Result<
     })
 }
 
+/// The unified diff of all the task's work against its base (the delivered
+/// commit's once the clone was removed), cut at `max_bytes`: what a
+/// workflow column's `{diff}` stands for.
+#[instrument(skip_all)]
+pub async fn whole_diff(task: &TaskRepo, max_bytes: usize) -> Result<String> {
+    let repo = &task.repo;
+    let (base_commit, _) = base_of(repo).await?;
+    let (_staged, last) = if task.clone_removed {
+        let last = delivered(repo).await.ok_or_else(|| {
+            AgentError::FailedPrecondition("the task's repository has no delivery recorded".into())
+        })?;
+        (None, Some(last.commit))
+    } else {
+        (Some(stage(task).await?), None)
+    };
+    let target = last.as_deref().map_or(Target::Index, Target::Commit);
+    let output = repo
+        .run(diff_args(&base_commit, target, &[]), None)
+        .await?
+        .stdout;
+    Ok(bounded(&output, max_bytes).0)
+}
+
 /// `output` as text, cut at the last line that fits in `max_bytes`, with a
 /// closing line saying how much was left out.
 fn bounded(output: &[u8], max_bytes: usize) -> (String, bool) {

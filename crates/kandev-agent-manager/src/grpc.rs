@@ -214,6 +214,7 @@ fn launch_request(r: pb::LaunchAgentRequest) -> Result<LaunchRequest, AgentError
         priority: r.priority,
         metadata: launch_metadata(&r.metadata_json)?,
         home_scope: r.home_scope,
+        fill_diff: r.fill_diff,
     })
 }
 

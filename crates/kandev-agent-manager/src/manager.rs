@@ -19,6 +19,7 @@ mod preparing;
 mod recovery;
 
 use crate::{
+    changes,
     config::{Settings, WorkspacePolicy},
     credentials::{self, UserSecrets},
     docker::{
@@ -34,6 +35,11 @@ use crate::{
     store::{LaunchFields, Outcome, Store},
     workspace::{self, Prepared, PreparedWorkspace, WorkspaceSource},
 };
+
+/// What a workflow column's prompt writes for the task's changes so far
+/// (see [`LaunchRequest::fill_diff`]), and the most of them it gets.
+pub const DIFF_PLACEHOLDER: &str = "{diff}";
+const MAX_PROMPT_DIFF_BYTES: usize = 64 * 1024;
 
 /// How long a prompt sent while a run is ending waits for it to end.
 const QUEUE_CLOSED_WAIT: Duration = Duration::from_secs(30);
@@ -61,6 +67,8 @@ pub struct LaunchRequest {
     pub metadata: serde_json::Map<String, serde_json::Value>,
     /// Whose agent home volume to use (the user; empty: one shared per type).
     pub home_scope: String,
+    /// Replace `{diff}` in the prompt with the task's changes so far.
+    pub fill_diff: bool,
 }
 
 impl std::fmt::Debug for LaunchRequest {
@@ -245,6 +253,9 @@ impl AgentManager {
                 .filter(|id| !id.trim().is_empty())
                 .cloned();
         }
+        if request.fill_diff {
+            request.prompt = self.with_diff(request.task_id, &request.prompt).await;
+        }
         if let Some(bad) = request.env.keys().find(|k| !env_name_ok(k)) {
             return Err(invalid(format!(
                 "{bad:?} is not an environment variable name"
@@ -313,6 +324,30 @@ impl AgentManager {
                 Ok(instance)
             }
         }
+    }
+
+    /// `prompt` with each `{diff}` replaced by the task's changes so far,
+    /// read from Kandev's own repository of the task (as the Changes panel
+    /// reads them); a task without one has no changes yet.
+    async fn with_diff(&self, task_id: Uuid, prompt: &str) -> String {
+        if !prompt.contains(DIFF_PLACEHOLDER) {
+            return prompt.to_string();
+        }
+        let root = Path::new(&self.settings().workspaces_root);
+        let diff = match changes::task_changes_repo(root, task_id).await {
+            Ok(repo) => changes::whole_diff(&repo, MAX_PROMPT_DIFF_BYTES).await,
+            Err(AgentError::NotFound(_)) => Ok(String::new()),
+            Err(e) => Err(e),
+        };
+        let diff = match diff {
+            Ok(d) if d.trim().is_empty() => "(no changes yet)".to_string(),
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(%task_id, error = %e, "the task's diff could not be read for its prompt");
+                format!("(the changes could not be read: {e})")
+            }
+        };
+        prompt.replace(DIFF_PLACEHOLDER, &diff)
     }
 
     async fn set_workspace(

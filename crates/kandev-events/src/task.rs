@@ -14,6 +14,10 @@ pub const WORKFLOW_ACTOR: &str = "workflow";
 /// rendered for the run it starts.
 pub const WORKFLOW_PROMPT: &str = "workflow_prompt";
 
+/// The task metadata key set (`true`) when that run starts a new agent
+/// session instead of continuing the task's (the column's `new_session`).
+pub const WORKFLOW_NEW_SESSION: &str = "workflow_new_session";
+
 /// A task as it stands after the change, as carried by `task.*` events.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskSnapshot {

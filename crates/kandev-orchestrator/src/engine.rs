@@ -388,11 +388,17 @@ impl Engine {
             }
         };
         let metadata: Value = serde_json::from_str(&task.metadata_json).unwrap_or(json!({}));
+        // A workflow column may ask for a new session for its run.
+        let new_session = metadata
+            .get(kandev_events::task::WORKFLOW_NEW_SESSION)
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+            && exec.prompt.is_empty();
         let resume = metadata
             .get("acp_session_id")
             .or_else(|| metadata.get("auggie_session_id"))
             .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
+            .filter(|s| !s.is_empty() && !new_session)
             .map(str::to_string);
         let workflow_prompt = metadata
             .get(kandev_events::task::WORKFLOW_PROMPT)
@@ -435,6 +441,8 @@ impl Engine {
             prompt,
             resume_session_id: resume,
             home_scope: run_as,
+            // A workflow column's template may ask for the diff so far.
+            fill_diff: workflow_prompt.is_some() && exec.prompt.is_empty(),
         };
         match self.agents.launch(request).await {
             Ok(instance) => {

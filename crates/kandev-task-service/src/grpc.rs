@@ -90,6 +90,7 @@ fn column_to_proto(c: Column) -> pb::Column {
         prompt_template: c.prompt_template,
         on_success: c.on_success.map(|id| id.to_string()),
         on_failure: c.on_failure.map(|id| id.to_string()),
+        new_session: c.new_session,
     }
 }
 
@@ -109,6 +110,7 @@ fn column_input(c: pb::Column) -> Result<ColumnInput, TaskError> {
         wip_limit: c.wip_limit,
         agent_type: c.agent_type,
         prompt_template: c.prompt_template,
+        new_session: c.new_session,
         on_success: c.on_success,
         on_failure: c.on_failure,
     })

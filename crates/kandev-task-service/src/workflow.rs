@@ -27,7 +27,7 @@ pub const MAX_PROMPT_TEMPLATE_BYTES: usize = 16 * 1024;
 /// The metadata key holding the prompt an automated column rendered (the
 /// orchestrator launches with it; removed when the card leaves), and the
 /// actor of the moves a workflow makes by itself.
-pub use kandev_events::task::{WORKFLOW_ACTOR, WORKFLOW_PROMPT};
+pub use kandev_events::task::{WORKFLOW_ACTOR, WORKFLOW_NEW_SESSION, WORKFLOW_PROMPT};
 
 /// One column of a board.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,6 +46,8 @@ pub struct Column {
     /// Entering starts a run of this agent type.
     pub agent_type: Option<String>,
     pub prompt_template: String,
+    /// Its run starts a new agent session instead of continuing the task's.
+    pub new_session: bool,
     /// Where a card goes when its run here finishes.
     pub on_success: Option<Uuid>,
     /// Where a card goes when its run here fails.
@@ -70,6 +72,7 @@ pub struct ColumnInput {
     pub wip_limit: Option<i32>,
     pub agent_type: Option<String>,
     pub prompt_template: String,
+    pub new_session: bool,
     pub on_success: Option<String>,
     pub on_failure: Option<String>,
 }
@@ -150,6 +153,7 @@ pub fn parse_columns(board_id: Uuid, inputs: Vec<ColumnInput>) -> Result<Vec<Col
                 &input.prompt_template,
                 MAX_PROMPT_TEMPLATE_BYTES,
             )?,
+            new_session: input.new_session,
             on_success: next(&input.on_success, "on_success")?,
             on_failure: next(&input.on_failure, "on_failure")?,
         });
@@ -187,6 +191,7 @@ pub fn default_columns(board_id: Uuid) -> Vec<Column> {
             wip_limit: None,
             agent_type: None,
             prompt_template: String::new(),
+            new_session: false,
             on_success: None,
             on_failure: None,
         })
@@ -240,7 +245,8 @@ pub fn follow(columns: &[Column], current: Option<Uuid>, from: TaskState, to: Ta
 
 /// The prompt of an automated column for `task`: its template with
 /// `{title}`, `{description}` and `{summary}` (what the previous step's run
-/// said it did) filled in; an empty template is the title and description,
+/// said it did) filled in (`{diff}` stays: the agent manager, which holds
+/// the task's clone, fills it in at launch); an empty template is the title and description,
 /// then the previous summary when there is one.
 pub fn render_prompt(template: &str, task: &Task) -> String {
     let summary = task

@@ -103,6 +103,7 @@ pub fn mock_launch(task_id: Uuid, repo: &str, prompt: &str) -> LaunchRequest {
         priority: 0,
         metadata: Default::default(),
         home_scope: String::new(),
+        fill_diff: false,
     }
 }
 

@@ -80,6 +80,7 @@ pub async fn launch(
             // The caller's run: their secrets and home volume, whoever
             // filed the task.
             home_scope: user.username.clone(),
+            fill_diff: false,
         })
         .await
         .map_err(agent_err)?

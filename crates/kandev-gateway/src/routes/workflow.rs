@@ -34,10 +34,14 @@ pub struct Column {
     pub wip_limit: Option<i32>,
     /// Entering the column starts a run of this agent type.
     pub agent_type: Option<String>,
-    /// The run's prompt: `{title}`, `{description}` and `{summary}` (what
-    /// the previous step's run said) are filled in; empty: the title and
+    /// The run's prompt: `{title}`, `{description}`, `{summary}` (what the
+    /// previous step's run said) and `{diff}` (the task's changes so far, a
+    /// unified diff of at most 64 KiB) are filled in; empty: the title and
     /// description, then the previous summary.
     pub prompt_template: String,
+    /// Its run starts a new agent session; false: it continues the task's
+    /// session (the agent remembers the earlier steps).
+    pub new_session: bool,
     /// The column a card goes to when its run here finishes.
     #[schema(format = Uuid)]
     pub on_success: Option<String>,
@@ -57,6 +61,7 @@ impl From<pb::Column> for Column {
             wip_limit: c.wip_limit,
             agent_type: c.agent_type,
             prompt_template: c.prompt_template,
+            new_session: c.new_session,
             on_success: c.on_success,
             on_failure: c.on_failure,
         }
@@ -80,6 +85,10 @@ pub struct ColumnInput {
     pub agent_type: Option<String>,
     #[serde(default)]
     pub prompt_template: String,
+    /// Its run starts a new agent session (default: it continues the
+    /// task's).
+    #[serde(default)]
+    pub new_session: bool,
     #[schema(format = Uuid)]
     pub on_success: Option<String>,
     #[schema(format = Uuid)]
@@ -96,6 +105,7 @@ impl From<ColumnInput> for pb::Column {
             wip_limit: c.wip_limit,
             agent_type: c.agent_type,
             prompt_template: c.prompt_template,
+            new_session: c.new_session,
             on_success: c.on_success,
             on_failure: c.on_failure,
             ..Default::default()

@@ -2,7 +2,8 @@
 // card moved into a column. A column maps to a task state; it may have a
 // WIP limit (more cards wait in its queue) and automation: entering starts
 // a run of an agent type with a prompt template ({title}, {description},
-// {summary}: the previous step's), a finished run moves the card to the
+// {summary}: the previous step's), in the task's agent session or a new
+// one, a finished run moves the card to the
 // column chosen, a failed one to another. The server checks everything.
 
 import { h, dialog, field, toast } from './dom.js';
@@ -37,7 +38,10 @@ function columnRow(c, i, all, remove) {
     field('WIP limit', h('input', { name: `wip_limit.${i}`, type: 'number', min: '1', value: c.wip_limit ?? '' }), 'empty: no limit'),
     field('Agent type on enter', h('input', { name: `agent_type.${i}`, value: c.agent_type || '', placeholder: 'none' })),
     field('Prompt template', h('textarea', { name: `prompt_template.${i}`, rows: '2' }, c.prompt_template || ''),
-      '{title}, {description}, {summary} (the previous step\'s)'),
+      '{title}, {description}, {summary} (the previous step\'s), {diff} (the changes so far)'),
+    field('Session', h('label', { class: 'check' },
+      h('input', { type: 'checkbox', name: `new_session.${i}`, value: 'on', checked: c.new_session ? true : undefined }),
+      ' Start a new agent session'), 'unticked: the run continues the task\'s session'),
     field('When its run finishes', select(`on_success.${i}`, targets, c.on_success, 'On success')),
     field('When its run fails', select(`on_failure.${i}`, targets, c.on_failure, 'On failure')),
     h('button', { type: 'button', class: 'btn btn-small btn-danger-ghost', testid: 'workflow-remove', onclick: () => remove(i) }, 'Remove'));
@@ -56,6 +60,7 @@ function fromForm(values, cols) {
       wip_limit: wip === '' || wip === undefined ? null : Number(wip),
       agent_type: text('agent_type') || null,
       prompt_template: values[`prompt_template.${i}`] || '',
+      new_session: values[`new_session.${i}`] === 'on',
       on_success: text('on_success') || null,
       on_failure: text('on_failure') || null,
     };

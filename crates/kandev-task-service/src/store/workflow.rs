@@ -15,7 +15,7 @@ use super::{
 };
 use crate::{
     domain::{Result, StateChange, Task, TaskError, TaskState, parse_state},
-    workflow::{Column, WORKFLOW_ACTOR, WORKFLOW_PROMPT, render_prompt},
+    workflow::{Column, WORKFLOW_ACTOR, WORKFLOW_NEW_SESSION, WORKFLOW_PROMPT, render_prompt},
 };
 
 #[derive(sqlx::FromRow)]
@@ -31,6 +31,7 @@ pub(crate) struct ColumnRow {
     prompt_template: String,
     on_success: Option<Uuid>,
     on_failure: Option<Uuid>,
+    new_session: bool,
 }
 
 impl TryFrom<ColumnRow> for Column {
@@ -49,6 +50,7 @@ impl TryFrom<ColumnRow> for Column {
             prompt_template: r.prompt_template,
             on_success: r.on_success,
             on_failure: r.on_failure,
+            new_session: r.new_session,
         })
     }
 }
@@ -87,7 +89,8 @@ impl<D: Dialect> SqlTaskStore<D> {
                 .bind(&c.agent_type)
                 .bind(&c.prompt_template)
                 .bind(c.on_success)
-                .bind(c.on_failure);
+                .bind(c.on_failure)
+                .bind(c.new_session);
             execute::<D>(tx, stmt).await?;
         }
         Ok(())
@@ -174,7 +177,7 @@ impl<D: Dialect> SqlTaskStore<D> {
         let mut new = old.clone();
         new.column_id = Some(column.id);
         new.queued = full;
-        new.metadata.remove(WORKFLOW_PROMPT);
+        without_prompt(&mut new.metadata);
         match (&column.agent_type, full) {
             (Some(_), true) => {
                 new.state = TaskState::Todo;
@@ -187,6 +190,10 @@ impl<D: Dialect> SqlTaskStore<D> {
                 let prompt = render_prompt(&column.prompt_template, old);
                 new.metadata
                     .insert(WORKFLOW_PROMPT.into(), Value::String(prompt));
+                if column.new_session {
+                    new.metadata
+                        .insert(WORKFLOW_NEW_SESSION.into(), Value::Bool(true));
+                }
             }
             (None, true) => {}
             (None, false) => new.state = column.state,
@@ -267,4 +274,5 @@ impl<D: Dialect> SqlTaskStore<D> {
 /// The metadata of a card that is no longer in an automated column.
 pub(super) fn without_prompt(metadata: &mut serde_json::Map<String, Value>) {
     metadata.remove(WORKFLOW_PROMPT);
+    metadata.remove(WORKFLOW_NEW_SESSION);
 }

@@ -8,7 +8,7 @@ use kandev_task_service::{
     TaskError,
     domain::{BoardName, NewBoard, NewTask, StateChange, Task, TaskState, TaskTitle},
     startup::Storage,
-    workflow::{Column, ColumnInput, WORKFLOW_PROMPT, parse_columns},
+    workflow::{Column, ColumnInput, WORKFLOW_NEW_SESSION, WORKFLOW_PROMPT, parse_columns},
 };
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
@@ -53,6 +53,11 @@ fn prompt(t: &Task) -> Option<&str> {
     t.metadata.get(WORKFLOW_PROMPT).and_then(Value::as_str)
 }
 
+/// Whether the run the task's column starts asks for a new session.
+fn new_session(t: &Task) -> bool {
+    t.metadata.get(WORKFLOW_NEW_SESSION) == Some(&Value::Bool(true))
+}
+
 /// Backlog → Plan (WIP 1) → Implement → Review, Failed on failure.
 fn three_steps(board_id: Uuid) -> Vec<Column> {
     let ids: Vec<String> = (0..5).map(|_| Uuid::now_v7().to_string()).collect();
@@ -71,10 +76,12 @@ fn three_steps(board_id: Uuid) -> Vec<Column> {
     };
     let mut plan = automated(1, "Plan", "plan {title}: {description}", 2);
     plan.wip_limit = Some(1);
+    let mut implement = automated(2, "Implement", "implement {title} following: {summary}", 3);
+    implement.new_session = true;
     let inputs = vec![
         col(0, "Backlog", "TODO"),
         plan,
-        automated(2, "Implement", "implement {title} following: {summary}", 3),
+        implement,
         col(3, "Review", "REVIEW"),
         col(4, "Failed", "FAILED"),
     ];
@@ -110,6 +117,9 @@ pub(crate) async fn a_three_step_workflow_moves_a_card_and_a_wip_limit_queues(st
     let cols = store.put_columns(b.id, three_steps(b.id)).await.unwrap();
     let (backlog, plan, implement, review) = (&cols[0], &cols[1], &cols[2], &cols[3]);
     assert_eq!(plan.wip_limit, Some(1));
+    assert!(implement.new_session && !plan.new_session, "kept as given");
+    let listed = store.list_columns(b.id).await.unwrap();
+    assert_eq!(listed, cols, "read back as stored");
     let first = store.create_task(task(b.id, "first")).await.unwrap();
     let second = store.create_task(task(b.id, "second")).await.unwrap();
     assert_eq!(first.column_id, Some(backlog.id), "created in the backlog");
@@ -128,6 +138,7 @@ pub(crate) async fn a_three_step_workflow_moves_a_card_and_a_wip_limit_queues(st
         (Some("mock-agent"), true)
     );
     assert_eq!(prompt(&a), Some("plan first: the details"));
+    assert!(!new_session(&a), "Plan continues the task's session");
     // The second waits in Plan's queue: not started.
     let q = store
         .move_task(second.id, plan.id, None, "alice".into())
@@ -159,6 +170,7 @@ pub(crate) async fn a_three_step_workflow_moves_a_card_and_a_wip_limit_queues(st
         (TaskState::Todo, Some(implement.id), true)
     );
     assert_eq!(prompt(&a), Some("implement first following: the plan"));
+    assert!(new_session(&a), "Implement's run starts a new session");
     // Its slot in Plan freed: the second card entered and starts.
     let q = store.get_task(second.id).await.unwrap();
     assert_eq!(
@@ -178,6 +190,7 @@ pub(crate) async fn a_three_step_workflow_moves_a_card_and_a_wip_limit_queues(st
         .unwrap();
     assert_eq!((a.state, a.column_id), (TaskState::Review, Some(review.id)));
     assert_eq!(prompt(&a), None, "the prompt goes with the column");
+    assert!(!new_session(&a), "so does the new session");
     // A failed run goes to the failure column.
     store
         .change_state(q.id, change(TaskState::InProgress, "orchestrator", None))
