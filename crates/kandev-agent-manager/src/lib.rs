@@ -27,6 +27,8 @@
 //! - [`grpc`]: the thin tonic adapter.
 //! - [`announce`]: announcing this manager (load, capacity, images) to the
 //!   orchestrators' pool on NATS.
+//! - [`credentials`]: what a run's container is given: its environment and
+//!   credential mounts, and each user's own secrets for it.
 //! - [`profiles`]: agent profiles (model, mode, instructions, secrets' env,
 //!   MCP servers) chosen per task.
 //! - [`startup`]: `build(settings)` then `run_until_stopped(shutdown)`.

@@ -12,7 +12,10 @@
 //!
 //! # Layout
 //! - `bare`: the baseline agent under `docker run -i`.
-//! - `reopen`: a long stored session opened again, page by page.
+//! - `loads`: each load, the bare baseline and the same agent through
+//!   Kandev side by side.
+//! - `reopen`: a long stored session opened again, page by page; `chromium`:
+//!   the same in headless Chromium over WebDriver.
 //! - `kandev`: tasks through REST, feeds through the gateway's WebSocket.
 //! - `procs`: CPU seconds, RSS and fds from /proc.
 //! - `realistic`: many agents at modest rates, in their steady state.

@@ -18,6 +18,7 @@
 //!   stored), on core NATS or in one process.
 //! - [`nats`]: connecting to NATS as one service, with its own user.
 //! - [`managers`]: how agent managers announce themselves to the pool.
+//! - [`pack`]: compression of large `acp.message` batches.
 
 pub mod agent;
 pub mod bus;

@@ -22,6 +22,8 @@
 //! - [`server`]: the HTTP server with a public port's timeouts;
 //!   [`body_deadline`]: the deadline for a request's whole body.
 //! - [`web`]: the embedded browser UI.
+//! - [`state`]: the state shared by every handler; [`first_start`]: the JWT
+//!   key and first admin password generated on a first start.
 
 pub mod api;
 pub mod auth;

@@ -15,6 +15,8 @@
 //! - [`feed`]: the `acp.message.*` consumer, seq numbering, batched storage
 //!   and the live [`FeedHub`].
 //! - [`forge`]: pull / merge requests on GitHub and GitLab.
+//! - [`pool`]: the agent managers as a pool: where a run is placed, where
+//!   a call about an instance goes.
 //! - [`http`] and [`ws`]: REST control and the WebSocket feed.
 //! - [`grpc`]: the thin tonic adapter over an `Orchestration`.
 //! - [`leader`]: replicas: one leader runs the consumers and the

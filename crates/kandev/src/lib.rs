@@ -17,6 +17,9 @@
 //! file), with the data directory's paths as defaults; what wires the parts
 //! together (listen addresses of the internal ports, databases, peers'
 //! URLs, the service token) is set here and not configurable.
+//!
+//! [`export`] (`kandev export`) moves an installation's SQLite files into
+//! the Postgres database of the four-service deployment.
 
 pub mod export;
 
