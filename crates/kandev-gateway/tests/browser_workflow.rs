@@ -2,7 +2,8 @@
 //! (see `support`): the board draws its columns (Backlog → Plan (WIP 1) →
 //! Implement → Review), a card moved into Plan from the page runs there and
 //! each finished run moves it on by itself, and the second card waits in
-//! Plan's queue, shown as queued, until the first leaves.
+//! Plan's queue, shown as queued, until the first leaves. Also the
+//! new-task dialog's agent profile picker (issue 42).
 
 mod support;
 
@@ -187,6 +188,98 @@ async fn a_three_step_workflow_is_drawn_runs_cards_on_by_itself_and_queues_at_it
     .await;
     assert_eq!(queued_left, 0);
     screenshot(c, "workflow-done.png").await;
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    browser.close().await;
+    stack.shutdown().await;
+}
+
+/// Issue 42: the new-task dialog offers the chosen agent type's profiles
+/// (none: the field is hidden), and the one picked goes with the task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_new_task_dialog_picks_an_agent_profile_of_the_chosen_type() {
+    let Some(browser) = start_browser().await else {
+        return;
+    };
+    let stack = start_stack().await;
+    let c = &browser.client;
+    login(c, &stack.base).await;
+    set_viewport(c, 1440, 900).await;
+    register_mock_type(c, "mock-plain", "Mock agent (plain)", json!({})).await;
+    register_mock_type(c, "mock-profiled", "Mock agent (profiled)", json!({})).await;
+    let made = api(
+        c,
+        "POST",
+        "/agent-profiles",
+        json!({"agent_type": "mock-profiled", "name": "Careful", "mode": "plan",
+               "instructions": "Think first."}),
+    )
+    .await;
+    assert_eq!(made["status"], 201, "{made}");
+    let profile = made["body"]["id"].as_str().unwrap().to_string();
+    let board = api(c, "POST", "/boards", json!({"name": "Profiles"})).await;
+    let board = board["body"]["id"].as_str().unwrap().to_string();
+    go(c, &format!("#/boards/{board}")).await;
+    wait_js(
+        c,
+        "the board",
+        20,
+        "return !!document.querySelector('[data-testid=new-task]');",
+        vec![],
+    )
+    .await;
+
+    click(c, "[data-testid=new-task]").await;
+    type_into(c, "[data-testid=task-title]", "With a profile").await;
+    select_value(c, "[data-testid=task-agent-type]", "mock-plain").await;
+    let hidden = wait_js(
+        c,
+        "no profiles for the plain type",
+        20,
+        "const f = document.querySelector('[data-testid=task-profile]').closest('.field');
+         return f.hidden ? document.querySelector('[data-testid=task-profile]').options.length : null;",
+        vec![],
+    )
+    .await;
+    assert_eq!(hidden, 1, "only the type's defaults");
+    select_value(c, "[data-testid=task-agent-type]", "mock-profiled").await;
+    let offered = wait_js(
+        c,
+        "the profiled type's profile offered",
+        20,
+        "const s = document.querySelector('[data-testid=task-profile]');
+         return s.closest('.field').hidden ? null : [...s.options].map(o => [o.value, o.textContent]);",
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        offered,
+        json!([["", "— the type’s defaults —"], [profile, "Careful"]]),
+        "{offered}"
+    );
+    select_value(c, "[data-testid=task-profile]", &profile).await;
+    click(c, "[data-testid=task-dialog-create]").await;
+    let id = wait_js(
+        c,
+        "the card",
+        20,
+        "const k = [...document.querySelectorAll('[data-testid=card]')]
+           .find(k => k.querySelector('[data-testid=card-link]').textContent === 'With a profile');
+         return k ? k.dataset.taskId : null;",
+        vec![],
+    )
+    .await;
+    let task = api(
+        c,
+        "GET",
+        &format!("/tasks/{}", id.as_str().unwrap()),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(
+        task["body"]["metadata"]["agent_profile_id"], profile,
+        "{task}"
+    );
     let errors = browser.console_errors().await;
     assert!(errors.is_empty(), "console errors: {errors:#?}");
     browser.close().await;
