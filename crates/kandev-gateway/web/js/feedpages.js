@@ -69,6 +69,12 @@ export class FeedPager {
     for (const item of page.items) feed.queue.push(frameOf(item));
     feed.lastSeq = Number(page.covers_to) || 0;
     feed.schedule();
+    // A newest page shorter than the feed's box cannot be scrolled up:
+    // the page before comes by itself.
+    requestAnimationFrame(() => {
+      const box = feed.root;
+      if (this.hasMore && box.clientHeight > 0 && box.scrollHeight <= box.clientHeight + 120) this.loadOlder();
+    });
   }
 
   take(page) {
@@ -104,9 +110,10 @@ export class FeedPager {
     feed.olderUnknown = this.hasMore;
     feed.windowSize += items;
     feed.render(true);
-    // Still at the top (the page joined a message that shows no taller):
-    // no scroll event comes, so the next page is asked for here.
-    if (this.hasMore && !feed.stick && feed.root.scrollTop < 120) setTimeout(() => feed.showEarlier(), 0);
+    // Still at the top (the page joined a message that shows no taller, or
+    // the feed is not yet taller than its box): no scroll event comes, so
+    // the next page is asked for here.
+    if (this.hasMore && feed.root.scrollTop < 120 && feed.root.clientHeight > 0) setTimeout(() => feed.showEarlier(), 0);
   }
 }
 
