@@ -18,6 +18,14 @@ pub const WORKFLOW_PROMPT: &str = "workflow_prompt";
 /// session instead of continuing the task's (the column's `new_session`).
 pub const WORKFLOW_NEW_SESSION: &str = "workflow_new_session";
 
+/// The task metadata key naming the task's agent profile, which the agent
+/// manager reads from a launch's metadata.
+pub const AGENT_PROFILE: &str = "agent_profile_id";
+
+/// The task metadata key naming the profile of the automated column the
+/// task is in: that run launches with it in place of the task's own.
+pub const WORKFLOW_PROFILE: &str = "workflow_profile_id";
+
 /// A task as it stands after the change, as carried by `task.*` events.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskSnapshot {

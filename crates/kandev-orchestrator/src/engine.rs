@@ -387,63 +387,7 @@ impl Engine {
                 return Ok(false);
             }
         };
-        let metadata: Value = serde_json::from_str(&task.metadata_json).unwrap_or(json!({}));
-        // A workflow column may ask for a new session for its run.
-        let new_session = metadata
-            .get(kandev_events::task::WORKFLOW_NEW_SESSION)
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
-            && exec.prompt.is_empty();
-        let resume = metadata
-            .get("acp_session_id")
-            .or_else(|| metadata.get("auggie_session_id"))
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty() && !new_session)
-            .map(str::to_string);
-        let workflow_prompt = metadata
-            .get(kandev_events::task::WORKFLOW_PROMPT)
-            .and_then(Value::as_str)
-            .filter(|p| !p.is_empty());
-        let prompt = if let Some(p) = workflow_prompt.filter(|_| exec.prompt.is_empty()) {
-            // Entering an automated workflow column: its prompt.
-            p.to_string()
-        } else if exec.prompt.is_empty() {
-            if task.description.is_empty() {
-                task.title.clone()
-            } else {
-                format!("{}\n\n{}", task.title, task.description)
-            }
-        } else {
-            exec.prompt.clone()
-        };
-        let workspace = if !task.repository_url.is_empty() {
-            Some(pb::launch_agent_request::Workspace::Repository(
-                pb::GitWorkspace {
-                    repository_url: task.repository_url.clone(),
-                    branch: task.branch.clone(),
-                    title: task.title.clone(),
-                },
-            ))
-        } else if !task.workspace_path.is_empty() {
-            Some(pb::launch_agent_request::Workspace::WorkspacePath(
-                task.workspace_path.clone(),
-            ))
-        } else {
-            None
-        };
-        let request = pb::LaunchAgentRequest {
-            task_id: task_id.to_string(),
-            agent_type: exec.agent_type.clone(),
-            workspace,
-            env: Default::default(),
-            priority: task.priority,
-            metadata_json: task.metadata_json.clone(),
-            prompt,
-            resume_session_id: resume,
-            home_scope: run_as,
-            // A workflow column's template may ask for the diff so far.
-            fill_diff: workflow_prompt.is_some() && exec.prompt.is_empty(),
-        };
+        let request = launch_request(&exec, &task, run_as);
         match self.agents.launch(request).await {
             Ok(instance) => {
                 let instance_id = Uuid::parse_str(&instance.id).ok();
@@ -711,6 +655,79 @@ fn launch_retryable(code: tonic::Code) -> bool {
         | Code::Unimplemented
         | Code::DataLoss
         | Code::Unauthenticated => false,
+    }
+}
+
+/// What the agent manager is asked to launch for a queued run of `task`:
+/// its prompt (the run's own, a workflow column's, else the task's title and
+/// description), the session to resume, the workspace, and whose run it is.
+fn launch_request(exec: &Execution, task: &pb::Task, run_as: String) -> pb::LaunchAgentRequest {
+    use kandev_events::task::{WORKFLOW_NEW_SESSION, WORKFLOW_PROMPT};
+    let metadata: Value = serde_json::from_str(&task.metadata_json).unwrap_or(json!({}));
+    let workflow_prompt = metadata
+        .get(WORKFLOW_PROMPT)
+        .and_then(Value::as_str)
+        .filter(|p| !p.is_empty() && exec.prompt.is_empty());
+    // The run an automated workflow column starts (not a follow-up), which
+    // may ask for a new session.
+    let from_column = workflow_prompt.is_some();
+    let new_session = from_column && metadata.get(WORKFLOW_NEW_SESSION) == Some(&Value::Bool(true));
+    let resume = metadata
+        .get("acp_session_id")
+        .or_else(|| metadata.get("auggie_session_id"))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty() && !new_session)
+        .map(str::to_string);
+    let prompt = match workflow_prompt {
+        Some(p) => p.to_string(),
+        None if !exec.prompt.is_empty() => exec.prompt.clone(),
+        None if task.description.is_empty() => task.title.clone(),
+        None => format!("{}\n\n{}", task.title, task.description),
+    };
+    pb::LaunchAgentRequest {
+        task_id: exec.task_id.to_string(),
+        agent_type: exec.agent_type.clone(),
+        workspace: workspace_of(task),
+        env: Default::default(),
+        priority: task.priority,
+        metadata_json: launch_metadata(&metadata, from_column),
+        prompt,
+        resume_session_id: resume,
+        home_scope: run_as,
+        // A workflow column's template may ask for the diff so far.
+        fill_diff: from_column,
+    }
+}
+
+/// Where the run works: the task's repository, else its directory.
+fn workspace_of(task: &pb::Task) -> Option<pb::launch_agent_request::Workspace> {
+    use pb::launch_agent_request::Workspace;
+    if !task.repository_url.is_empty() {
+        Some(Workspace::Repository(pb::GitWorkspace {
+            repository_url: task.repository_url.clone(),
+            branch: task.branch.clone(),
+            title: task.title.clone(),
+        }))
+    } else if !task.workspace_path.is_empty() {
+        Some(Workspace::WorkspacePath(task.workspace_path.clone()))
+    } else {
+        None
+    }
+}
+
+/// The launch's metadata: the task's, with the profile of the automated
+/// column the task is in (when its prompt starts the run) in place of the
+/// task's own.
+fn launch_metadata(metadata: &Value, from_column: bool) -> String {
+    use kandev_events::task::{AGENT_PROFILE, WORKFLOW_PROFILE};
+    let column_profile = metadata.get(WORKFLOW_PROFILE).filter(|p| p.is_string());
+    match (metadata, column_profile) {
+        (Value::Object(m), Some(profile)) if from_column => {
+            let mut m = m.clone();
+            m.insert(AGENT_PROFILE.into(), profile.clone());
+            Value::Object(m).to_string()
+        }
+        _ => metadata.to_string(),
     }
 }
 

@@ -91,6 +91,7 @@ fn column_to_proto(c: Column) -> pb::Column {
         on_success: c.on_success.map(|id| id.to_string()),
         on_failure: c.on_failure.map(|id| id.to_string()),
         new_session: c.new_session,
+        profile_id: c.profile_id.map(|id| id.to_string()),
     }
 }
 
@@ -111,6 +112,7 @@ fn column_input(c: pb::Column) -> Result<ColumnInput, TaskError> {
         agent_type: c.agent_type,
         prompt_template: c.prompt_template,
         new_session: c.new_session,
+        profile_id: c.profile_id,
         on_success: c.on_success,
         on_failure: c.on_failure,
     })

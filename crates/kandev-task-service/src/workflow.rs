@@ -27,7 +27,9 @@ pub const MAX_PROMPT_TEMPLATE_BYTES: usize = 16 * 1024;
 /// The metadata key holding the prompt an automated column rendered (the
 /// orchestrator launches with it; removed when the card leaves), and the
 /// actor of the moves a workflow makes by itself.
-pub use kandev_events::task::{WORKFLOW_ACTOR, WORKFLOW_NEW_SESSION, WORKFLOW_PROMPT};
+pub use kandev_events::task::{
+    WORKFLOW_ACTOR, WORKFLOW_NEW_SESSION, WORKFLOW_PROFILE, WORKFLOW_PROMPT,
+};
 
 /// One column of a board.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +50,8 @@ pub struct Column {
     pub prompt_template: String,
     /// Its run starts a new agent session instead of continuing the task's.
     pub new_session: bool,
+    /// The agent profile its run uses (none: the task's own).
+    pub profile_id: Option<Uuid>,
     /// Where a card goes when its run here finishes.
     pub on_success: Option<Uuid>,
     /// Where a card goes when its run here fails.
@@ -73,6 +77,7 @@ pub struct ColumnInput {
     pub agent_type: Option<String>,
     pub prompt_template: String,
     pub new_session: bool,
+    pub profile_id: Option<String>,
     pub on_success: Option<String>,
     pub on_failure: Option<String>,
 }
@@ -102,6 +107,22 @@ fn name(s: &str) -> Result<String> {
         )));
     }
     bounded("column name", s, MAX_COLUMN_NAME_CHARS * 4)
+}
+
+/// A column's profile: a UUID, and only on a column that starts runs.
+fn profile(input: &ColumnInput) -> Result<Option<Uuid>> {
+    let Some(id) = input.profile_id.as_deref().filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    if input.agent_type.as_deref().is_none_or(str::is_empty) {
+        return Err(invalid(format!(
+            "profile_id of column {:?}: only a column with an agent_type starts runs",
+            input.name
+        )));
+    }
+    Uuid::parse_str(id)
+        .map(Some)
+        .map_err(|_| invalid(format!("profile_id {id:?} is not a valid profile id")))
 }
 
 /// Checks a board's new set of columns, in order: names, colours, states,
@@ -154,6 +175,7 @@ pub fn parse_columns(board_id: Uuid, inputs: Vec<ColumnInput>) -> Result<Vec<Col
                 MAX_PROMPT_TEMPLATE_BYTES,
             )?,
             new_session: input.new_session,
+            profile_id: profile(input)?,
             on_success: next(&input.on_success, "on_success")?,
             on_failure: next(&input.on_failure, "on_failure")?,
         });
@@ -192,6 +214,7 @@ pub fn default_columns(board_id: Uuid) -> Vec<Column> {
             agent_type: None,
             prompt_template: String::new(),
             new_session: false,
+            profile_id: None,
             on_success: None,
             on_failure: None,
         })
@@ -320,6 +343,22 @@ mod tests {
         next.on_success = Some(Uuid::now_v7().to_string());
         let err = parse_columns(board, vec![next]).unwrap_err().to_string();
         assert!(err.contains("unknown column"), "{err}");
+        // A profile only on a column that starts runs, and a UUID.
+        let mut profiled = input("a", "TODO");
+        profiled.profile_id = Some(Uuid::now_v7().to_string());
+        let err = parse_columns(board, vec![profiled.clone()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("profile_id") && err.contains("agent_type"),
+            "{err}"
+        );
+        profiled.agent_type = Some("mock-agent".into());
+        profiled.profile_id = Some("haiku".into());
+        let err = parse_columns(board, vec![profiled])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("profile_id \"haiku\""), "{err}");
         let mut red = input("a", "TODO");
         red.colour = "red".into();
         assert!(parse_columns(board, vec![red]).is_err());

@@ -25,7 +25,7 @@ use crate::{
 };
 
 /// The launch metadata key naming the task's profile.
-pub const METADATA_KEY: &str = "agent_profile_id";
+pub use kandev_events::task::AGENT_PROFILE as METADATA_KEY;
 
 /// Who asks: a user sees their own profiles and the shared ones, changes
 /// their own, and an admin also the shared ones.

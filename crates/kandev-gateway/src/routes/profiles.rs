@@ -208,7 +208,7 @@ pub async fn visible(
 }
 
 /// The launch metadata key the agent manager reads the profile from.
-pub const METADATA_KEY: &str = "agent_profile_id";
+pub use kandev_events::task::AGENT_PROFILE as METADATA_KEY;
 
 /// Puts the profile `id` a task or launch asks for into its `metadata`,
 /// when the caller may use it and it is for `agent_type`; else a 400 that

@@ -42,6 +42,10 @@ pub struct Column {
     /// Its run starts a new agent session; false: it continues the task's
     /// session (the agent remembers the earlier steps).
     pub new_session: bool,
+    /// The agent profile its run uses (`/api/v1/agent-profiles`); none: the
+    /// task's own.
+    #[schema(format = Uuid)]
+    pub profile_id: Option<String>,
     /// The column a card goes to when its run here finishes.
     #[schema(format = Uuid)]
     pub on_success: Option<String>,
@@ -62,6 +66,7 @@ impl From<pb::Column> for Column {
             agent_type: c.agent_type,
             prompt_template: c.prompt_template,
             new_session: c.new_session,
+            profile_id: c.profile_id,
             on_success: c.on_success,
             on_failure: c.on_failure,
         }
@@ -89,6 +94,9 @@ pub struct ColumnInput {
     /// task's).
     #[serde(default)]
     pub new_session: bool,
+    /// A profile of the column's agent type the caller may use.
+    #[schema(format = Uuid)]
+    pub profile_id: Option<String>,
     #[schema(format = Uuid)]
     pub on_success: Option<String>,
     #[schema(format = Uuid)]
@@ -106,6 +114,7 @@ impl From<ColumnInput> for pb::Column {
             agent_type: c.agent_type,
             prompt_template: c.prompt_template,
             new_session: c.new_session,
+            profile_id: c.profile_id,
             on_success: c.on_success,
             on_failure: c.on_failure,
             ..Default::default()
@@ -172,7 +181,8 @@ pub async fn list_columns(
     request_body = PutColumnsRequest,
     responses((status = 200, body = ColumnList), (status = 404, body = ErrorBody),
         (status = 400, description = "a bad column: its name, colour, state, a WIP limit below 1, \
-            an agent type, a next step naming no column of the list, an id of another board",
+            an agent type, a profile the caller cannot use or of another agent type, a next step \
+            naming no column of the list, an id of another board",
             body = ErrorBody)))]
 /// Replaces the board's columns. Cards of a removed column go to the first
 /// column of their state; a column whose limit grew lets its queue in.
@@ -184,6 +194,7 @@ pub async fn put_columns(
     ApiJson(body): ApiJson<PutColumnsRequest>,
 ) -> ApiResult<Json<ColumnList>> {
     let board = visible_board(&state, &user, &id).await?;
+    check_profiles(&state, &user, &body.columns).await?;
     let resp = state
         .downstream()
         .tasks
@@ -196,6 +207,24 @@ pub async fn put_columns(
         .map_err(task_err)?
         .into_inner();
     Ok(Json(resp.into()))
+}
+
+/// Each column's profile is one the caller may use, of the column's agent
+/// type (a column without one is checked by the task service).
+async fn check_profiles(
+    state: &AppState,
+    user: &CurrentUser,
+    columns: &[ColumnInput],
+) -> ApiResult<()> {
+    for c in columns {
+        if let (Some(profile), Some(agent)) = (
+            c.profile_id.as_deref().filter(|p| !p.is_empty()),
+            c.agent_type.as_deref().filter(|a| !a.is_empty()),
+        ) {
+            super::profiles::bind(state, user, profile, agent, &mut None).await?;
+        }
+    }
+    Ok(())
 }
 
 #[utoipa::path(post, path = "/api/v1/tasks/{id}/move", tag = "tasks",

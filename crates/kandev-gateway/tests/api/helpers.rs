@@ -237,6 +237,10 @@ impl TestApp {
         self.call(Method::POST, path, Some(token), Some(body)).await
     }
 
+    pub async fn put(&self, path: &str, token: &str, body: Value) -> Resp {
+        self.call(Method::PUT, path, Some(token), Some(body)).await
+    }
+
     pub async fn patch(&self, path: &str, token: &str, body: Value) -> Resp {
         self.call(Method::PATCH, path, Some(token), Some(body))
             .await

@@ -218,6 +218,70 @@ async fn create_task(
     .await
 }
 
+/// A workflow column's profile: checked when the columns are saved (the
+/// caller's, of the column's agent type), then the run the column starts
+/// uses it, and the task keeps its own (none here).
+async fn a_column_profile_reaches_the_agent(
+    app: &TestApp,
+    addr: SocketAddr,
+    alice: &str,
+    bob: &str,
+    profile: &str,
+) {
+    let board = app.board(alice, "profiled workflow").await;
+    let (backlog, step) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+    let columns = |agent: &str, profile: &str| {
+        json!({"columns": [
+            {"id": backlog, "name": "Backlog", "state": "TODO"},
+            {"id": step, "name": "Step", "state": "IN_PROGRESS", "agent_type": agent,
+             "profile_id": profile, "prompt_template": "scenario: session-info"},
+        ]})
+    };
+    let path = format!("/api/v1/boards/{board}/columns");
+    let other_type = app.put(&path, alice, columns("codex", profile)).await;
+    assert_eq!(
+        other_type.status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        other_type.body
+    );
+    assert_eq!(other_type.body["details"]["field"], "profile_id");
+    let bobs_board = app.board(bob, "bob's workflow").await;
+    let not_his = app
+        .put(
+            &format!("/api/v1/boards/{bobs_board}/columns"),
+            bob,
+            columns("mock-agent", profile),
+        )
+        .await;
+    assert_eq!(not_his.status, StatusCode::BAD_REQUEST, "{}", not_his.body);
+    let saved = app.put(&path, alice, columns("mock-agent", profile)).await;
+    assert_eq!(saved.status, StatusCode::OK, "{}", saved.body);
+    assert_eq!(saved.body["columns"][1]["profile_id"], profile);
+
+    let task = app
+        .post(
+            &format!("/api/v1/boards/{board}/tasks"),
+            alice,
+            json!({"title": "Column profile", "max_retries": 0}),
+        )
+        .await;
+    let task = task.body["id"].as_str().unwrap().to_string();
+    let moved = app
+        .post(
+            &format!("/api/v1/tasks/{task}/move"),
+            alice,
+            json!({"column_id": step}),
+        )
+        .await;
+    assert_eq!(moved.status, StatusCode::OK, "{}", moved.body);
+    let done = wait_state(app, alice, &task, &["COMPLETED", "REVIEW"]).await;
+    assert!(done["metadata"]["agent_profile_id"].is_null(), "{done}");
+    let info = feed_text(addr, alice, &task, "Session info").await;
+    assert!(info.contains("mode: plan"), "{info}");
+    assert!(info.contains("model: mock-smart"), "{info}");
+}
+
 async fn wait_state(app: &TestApp, token: &str, task_id: &str, states: &[&str]) -> Value {
     eventually(180, "the task's run ends", || async {
         let t = app.get(&format!("/api/v1/tasks/{task_id}"), token).await;
@@ -333,6 +397,8 @@ async fn stack_a_tasks_profile_reaches_the_agent_and_profiles_stay_their_owners(
         "{}",
         status.body
     );
+
+    a_column_profile_reaches_the_agent(app, addr, &alice, &bob, &id).await;
 
     let path = format!("{PROFILES}/{id}");
     assert_eq!(

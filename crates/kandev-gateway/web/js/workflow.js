@@ -27,8 +27,13 @@ function select(name, options, value, label) {
   return el;
 }
 
+// The profiles the caller may use, for the columns' pickers.
+async function loadProfiles() {
+  try { return (await get('/agent-profiles')).profiles || []; } catch { return []; }
+}
+
 // One editable row: a column's fields, named `<field>.<index>`.
-function columnRow(c, i, all, remove) {
+function columnRow(c, i, all, remove, profiles) {
   const targets = [['', '(stay)'], ...all.map((o) => [o.id, o.name])];
   const row = h('fieldset', { class: 'workflow-column', testid: 'workflow-column', dataset: { id: c.id } },
     h('legend', null, `Column ${i + 1}`),
@@ -39,6 +44,9 @@ function columnRow(c, i, all, remove) {
     field('Agent type on enter', h('input', { name: `agent_type.${i}`, value: c.agent_type || '', placeholder: 'none' })),
     field('Prompt template', h('textarea', { name: `prompt_template.${i}`, rows: '2' }, c.prompt_template || ''),
       '{title}, {description}, {summary} (the previous step\'s), {diff} (the changes so far)'),
+    field('Agent profile', select(`profile_id.${i}`,
+      [['', '(the task\'s own)'], ...profiles.map((p) => [p.id, `${p.name} (${p.agent_type})`])], c.profile_id, 'Agent profile'),
+      'one of the agent type\'s profiles: model, mode, instructions, MCP servers'),
     field('Session', h('label', { class: 'check' },
       h('input', { type: 'checkbox', name: `new_session.${i}`, value: 'on', checked: c.new_session ? true : undefined }),
       ' Start a new agent session'), 'unticked: the run continues the task\'s session'),
@@ -61,6 +69,7 @@ function fromForm(values, cols) {
       agent_type: text('agent_type') || null,
       prompt_template: values[`prompt_template.${i}`] || '',
       new_session: values[`new_session.${i}`] === 'on',
+      profile_id: text('profile_id') || null,
       on_success: text('on_success') || null,
       on_failure: text('on_failure') || null,
     };
@@ -70,9 +79,10 @@ function fromForm(values, cols) {
 // Opens the editor of the board's columns; resolves true once saved.
 export async function editWorkflow(boardId) {
   let cols = await loadColumns(boardId);
+  const profiles = await loadProfiles();
   const list = h('div', { class: 'workflow-columns', testid: 'workflow-columns' });
   const draw = () => {
-    list.replaceChildren(...cols.map((c, i) => columnRow(c, i, cols, (k) => { cols = cols.filter((_, j) => j !== k); draw(); })));
+    list.replaceChildren(...cols.map((c, i) => columnRow(c, i, cols, (k) => { cols = cols.filter((_, j) => j !== k); draw(); }, profiles)));
   };
   const add = h('button', { type: 'button', class: 'btn btn-small', testid: 'workflow-add', onclick: () => {
     cols = [...cols, { id: newId(), name: 'New column', state: STATES[0] }];

@@ -158,7 +158,7 @@ pub const DELETE_TASK: &str = "DELETE FROM tasks WHERE id = $1";
 macro_rules! column_columns {
     () => {
         "id, board_id, name, position, colour, state, wip_limit, agent_type, prompt_template, \
-         on_success, on_failure, new_session"
+         on_success, on_failure, new_session, profile_id"
     };
 }
 
@@ -178,11 +178,12 @@ pub const COLUMN_BOARD: &str = "SELECT board_id FROM board_columns WHERE id = $1
 pub const UPSERT_COLUMN: &str = concat!(
     "INSERT INTO board_columns (",
     column_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (id) DO UPDATE SET \
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ON CONFLICT (id) DO UPDATE SET \
      name = excluded.name, position = excluded.position, colour = excluded.colour, \
      state = excluded.state, wip_limit = excluded.wip_limit, agent_type = excluded.agent_type, \
      prompt_template = excluded.prompt_template, on_success = excluded.on_success, \
-     on_failure = excluded.on_failure, new_session = excluded.new_session WHERE board_columns.board_id = excluded.board_id"
+     on_failure = excluded.on_failure, new_session = excluded.new_session, \
+     profile_id = excluded.profile_id WHERE board_columns.board_id = excluded.board_id"
 );
 
 /// ($1 column, $2 false): its cards leave it (a column being removed).

@@ -15,7 +15,10 @@ use super::{
 };
 use crate::{
     domain::{Result, StateChange, Task, TaskError, TaskState, parse_state},
-    workflow::{Column, WORKFLOW_ACTOR, WORKFLOW_NEW_SESSION, WORKFLOW_PROMPT, render_prompt},
+    workflow::{
+        Column, WORKFLOW_ACTOR, WORKFLOW_NEW_SESSION, WORKFLOW_PROFILE, WORKFLOW_PROMPT,
+        render_prompt,
+    },
 };
 
 #[derive(sqlx::FromRow)]
@@ -32,6 +35,7 @@ pub(crate) struct ColumnRow {
     on_success: Option<Uuid>,
     on_failure: Option<Uuid>,
     new_session: bool,
+    profile_id: Option<Uuid>,
 }
 
 impl TryFrom<ColumnRow> for Column {
@@ -51,6 +55,7 @@ impl TryFrom<ColumnRow> for Column {
             on_success: r.on_success,
             on_failure: r.on_failure,
             new_session: r.new_session,
+            profile_id: r.profile_id,
         })
     }
 }
@@ -90,7 +95,8 @@ impl<D: Dialect> SqlTaskStore<D> {
                 .bind(&c.prompt_template)
                 .bind(c.on_success)
                 .bind(c.on_failure)
-                .bind(c.new_session);
+                .bind(c.new_session)
+                .bind(c.profile_id);
             execute::<D>(tx, stmt).await?;
         }
         Ok(())
@@ -190,6 +196,10 @@ impl<D: Dialect> SqlTaskStore<D> {
                 let prompt = render_prompt(&column.prompt_template, old);
                 new.metadata
                     .insert(WORKFLOW_PROMPT.into(), Value::String(prompt));
+                if let Some(profile) = column.profile_id {
+                    new.metadata
+                        .insert(WORKFLOW_PROFILE.into(), Value::String(profile.to_string()));
+                }
                 if column.new_session {
                     new.metadata
                         .insert(WORKFLOW_NEW_SESSION.into(), Value::Bool(true));
@@ -275,4 +285,5 @@ impl<D: Dialect> SqlTaskStore<D> {
 pub(super) fn without_prompt(metadata: &mut serde_json::Map<String, Value>) {
     metadata.remove(WORKFLOW_PROMPT);
     metadata.remove(WORKFLOW_NEW_SESSION);
+    metadata.remove(WORKFLOW_PROFILE);
 }

@@ -8,7 +8,9 @@ use kandev_task_service::{
     TaskError,
     domain::{BoardName, NewBoard, NewTask, StateChange, Task, TaskState, TaskTitle},
     startup::Storage,
-    workflow::{Column, ColumnInput, WORKFLOW_NEW_SESSION, WORKFLOW_PROMPT, parse_columns},
+    workflow::{
+        Column, ColumnInput, WORKFLOW_NEW_SESSION, WORKFLOW_PROFILE, WORKFLOW_PROMPT, parse_columns,
+    },
 };
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
@@ -53,6 +55,14 @@ fn prompt(t: &Task) -> Option<&str> {
     t.metadata.get(WORKFLOW_PROMPT).and_then(Value::as_str)
 }
 
+/// The agent profile the Plan column's runs use.
+const PLAN_PROFILE: &str = "0193c1c4-0000-7000-8000-0000000091a0";
+
+/// The profile the run the task's column starts uses, when not its own.
+fn column_profile(t: &Task) -> Option<&str> {
+    t.metadata.get(WORKFLOW_PROFILE).and_then(Value::as_str)
+}
+
 /// Whether the run the task's column starts asks for a new session.
 fn new_session(t: &Task) -> bool {
     t.metadata.get(WORKFLOW_NEW_SESSION) == Some(&Value::Bool(true))
@@ -76,6 +86,7 @@ fn three_steps(board_id: Uuid) -> Vec<Column> {
     };
     let mut plan = automated(1, "Plan", "plan {title}: {description}", 2);
     plan.wip_limit = Some(1);
+    plan.profile_id = Some(PLAN_PROFILE.into());
     let mut implement = automated(2, "Implement", "implement {title} following: {summary}", 3);
     implement.new_session = true;
     let inputs = vec![
@@ -139,6 +150,7 @@ pub(crate) async fn a_three_step_workflow_moves_a_card_and_a_wip_limit_queues(st
     );
     assert_eq!(prompt(&a), Some("plan first: the details"));
     assert!(!new_session(&a), "Plan continues the task's session");
+    assert_eq!(column_profile(&a), Some(PLAN_PROFILE));
     // The second waits in Plan's queue: not started.
     let q = store
         .move_task(second.id, plan.id, None, "alice".into())
@@ -171,6 +183,11 @@ pub(crate) async fn a_three_step_workflow_moves_a_card_and_a_wip_limit_queues(st
     );
     assert_eq!(prompt(&a), Some("implement first following: the plan"));
     assert!(new_session(&a), "Implement's run starts a new session");
+    assert_eq!(
+        column_profile(&a),
+        None,
+        "Implement has no profile of its own"
+    );
     // Its slot in Plan freed: the second card entered and starts.
     let q = store.get_task(second.id).await.unwrap();
     assert_eq!(
