@@ -55,6 +55,13 @@ pub struct TaskSnapshot {
     /// Whether it waits in its column's queue (a full WIP limit).
     #[serde(default)]
     pub queued: bool,
+    /// The task it is a subtask of; absent in events from before subtasks.
+    #[serde(default)]
+    pub parent_id: Option<Uuid>,
+    /// Whether a blocker of it is not COMPLETED: the orchestrator does not
+    /// start it by itself (absent in events from before blockers: false).
+    #[serde(default)]
+    pub blocked: bool,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }

@@ -175,8 +175,40 @@ pub struct Task {
     pub column_id: Option<String>,
     /// Whether it waits in its column's queue (the column's WIP limit).
     pub queued: bool,
+    /// The task it is a subtask of (one level, same board).
+    #[schema(format = Uuid)]
+    pub parent_id: Option<String>,
+    /// Its subtasks' ids, oldest first.
+    pub subtasks: Vec<String>,
+    /// Whether a task it waits for is not COMPLETED: it is not started by
+    /// itself, and starts when the last of them completes.
+    pub blocked: bool,
+    /// The tasks it waits for (`PUT /tasks/{id}/blockers`).
+    pub blocked_by: Vec<TaskBlocker>,
+    /// Why it is blocked, e.g. `waiting for 'build' (IN_PROGRESS); blocker
+    /// 'lint' FAILED`; empty when it is not.
+    pub blocked_reason: String,
     pub created_at: Option<DateTime<Utc>>,
     pub updated_at: Option<DateTime<Utc>>,
+}
+
+/// A task another waits for.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskBlocker {
+    #[schema(format = Uuid)]
+    pub id: String,
+    pub title: String,
+    pub state: Option<TaskState>,
+}
+
+/// The tasks a task waits for, replacing those it waited for.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PutBlockersRequest {
+    /// Ids of tasks of the same board; empty clears them.
+    pub blocked_by: Vec<String>,
+    /// When set, applies only if the task is still at this version.
+    pub version: Option<i64>,
 }
 
 impl From<pb::Task> for Task {
@@ -200,6 +232,19 @@ impl From<pb::Task> for Task {
             version: t.version,
             column_id: Some(t.column_id).filter(|c| !c.is_empty()),
             queued: t.queued,
+            parent_id: Some(t.parent_id).filter(|p| !p.is_empty()),
+            subtasks: t.subtask_ids,
+            blocked: t.blocked,
+            blocked_by: t
+                .blocked_by
+                .into_iter()
+                .map(|b| TaskBlocker {
+                    id: b.id,
+                    title: b.title,
+                    state: TaskState::from_proto(b.state).ok(),
+                })
+                .collect(),
+            blocked_reason: t.blocked_reason,
             created_at: time(t.created_at),
             updated_at: time(t.updated_at),
         }
@@ -235,6 +280,10 @@ pub struct CreateTaskRequest {
     /// `agent_profile_id`.
     #[schema(format = Uuid)]
     pub profile_id: Option<String>,
+    /// Makes it a subtask of this task: one on the same board that is
+    /// itself no subtask (one level).
+    #[schema(format = Uuid)]
+    pub parent_id: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]

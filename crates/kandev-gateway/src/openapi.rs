@@ -106,6 +106,7 @@ impl Modify for CommonErrors {
         routes::tasks::delete_task,
         routes::tasks::change_state,
         routes::tasks::list_events,
+        routes::tasks::put_blockers,
         routes::workflow::list_columns,
         routes::workflow::put_columns,
         routes::workflow::move_task,

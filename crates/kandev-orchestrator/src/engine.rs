@@ -67,6 +67,8 @@ struct TaskFacts {
     agent_type: Option<String>,
     max_retries: i32,
     autostart: bool,
+    /// Waiting for a blocker to complete (issue 41): not started by itself.
+    blocked: bool,
 }
 
 impl From<&TaskSnapshot> for TaskFacts {
@@ -78,12 +80,13 @@ impl From<&TaskSnapshot> for TaskFacts {
             agent_type: t.agent_type.clone().filter(|a| !a.is_empty()),
             max_retries: t.max_retries,
             autostart: t.autostart,
+            blocked: t.blocked,
         }
     }
 }
 
 fn eligible(t: &TaskFacts) -> bool {
-    t.state == TaskState::Todo && t.agent_type.is_some() && t.autostart
+    t.state == TaskState::Todo && t.agent_type.is_some() && t.autostart && !t.blocked
 }
 
 /// Whether `actor` names a person: not empty (an internal caller), not
@@ -371,7 +374,8 @@ impl Engine {
         };
         let still_eligible = task_state(&task)? == TaskState::Todo
             && task.agent_type.as_deref().is_some_and(|a| !a.is_empty())
-            && task.autostart;
+            && task.autostart
+            && !task.blocked;
         if exec.origin == ORIGIN_ELIGIBLE && exec.attempts == 0 && !still_eligible {
             // Queued by an event that is history now (replayed after
             // downtime, say): the task has moved on.
@@ -577,6 +581,7 @@ impl Engine {
             agent_type: task.agent_type.clone().filter(|a| !a.is_empty()),
             max_retries: task.max_retries,
             autostart: task.autostart,
+            blocked: task.blocked,
         };
         if facts.agent_type.is_none() {
             return Err(OrchestratorError::Validation(

@@ -91,8 +91,17 @@ pub struct Task {
     pub column_id: Option<Uuid>,
     /// Whether it waits in its column's queue (the column's WIP limit).
     pub queued: bool,
+    /// The task it is a subtask of (one level, same board).
+    pub parent_id: Option<Uuid>,
+    /// Whether a blocker of it is not COMPLETED: it is not started by
+    /// itself (see [`crate::deps`]).
+    pub blocked: bool,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// The tasks it waits for (filled in by reads; empty in events).
+    pub blockers: Vec<crate::deps::Blocker>,
+    /// Its subtasks, oldest first (filled in by reads; empty in events).
+    pub subtasks: Vec<Uuid>,
 }
 
 /// One audited change.
@@ -275,6 +284,8 @@ pub struct NewTask {
     pub max_retries: i32,
     pub autostart: bool,
     pub created_by: String,
+    /// The task it is a subtask of: on the same board, itself no subtask.
+    pub parent_id: Option<Uuid>,
 }
 
 /// Field changes; `None` leaves a field as it is.

@@ -9,6 +9,7 @@ use kandev_proto::{
     v1::{self as pb, task_service_server::TaskService},
 };
 use tonic::{Request, Response, Status};
+use uuid::Uuid;
 
 use crate::{
     domain::{
@@ -53,7 +54,25 @@ fn board_to_proto(b: Board) -> pb::Board {
 }
 
 fn task_to_proto(t: Task) -> pb::Task {
+    let blocked_reason = if t.blocked {
+        crate::deps::blocked_reason(&t.blockers)
+    } else {
+        String::new()
+    };
     pb::Task {
+        parent_id: t.parent_id.map(|p| p.to_string()).unwrap_or_default(),
+        blocked: t.blocked,
+        blocked_by: t
+            .blockers
+            .into_iter()
+            .map(|b| pb::TaskBlocker {
+                id: b.id.to_string(),
+                title: b.title,
+                state: b.state.to_proto() as i32,
+            })
+            .collect(),
+        blocked_reason,
+        subtask_ids: t.subtasks.iter().map(Uuid::to_string).collect(),
         id: t.id.to_string(),
         board_id: t.board_id.to_string(),
         title: t.title,
@@ -154,6 +173,11 @@ fn new_task(r: pb::CreateTaskRequest) -> Result<NewTask, TaskError> {
         max_retries: domain::max_retries(r.max_retries.unwrap_or(domain::DEFAULT_MAX_RETRIES))?,
         autostart: r.autostart.unwrap_or(true),
         created_by: bounded("created_by", &r.created_by, domain::MAX_FIELD_BYTES)?,
+        parent_id: r
+            .parent_id
+            .filter(|p| !p.is_empty())
+            .map(|p| parse_id("parent_id", &p))
+            .transpose()?,
     })
 }
 
@@ -422,6 +446,30 @@ impl TaskService for GrpcTaskAdapter {
         let task = self
             .store
             .move_task(id, column, r.expected_version, r.actor)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(task_to_proto(task)))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn put_task_blockers(
+        &self,
+        request: Request<pb::PutTaskBlockersRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        let r = request.into_inner();
+        let (id, blockers) = (|| {
+            Ok::<_, TaskError>((
+                parse_id("id", &r.id)?,
+                r.blocker_ids
+                    .iter()
+                    .map(|b| parse_id("blocker id", b))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ))
+        })()
+        .map_err(status)?;
+        let task = self
+            .store
+            .put_blockers(id, blockers, r.expected_version, r.actor)
             .await
             .map_err(status)?;
         Ok(Response::new(task_to_proto(task)))

@@ -9,6 +9,8 @@
 //! - [`store`]: the [`TaskStore`] and [`store::OutboxStore`] traits and their
 //!   Postgres and SQLite implementations, which write each change, its audit
 //!   row and its outbox event in one transaction.
+//! - [`deps`]: subtasks and "blocked by" links: why a task is blocked,
+//!   and the cycle a link would close.
 //! - [`workflow`]: a board's columns (each mapping a state, with a WIP
 //!   limit and automation) and the pure decisions of where a card goes.
 //! - [`outbox`]: the relay that drains the outbox to the event bus in order.
@@ -17,6 +19,7 @@
 //! - [`config`]: the service's typed settings.
 
 pub mod config;
+pub mod deps;
 pub mod domain;
 pub mod grpc;
 pub mod outbox;

@@ -417,8 +417,12 @@ mod tests {
             version: 1,
             column_id: None,
             queued: false,
+            parent_id: None,
+            blocked: false,
             created_at: chrono::Utc::now(),
             updated_at: chrono::Utc::now(),
+            blockers: vec![],
+            subtasks: vec![],
         };
         assert_eq!(
             render_prompt("do {title}: {description} after {summary} {x}", &task),

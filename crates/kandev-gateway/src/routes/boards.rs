@@ -8,7 +8,7 @@ use axum::{
 use kandev_proto::v1 as pb;
 
 use super::{
-    access::{task_err, visible_board},
+    access::{parse_id, task_err, visible_board},
     orchestrator::orch_err,
     repository,
 };
@@ -152,6 +152,11 @@ pub async fn create_task(
     ApiJson(body): ApiJson<CreateTaskRequest>,
 ) -> ApiResult<(StatusCode, Json<Task>)> {
     let board = visible_board(&state, &user, &id).await?;
+    let parent_id = body
+        .parent_id
+        .as_deref()
+        .map(|p| parse_id("parent task", p))
+        .transpose()?;
     repository::check(&state, &body.repository_url, &body.branch).await?;
     let mut metadata = body.metadata;
     if let Some(profile_id) = &body.profile_id {
@@ -180,6 +185,7 @@ pub async fn create_task(
             created_by: user.username,
             state: body.state.map(|s| s.to_proto() as i32).unwrap_or_default(),
             autostart: body.autostart,
+            parent_id,
         })
         .await
         .map_err(task_err)?

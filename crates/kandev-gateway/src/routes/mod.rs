@@ -8,7 +8,7 @@ use axum::{
     Router,
     extract::DefaultBodyLimit,
     middleware,
-    routing::{get, patch, post},
+    routing::{get, patch, post, put},
 };
 use http::{HeaderName, HeaderValue, Method, header};
 use kandev_common::{
@@ -98,6 +98,7 @@ fn api(state: AppState) -> Router<AppState> {
         )
         .route("/tasks/{id}/move", post(workflow::move_task))
         .route("/tasks/{id}/state", patch(tasks::change_state))
+        .route("/tasks/{id}/blockers", put(tasks::put_blockers))
         .route("/tasks/{id}/events", get(tasks::list_events))
         .route("/tasks/{id}/changes", get(changes::changes))
         .route("/tasks/{id}/changes/diff", get(changes::diff))

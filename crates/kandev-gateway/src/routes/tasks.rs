@@ -4,12 +4,13 @@ use axum::{Json, extract::State, http::StatusCode};
 use kandev_proto::v1 as pb;
 
 use super::{
-    access::{task_err, visible_task},
+    access::{parse_id, task_err, visible_task},
     repository,
 };
 use crate::{
     api::{
-        ChangeStateRequest, DeleteTaskParams, PageParams, Task, TaskEventList, UpdateTaskRequest,
+        ChangeStateRequest, DeleteTaskParams, PageParams, PutBlockersRequest, Task, TaskEventList,
+        UpdateTaskRequest,
     },
     auth::CurrentUser,
     error::{ApiResult, ErrorBody},
@@ -167,4 +168,46 @@ pub async fn list_events(
         .map_err(task_err)?
         .into_inner();
     Ok(Json(TaskEventList::from_proto(resp)))
+}
+
+#[utoipa::path(put, path = "/api/v1/tasks/{id}/blockers", tag = "tasks",
+    params(("id" = uuid::Uuid, Path, description = "task id")),
+    request_body = PutBlockersRequest,
+    responses((status = 200, body = Task),
+        (status = 400, description = "a malformed id, the task itself, a task listed twice, a \
+            task of another board (another user's included), or links that make a cycle (the \
+            message names its tasks)", body = ErrorBody),
+        (status = 404, description = "no such task, or no such blocker task", body = ErrorBody),
+        (status = 409, description = "the task changed since `version`", body = ErrorBody)))]
+/// Replaces the tasks this task waits for ("blocked by"). While any of them
+/// is not COMPLETED the task is `blocked`: it is not started by itself, and
+/// `blocked_reason` says why (a FAILED or CANCELLED blocker keeps it
+/// blocked). When the last completes, a task with `autostart` starts.
+#[tracing::instrument(skip_all)]
+pub async fn put_blockers(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<PutBlockersRequest>,
+) -> ApiResult<Json<Task>> {
+    let blocker_ids = body
+        .blocked_by
+        .iter()
+        .map(|b| parse_id("blocker task", b))
+        .collect::<ApiResult<Vec<_>>>()?;
+    let task = visible_task(&state, &user, &id).await?;
+    let updated = state
+        .downstream()
+        .tasks
+        .clone()
+        .put_task_blockers(pb::PutTaskBlockersRequest {
+            id: task.id,
+            blocker_ids,
+            expected_version: body.version,
+            actor: user.username,
+        })
+        .await
+        .map_err(task_err)?
+        .into_inner();
+    Ok(Json(updated.into()))
 }

@@ -8,6 +8,7 @@
 //!   (mock agent in Docker): the integration test of those routes.
 //! - `binary`: the built binary, its key checks and a graceful stop.
 //! - `contract`: the users' storage contract, on Postgres and on SQLite.
+//! - `deps`: subtasks and "blocked by" links, and their bad input.
 //! - `not_found`: someone else's resources answer exactly like missing ones.
 //! - `profiles`: agent profiles through the whole stack: bad input, whose
 //!   profiles a user sees, secrets never returned, and a task's profile
@@ -20,6 +21,7 @@ mod auth;
 mod binary;
 mod boards;
 mod contract;
+mod deps;
 mod followups;
 mod hardening;
 mod helpers;

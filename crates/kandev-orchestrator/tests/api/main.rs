@@ -7,6 +7,7 @@
 mod auth;
 mod binary;
 mod contract;
+mod deps;
 mod e2e;
 mod feed;
 mod feed_items;

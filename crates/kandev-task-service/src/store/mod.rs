@@ -17,9 +17,11 @@
 //! - `queries`: every statement, written once for both databases.
 //! - `tasks`: [`SqlTaskStore`], the one implementation of both traits,
 //!   generic over the database: the list of what the service stores.
+//! - `deps`: subtasks' parents, blockers, and the `blocked` flag kept.
 //! - `dialect`: what the two databases do differently, named once; `pg`
 //!   and `sqlite` implement it.
 
+mod deps;
 mod dialect;
 mod pg;
 mod queries;
@@ -99,6 +101,17 @@ pub trait TaskStore: Send + Sync + 'static {
         &self,
         id: Uuid,
         column_id: Uuid,
+        expected_version: Option<i64>,
+        actor: String,
+    ) -> Result<Task>;
+
+    /// Replaces the tasks task `id` waits for ("blocked by"): tasks of its
+    /// board, no cycle. Its `blocked` flag follows; a task is read with
+    /// its blockers and subtasks.
+    async fn put_blockers(
+        &self,
+        id: Uuid,
+        blockers: Vec<Uuid>,
         expected_version: Option<i64>,
         actor: String,
     ) -> Result<Task>;
@@ -200,6 +213,8 @@ pub(crate) struct TaskRow {
     version: i64,
     column_id: Option<Uuid>,
     queued: bool,
+    parent_id: Option<Uuid>,
+    blocked: bool,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -227,8 +242,12 @@ impl TryFrom<TaskRow> for Task {
             version: r.version,
             column_id: r.column_id,
             queued: r.queued,
+            parent_id: r.parent_id,
+            blocked: r.blocked,
             created_at: r.created_at,
             updated_at: r.updated_at,
+            blockers: vec![],
+            subtasks: vec![],
         })
     }
 }
@@ -281,6 +300,8 @@ pub fn snapshot(t: &Task) -> TaskSnapshot {
         version: t.version,
         column_id: t.column_id,
         queued: t.queued,
+        parent_id: t.parent_id,
+        blocked: t.blocked,
         created_at: t.created_at,
         updated_at: t.updated_at,
     }
@@ -439,8 +460,12 @@ pub(crate) fn new_task(new: NewTask, position: i64, at: DateTime<Utc>) -> Task {
         version: 1,
         column_id: None,
         queued: false,
+        parent_id: new.parent_id,
+        blocked: false,
         created_at: at,
         updated_at: at,
+        blockers: vec![],
+        subtasks: vec![],
     }
 }
 

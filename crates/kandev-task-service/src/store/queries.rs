@@ -38,7 +38,7 @@ macro_rules! task_columns {
     () => {
         "id, board_id, title, description, state, priority, agent_type, repository_url, branch, \
          workspace_path, metadata, max_retries, autostart, created_by, position, version, \
-         column_id, queued, created_at, updated_at"
+         column_id, queued, parent_id, blocked, created_at, updated_at"
     };
 }
 
@@ -86,13 +86,14 @@ macro_rules! task_fields {
 }
 
 /// ($1 id, $2 board, $3 state, $4 created by, $5 version, $6 now, $7
-/// column or NULL, $8 … $18 the fields of `task_fields` in order) → task.
+/// column or NULL, $8 parent or NULL, $9 … $19 the fields of `task_fields`
+/// in order) → task.
 pub const INSERT_TASK: &str = concat!(
     "INSERT INTO tasks (id, board_id, state, created_by, version, created_at, updated_at, \
-     column_id, ",
+     column_id, parent_id, ",
     task_fields!(),
     ") VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
-     $18) RETURNING ",
+     $18, $19) RETURNING ",
     task_columns!()
 );
 
@@ -151,6 +152,41 @@ pub const PLACE_TASK: &str = concat!(
 
 /// ($1 id).
 pub const DELETE_TASK: &str = "DELETE FROM tasks WHERE id = $1";
+
+// Subtasks and blockers.
+
+/// ($1 board) → the `(task, blocker)` links among its tasks.
+pub const BOARD_LINKS: &str = "SELECT l.task_id, l.blocker_id FROM task_blockers l \
+     JOIN tasks t ON t.id = l.task_id WHERE t.board_id = $1";
+
+/// ($1 task).
+pub const DELETE_BLOCKERS: &str = "DELETE FROM task_blockers WHERE task_id = $1";
+
+/// ($1 task, $2 blocker).
+pub const INSERT_BLOCKER: &str = "INSERT INTO task_blockers (task_id, blocker_id) VALUES ($1, $2)";
+
+/// ($1 blocker) → the tasks waiting for it.
+pub const DEPENDENTS: &str = "SELECT task_id FROM task_blockers WHERE blocker_id = $1";
+
+/// ($1 task, $2 'COMPLETED') → how many of its blockers are not completed.
+pub const HOLDING_BLOCKERS: &str = "SELECT count(*) FROM task_blockers l \
+     JOIN tasks b ON b.id = l.blocker_id WHERE l.task_id = $1 AND b.state <> $2";
+
+/// ($1 id, $2 blocked, $3 now) → task, one version on.
+pub const SET_BLOCKED: &str = concat!(
+    "UPDATE tasks SET blocked = $2, version = version + 1, updated_at = $3 WHERE id = $1 \
+     RETURNING ",
+    task_columns!()
+);
+
+/// ($1 board) → `(task, blocker id, title, state)` of each link among its
+/// tasks, in the order the links' blockers were created.
+pub const BOARD_BLOCKERS: &str = "SELECT l.task_id, b.id, b.title, b.state FROM task_blockers l \
+     JOIN tasks b ON b.id = l.blocker_id WHERE b.board_id = $1 ORDER BY b.created_at, b.id";
+
+/// ($1 board) → `(parent, subtask)` of its subtasks, oldest first.
+pub const BOARD_SUBTASKS: &str = "SELECT parent_id, id FROM tasks \
+     WHERE board_id = $1 AND parent_id IS NOT NULL ORDER BY created_at, id";
 
 // Workflow columns.
 

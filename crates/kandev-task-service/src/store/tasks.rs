@@ -96,6 +96,10 @@ impl<D: Dialect> SqlTaskStore<D> {
         }
     }
 
+    pub(super) fn pool(&self) -> &Pool<D> {
+        &self.pool
+    }
+
     /// Runs a read outside any transaction.
     async fn read<T: Rows>(&self, stmt: Stmt) -> Result<Vec<T>, sqlx::Error> {
         D::run(&mut *self.pool.acquire().await?, stmt).await
@@ -249,6 +253,7 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
     async fn create_task(&self, new: NewTask) -> Result<Task> {
         let mut tx = D::begin(&self.pool).await?;
         Self::lock_board(&mut tx, new.board_id).await?;
+        Self::check_parent(&mut tx, &new).await?;
         let position = Self::next_position(&mut tx, new.board_id, new.state).await?;
         let columns = Self::columns(&mut tx, new.board_id).await?;
         let column = column_of_state(&columns, new.state).map(|c| c.id);
@@ -260,14 +265,17 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
             .bind(&task.created_by)
             .bind(task.version)
             .bind(task.created_at)
-            .bind(column);
+            .bind(column)
+            .bind(task.parent_id);
         let stmt = bind_fields(stmt, &task);
-        self.write_task(tx, stmt, ChangeRecord::created).await
+        let task = self.write_task(tx, stmt, ChangeRecord::created).await?;
+        self.linked_one(task).await
     }
 
     async fn get_task(&self, id: Uuid) -> Result<Task> {
         let row: Option<TaskRow> = self.read_optional(Stmt::new(q::TASK).bind(id)).await?;
-        row.ok_or_else(|| no_task(id))?.try_into()
+        self.linked_one(row.ok_or_else(|| no_task(id))?.try_into()?)
+            .await
     }
 
     async fn list_tasks(
@@ -296,7 +304,7 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
             .into_iter()
             .map(Task::try_from)
             .collect::<Result<_>>()?;
-        Ok((tasks, token))
+        Ok((self.linked(tasks).await?, token))
     }
 
     async fn update_task(&self, id: Uuid, patch: TaskPatch) -> Result<Task> {
@@ -306,12 +314,13 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         let actor = patch.actor.clone();
         let Some(Update { task: new, diff }) = Update::of(&old, patch) else {
             // Nothing to change: no new version, no event.
-            return Ok(old);
+            return self.linked_one(old).await;
         };
         let stmt = Stmt::new(q::UPDATE_TASK).bind(id).bind(now());
         let stmt = bind_fields(stmt, &new);
         let updated = |task: &Task| ChangeRecord::updated(task, &actor, diff);
-        self.write_task(tx, stmt, updated).await
+        let task = self.write_task(tx, stmt, updated).await?;
+        self.linked_one(task).await
     }
 
     async fn change_state(&self, id: Uuid, change: StateChange) -> Result<Task> {
@@ -352,6 +361,8 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         )
         .await?;
         self.left(&mut tx, &old, &task).await?;
+        let waiting = Self::dependents(&mut tx, id).await?;
+        Self::recheck_dependents(&mut tx, &waiting).await?;
         if let Some(next) = enter {
             // The run of an automated column ended: on to its next step.
             task = self
@@ -359,7 +370,7 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
                 .await?;
         }
         self.commit(tx).await?;
-        Ok(task)
+        self.linked_one(task).await
     }
 
     async fn delete_task(
@@ -373,8 +384,11 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         Self::lock_board(&mut tx, board_id).await?;
         let task = Self::lock_task(&mut tx, id).await?;
         check_version(&task, expected_version)?;
+        // Its links go with it: who waited for it only may go free.
+        let waiting = Self::dependents(&mut tx, id).await?;
         execute::<D>(&mut tx, Stmt::new(q::DELETE_TASK).bind(id)).await?;
         Self::record(&mut tx, ChangeRecord::deleted(&task, &actor)).await?;
+        Self::recheck_dependents(&mut tx, &waiting).await?;
         if let Some(column) = task.column_id.filter(|_| !task.queued) {
             // Its slot frees: the column's queue moves up.
             self.fill(&mut tx, board_id, column).await?;
@@ -451,11 +465,29 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
             .find(|c| c.id == column_id)
             .ok_or_else(|| no_column(column_id))?;
         if old.column_id == Some(column_id) && !old.queued {
-            return Ok(old);
+            return self.linked_one(old).await;
         }
         let task = self.enter(&mut tx, &old, &column, &actor, true).await?;
         self.commit(tx).await?;
-        Ok(task)
+        self.linked_one(task).await
+    }
+
+    async fn put_blockers(
+        &self,
+        id: Uuid,
+        blockers: Vec<Uuid>,
+        expected_version: Option<i64>,
+        actor: String,
+    ) -> Result<Task> {
+        let mut tx = D::begin(&self.pool).await?;
+        let board_id = Self::board_of_task(&mut tx, id).await?;
+        Self::lock_board(&mut tx, board_id).await?;
+        let old = Self::lock_task(&mut tx, id).await?;
+        let task = self
+            .write_blockers(&mut tx, &old, &blockers, expected_version, &actor)
+            .await?;
+        self.commit(tx).await?;
+        self.linked_one(task).await
     }
 
     async fn ping(&self) -> Result<()> {

@@ -161,6 +161,10 @@ impl<D: Dialect> SqlTaskStore<D> {
             ChangeRecord::state_changed(&task, old.state, &change)
         };
         Self::record(tx, record).await?;
+        if task.state != old.state {
+            let waiting = Self::dependents(tx, task.id).await?;
+            Self::recheck_dependents(tx, &waiting).await?;
+        }
         Ok(task)
     }
 

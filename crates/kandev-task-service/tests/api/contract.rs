@@ -20,7 +20,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-use crate::workflow::*;
+use crate::{deps::*, workflow::*};
 
 /// A fresh database of one kind, and what removes it.
 struct Backend {
@@ -113,6 +113,9 @@ contract!(
     a_three_step_workflow_moves_a_card_and_a_wip_limit_queues,
     a_deleted_card_frees_its_slot_and_removed_columns_keep_their_cards,
     bad_moves_and_columns_are_refused,
+    subtasks_are_one_level_on_one_board,
+    a_task_blocked_by_two_goes_free_when_both_complete,
+    bad_blockers_are_refused,
 );
 
 /// Postgres only: replicas share one database, so a relay's claim holds
@@ -174,6 +177,7 @@ fn new_task(board_id: Uuid, title: &str) -> NewTask {
         max_retries: 3,
         autostart: false,
         created_by: "alice".into(),
+        parent_id: None,
     }
 }
 

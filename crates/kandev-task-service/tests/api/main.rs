@@ -7,6 +7,7 @@ mod auth;
 mod binary;
 mod boards;
 mod contract;
+mod deps;
 mod events;
 mod helpers;
 mod sqlite;

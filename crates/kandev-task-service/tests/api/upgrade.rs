@@ -80,7 +80,19 @@ async fn every_task_is_in_its_state_column(
             "{state}: its state's column"
         );
         assert!(!task.queued);
+        // Subtasks and blockers (issue 41) came later too: none, so
+        // nothing is held back.
+        assert_eq!(task.parent_id, None);
+        assert!(!task.blocked && task.blockers.is_empty() && task.subtasks.is_empty());
     }
+    // And the upgraded tasks link like new ones.
+    let (waiting, todo) = (tasks[0].0, tasks[1].0);
+    let linked = storage
+        .tasks
+        .put_blockers(waiting, vec![todo], None, "alice".into())
+        .await
+        .unwrap();
+    assert_eq!(linked.blockers.len(), 1);
 }
 
 #[tokio::test]

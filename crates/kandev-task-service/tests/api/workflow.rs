@@ -38,6 +38,7 @@ fn task(board_id: Uuid, title: &str) -> NewTask {
         max_retries: 0,
         autostart: false,
         created_by: "alice".into(),
+        parent_id: None,
     }
 }
 
