@@ -209,17 +209,21 @@ pub fn home_volume_name(agent_type: &str, scope: &str) -> String {
     format!("kandev-home-{agent_type}-{hex}")
 }
 
+/// Whether `id` can be an agent type's id: 1-64 lower-case letters, digits,
+/// '.', '_' or '-', not starting with a punctuation mark.
+pub fn type_id_ok(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
+        && !id.starts_with(['.', '_', '-'])
+}
+
 impl AgentType {
     /// Checks an agent type from `UpsertAgentType`.
     pub fn validate(&self) -> Result<()> {
-        let id_ok = !self.id.is_empty()
-            && self.id.len() <= 64
-            && self
-                .id
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
-            && !self.id.starts_with(['.', '_', '-']);
-        if !id_ok {
+        if !type_id_ok(&self.id) {
             return Err(invalid(
                 "id must be 1-64 lower-case letters, digits, '.', '_' or '-'",
             ));

@@ -99,7 +99,8 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
     }
 }
 
-/// Path parameters. No segment may hold a NUL character, as in [`ApiJson`].
+/// Path parameters. (A path id is checked where it is parsed: a UUID, or a
+/// name of a checked alphabet, so a `%00` there is refused as a bad id.)
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ApiPath<T>(pub T);
 
@@ -107,7 +108,6 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        refuse_nul(parts.uri.path(), "path")?;
         let axum::extract::Path(value) =
             axum::extract::Path::<T>::from_request_parts(parts, state).await?;
         Ok(ApiPath(value))

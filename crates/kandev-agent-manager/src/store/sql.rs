@@ -157,6 +157,10 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
     }
 
     async fn get_type(&self, id: &str) -> Result<AgentType> {
+        // An id no type can have (a NUL, say) is not looked up.
+        if !crate::domain::type_id_ok(id) {
+            return Err(AgentError::NotFound(format!("agent type {id:?}")));
+        }
         let stmt = Stmt::new(format!(
             "SELECT {TYPE_COLUMNS} FROM agent_types WHERE id = $1"
         ))

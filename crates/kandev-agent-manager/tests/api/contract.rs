@@ -159,6 +159,9 @@ async fn the_registry_is_seeded_and_upserted(a: &Store, b: &Store) {
     assert_eq!(mock.name, "Mock agent (demo)");
     assert!(a.get_type("seed-agent").await.unwrap().internal);
     assert!(is_not_found(a.get_type("nope").await));
+    // An id no type can have is not found, not a database error.
+    assert!(is_not_found(a.get_type("a\0b").await));
+    assert!(is_not_found(a.get_type("").await));
 
     let custom = AgentType {
         id: "custom".into(),
