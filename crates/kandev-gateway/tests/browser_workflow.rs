@@ -285,3 +285,115 @@ async fn the_new_task_dialog_picks_an_agent_profile_of_the_chosen_type() {
     browser.close().await;
     stack.shutdown().await;
 }
+
+/// Issue 41: "Blocked by…" on a card chooses the tasks it waits for; the
+/// card says why it is held, and stops saying so, pushed, once both of its
+/// blockers complete. A cycle is refused in the dialog with the server's
+/// reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_card_blocked_by_two_says_why_until_both_complete() {
+    let Some(browser) = start_browser().await else {
+        return;
+    };
+    let stack = start_stack().await;
+    let c = &browser.client;
+    login(c, &stack.base).await;
+    set_viewport(c, 1440, 900).await;
+    let board = api(c, "POST", "/boards", json!({"name": "Blockers"})).await;
+    let board = board["body"]["id"].as_str().unwrap().to_string();
+    let build = new_task(c, &board, "Build", "").await;
+    let lint = new_task(c, &board, "Lint", "").await;
+    let ship = new_task(c, &board, "Ship", "").await;
+    go(c, &format!("#/boards/{board}")).await;
+    for id in [&build, &lint, &ship] {
+        wait_js(
+            c,
+            "the cards",
+            20,
+            &format!("return !!document.querySelector('{}');", card(id)),
+            vec![],
+        )
+        .await;
+    }
+
+    // Ship waits for Build and Lint, chosen in its dialog.
+    click(c, &format!("{} [data-testid=card-blockers]", card(&ship))).await;
+    for id in [&build, &lint] {
+        click(
+            c,
+            &format!("[data-testid=blocker-option][data-task-id=\"{id}\"] input"),
+        )
+        .await;
+    }
+    click(c, "[data-testid=blockers-submit]").await;
+    let why = wait_js(
+        c,
+        "Ship says it is blocked",
+        20,
+        &format!("const b = document.querySelector('{} [data-testid=card-blocked]'); return b ? b.textContent : null;", card(&ship)),
+        vec![],
+    )
+    .await;
+    let why = why.as_str().unwrap();
+    assert!(why.contains("'Build'") && why.contains("'Lint'"), "{why}");
+
+    // Build waiting for Ship would be a cycle: the dialog says so.
+    click(c, &format!("{} [data-testid=card-blockers]", card(&build))).await;
+    click(
+        c,
+        &format!("[data-testid=blocker-option][data-task-id=\"{ship}\"] input"),
+    )
+    .await;
+    click(c, "[data-testid=blockers-submit]").await;
+    let refused = wait_js(
+        c,
+        "the cycle refused",
+        20,
+        "const e = document.querySelector('[data-testid=blockers-error]'); return e && !e.hidden ? e.textContent : null;",
+        vec![],
+    )
+    .await;
+    assert!(refused.as_str().unwrap().contains("cycle"), "{refused}");
+    click(c, "[data-testid=blockers-cancel]").await;
+
+    // Both blockers complete: Ship is free, pushed to the page.
+    for id in [&build, &lint] {
+        for state in ["IN_PROGRESS", "COMPLETED"] {
+            let moved = api(
+                c,
+                "PATCH",
+                &format!("/tasks/{id}/state"),
+                json!({"state": state}),
+            )
+            .await;
+            assert_eq!(moved["status"], 200, "{moved}");
+        }
+        if *id == build {
+            let still = js(
+                c,
+                &format!(
+                    "return !!document.querySelector('{} [data-testid=card-blocked]');",
+                    card(&ship)
+                ),
+                vec![],
+            )
+            .await;
+            assert_eq!(still, true, "still waiting for Lint");
+        }
+    }
+    wait_js(
+        c,
+        "Ship no longer blocked",
+        20,
+        &format!(
+            "return !document.querySelector('{} [data-testid=card-blocked]');",
+            card(&ship)
+        ),
+        vec![],
+    )
+    .await;
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    browser.close().await;
+    stack.shutdown().await;
+}

@@ -12,6 +12,7 @@ import { boardFilter } from './boardfilter.js';
 import { followBoard, seeCards } from './notify.js';
 import { editWorkflow, loadColumns, moveToColumn } from './workflow.js';
 import { BoardColumns } from './boardcolumns.js';
+import { editBlockers } from './blockers.js';
 import { enhanceColumns } from './columns.js';
 
 // A repository URL's short name: its last path segment without `.git`
@@ -68,7 +69,8 @@ export function boardView(main, boardId, { setCrumbs, debug }) {
   function cardKey(t) {
     const s = statuses.get(t.id);
     return JSON.stringify([t.title, t.agent_type, t.priority, taskState(t), t.version, preparing(t), s && [execState(s), s.queue_position, s.last_error, s.attempts],
-      t.repository_url, t.branch, t.metadata?.delivered, t.column_id, t.queued]);
+      t.repository_url, t.branch, t.metadata?.delivered, t.column_id, t.queued, t.blocked, t.blocked_reason,
+      t.parent_id, (t.subtasks || []).length]);
   }
 
   // "preparing the agent image …" while its build runs (agent.preparing);
@@ -97,11 +99,17 @@ export function boardView(main, boardId, { setCrumbs, debug }) {
       // What the task waits for, in full: a person has to act.
       badge && badge.cls === 'attention' ? h('p', { class: 'card-callout exec-attention', testid: 'card-status', dataset: { exec }, title: badge.title }, badge.text) : null,
       preparing(t) && taskState(t) === STATE.IN_PROGRESS ? h('p', { class: 'card-note', testid: 'card-preparing' }, preparing(t)) : null,
+      // Held until its blockers complete: why, in the server's words.
+      t.blocked ? h('p', { class: 'card-callout card-blocked', testid: 'card-blocked', title: t.blocked_reason }, `Blocked: ${t.blocked_reason || 'waiting for other tasks'}`) : null,
+      t.parent_id || (t.subtasks || []).length ? h('p', { class: 'card-note', testid: 'card-family' },
+        t.parent_id ? `Subtask of “${cards.get(t.parent_id)?.task.title || 'another task'}”` : `${t.subtasks.length} subtask${t.subtasks.length === 1 ? '' : 's'}`) : null,
       repoLine(t),
       h('div', { class: 'card-actions' },
         select,
         h('button', { type: 'button', class: 'btn btn-small', testid: 'card-move', 'aria-label': `Move ${t.title} to a column`, onclick: () => moveToColumn(boardId, t) }, 'Move'),
         h('button', { type: 'button', class: 'btn btn-small', testid: 'card-edit', 'aria-label': `Edit ${t.title}`, onclick: () => editTask(t.id) }, 'Edit'),
+        h('button', { type: 'button', class: 'btn btn-small', testid: 'card-blockers', 'aria-label': `Tasks ${t.title} waits for`,
+          onclick: () => editBlockers(t, [...cards.values()].map((c) => c.task)) }, 'Blocked by…'),
         h('button', { type: 'button', class: 'btn btn-small btn-danger-ghost', testid: 'card-delete', 'aria-label': `Delete ${t.title}`, onclick: () => deleteTask(t.id) }, 'Delete')));
     el.addEventListener('dragstart', (e) => {
       e.dataTransfer.setData('text/x-kandev-task', t.id);
