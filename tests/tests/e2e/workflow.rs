@@ -1,5 +1,5 @@
 //! Issue 41, what a workflow column gives the run it starts, end to end on
-//! the four services with the mock agent in Docker: `{diff}` in a column's
+//! the four services and on `kandev`, with the mock agent in Docker: `{diff}` in a column's
 //! prompt is the task's changes so far (read from Kandev's own repository
 //! of the task, as the Changes panel reads them), and a column may start a
 //! new agent session instead of continuing the task's.
@@ -27,7 +27,17 @@ fn columns(ids: &[String]) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_column_prompt_gets_the_diff_so_far_and_a_column_may_start_a_new_session() {
-    let stack = Stack::start("workflow_diff", Options::default()).await;
+    diff_and_sessions("workflow_diff", Options::default()).await;
+}
+
+/// The same on the one-process `kandev` (SQLite).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_a_column_prompt_gets_the_diff_so_far_and_a_column_may_start_a_new_session() {
+    diff_and_sessions("workflow_diff_single", Options::single()).await;
+}
+
+async fn diff_and_sessions(name: &str, options: Options) {
+    let stack = Stack::start(name, options).await;
     let api = stack.admin().await;
     let board = api.board("flow").await;
     let ids: Vec<String> = (0..5).map(|_| uuid::Uuid::now_v7().to_string()).collect();
