@@ -142,6 +142,8 @@ impl Modify for CommonErrors {
         routes::followups::edit,
         routes::followups::cancel,
         routes::feed::page,
+        routes::checks::get,
+        routes::checks::fix,
     ),
     components(schemas(ErrorBody, api::TaskState)),
     modifiers(&BearerAuth, &CommonErrors),

@@ -11,6 +11,7 @@ import { BoardSocket } from './boardsocket.js';
 import { boardFilter } from './boardfilter.js';
 import { followBoard, seeCards } from './notify.js';
 import { editWorkflow, moveToColumn } from './workflow.js';
+import { checksBadge, checksKey } from './checks.js';
 
 // A repository URL's short name: its last path segment without `.git`
 // (https://github.com/acme/widgets.git → widgets).
@@ -82,7 +83,7 @@ export function boardView(main, boardId, { setCrumbs, debug }) {
   function cardKey(t) {
     const s = statuses.get(t.id);
     return JSON.stringify([t.title, t.agent_type, t.priority, taskState(t), t.version, preparing(t), s && [execState(s), s.queue_position, s.last_error, s.attempts],
-      t.repository_url, t.branch, t.metadata?.delivered]);
+      t.repository_url, t.branch, t.metadata?.delivered, checksKey(t)]);
   }
 
   // "preparing the agent image …" while its build runs (agent.preparing);
@@ -106,7 +107,8 @@ export function boardView(main, boardId, { setCrumbs, debug }) {
       h('div', { class: 'card-meta' },
         t.agent_type ? h('span', { class: 'chip', testid: 'card-agent' }, t.agent_type) : h('span', { class: 'chip muted' }, 'no agent'),
         h('span', { class: 'chip', testid: 'card-priority', title: 'Priority' }, `P${t.priority ?? 0}`),
-        badge && badge.cls !== 'attention' ? h('span', { class: `badge exec-${badge.cls}`, testid: 'card-status', dataset: { exec }, title: badge.text }, badge.text) : null),
+        badge && badge.cls !== 'attention' ? h('span', { class: `badge exec-${badge.cls}`, testid: 'card-status', dataset: { exec }, title: badge.text }, badge.text) : null,
+        checksBadge(t)),
       // What the task waits for, in full: a person has to act.
       badge && badge.cls === 'attention' ? h('p', { class: 'card-callout exec-attention', testid: 'card-status', dataset: { exec }, title: badge.title }, badge.text) : null,
       preparing(t) && taskState(t) === STATE.IN_PROGRESS ? h('p', { class: 'card-note', testid: 'card-preparing' }, preparing(t)) : null,
