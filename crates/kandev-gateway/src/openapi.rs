@@ -143,6 +143,8 @@ impl Modify for CommonErrors {
         routes::followups::edit,
         routes::followups::cancel,
         routes::feed::page,
+        routes::checks::get,
+        routes::checks::fix,
     ),
     components(schemas(ErrorBody, api::TaskState)),
     modifiers(&BearerAuth, &CommonErrors),

@@ -64,6 +64,19 @@ pub struct Settings {
     /// pushed branch (`KANDEV_FORGES='[{repository_prefix = "https://github.com/",
     /// kind = "github", api_url = "https://api.github.com", token = "..."}]'`).
     pub forges: Vec<crate::forge::Forge>,
+    /// The CI checks of a commit pushed to a forge are read this long after
+    /// the push, in ms; the delay doubles after each read that finds them
+    /// still running (`KANDEV_CHECKS_POLL_MS`).
+    pub checks_poll_ms: u64,
+    /// The longest delay between two reads of a commit's checks, in ms.
+    pub checks_poll_max_ms: u64,
+    /// A commit's checks are read at most this many times.
+    pub checks_max_polls: u32,
+    /// When a pushed commit's checks fail, their names and log tails go to
+    /// the agent as a follow-up by themselves, once per commit
+    /// (`KANDEV_AUTO_FIX_CI`); a task's `metadata.auto_fix_ci` turns it on
+    /// for that task alone.
+    pub auto_fix_ci: bool,
     /// Delay before the first retry of a failed run, in ms; doubles per retry.
     pub retry_backoff_ms: u64,
     /// The longest delay between retries, in ms.
@@ -154,6 +167,10 @@ impl Default for Settings {
             workspace_sweep_secs: 300,
             remove_workspace_after_delivery: true,
             forges: Vec::new(),
+            checks_poll_ms: 15_000,
+            checks_poll_max_ms: 300_000,
+            checks_max_polls: 40,
+            auto_fix_ci: false,
             retry_backoff_ms: 2000,
             retry_backoff_max_ms: 60_000,
             ws_client_buffer: 16_384,
@@ -221,9 +238,10 @@ impl Validate for Settings {
             || self.feed_flush_ms == 0
             || self.leader_poll_ms == 0
             || self.manager_grace_ms == 0
+            || self.checks_poll_ms == 0
         {
             return Err(
-                "ws_client_buffer, feed_flush_max, feed_flush_ms, leader_poll_ms and manager_grace_ms must be positive".into(),
+                "ws_client_buffer, feed_flush_max, feed_flush_ms, leader_poll_ms, manager_grace_ms and checks_poll_ms must be positive".into(),
             );
         }
         let c = &self.consumers;
@@ -242,6 +260,17 @@ impl Validate for Settings {
 }
 
 impl Settings {
+    /// The delay before the next read of a commit's checks, after `polls`
+    /// reads: backoff, doubling.
+    pub fn checks_delay(&self, polls: u32) -> std::time::Duration {
+        let shift = polls.min(20);
+        let ms = self
+            .checks_poll_ms
+            .saturating_mul(1u64 << shift)
+            .min(self.checks_poll_max_ms.max(self.checks_poll_ms));
+        std::time::Duration::from_millis(ms)
+    }
+
     /// Whether the database is a SQLite file (`sqlite:` URL) rather than
     /// Postgres: one process, no replicas (`database_schema` only names
     /// the lock keys).

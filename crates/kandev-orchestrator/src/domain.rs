@@ -227,6 +227,15 @@ pub trait Orchestration: Send + Sync + 'static {
         resolved: bool,
         actor: &str,
     ) -> Result<crate::engine::review::ReviewCommentRow>;
+    /// The CI checks of the task's last pushed commit; `None` when nothing
+    /// was pushed to a forge whose checks are read.
+    async fn task_checks(
+        &self,
+        task_id: Uuid,
+    ) -> Result<Option<crate::engine::store::TaskChecksRow>>;
+    /// Sends the failing checks' names and log tails to the agent as
+    /// `actor`'s follow-up; the names sent. Refused when none failed.
+    async fn fix_ci(&self, task_id: Uuid, actor: &str) -> Result<(ExecutionView, Vec<String>)>;
 }
 
 pub type Result<T, E = OrchestratorError> = std::result::Result<T, E>;

@@ -6,8 +6,8 @@
 //! Here: the queue and launching. Beside it: `events` (the reactions),
 //! `orchestration` (the calls of the adapters), `store` (every statement),
 //! `slots` (the limits, pure), `failover` (runs of a pool's gone managers),
-//! `followups` (follow-ups held until a turn ends), `board`, `review` and
-//! `workspaces`.
+//! `followups` (follow-ups held until a turn ends), `board`, `review`,
+//! `ci` (the checks of pushed work, "Fix CI") and `workspaces`.
 //!
 //! Each run is for one user (`run_as`, stored with its queue entry): the
 //! agent manager gives its container that user's stored secrets and agent
@@ -17,6 +17,7 @@
 //! the task's creator merely for having filed it.
 
 mod board;
+pub mod ci;
 mod events;
 mod failover;
 pub mod followups;

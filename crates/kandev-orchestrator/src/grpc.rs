@@ -8,6 +8,7 @@ use kandev_proto::v1::{self as pb, orchestrator_server::Orchestrator};
 use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
+use crate::engine::ci::checks_to_proto;
 use crate::engine::followups::{parse_prompt_id, pending_to_proto};
 use crate::engine::review::{Review, comment_to_proto};
 use crate::{
@@ -292,5 +293,35 @@ impl Orchestrator for GrpcOrchestratorAdapter {
             .await
             .map_err(|e| e.to_status())?;
         Ok(Response::new(comment_to_proto(&comment)))
+    }
+
+    async fn get_task_checks(
+        &self,
+        request: Request<pb::GetTaskChecksRequest>,
+    ) -> Result<Response<pb::TaskChecks>, Status> {
+        let task_id = parse_task_id(&request.into_inner().task_id).map_err(|e| e.to_status())?;
+        let row = self
+            .orchestration
+            .task_checks(task_id)
+            .await
+            .map_err(|e| e.to_status())?;
+        Ok(Response::new(checks_to_proto(task_id, row.as_ref())))
+    }
+
+    async fn fix_ci(
+        &self,
+        request: Request<pb::FixCiRequest>,
+    ) -> Result<Response<pb::FixCiResponse>, Status> {
+        let req = request.into_inner();
+        let task_id = parse_task_id(&req.task_id).map_err(|e| e.to_status())?;
+        let (execution, checks) = self
+            .orchestration
+            .fix_ci(task_id, &req.actor)
+            .await
+            .map_err(|e| e.to_status())?;
+        Ok(Response::new(pb::FixCiResponse {
+            execution: Some(execution.to_proto()),
+            checks,
+        }))
     }
 }

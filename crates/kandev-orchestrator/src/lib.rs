@@ -17,12 +17,15 @@
 //! - [`forge`]: pull / merge requests on GitHub and GitLab.
 //! - [`pool`]: the agent managers as a pool: where a run is placed, where
 //!   a call about an instance goes.
+//! - [`checks`]: the CI checks of a pushed commit (GitHub check runs and
+//!   commit statuses), size-bounded.
 //! - [`http`] and [`ws`]: REST control and the WebSocket feed.
 //! - [`grpc`]: the thin tonic adapter over an `Orchestration`.
 //! - [`leader`]: replicas: one leader runs the consumers and the
 //!   scheduler; decisions of all replicas are serialized in Postgres.
 //! - [`startup`]: `build(settings)` then `run_until_stopped(shutdown)`.
 
+pub mod checks;
 pub mod clients;
 pub mod config;
 pub mod consumers;

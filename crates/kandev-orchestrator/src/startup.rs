@@ -429,15 +429,36 @@ async fn lead_work(parts: LeaderParts, stop: CancellationToken) {
         stop.clone(),
     )));
     // Aborted with this future: a replica that loses the lead stops all.
+    let checks = AbortOnDropHandle::new(tokio::spawn(run_checks(engine.clone(), stop.clone())));
     let ticker = AbortOnDropHandle::new(tokio::spawn(run_ticker(engine, stop)));
     for (what, handle) in [
         ("the feed consumer", feed),
         ("the task event consumer", tasks),
         ("the agent event consumer", agents),
         ("the scheduler", ticker),
+        ("the checks poller", checks),
     ] {
         if let Err(err) = handle.await {
             tracing::error!(%err, "{what} panicked");
+        }
+    }
+}
+
+/// Reads pushed commits' CI checks when due (see `engine::ci`), apart
+/// from the scheduler: a slow forge never holds up the queue.
+async fn run_checks(engine: Arc<Engine>, stop: CancellationToken) {
+    let mut interval = tokio::time::interval(Duration::from_millis(
+        engine.settings().checks_poll_ms.clamp(1, 1000),
+    ));
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = interval.tick() => {
+                if let Err(err) = engine.poll_checks().await {
+                    tracing::warn!(%err, "reading pushed commits' checks failed");
+                }
+            }
         }
     }
 }

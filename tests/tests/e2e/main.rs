@@ -5,6 +5,7 @@ mod board;
 mod board_push;
 mod cancel;
 mod changes;
+mod ci_checks;
 mod cluster;
 mod concurrency;
 mod crash;

@@ -35,6 +35,7 @@ pub mod auth;
 pub mod board_stream;
 pub mod boards;
 pub mod changes;
+pub mod checks;
 pub mod feed;
 pub mod followups;
 pub mod orchestrator;
@@ -160,6 +161,8 @@ fn api(state: AppState) -> Router<AppState> {
             get(orchestrator::stream),
         )
         .route("/orchestrator/tasks/{task_id}/feed", get(feed::page))
+        .route("/orchestrator/tasks/{task_id}/checks", get(checks::get))
+        .route("/orchestrator/tasks/{task_id}/fix-ci", post(checks::fix))
         .route_layer(middleware::from_fn_with_state(state, require_auth));
     public
         .merge(protected)

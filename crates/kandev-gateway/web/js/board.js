@@ -14,6 +14,7 @@ import { editWorkflow, loadColumns, moveToColumn } from './workflow.js';
 import { BoardColumns } from './boardcolumns.js';
 import { editBlockers } from './blockers.js';
 import { enhanceColumns } from './columns.js';
+import { checksBadge, checksKey } from './checks.js';
 
 // A repository URL's short name: its last path segment without `.git`
 // (https://github.com/acme/widgets.git → widgets).
@@ -70,7 +71,7 @@ export function boardView(main, boardId, { setCrumbs, debug }) {
     const s = statuses.get(t.id);
     return JSON.stringify([t.title, t.agent_type, t.priority, taskState(t), t.version, preparing(t), s && [execState(s), s.queue_position, s.last_error, s.attempts],
       t.repository_url, t.branch, t.metadata?.delivered, t.column_id, t.queued, t.blocked, t.blocked_reason,
-      t.parent_id, (t.subtasks || []).length]);
+      t.parent_id, (t.subtasks || []).length, checksKey(t)]);
   }
 
   // "preparing the agent image …" while its build runs (agent.preparing);
@@ -95,7 +96,8 @@ export function boardView(main, boardId, { setCrumbs, debug }) {
         t.agent_type ? h('span', { class: 'chip', testid: 'card-agent' }, t.agent_type) : h('span', { class: 'chip muted' }, 'no agent'),
         h('span', { class: 'chip', testid: 'card-priority', title: 'Priority' }, `P${t.priority ?? 0}`),
         t.queued ? h('span', { class: 'chip chip-queued', testid: 'card-queued', title: 'The column is full: this card waits its turn' }, 'Queued') : null,
-        badge && badge.cls !== 'attention' ? h('span', { class: `badge exec-${badge.cls}`, testid: 'card-status', dataset: { exec }, title: badge.text }, badge.text) : null),
+        badge && badge.cls !== 'attention' ? h('span', { class: `badge exec-${badge.cls}`, testid: 'card-status', dataset: { exec }, title: badge.text }, badge.text) : null,
+        checksBadge(t)),
       // What the task waits for, in full: a person has to act.
       badge && badge.cls === 'attention' ? h('p', { class: 'card-callout exec-attention', testid: 'card-status', dataset: { exec }, title: badge.title }, badge.text) : null,
       preparing(t) && taskState(t) === STATE.IN_PROGRESS ? h('p', { class: 'card-note', testid: 'card-preparing' }, preparing(t)) : null,

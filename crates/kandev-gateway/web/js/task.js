@@ -10,6 +10,7 @@ import { TaskSocket } from './socket.js';
 import { FeedPager } from './feedpages.js';
 import { changesPanel } from './changes.js';
 import { pendingBox, pendingPrompts } from './followups.js';
+import { checksPanel } from './checks.js';
 import { STATE, STATE_LABELS, execBadge, execState, ACTIVE_EXEC, taskDialog, plainError, failureText, agentTypes, agentTypeId } from './common.js';
 
 const STATUS_POLL_MS = 2000;
@@ -129,6 +130,7 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
   const details = h('div', { class: 'side-details', testid: 'task-details' });
   const execInfo = h('dl', { class: 'kv', testid: 'exec-info' });
   const usageEl = h('p', { class: 'muted small', testid: 'usage' });
+  const checks = checksPanel(taskId, { onFixed: () => refreshSoon() });
 
   clear(main).append(
     h('div', { class: 'page-head task-head' },
@@ -142,6 +144,7 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
       h('aside', { class: 'task-side', 'aria-label': 'Task details' },
         h('section', null, h('h2', null, 'Plan'), planBox),
         h('section', null, h('h2', null, 'Execution'), execInfo, usageEl),
+        checks.el,
         h('section', null, h('h2', null, 'Details'), details))));
 
   function select(t) {
@@ -250,6 +253,7 @@ export function taskView(main, taskId, { setCrumbs, debug }) {
     stateBadge.className = `badge state-${st}`;
     stateBadge.dataset.state = st;
     changes.setTask(task);
+    checks.update(task);
     // One badge per fact: the execution's only when it says something the
     // state does not (queued, running, retrying, an idle live task).
     const b = execBadge(status, st, 'page');

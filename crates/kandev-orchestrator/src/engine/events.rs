@@ -97,6 +97,7 @@ impl Engine {
                     self.remove_workspace(task_id, "task deleted").await;
                     self.store.forget_direct_clone(task_id).await?;
                     self.store.delete_review_comments(task_id).await?;
+                    self.store.drop_checks(task_id).await?;
                     if exec.is_some() {
                         self.store.delete(task_id).await?;
                     }

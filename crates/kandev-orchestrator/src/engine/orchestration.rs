@@ -200,6 +200,14 @@ impl Orchestration for Engine {
             .await
     }
 
+    async fn task_checks(&self, task_id: Uuid) -> Result<Option<super::store::TaskChecksRow>> {
+        self.checks_of(task_id).await
+    }
+
+    async fn fix_ci(&self, task_id: Uuid, actor: &str) -> Result<(ExecutionView, Vec<String>)> {
+        self.fix_ci_now(task_id, actor).await
+    }
+
     async fn respond_permission(&self, task_id: Uuid, answer: PermissionAnswer) -> Result<()> {
         let exec = self.execution(task_id).await?;
         let instance = Self::running_instance(&exec).ok_or_else(|| {

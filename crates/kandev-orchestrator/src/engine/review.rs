@@ -324,6 +324,10 @@ impl Engine {
                     }
                     _ => None,
                 };
+                if pull_request.is_some() {
+                    self.watch_checks(task_id, &task.repository_url, &delivery.commit)
+                        .await;
+                }
                 let patch = json!({
                         "delivered": {
                             "branch": delivery.branch,

@@ -8,10 +8,11 @@ use std::{collections::HashMap, sync::Arc};
 use chrono::Utc;
 use kandev_orchestrator::{
     Settings,
+    checks::{Check, CheckState},
     domain::ExecState,
     engine::store::{
-        Enqueue, Execution, ExecutionStore, NewReviewComment, PgExecStore, ReviewCommentRow, Side,
-        SqliteExecStore,
+        ChecksPoll, Enqueue, Execution, ExecutionStore, NewReviewComment, PgExecStore,
+        ReviewCommentRow, Side, SqliteExecStore,
     },
     feed::{
         Frame,
@@ -108,6 +109,7 @@ contract!(
     direct_clones_are_due_after_their_retention_until_forgotten,
     review_comments_are_kept_round_by_round,
     review_comments_are_resolved_and_opened_again,
+    checks_are_watched_polled_and_fixed_once,
     events_are_applied_once,
     the_feed_keeps_every_seq_once_in_order,
     a_packed_batch_is_stored_as_it_came,
@@ -817,4 +819,120 @@ async fn review_comments_are_resolved_and_opened_again(stores: &Stores) {
             .iter()
             .all(|c| c.resolved_at.is_none())
     );
+}
+
+fn ci_check(name: &str, status: &str, failed: bool) -> Check {
+    Check {
+        name: name.into(),
+        kind: "check_run".into(),
+        status: status.into(),
+        conclusion: if failed {
+            "failure".into()
+        } else {
+            String::new()
+        },
+        url: format!("https://ci.example/{name}"),
+        failed,
+        log_tail: if failed {
+            "error: it broke\n".into()
+        } else {
+            String::new()
+        },
+    }
+}
+
+/// A pushed commit's checks: watched, due when their time comes, each
+/// read recorded for that commit only, a fix recorded once for the
+/// automation, and gone with the task.
+async fn checks_are_watched_polled_and_fixed_once(stores: &Stores) {
+    let store = &stores.exec;
+    let (task, other) = (Uuid::now_v7(), Uuid::now_v7());
+    let now = Utc::now();
+    let later = now + chrono::Duration::seconds(60);
+    assert!(store.task_checks(task).await.unwrap().is_none());
+    store
+        .watch_checks(task, "https://github.com/acme/app", "aaa111", now)
+        .await
+        .unwrap();
+    store
+        .watch_checks(other, "https://github.com/acme/app", "bbb222", later)
+        .await
+        .unwrap();
+    let row = store.task_checks(task).await.unwrap().unwrap();
+    assert_eq!(
+        (row.sha.as_str(), row.state, row.polls, row.checks.0.len()),
+        ("aaa111", CheckState::Pending, 0, 0)
+    );
+    assert_eq!(row.repository_url, "https://github.com/acme/app");
+    assert!(row.fix_sent_at.is_none());
+    // Only the one whose time has come is due.
+    let due = store.checks_due(now, 10).await.unwrap();
+    assert_eq!(due.iter().map(|r| r.task_id).collect::<Vec<_>>(), [task]);
+
+    // A read: still running, polled again later.
+    let running = [ci_check("build", "in_progress", false)];
+    let poll = ChecksPoll {
+        state: CheckState::Pending,
+        checks: &running,
+        error: "",
+        polls: 1,
+        next_poll_at: Some(later),
+        at: now,
+    };
+    assert!(store.record_checks(task, "aaa111", &poll).await.unwrap());
+    assert!(store.checks_due(now, 10).await.unwrap().is_empty());
+    // A read of a commit no longer watched is not recorded.
+    assert!(!store.record_checks(task, "old000", &poll).await.unwrap());
+
+    // Failed: no longer polled, the checks and their log kept.
+    let failed = [
+        ci_check("build", "completed", true),
+        ci_check("lint", "completed", false),
+    ];
+    let poll = ChecksPoll {
+        state: CheckState::Failure,
+        checks: &failed,
+        error: "",
+        polls: 2,
+        next_poll_at: None,
+        at: now,
+    };
+    assert!(store.record_checks(task, "aaa111", &poll).await.unwrap());
+    let row = store.task_checks(task).await.unwrap().unwrap();
+    assert_eq!(row.state, CheckState::Failure);
+    assert_eq!(row.checks.0, failed);
+    assert_eq!(row.polls, 2);
+    assert!(row.next_poll_at.is_none());
+    assert!(
+        store
+            .checks_due(later + chrono::Duration::hours(1), 10)
+            .await
+            .unwrap()
+            .iter()
+            .all(|r| r.task_id != task)
+    );
+
+    // The automation sends a fix once; a person may send it again.
+    assert!(store.fix_sent(task, "aaa111", now, true).await.unwrap());
+    assert!(!store.fix_sent(task, "aaa111", now, true).await.unwrap());
+    assert!(store.fix_sent(task, "aaa111", later, false).await.unwrap());
+    assert!(!store.fix_sent(task, "old000", now, false).await.unwrap());
+    let sent = store.task_checks(task).await.unwrap().unwrap().fix_sent_at;
+    assert_eq!(sent.map(|t| t.timestamp()), Some(later.timestamp()));
+
+    // A new push starts over.
+    store
+        .watch_checks(task, "https://github.com/acme/app", "ccc333", now)
+        .await
+        .unwrap();
+    let row = store.task_checks(task).await.unwrap().unwrap();
+    assert_eq!(
+        (row.sha.as_str(), row.state, row.polls, row.checks.0.len()),
+        ("ccc333", CheckState::Pending, 0, 0)
+    );
+    assert!(row.fix_sent_at.is_none() && row.error.is_empty());
+
+    store.drop_checks(task).await.unwrap();
+    assert!(store.task_checks(task).await.unwrap().is_none());
+    assert!(store.task_checks(other).await.unwrap().is_some());
 }

@@ -6,6 +6,7 @@
 
 mod auth;
 mod binary;
+mod checks;
 mod contract;
 mod deps;
 mod e2e;

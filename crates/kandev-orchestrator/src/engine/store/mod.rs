@@ -1,7 +1,8 @@
 //! The orchestrator's tables as the engine uses them: `executions` (one row
 //! per task: the queue, the run and its retries), `processed_events`
-//! (envelopes already applied), `review_comments` (see [`ReviewStore`]) and
-//! `pending_prompts` (see [`FollowUpStore`]).
+//! (envelopes already applied), `review_comments` (see [`ReviewStore`]),
+//! `pending_prompts` (see [`FollowUpStore`]) and `task_checks` (see
+//! [`CheckStore`]).
 //! Every statement the engine runs is here, named for what it does, behind
 //! [`ExecutionStore`]; the decisions stay in the engine.
 
@@ -11,12 +12,14 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+mod checks;
 mod executions;
 mod followups;
 mod pg;
 mod review;
 mod sqlite;
 
+pub use checks::{CheckList, CheckStore, ChecksPoll, TaskChecksRow};
 pub use executions::{ExecDialect, SqlExecStore};
 pub use followups::{FollowUpStore, PendingPrompt};
 pub use pg::PgExecStore;
@@ -88,7 +91,7 @@ pub struct Enqueue<'a> {
 /// `dyn ExecutionStore`, so the queue logic does not depend on where they
 /// live. `tests/api/contract.rs` checks both against one contract.
 #[async_trait]
-pub trait ExecutionStore: ReviewStore + FollowUpStore + Send + Sync + 'static {
+pub trait ExecutionStore: ReviewStore + FollowUpStore + CheckStore + Send + Sync + 'static {
     async fn get(&self, task_id: Uuid) -> Result<Option<Execution>>;
 
     async fn get_many(&self, task_ids: &[Uuid]) -> Result<Vec<Execution>>;

@@ -1,0 +1,120 @@
+//! A pushed commit's CI checks read from a local server that implements
+//! the few GitHub endpoints Kandev reads: check runs, commit statuses and
+//! an Actions job's log; what a forge writes is bounded and cleaned.
+
+use axum::{Json, Router, http::StatusCode, response::IntoResponse};
+use kandev_orchestrator::{
+    checks::{ChecksError, MAX_LOG_TAIL, read_checks, summarize},
+    forge::{Forge, ForgeKind},
+};
+use serde_json::json;
+
+async fn fake_github(
+    uri: axum::http::Uri,
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    let path = uri.path();
+    if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some("Bearer good") {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({"message": "Bad credentials"})),
+        )
+            .into_response();
+    }
+    match path {
+        "/repos/acme/app/commits/abc123/check-runs" => Json(json!({"check_runs": [
+            {"id": 1, "name": "build\u{1b}[31m", "status": "completed", "conclusion": "timed_out",
+             "html_url": "javascript:alert(1)",
+             "output": {"summary": "", "text": format!("{}THE END\0", "x".repeat(9000))}},
+            {"id": 2, "name": "test", "status": "in_progress", "conclusion": null,
+             "html_url": "https://ci.example/2"},
+            {"id": 3, "name": "e2e", "status": "completed", "conclusion": "failure",
+             "output": {"summary": null, "text": null}},
+        ]}))
+        .into_response(),
+        "/repos/acme/app/commits/abc123/status" => Json(json!({"statuses": [
+            {"context": "deploy", "state": "error", "description": "quota exceeded",
+             "target_url": "https://ci.example/deploy"},
+        ]}))
+        .into_response(),
+        "/repos/acme/app/actions/jobs/3/logs" => {
+            "step 1\nstep 2\npanicked at e2e.rs:9\n".into_response()
+        }
+        _ => (StatusCode::NOT_FOUND, Json(json!({"message": "Not Found"}))).into_response(),
+    }
+}
+
+#[tokio::test]
+async fn check_runs_and_statuses_are_read_bounded() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = Router::new().fallback(fake_github);
+    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let client = reqwest::Client::new();
+    let forge = |token: &str, kind| Forge {
+        repository_prefix: "https://github.com/".into(),
+        kind,
+        api_url: format!("http://{addr}/"),
+        token: token.into(),
+    };
+    let github = forge("good", ForgeKind::Github);
+    let url = "https://github.com/acme/app.git";
+
+    let checks = read_checks(&client, &github, url, "abc123").await.unwrap();
+    assert_eq!(checks.len(), 4, "{checks:?}");
+    let build = &checks[0];
+    // Control characters dropped, a link only if http(s), the end kept.
+    assert_eq!(build.name, "build[31m");
+    assert!(build.failed && build.url.is_empty(), "{build:?}");
+    assert_eq!(build.log_tail.len(), MAX_LOG_TAIL);
+    assert!(
+        build.log_tail.ends_with("THE END"),
+        "{}",
+        &build.log_tail[4000..]
+    );
+    assert!(!checks[1].failed && checks[1].status == "in_progress");
+    // No output: the job's log.
+    assert!(checks[2].failed);
+    assert!(
+        checks[2].log_tail.contains("panicked at e2e.rs:9"),
+        "{:?}",
+        checks[2]
+    );
+    let deploy = &checks[3];
+    assert_eq!(
+        (
+            deploy.kind.as_str(),
+            deploy.failed,
+            deploy.log_tail.as_str()
+        ),
+        ("status", true, "quota exceeded")
+    );
+    assert_eq!(
+        summarize(&checks),
+        kandev_orchestrator::checks::CheckState::Failure
+    );
+
+    // A refused token, a bad commit id, another forge kind.
+    let refused = read_checks(
+        &client,
+        &forge("s3cret-wrong", ForgeKind::Github),
+        url,
+        "abc123",
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&refused, ChecksError::Refused { status: 401, message } if message == "Bad credentials"),
+        "{refused:?}"
+    );
+    assert!(!refused.to_string().contains("s3cret"), "{refused}");
+    assert!(matches!(
+        read_checks(&client, &github, url, "../../x").await,
+        Err(ChecksError::BadCommit(_))
+    ));
+    assert!(matches!(
+        read_checks(&client, &forge("good", ForgeKind::Gitlab), url, "abc123").await,
+        Err(ChecksError::Unsupported(_))
+    ));
+    server.abort();
+}

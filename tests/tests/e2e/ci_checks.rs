@@ -1,0 +1,341 @@
+//! CI checks of a task's pushed work (issue 42), against a fake GitHub the
+//! test starts: an approval opens a pull request and watches the pushed
+//! commit; a red check run shows on the task (and its card's metadata);
+//! "Fix CI" sends the failing checks' names and the end of their logs to
+//! the agent as a follow-up in the same session.
+
+use std::sync::{Arc, Mutex};
+
+use kandev_e2e::{
+    Options, Stack, Svc,
+    serde_json::{Value, json},
+};
+
+/// What the fake forge was asked: (method, path, authorization header).
+type Asked = Arc<Mutex<Vec<(String, String, String)>>>;
+
+/// A local server answering the GitHub endpoints Kandev calls for a
+/// pushed branch: open a pull request, list a commit's check runs and
+/// statuses, and an Actions job's log. Every commit's checks: `build`
+/// failed with a long output, `unit-tests` failed with its log only in
+/// the job's log, `lint` passed, and the `ci/docs` status passed.
+struct FakeChecksForge {
+    url: String,
+    asked: Asked,
+}
+
+/// The end of `build`'s output; what comes before it is cut.
+const BUILD_TAIL: &str = "error[E0308]: mismatched types in src/login.rs";
+const JOB_LOG_TAIL: &str = "assertion failed: login_works";
+
+impl FakeChecksForge {
+    async fn start() -> FakeChecksForge {
+        use axum::{
+            Json, Router,
+            extract::State,
+            http::{HeaderMap, Method, StatusCode, Uri},
+            response::{IntoResponse, Response},
+        };
+        async fn answer(
+            State(asked): State<Asked>,
+            method: Method,
+            uri: Uri,
+            headers: HeaderMap,
+        ) -> Response {
+            let path = uri.path().to_string();
+            let auth = headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            asked
+                .lock()
+                .unwrap()
+                .push((method.to_string(), path.clone(), auth.clone()));
+            if auth != "Bearer t0ken" {
+                return (
+                    StatusCode::UNAUTHORIZED,
+                    Json(json!({"message": "Bad credentials"})),
+                )
+                    .into_response();
+            }
+            if method == Method::POST && path.ends_with("/pulls") {
+                return (
+                    StatusCode::CREATED,
+                    Json(json!({"html_url": "https://github.example/pull/9", "number": 9})),
+                )
+                    .into_response();
+            }
+            if path.ends_with("/check-runs") {
+                let noise = "compiling…\n".repeat(2000);
+                return Json(json!({"total_count": 3, "check_runs": [
+                    {"id": 11, "name": "build", "status": "completed", "conclusion": "failure",
+                     "html_url": "https://github.example/runs/11",
+                     "output": {"title": "Build failed", "summary": "1 error",
+                                "text": format!("{noise}{BUILD_TAIL}")}},
+                    {"id": 12, "name": "unit-tests", "status": "completed", "conclusion": "failure",
+                     "html_url": "https://github.example/runs/12",
+                     "output": {"title": null, "summary": null, "text": null}},
+                    {"id": 13, "name": "lint", "status": "completed", "conclusion": "success",
+                     "html_url": "https://github.example/runs/13", "output": {}},
+                ]}))
+                .into_response();
+            }
+            if path.ends_with("/status") {
+                return Json(json!({"state": "success", "statuses": [
+                    {"context": "ci/docs", "state": "success", "target_url": "https://ci.example/docs",
+                     "description": "built"},
+                ]}))
+                .into_response();
+            }
+            if path.ends_with("/actions/jobs/12/logs") {
+                return format!("{}{JOB_LOG_TAIL}\n", "running test…\n".repeat(1000))
+                    .into_response();
+            }
+            (StatusCode::NOT_FOUND, Json(json!({"message": "Not Found"}))).into_response()
+        }
+        let asked = Asked::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let app = Router::new().fallback(answer).with_state(asked.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        FakeChecksForge { url, asked }
+    }
+}
+
+/// A red check shows on the task, and "Fix CI" sends the failure to the
+/// agent in the same session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_red_check_shows_and_fix_ci_sends_it_to_the_agent() {
+    let forge = FakeChecksForge::start().await;
+    let forges = format!(
+        "[{{repository_prefix = \"file:///\", kind = \"github\", api_url = \"{}\", token = \"t0ken\"}}]",
+        forge.url
+    );
+    let stack = Stack::start(
+        "ci_checks",
+        Options {
+            env: vec![
+                (Svc::Orchestrator, "KANDEV_FORGES".into(), forges),
+                (
+                    Svc::Orchestrator,
+                    "KANDEV_CHECKS_POLL_MS".into(),
+                    "200".into(),
+                ),
+                // The Fix CI turn works in the task's clone: kept after the
+                // push (removed by default, see the README).
+                (
+                    Svc::Orchestrator,
+                    "KANDEV_REMOVE_WORKSPACE_AFTER_DELIVERY".into(),
+                    "false".into(),
+                ),
+            ],
+            ..Options::default()
+        },
+    )
+    .await;
+    let api = stack.admin().await;
+    let board = api.board("ci").await;
+    let source = stack.git_repo("ci-src");
+    let source = source.trim_start_matches("file://");
+    let bare = std::path::Path::new(source).with_file_name("ci.git");
+    let status = std::process::Command::new("git")
+        .args(["clone", "-q", "--bare", source])
+        .arg(&bare)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let remote = format!("file://{}", bare.display());
+    let task = api
+        .task(
+            &board,
+            json!({"title": "Fix the login", "description": "scenario: code",
+                   "agent_type": "mock-agent", "repository_url": remote, "max_retries": 0}),
+        )
+        .await;
+    api.wait_state(&task, &["COMPLETED"], 180).await;
+
+    // Nothing pushed yet: no checks, nothing to fix; a bad id is a 400.
+    let none = api
+        .get(&format!("/api/v1/orchestrator/tasks/{task}/checks"))
+        .await;
+    assert_eq!(none.status, 200, "{}", none.body);
+    assert_eq!(none.body["state"], "none", "{}", none.body);
+    assert_eq!(none.body["sha"], "", "{}", none.body);
+    let nothing = api
+        .post(
+            &format!("/api/v1/orchestrator/tasks/{task}/fix-ci"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(nothing.status, 409, "{}", nothing.body);
+    let bad = api
+        .get("/api/v1/orchestrator/tasks/not-a-uuid/checks")
+        .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    let bad = api
+        .post("/api/v1/orchestrator/tasks/not-a-uuid/fix-ci", json!({}))
+        .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    let unknown = api
+        .get(&format!(
+            "/api/v1/orchestrator/tasks/{}/checks",
+            uuid_like()
+        ))
+        .await;
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+
+    // The approval pushes the branch and opens a pull request; the pushed
+    // commit's checks are read: red.
+    let approved = api
+        .post(
+            &format!("/api/v1/tasks/{task}/review"),
+            json!({"action": "approve", "message": "Fix the login"}),
+        )
+        .await;
+    assert_eq!(approved.status, 200, "{}", approved.body);
+    let commit = approved.body["delivery"]["commit"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let checks = kandev_e2e::eventually(60, "the red checks", || {
+        let api = api.clone();
+        let task = task.clone();
+        async move {
+            let r = api
+                .get(&format!("/api/v1/orchestrator/tasks/{task}/checks"))
+                .await;
+            (r.status == 200 && r.body["state"] == "failure").then_some(r.body)
+        }
+    })
+    .await;
+    assert_eq!(checks["sha"], commit.as_str(), "{checks}");
+    assert_eq!(checks["polling"], false, "{checks}");
+    // Not sent by itself: the automation is off for this task.
+    assert!(checks["fix_sent_at"].is_null(), "{checks}");
+    let by_name = |name: &str| -> Value {
+        checks["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} not in {checks}"))
+    };
+    let build = by_name("build");
+    assert_eq!(build["failed"], true, "{build}");
+    assert_eq!(build["conclusion"], "failure", "{build}");
+    assert_eq!(build["url"], "https://github.example/runs/11", "{build}");
+    let tail = build["log_tail"].as_str().unwrap();
+    assert!(tail.ends_with(BUILD_TAIL), "{tail}");
+    assert!(tail.len() <= 4096, "{}", tail.len());
+    let tests = by_name("unit-tests");
+    assert!(
+        tests["log_tail"].as_str().unwrap().contains(JOB_LOG_TAIL),
+        "{tests}"
+    );
+    assert_eq!(by_name("lint")["failed"], false);
+    assert_eq!(by_name("ci/docs")["kind"], "status");
+    // The card's task says so too.
+    let shown = api.get(&format!("/api/v1/tasks/{task}")).await;
+    assert_eq!(
+        shown.body["metadata"]["checks"],
+        json!({"state": "failure", "sha": commit}),
+        "{}",
+        shown.body
+    );
+    // The forge was asked with the token, which no answer shows.
+    {
+        let asked = forge.asked.lock().unwrap();
+        assert!(
+            asked.iter().any(|(m, p, a)| m == "GET"
+                && p.ends_with(&format!("/commits/{commit}/check-runs"))
+                && a == "Bearer t0ken"),
+            "{asked:?}"
+        );
+    }
+    assert!(!checks.to_string().contains("t0ken"));
+
+    // Fix CI: the failing checks' names and log tails go to the agent.
+    let fixed = api
+        .post(
+            &format!("/api/v1/orchestrator/tasks/{task}/fix-ci"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(fixed.status, 200, "{}", fixed.body);
+    assert_eq!(
+        fixed.body["checks"],
+        json!(["build", "unit-tests"]),
+        "{}",
+        fixed.body
+    );
+    kandev_e2e::eventually(120, "the Fix CI prompt in the feed", || {
+        let api = api.clone();
+        let task = task.clone();
+        async move {
+            let frames = kandev_e2e::replay(&api, &task).await;
+            frames
+                .iter()
+                .any(|f| {
+                    let raw = f["event"]["raw"].to_string();
+                    raw.contains("session/prompt")
+                        && raw.contains("- build (failure)")
+                        && raw.contains("- unit-tests (failure)")
+                        && raw.contains(BUILD_TAIL)
+                        && raw.contains(JOB_LOG_TAIL)
+                })
+                .then_some(())
+        }
+    })
+    .await;
+    let after = api
+        .get(&format!("/api/v1/orchestrator/tasks/{task}/checks"))
+        .await;
+    assert!(after.body["fix_sent_at"].is_string(), "{}", after.body);
+
+    // A task that asks for it (`metadata.auto_fix_ci`): the failure goes
+    // to its agent by itself, once.
+    let auto = api
+        .task(
+            &board,
+            json!({"title": "Fix it alone", "description": "scenario: code",
+                   "agent_type": "mock-agent", "repository_url": remote, "max_retries": 0,
+                   "metadata": {"auto_fix_ci": true}}),
+        )
+        .await;
+    api.wait_state(&auto, &["COMPLETED"], 180).await;
+    let approved = api
+        .post(
+            &format!("/api/v1/tasks/{auto}/review"),
+            json!({"action": "approve", "message": "Fix it alone"}),
+        )
+        .await;
+    assert_eq!(approved.status, 200, "{}", approved.body);
+    kandev_e2e::eventually(120, "the automatic Fix CI prompt in the feed", || {
+        let api = api.clone();
+        let auto = auto.clone();
+        async move {
+            let frames = kandev_e2e::replay(&api, &auto).await;
+            frames
+                .iter()
+                .any(|f| {
+                    let raw = f["event"]["raw"].to_string();
+                    raw.contains("session/prompt") && raw.contains("- unit-tests (failure)")
+                })
+                .then_some(())
+        }
+    })
+    .await;
+    let sent = api
+        .get(&format!("/api/v1/orchestrator/tasks/{auto}/checks"))
+        .await;
+    assert_eq!(sent.body["state"], "failure", "{}", sent.body);
+    assert!(sent.body["fix_sent_at"].is_string(), "{}", sent.body);
+    stack.stop().await;
+}
+
+/// A task id no task has.
+fn uuid_like() -> String {
+    "0190f3a2-0000-7000-8000-000000000000".into()
+}
