@@ -64,6 +64,10 @@ pub struct Settings {
     /// pushed branch (`KANDEV_FORGES='[{repository_prefix = "https://github.com/",
     /// kind = "github", api_url = "https://api.github.com", token = "..."}]'`).
     pub forges: Vec<crate::forge::Forge>,
+    /// How often each board linked to an issue tracker is reconciled with
+    /// it (the deliveries a webhook missed), in seconds; a failing link
+    /// waits longer each time, up to an hour.
+    pub tracker_reconcile_secs: u64,
     /// Delay before the first retry of a failed run, in ms; doubles per retry.
     pub retry_backoff_ms: u64,
     /// The longest delay between retries, in ms.
@@ -154,6 +158,7 @@ impl Default for Settings {
             workspace_sweep_secs: 300,
             remove_workspace_after_delivery: true,
             forges: Vec::new(),
+            tracker_reconcile_secs: 300,
             retry_backoff_ms: 2000,
             retry_backoff_max_ms: 60_000,
             ws_client_buffer: 16_384,

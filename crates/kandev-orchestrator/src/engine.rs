@@ -25,6 +25,7 @@ pub mod review;
 pub mod signals;
 mod slots;
 pub mod store;
+pub mod trackers;
 mod workspaces;
 
 use std::sync::Arc;

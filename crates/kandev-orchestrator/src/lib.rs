@@ -15,6 +15,8 @@
 //! - [`feed`]: the `acp.message.*` consumer, seq numbering, batched storage
 //!   and the live [`FeedHub`].
 //! - [`forge`]: pull / merge requests on GitHub and GitLab.
+//! - [`tracker`]: issue trackers (GitHub) whose issues become a linked
+//!   board's tasks, and their webhooks' signatures.
 //! - [`http`] and [`ws`]: REST control and the WebSocket feed.
 //! - [`grpc`]: the thin tonic adapter over an `Orchestration`.
 //! - [`leader`]: replicas: one leader runs the consumers and the
@@ -33,6 +35,7 @@ pub mod http;
 pub mod leader;
 pub mod pool;
 pub mod startup;
+pub mod tracker;
 pub mod ws;
 
 pub use clients::{AgentControl, GrpcAgentControl};

@@ -16,4 +16,5 @@ mod forge;
 mod helpers;
 mod leader;
 mod queue;
+mod trackers;
 mod workflow;
