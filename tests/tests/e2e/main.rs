@@ -25,3 +25,4 @@ mod secrets;
 mod seed;
 mod soak;
 mod trace;
+mod trackers;
