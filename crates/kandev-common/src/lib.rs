@@ -27,6 +27,7 @@ pub mod sync;
 pub mod telemetry;
 pub mod text;
 pub mod trace;
+pub mod webhook;
 
 pub use error::{ErrorCode, ServiceError};
 pub use tokio_util::sync::CancellationToken;

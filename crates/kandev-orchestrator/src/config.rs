@@ -77,6 +77,10 @@ pub struct Settings {
     /// (`KANDEV_AUTO_FIX_CI`); a task's `metadata.auto_fix_ci` turns it on
     /// for that task alone.
     pub auto_fix_ci: bool,
+    /// How often each board linked to an issue tracker is reconciled with
+    /// it (the deliveries a webhook missed), in seconds; a failing link
+    /// waits longer each time, up to an hour.
+    pub tracker_reconcile_secs: u64,
     /// Delay before the first retry of a failed run, in ms; doubles per retry.
     pub retry_backoff_ms: u64,
     /// The longest delay between retries, in ms.
@@ -171,6 +175,7 @@ impl Default for Settings {
             checks_poll_max_ms: 300_000,
             checks_max_polls: 40,
             auto_fix_ci: false,
+            tracker_reconcile_secs: 300,
             retry_backoff_ms: 2000,
             retry_backoff_max_ms: 60_000,
             ws_client_buffer: 16_384,

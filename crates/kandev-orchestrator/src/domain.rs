@@ -236,6 +236,24 @@ pub trait Orchestration: Send + Sync + 'static {
     /// Sends the failing checks' names and log tails to the agent as
     /// `actor`'s follow-up; the names sent. Refused when none failed.
     async fn fix_ci(&self, task_id: Uuid, actor: &str) -> Result<(ExecutionView, Vec<String>)>;
+    /// Links a board to its issue tracker, or replaces its link (the
+    /// request checked against the configured forges).
+    async fn set_tracker_link(
+        &self,
+        request: pb::SetTrackerLinkRequest,
+    ) -> Result<crate::engine::store::TrackerLinkRow>;
+    /// Not found when the board has no link.
+    async fn tracker_link(&self, board_id: Uuid) -> Result<crate::engine::store::TrackerLinkRow>;
+    async fn delete_tracker_link(&self, board_id: Uuid) -> Result<()>;
+    /// A tracker's webhook delivery: unauthenticated unless its signature
+    /// is a linked board's.
+    async fn tracker_webhook(
+        &self,
+        kind: &str,
+        event: &str,
+        signature: &str,
+        payload: &[u8],
+    ) -> Result<crate::engine::trackers::Applied>;
 }
 
 pub type Result<T, E = OrchestratorError> = std::result::Result<T, E>;
@@ -248,6 +266,9 @@ pub enum OrchestratorError {
     Validation(String),
     #[error("{0}")]
     NotFound(String),
+    /// A caller who did not prove who they are (a webhook's signature).
+    #[error("{0}")]
+    Unauthenticated(String),
     #[error("{0}")]
     FailedPrecondition(String),
     /// A bounded holding is full (the follow-ups waiting for a turn).
@@ -278,6 +299,7 @@ impl ServiceError for OrchestratorError {
             OrchestratorError::BadRequest(_) => ErrorCode::BadRequest,
             OrchestratorError::Validation(_) => ErrorCode::Validation,
             OrchestratorError::NotFound(_) => ErrorCode::NotFound,
+            OrchestratorError::Unauthenticated(_) => ErrorCode::Unauthorized,
             OrchestratorError::FailedPrecondition(_) => ErrorCode::FailedPrecondition,
             OrchestratorError::Full(_) => ErrorCode::RateLimited,
             OrchestratorError::Upstream { status, .. } => match status.code() {

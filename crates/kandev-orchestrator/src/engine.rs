@@ -26,6 +26,7 @@ pub mod review;
 pub mod signals;
 mod slots;
 pub mod store;
+pub mod trackers;
 mod workspaces;
 
 use std::sync::Arc;

@@ -11,6 +11,7 @@ use uuid::Uuid;
 use crate::engine::ci::checks_to_proto;
 use crate::engine::followups::{parse_prompt_id, pending_to_proto};
 use crate::engine::review::{Review, comment_to_proto};
+use crate::engine::trackers::link_to_proto;
 use crate::{
     domain::{ExecutionView, Orchestration, OrchestratorError, PermissionAnswer},
     feed::FeedReader,
@@ -324,4 +325,58 @@ impl Orchestrator for GrpcOrchestratorAdapter {
             checks,
         }))
     }
+    async fn set_tracker_link(
+        &self,
+        request: Request<pb::SetTrackerLinkRequest>,
+    ) -> Result<Response<pb::TrackerLink>, Status> {
+        let link = self
+            .orchestration
+            .set_tracker_link(request.into_inner())
+            .await
+            .map_err(|e| e.to_status())?;
+        Ok(Response::new(link_to_proto(&link)))
+    }
+
+    async fn get_tracker_link(
+        &self,
+        request: Request<pb::GetTrackerLinkRequest>,
+    ) -> Result<Response<pb::TrackerLink>, Status> {
+        let board_id = parse_board_id(&request.into_inner().board_id)?;
+        let link = self
+            .orchestration
+            .tracker_link(board_id)
+            .await
+            .map_err(|e| e.to_status())?;
+        Ok(Response::new(link_to_proto(&link)))
+    }
+
+    async fn delete_tracker_link(
+        &self,
+        request: Request<pb::DeleteTrackerLinkRequest>,
+    ) -> Result<Response<pb::DeleteTrackerLinkResponse>, Status> {
+        let board_id = parse_board_id(&request.into_inner().board_id)?;
+        self.orchestration
+            .delete_tracker_link(board_id)
+            .await
+            .map_err(|e| e.to_status())?;
+        Ok(Response::new(pb::DeleteTrackerLinkResponse {}))
+    }
+
+    async fn deliver_tracker_webhook(
+        &self,
+        request: Request<pb::TrackerWebhookRequest>,
+    ) -> Result<Response<pb::TrackerWebhookResponse>, Status> {
+        let req = request.into_inner();
+        let applied = self
+            .orchestration
+            .tracker_webhook(&req.kind, &req.event, &req.signature, &req.payload)
+            .await
+            .map_err(|e| e.to_status())?;
+        Ok(Response::new(applied.to_proto()))
+    }
+}
+
+fn parse_board_id(raw: &str) -> Result<Uuid, Status> {
+    Uuid::parse_str(raw)
+        .map_err(|_| OrchestratorError::BadRequest(format!("invalid board id {raw:?}")).to_status())
 }

@@ -19,6 +19,8 @@
 //!   a call about an instance goes.
 //! - [`checks`]: the CI checks of a pushed commit (GitHub check runs and
 //!   commit statuses), size-bounded.
+//! - [`tracker`]: issue trackers (GitHub) whose issues become a linked
+//!   board's tasks, and their webhooks' signatures.
 //! - [`http`] and [`ws`]: REST control and the WebSocket feed.
 //! - [`grpc`]: the thin tonic adapter over an `Orchestration`.
 //! - [`leader`]: replicas: one leader runs the consumers and the
@@ -38,6 +40,7 @@ pub mod http;
 pub mod leader;
 pub mod pool;
 pub mod startup;
+pub mod tracker;
 pub mod ws;
 
 pub use clients::{AgentControl, GrpcAgentControl};

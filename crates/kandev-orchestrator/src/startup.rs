@@ -428,6 +428,7 @@ async fn lead_work(parts: LeaderParts, stop: CancellationToken) {
         engine.clone(),
         stop.clone(),
     )));
+    let trackers = AbortOnDropHandle::new(tokio::spawn(run_trackers(engine.clone(), stop.clone())));
     // Aborted with this future: a replica that loses the lead stops all.
     let checks = AbortOnDropHandle::new(tokio::spawn(run_checks(engine.clone(), stop.clone())));
     let ticker = AbortOnDropHandle::new(tokio::spawn(run_ticker(engine, stop)));
@@ -437,6 +438,7 @@ async fn lead_work(parts: LeaderParts, stop: CancellationToken) {
         ("the agent event consumer", agents),
         ("the scheduler", ticker),
         ("the checks poller", checks),
+        ("the tracker reconcile", trackers),
     ] {
         if let Err(err) = handle.await {
             tracing::error!(%err, "{what} panicked");
@@ -457,6 +459,25 @@ async fn run_checks(engine: Arc<Engine>, stop: CancellationToken) {
             _ = interval.tick() => {
                 if let Err(err) = engine.poll_checks().await {
                     tracing::warn!(%err, "reading pushed commits' checks failed");
+                }
+            }
+        }
+    }
+}
+
+/// Reconciles the boards linked to issue trackers whose time has come
+/// (see [`Engine::reconcile_due_trackers`]), looking every few seconds.
+async fn run_trackers(engine: Arc<Engine>, stop: CancellationToken) {
+    let every = Duration::from_secs(engine.settings().tracker_reconcile_secs.clamp(1, 5));
+    let mut interval = tokio::time::interval(every);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failures = std::collections::HashMap::new();
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = interval.tick() => {
+                if let Err(err) = engine.reconcile_due_trackers(&mut failures, chrono::Utc::now()).await {
+                    tracing::warn!(%err, "reconciling tracker links failed");
                 }
             }
         }

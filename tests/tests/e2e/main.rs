@@ -26,4 +26,5 @@ mod secrets;
 mod seed;
 mod soak;
 mod trace;
+mod trackers;
 mod workflow;

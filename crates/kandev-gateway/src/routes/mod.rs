@@ -44,6 +44,7 @@ pub mod repository;
 pub mod review;
 pub mod secrets;
 pub mod tasks;
+pub mod trackers;
 pub mod workflow;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -62,7 +63,9 @@ async fn method_not_allowed() -> ApiError {
 fn api(state: AppState) -> Router<AppState> {
     let public = Router::new()
         .route("/auth/login", post(auth::login))
-        .route("/openapi.json", get(openapi::json));
+        .route("/openapi.json", get(openapi::json))
+        // Public: refused unless signed with a linked board's secret.
+        .route("/trackers/github/webhook", post(trackers::github_webhook));
     let protected = Router::new()
         .route("/auth/me", get(auth::me))
         .route("/users", post(auth::create_user))
@@ -86,6 +89,12 @@ fn api(state: AppState) -> Router<AppState> {
             post(boards::create_task).get(boards::list_tasks),
         )
         .route("/boards/{id}/cards", get(boards::list_cards))
+        .route(
+            "/boards/{id}/tracker",
+            post(trackers::set)
+                .get(trackers::get)
+                .delete(trackers::delete),
+        )
         .route("/boards/{id}/stream", get(board_stream::stream))
         .route(
             "/tasks/{id}",

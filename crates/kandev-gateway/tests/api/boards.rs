@@ -306,7 +306,10 @@ async fn create_and_list_tasks_with_state_filters_and_paging() {
     assert_eq!(nul_rename.status, StatusCode::BAD_REQUEST);
     // So are NULs in a query parameter (a state filter is no known state).
     for (path, says) in [
-        ("/api/v1/agent-profiles?agent_type=%21%2Br9u%00".to_owned(), "NUL"),
+        (
+            "/api/v1/agent-profiles?agent_type=%21%2Br9u%00".to_owned(),
+            "NUL",
+        ),
         (format!("/api/v1/boards/{board}/tasks?status=%00"), "state"),
     ] {
         let nul = app.get(&path, &alice).await;

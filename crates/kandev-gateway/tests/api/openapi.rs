@@ -263,6 +263,8 @@ fn valid_body(method: &Method, path: &str) -> Option<Value> {
         json!({"agent_type": "mock-agent", "name": "p"})
     } else if path.ends_with("/blockers") {
         json!({"blocked_by": []})
+    } else if path.ends_with("/tracker") {
+        json!({"kind": "github", "repository_url": "https://github.com/acme/app"})
     } else if path.ends_with("/move") {
         json!({"column_id": "7b0c5a8e-2f4e-4c1a-9d3e-5f6a7b8c9d0e"})
     } else {

@@ -128,3 +128,60 @@ async fn stream_auth_and_503_while_the_orchestrator_is_down() {
     assert_eq!(plain.status, StatusCode::BAD_REQUEST);
     app.stop().await;
 }
+
+/// A board's tracker link: for whoever may see the board (others get the
+/// board's 404), its body checked, then the orchestrator asked. The
+/// tracker webhook is public, but without a sha256 signature it is refused
+/// before any service is asked.
+#[tokio::test]
+async fn tracker_routes_check_auth_and_ownership_and_an_unsigned_webhook_is_refused() {
+    let app = spawn_app().await;
+    let alice = app.token("alice", false);
+    let bob = app.token("bob", false);
+    let board = app.board(&alice, "b").await;
+    let path = format!("/api/v1/boards/{board}/tracker");
+    let link = json!({"kind": "github", "repository_url": "https://github.com/acme/app",
+                      "label": "kandev", "webhook_secret": "s3cret"});
+    for method in [Method::POST, Method::GET, Method::DELETE] {
+        let body = (method == Method::POST).then(|| link.clone());
+        let none = app.call(method.clone(), &path, None, body.clone()).await;
+        assert_eq!(none.status, StatusCode::UNAUTHORIZED, "{method}");
+        let other = app
+            .call(method.clone(), &path, Some(&bob), body.clone())
+            .await;
+        assert_eq!(other.status, StatusCode::NOT_FOUND, "{method}");
+        let down = app.call(method.clone(), &path, Some(&alice), body).await;
+        assert_eq!(down.status, StatusCode::SERVICE_UNAVAILABLE, "{method}");
+        assert!(!down.body.to_string().contains("s3cret"));
+    }
+    let unknown = app
+        .post(&path, &alice, json!({"kind": "github", "repo": "acme/app"}))
+        .await;
+    assert_eq!(unknown.status, StatusCode::BAD_REQUEST, "{}", unknown.body);
+    let bad_id = app.get("/api/v1/boards/nope/tracker", &alice).await;
+    assert_eq!(bad_id.status, StatusCode::BAD_REQUEST);
+
+    let webhook = |signature: Option<&str>| {
+        let mut req = axum::http::Request::builder()
+            .method(Method::POST)
+            .uri("/api/v1/trackers/github/webhook")
+            .header("x-github-event", "issues")
+            .header("content-type", "application/json");
+        if let Some(signature) = signature {
+            req = req.header("x-hub-signature-256", signature);
+        }
+        req.body(axum::body::Body::from(r#"{"action":"opened"}"#))
+            .unwrap()
+    };
+    for signature in [None, Some("sha1=0123"), Some("")] {
+        let refused = app.send(webhook(signature)).await;
+        assert_eq!(refused.status, StatusCode::UNAUTHORIZED, "{signature:?}");
+        assert_eq!(refused.error(), "unauthorized");
+    }
+    // Signed: the orchestrator checks it (here, it is down).
+    let asked = app
+        .send(webhook(Some(&format!("sha256={}", "0".repeat(64)))))
+        .await;
+    assert_eq!(asked.status, StatusCode::SERVICE_UNAVAILABLE);
+    app.stop().await;
+}

@@ -10,7 +10,9 @@ use uuid::Uuid;
 use super::{
     Engine, Execution, board,
     followups::{PendingPrompt, with_held},
-    is_person, review, task_state,
+    is_person, review,
+    store::TrackerLinkRow,
+    task_state, trackers,
 };
 use crate::domain::{
     ExecState, ExecutionView, Orchestration, OrchestratorError, PermissionAnswer, Result,
@@ -223,6 +225,29 @@ impl Orchestration for Engine {
             })
             .await
             .map_err(OrchestratorError::upstream("agent manager"))
+    }
+
+    async fn set_tracker_link(&self, request: pb::SetTrackerLinkRequest) -> Result<TrackerLinkRow> {
+        let link = trackers::link_from_proto(request, &self.settings.forges)?;
+        Engine::set_tracker_link(self, link).await
+    }
+
+    async fn tracker_link(&self, board_id: Uuid) -> Result<TrackerLinkRow> {
+        Engine::tracker_link(self, board_id).await
+    }
+
+    async fn delete_tracker_link(&self, board_id: Uuid) -> Result<()> {
+        Engine::delete_tracker_link(self, board_id).await
+    }
+
+    async fn tracker_webhook(
+        &self,
+        kind: &str,
+        event: &str,
+        signature: &str,
+        payload: &[u8],
+    ) -> Result<trackers::Applied> {
+        Engine::tracker_webhook(self, kind, event, signature, payload).await
     }
 }
 

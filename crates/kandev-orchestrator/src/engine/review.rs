@@ -296,32 +296,10 @@ impl Engine {
                 // On a forge: a pull request of the pushed branch. A failure
                 // leaves the task in review, with the forge's reason.
                 let pull_request = match forge {
-                    Some(forge) if !delivery.pushed_to.is_empty() => {
-                        let base = if delivery.base_branch.is_empty() {
-                            task.branch.as_str()
-                        } else {
-                            delivery.base_branch.as_str()
-                        };
-                        let body = format!(
-                            "{}\n\nOpened by Kandev for task {task_id}, approved by {reviewer}.",
-                            task.description.trim()
-                        );
-                        let opened = crate::forge::open_pull_request(
-                            &self.http,
-                            forge,
-                            &crate::forge::PullRequestSpec {
-                                repository_url: &task.repository_url,
-                                branch: &delivery.branch,
-                                base,
-                                title: &task.title,
-                                body: body.trim(),
-                            },
-                        )
-                        .await
-                        .map_err(|e| OrchestratorError::FailedPrecondition(e.to_string()))?;
-                        tracing::info!(%task_id, url = %opened.url, "pull request opened");
-                        Some(opened.url)
-                    }
+                    Some(forge) if !delivery.pushed_to.is_empty() => Some(
+                        self.open_pull_request(forge, &task, &delivery, &reviewer)
+                            .await?,
+                    ),
                     _ => None,
                 };
                 if pull_request.is_some() {
@@ -358,6 +336,55 @@ impl Engine {
                 })
             }
         }
+    }
+}
+
+impl Engine {
+    /// The pull request of a delivered branch; a task made of an issue
+    /// closes it ("Closes #N"), and the issue is told where it is.
+    async fn open_pull_request(
+        &self,
+        forge: &crate::forge::Forge,
+        task: &pb::Task,
+        delivery: &pb::Delivery,
+        reviewer: &str,
+    ) -> Result<String> {
+        let task_id = &task.id;
+        let base = if delivery.base_branch.is_empty() {
+            task.branch.as_str()
+        } else {
+            delivery.base_branch.as_str()
+        };
+        let issue = match Uuid::parse_str(task_id) {
+            Ok(id) => self.issue_of_task(id).await,
+            Err(_) => None,
+        };
+        let closes = issue
+            .as_ref()
+            .map(|(i, l)| format!("\n\n{}", self.closes_line(&task.repository_url, i, l)))
+            .unwrap_or_default();
+        let body = format!(
+            "{}\n\nOpened by Kandev for task {task_id}, approved by {reviewer}.{closes}",
+            task.description.trim()
+        );
+        let opened = crate::forge::open_pull_request(
+            &self.http,
+            forge,
+            &crate::forge::PullRequestSpec {
+                repository_url: &task.repository_url,
+                branch: &delivery.branch,
+                base,
+                title: &task.title,
+                body: body.trim(),
+            },
+        )
+        .await
+        .map_err(|e| OrchestratorError::FailedPrecondition(e.to_string()))?;
+        tracing::info!(%task_id, url = %opened.url, "pull request opened");
+        if let Some((issue, link)) = &issue {
+            self.comment_pull_request(issue, link, &opened.url).await;
+        }
+        Ok(opened.url)
     }
 }
 

@@ -12,7 +12,7 @@ use kandev_orchestrator::{
     domain::ExecState,
     engine::store::{
         ChecksPoll, Enqueue, Execution, ExecutionStore, NewReviewComment, PgExecStore,
-        ReviewCommentRow, Side, SqliteExecStore,
+        ReviewCommentRow, Side, SqliteExecStore, TrackerIssueRow, TrackerLinkRow,
     },
     feed::{
         Frame,
@@ -110,6 +110,8 @@ contract!(
     review_comments_are_kept_round_by_round,
     review_comments_are_resolved_and_opened_again,
     checks_are_watched_polled_and_fixed_once,
+    tracker_links_are_kept_and_replaced,
+    an_issue_is_claimed_once_per_board,
     events_are_applied_once,
     the_feed_keeps_every_seq_once_in_order,
     a_packed_batch_is_stored_as_it_came,
@@ -935,4 +937,115 @@ async fn checks_are_watched_polled_and_fixed_once(stores: &Stores) {
     store.drop_checks(task).await.unwrap();
     assert!(store.task_checks(task).await.unwrap().is_none());
     assert!(store.task_checks(other).await.unwrap().is_some());
+}
+fn tracker_link(board: Uuid, repository: &str, secret: &str) -> TrackerLinkRow {
+    TrackerLinkRow {
+        board_id: board,
+        kind: "github".into(),
+        repository_url: format!("https://github.com/{repository}.git"),
+        repository: repository.into(),
+        label: "kandev".into(),
+        agent_type: "mock-agent".into(),
+        webhook_secret: secret.into(),
+        created_by: "alice".into(),
+        last_error: String::new(),
+        last_synced_at: None,
+        created_at: Utc::now(),
+    }
+}
+
+async fn tracker_links_are_kept_and_replaced(stores: &Stores) {
+    let store = &stores.exec;
+    let (board, other) = (Uuid::now_v7(), Uuid::now_v7());
+    assert!(store.tracker_link(board).await.unwrap().is_none());
+    let link = store
+        .put_tracker_link(&tracker_link(board, "acme/app", "s3cret"))
+        .await
+        .unwrap();
+    assert_eq!(link.repository, "acme/app");
+    assert_eq!(link.webhook_secret, "s3cret");
+    assert_eq!(link.last_synced_at, None);
+    assert!(!format!("{link:?}").contains("s3cret"), "{link:?}");
+    store
+        .put_tracker_link(&tracker_link(other, "acme/other", ""))
+        .await
+        .unwrap();
+
+    let synced = Utc::now();
+    store
+        .tracker_synced(board, "the repository acme/app was not found", synced)
+        .await
+        .unwrap();
+    let failed = store.tracker_link(board).await.unwrap().unwrap();
+    assert_eq!(failed.last_error, "the repository acme/app was not found");
+    let at = failed.last_synced_at.expect("synced");
+    assert!((at - synced).num_milliseconds().abs() < 5, "{at} {synced}");
+
+    // Replaced: the new repository and secret, its sync starts over.
+    let replaced = store
+        .put_tracker_link(&tracker_link(board, "acme/renamed", "new"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            replaced.repository.as_str(),
+            replaced.webhook_secret.as_str()
+        ),
+        ("acme/renamed", "new")
+    );
+    assert_eq!(replaced.last_error, "");
+    assert_eq!(replaced.last_synced_at, None);
+    let all = store.tracker_links().await.unwrap();
+    assert_eq!(all.len(), 2);
+    assert!(all.iter().any(|l| l.board_id == other));
+
+    assert!(store.delete_tracker_link(board).await.unwrap());
+    assert!(!store.delete_tracker_link(board).await.unwrap());
+    assert!(store.tracker_link(board).await.unwrap().is_none());
+    assert_eq!(store.tracker_links().await.unwrap().len(), 1);
+}
+
+async fn an_issue_is_claimed_once_per_board(stores: &Stores) {
+    let store = &stores.exec;
+    let (board, other) = (Uuid::now_v7(), Uuid::now_v7());
+    let url = "https://github.com/acme/app/issues/7";
+    assert!(store.claim_issue(board, 7, url).await.unwrap());
+    assert!(
+        !store.claim_issue(board, 7, url).await.unwrap(),
+        "claimed once"
+    );
+    assert!(store.claim_issue(other, 7, url).await.unwrap(), "per board");
+    assert_eq!(
+        store.tracker_issue(board, 7).await.unwrap(),
+        Some(TrackerIssueRow {
+            board_id: board,
+            number: 7,
+            task_id: None,
+            url: url.into()
+        })
+    );
+    // A claim whose task could not be made is given up, and claimed again.
+    store.release_issue(board, 7).await.unwrap();
+    assert!(store.tracker_issue(board, 7).await.unwrap().is_none());
+    assert!(store.claim_issue(board, 7, url).await.unwrap());
+
+    let task = Uuid::now_v7();
+    store.issue_task_made(board, 7, task).await.unwrap();
+    let made = store.issue_of_task(task).await.unwrap().expect("its issue");
+    assert_eq!(
+        (made.board_id, made.number, made.task_id),
+        (board, 7, Some(task))
+    );
+    // A made task's claim is not given up.
+    store.release_issue(board, 7).await.unwrap();
+    assert_eq!(
+        store
+            .tracker_issue(board, 7)
+            .await
+            .unwrap()
+            .unwrap()
+            .task_id,
+        Some(task)
+    );
+    assert!(store.issue_of_task(Uuid::now_v7()).await.unwrap().is_none());
 }

@@ -18,4 +18,5 @@ mod forge;
 mod helpers;
 mod leader;
 mod queue;
+mod trackers;
 mod workflow;

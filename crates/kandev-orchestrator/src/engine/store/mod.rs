@@ -1,8 +1,9 @@
 //! The orchestrator's tables as the engine uses them: `executions` (one row
 //! per task: the queue, the run and its retries), `processed_events`
 //! (envelopes already applied), `review_comments` (see [`ReviewStore`]),
-//! `pending_prompts` (see [`FollowUpStore`]) and `task_checks` (see
-//! [`CheckStore`]).
+//! `pending_prompts` (see [`FollowUpStore`]), `task_checks` (see
+//! [`CheckStore`]), `tracker_links` and `tracker_issues` (see
+//! [`TrackerStore`]).
 //! Every statement the engine runs is here, named for what it does, behind
 //! [`ExecutionStore`]; the decisions stay in the engine.
 
@@ -18,6 +19,7 @@ mod followups;
 mod pg;
 mod review;
 mod sqlite;
+mod trackers;
 
 pub use checks::{CheckList, CheckStore, ChecksPoll, TaskChecksRow};
 pub use executions::{ExecDialect, SqlExecStore};
@@ -25,6 +27,7 @@ pub use followups::{FollowUpStore, PendingPrompt};
 pub use pg::PgExecStore;
 pub use review::{NewReviewComment, ReviewCommentRow, ReviewStore, Side};
 pub use sqlite::SqliteExecStore;
+pub use trackers::{TrackerIssueRow, TrackerLinkRow, TrackerStore};
 
 use crate::domain::ExecState;
 
@@ -91,7 +94,9 @@ pub struct Enqueue<'a> {
 /// `dyn ExecutionStore`, so the queue logic does not depend on where they
 /// live. `tests/api/contract.rs` checks both against one contract.
 #[async_trait]
-pub trait ExecutionStore: ReviewStore + FollowUpStore + CheckStore + Send + Sync + 'static {
+pub trait ExecutionStore:
+    ReviewStore + FollowUpStore + CheckStore + TrackerStore + Send + Sync + 'static
+{
     async fn get(&self, task_id: Uuid) -> Result<Option<Execution>>;
 
     async fn get_many(&self, task_ids: &[Uuid]) -> Result<Vec<Execution>>;

@@ -1,0 +1,321 @@
+//! Boards linked to an issue tracker, against a fake GitHub: a labelled
+//! issue becomes a task (by the reconcile, and by a signed webhook), the
+//! task's approval opens a pull request that closes it and comments on it;
+//! a closed issue cancels a task that has not started; a bad signature is
+//! refused and changes nothing; a deleted or renamed repository is a plain
+//! error on the link; the webhook secret is never returned or logged.
+
+use kandev_common::webhook::sign;
+use kandev_e2e::{
+    Api, Options, Stack, Svc,
+    serde_json::{Value, json},
+};
+
+use kandev_testkit::fake_github::{FakeGithub, issue};
+
+const SECRET: &str = "whsec-e2e-5f1c";
+
+/// The board's tasks.
+async fn tasks(api: &Api, board: &str) -> Vec<Value> {
+    let r = api.get(&format!("/api/v1/boards/{board}/tasks")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.body["tasks"].as_array().cloned().unwrap_or_default()
+}
+
+/// The task made of issue `number`, once there is one.
+async fn task_of_issue(api: &Api, board: &str, number: i64) -> Value {
+    kandev_e2e::eventually(60, "the issue's task", || {
+        let api = api.clone();
+        let board = board.to_string();
+        async move {
+            tasks(&api, &board)
+                .await
+                .into_iter()
+                .find(|t| t["metadata"]["tracker"]["issue"] == number)
+        }
+    })
+    .await
+}
+
+/// Posts a webhook delivery signed with `secret`.
+async fn deliver(stack: &Stack, event: &str, payload: &Value, secret: &str) -> kandev_e2e::Resp {
+    let body = payload.to_string();
+    let signature = sign(secret, body.as_bytes());
+    stack
+        .anonymous()
+        .try_send_with(
+            "POST",
+            "/api/v1/trackers/github/webhook",
+            Some(body),
+            &[
+                ("x-github-event", event),
+                ("x-hub-signature-256", &signature),
+                ("content-type", "application/json"),
+            ],
+        )
+        .await
+        .unwrap()
+}
+
+fn issue_event(action: &str, repo: &str, issue: Value) -> Value {
+    json!({"action": action, "issue": issue, "repository": {"full_name": repo}})
+}
+
+/// A bare repository the stack can clone and push to; its URL and its
+/// `owner/repo` on the `file:///` forge.
+fn bare_repo(stack: &Stack, name: &str) -> (String, String) {
+    let source = stack.git_repo(&format!("{name}-src"));
+    let source = source.trim_start_matches("file://");
+    let bare = std::path::Path::new(source).with_file_name(format!("{name}.git"));
+    let status = std::process::Command::new("git")
+        .args(["clone", "-q", "--bare", source])
+        .arg(&bare)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let url = format!("file://{}", bare.display());
+    let repo = bare.display().to_string();
+    let repo = repo.trim_start_matches('/').trim_end_matches(".git");
+    (url, repo.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_labelled_issue_becomes_a_task_whose_pull_request_closes_it() {
+    let forge = FakeGithub::start().await;
+    let forges = format!(
+        "[{{repository_prefix = \"file:///\", kind = \"github\", api_url = \"{}\", token = \"t0ken\"}}]",
+        forge.url
+    );
+    let stack = Stack::start(
+        "trackers",
+        Options {
+            env: vec![
+                (
+                    Svc::Orchestrator,
+                    "KANDEV_COMPLETE_TO_REVIEW".into(),
+                    "true".into(),
+                ),
+                (Svc::Orchestrator, "KANDEV_FORGES".into(), forges),
+                (
+                    Svc::Orchestrator,
+                    "KANDEV_TRACKER_RECONCILE_SECS".into(),
+                    "1".into(),
+                ),
+            ],
+            ..Options::default()
+        },
+    )
+    .await;
+    let api = stack.admin().await;
+    let (url, repo) = bare_repo(&stack, "tracked");
+    forge.serve(
+        &repo,
+        vec![
+            issue(
+                &repo,
+                1,
+                "Improve the readme",
+                "scenario: code",
+                &["kandev"],
+            ),
+            issue(&repo, 2, "Not for Kandev", "scenario: code", &["bug"]),
+        ],
+    );
+
+    // Linked: the secret is stored, never shown.
+    let board = api.board("tracked").await;
+    let linked = api
+        .post(
+            &format!("/api/v1/boards/{board}/tracker"),
+            json!({"kind": "github", "repository_url": url, "label": "kandev",
+                   "agent_type": "mock-agent", "webhook_secret": SECRET}),
+        )
+        .await;
+    assert_eq!(linked.status, 200, "{}", linked.body);
+    assert_eq!(linked.body["repository"], repo.as_str());
+    assert_eq!(linked.body["has_webhook_secret"], true);
+    assert!(!linked.body.to_string().contains(SECRET), "{}", linked.body);
+    let bad = api
+        .post(
+            &format!("/api/v1/boards/{board}/tracker"),
+            json!({"kind": "github", "repository_url": "https://elsewhere.example/a/b"}),
+        )
+        .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+
+    // The reconcile made the labelled issue a task (and only it), which runs.
+    let task = task_of_issue(&api, &board, 1).await;
+    let task_id = task["id"].as_str().unwrap().to_string();
+    assert_eq!(task["title"], "Improve the readme");
+    assert!(
+        task["description"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("https://github.example/{repo}/issues/1")),
+        "{task}"
+    );
+    api.wait_state(&task_id, &["REVIEW"], 180).await;
+    let listed = tasks(&api, &board).await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let got = api.get(&format!("/api/v1/boards/{board}/tracker")).await;
+    assert_eq!(got.status, 200, "{}", got.body);
+    assert_eq!(got.body["last_error"], "", "{}", got.body);
+    assert!(!got.body.to_string().contains(SECRET));
+
+    // A delivery with a bad signature, or none, is refused; nothing changes.
+    let opened = issue_event(
+        "opened",
+        &repo,
+        issue(&repo, 3, "Forged", "scenario: code", &["kandev"]),
+    );
+    let forged = deliver(&stack, "issues", &opened, "not-the-secret").await;
+    assert_eq!(forged.status, 401, "{}", forged.body);
+    let unsigned = stack
+        .anonymous()
+        .try_send_with(
+            "POST",
+            "/api/v1/trackers/github/webhook",
+            Some(opened.to_string()),
+            &[("x-github-event", "issues")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(unsigned.status, 401, "{}", unsigned.body);
+    assert_eq!(tasks(&api, &board).await.len(), 1);
+
+    // The approval opens a pull request that closes the issue, and the
+    // issue is told.
+    let approved = api
+        .post(
+            &format!("/api/v1/tasks/{task_id}/review"),
+            json!({"action": "approve"}),
+        )
+        .await;
+    assert_eq!(approved.status, 200, "{}", approved.body);
+    let pr_url = approved.body["delivery"]["pull_request_url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    {
+        let seen = forge.state.lock().unwrap();
+        assert_eq!(seen.pulls.len(), 1, "{:?}", seen.pulls);
+        let body = seen.pulls[0].1["body"].as_str().unwrap();
+        assert!(body.contains("Closes #1"), "{body}");
+        assert_eq!(seen.comments.len(), 1, "{:?}", seen.comments);
+        assert_eq!(
+            (seen.comments[0].0.as_str(), seen.comments[0].1),
+            (repo.as_str(), 1)
+        );
+        assert!(seen.comments[0].2.contains(&pr_url), "{:?}", seen.comments);
+    }
+
+    closing_an_issue_cancels_its_task_not_started(&stack, &api, &url, &repo).await;
+    gone_repositories_are_a_plain_error(&stack, &api, &forge).await;
+
+    for svc in [Svc::Gateway, Svc::Orchestrator] {
+        assert!(
+            !stack.log(svc).contains(SECRET),
+            "{svc:?} logged the secret"
+        );
+    }
+    stack.stop().await;
+}
+
+/// A second board on the same repository (its own label, no agent): a
+/// signed delivery makes a task that waits, and closing the issue cancels
+/// it.
+async fn closing_an_issue_cancels_its_task_not_started(
+    stack: &Stack,
+    api: &Api,
+    url: &str,
+    repo: &str,
+) {
+    let board = api.board("intake").await;
+    let linked = api
+        .post(
+            &format!("/api/v1/boards/{board}/tracker"),
+            json!({"kind": "github", "repository_url": url, "label": "later",
+                   "webhook_secret": SECRET}),
+        )
+        .await;
+    assert_eq!(linked.status, 200, "{}", linked.body);
+    let later = issue(repo, 4, "Later", "Some day.", &["later"]);
+    let made = deliver(
+        stack,
+        "issues",
+        &issue_event("opened", repo, later.clone()),
+        SECRET,
+    )
+    .await;
+    assert_eq!(made.status, 200, "{}", made.body);
+    assert_eq!(made.body["outcome"], "created", "{}", made.body);
+    let task_id = made.body["task_id"].as_str().unwrap().to_string();
+    // Delivered again (or reconciled): still one task.
+    let again = deliver(
+        stack,
+        "issues",
+        &issue_event("labeled", repo, later.clone()),
+        SECRET,
+    )
+    .await;
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(tasks(api, &board).await.len(), 1);
+
+    let mut closed = later;
+    closed["state"] = json!("closed");
+    let cancelled = deliver(
+        stack,
+        "issues",
+        &issue_event("closed", repo, closed),
+        SECRET,
+    )
+    .await;
+    assert_eq!(cancelled.status, 200, "{}", cancelled.body);
+    assert_eq!(cancelled.body["outcome"], "cancelled", "{}", cancelled.body);
+    api.wait_state(&task_id, &["CANCELLED"], 10).await;
+
+    let unlinked = api
+        .send("DELETE", &format!("/api/v1/boards/{board}/tracker"), None)
+        .await;
+    assert_eq!(unlinked.status, 204, "{}", unlinked.body);
+    let gone = api.get(&format!("/api/v1/boards/{board}/tracker")).await;
+    assert_eq!(gone.status, 404, "{}", gone.body);
+}
+
+/// A deleted and a renamed repository: a plain error on the link, and the
+/// board still answers.
+async fn gone_repositories_are_a_plain_error(stack: &Stack, api: &Api, forge: &FakeGithub) {
+    let (renamed_url, renamed) = bare_repo(stack, "renamed");
+    forge.state.lock().unwrap().moved.insert(renamed.clone());
+    let (deleted_url, _) = bare_repo(stack, "deleted");
+    for (url, words) in [
+        (deleted_url, "was not found on GitHub"),
+        (renamed_url, "moved on GitHub"),
+    ] {
+        let board = api.board("gone").await;
+        let linked = api
+            .post(
+                &format!("/api/v1/boards/{board}/tracker"),
+                json!({"kind": "github", "repository_url": url}),
+            )
+            .await;
+        assert_eq!(linked.status, 200, "{}", linked.body);
+        let link = kandev_e2e::eventually(30, "the link's error", || {
+            let api = api.clone();
+            let board = board.clone();
+            async move {
+                let r = api.get(&format!("/api/v1/boards/{board}/tracker")).await;
+                (r.status == 200 && r.body["last_error"] != "").then_some(r.body)
+            }
+        })
+        .await;
+        assert!(
+            link["last_error"].as_str().unwrap().contains(words),
+            "{link}"
+        );
+        assert_eq!(
+            api.get(&format!("/api/v1/boards/{board}")).await.status,
+            200
+        );
+    }
+}
