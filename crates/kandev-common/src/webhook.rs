@@ -2,27 +2,21 @@
 //! HMAC-SHA256 (RFC 2104) of the body with a shared secret, in hex after
 //! `sha256=`, checked in constant time.
 
-use sha2::{Digest, Sha256};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+type HmacSha256 = Hmac<Sha256>;
 
 /// HMAC-SHA256 of `message` with `key` (RFC 2104).
 pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
-    const BLOCK: usize = 64;
-    let mut block = [0u8; BLOCK];
-    if key.len() > BLOCK {
-        block[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        block[..key.len()].copy_from_slice(key);
-    }
-    let pad = |byte: u8| block.map(|b| b ^ byte);
-    let inner = Sha256::new()
-        .chain_update(pad(0x36))
-        .chain_update(message)
-        .finalize();
-    Sha256::new()
-        .chain_update(pad(0x5c))
-        .chain_update(inner)
-        .finalize()
-        .into()
+    mac(key, message).finalize().into_bytes().into()
+}
+
+fn mac(key: &[u8], message: &[u8]) -> HmacSha256 {
+    // HMAC takes a key of any length.
+    let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes any key length");
+    mac.update(message);
+    mac
 }
 
 /// The 32 bytes of an `X-Hub-Signature-256` header (`sha256=<64 hex>`).
@@ -45,12 +39,9 @@ pub fn signature_matches(secret: &str, payload: &[u8], signature: &[u8; 32]) -> 
     if secret.is_empty() {
         return false;
     }
-    let expected = hmac_sha256(secret.as_bytes(), payload);
-    expected
-        .iter()
-        .zip(signature)
-        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-        == 0
+    mac(secret.as_bytes(), payload)
+        .verify_slice(signature)
+        .is_ok()
 }
 
 /// The `sha256=<hex>` header GitHub sends with `payload` for `secret`
