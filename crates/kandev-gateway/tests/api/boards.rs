@@ -310,7 +310,7 @@ async fn create_and_list_tasks_with_state_filters_and_paging() {
             "/api/v1/agent-profiles?agent_type=%21%2Br9u%00".to_owned(),
             "NUL",
         ),
-        (format!("/api/v1/boards/{board}/tasks?status=%00"), "state"),
+        (format!("/api/v1/boards/{board}/tasks?state=%00"), "state"),
     ] {
         let nul = app.get(&path, &alice).await;
         assert_eq!(nul.status, StatusCode::BAD_REQUEST, "{path}: {}", nul.body);
