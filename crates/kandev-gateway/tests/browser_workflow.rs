@@ -303,7 +303,18 @@ async fn a_card_blocked_by_two_says_why_until_both_complete() {
     let board = board["body"]["id"].as_str().unwrap().to_string();
     let build = new_task(c, &board, "Build", "").await;
     let lint = new_task(c, &board, "Lint", "").await;
-    let ship = new_task(c, &board, "Ship", "").await;
+    // Ship has an agent; it is to start by itself once both are done.
+    register_mock_type(c, "mock-ship", "Mock agent (ship)", json!({})).await;
+    let ship = api(
+        c,
+        "POST",
+        &format!("/boards/{board}/tasks"),
+        json!({"title": "Ship", "description": "scenario: echo shipped", "agent_type": "mock-ship",
+               "max_retries": 0, "autostart": false}),
+    )
+    .await;
+    assert_eq!(ship["status"], 201, "{ship}");
+    let ship = ship["body"]["id"].as_str().unwrap().to_string();
     go(c, &format!("#/boards/{board}")).await;
     for id in [&build, &lint, &ship] {
         wait_js(
@@ -355,6 +366,15 @@ async fn a_card_blocked_by_two_says_why_until_both_complete() {
     .await;
     assert!(refused.as_str().unwrap().contains("cycle"), "{refused}");
     click(c, "[data-testid=blockers-cancel]").await;
+    // Held, it may start by itself now: not before its blockers complete.
+    let auto = api(
+        c,
+        "PATCH",
+        &format!("/tasks/{ship}"),
+        json!({"autostart": true}),
+    )
+    .await;
+    assert_eq!(auto["status"], 200, "{auto}");
 
     // Both blockers complete: Ship is free, pushed to the page.
     for id in [&build, &lint] {
@@ -379,6 +399,8 @@ async fn a_card_blocked_by_two_says_why_until_both_complete() {
             )
             .await;
             assert_eq!(still, true, "still waiting for Lint");
+            let held = api(c, "GET", &format!("/tasks/{ship}"), Value::Null).await;
+            assert_eq!(held["body"]["state"], "TODO", "not started: {held}");
         }
     }
     wait_js(
@@ -387,6 +409,18 @@ async fn a_card_blocked_by_two_says_why_until_both_complete() {
         20,
         &format!(
             "return !document.querySelector('{} [data-testid=card-blocked]');",
+            card(&ship)
+        ),
+        vec![],
+    )
+    .await;
+    // Freed, Ship's agent ran by itself: its card reached the end.
+    wait_js(
+        c,
+        "Ship started and finished by itself",
+        120,
+        &format!(
+            "return !!document.querySelector('[data-testid=column][data-state=COMPLETED] {}');",
             card(&ship)
         ),
         vec![],
