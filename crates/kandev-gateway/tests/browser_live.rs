@@ -7,8 +7,7 @@
 
 mod support;
 
-use fantoccini::Client;
-use serde_json::{Value, json};
+use serde_json::json;
 use support::*;
 
 const END: &str = "\u{E010}";
@@ -61,12 +60,6 @@ const MOVE_AND_TIME: &str = "
         else if (document.querySelector(sel)) { obs.disconnect(); finish(); }
       });";
 
-async fn new_task(c: &Client, board: &str, body: Value) -> String {
-    let made = api(c, "POST", &format!("/boards/{board}/tasks"), body).await;
-    assert_eq!(made["status"], 201, "{made}");
-    made["body"]["id"].as_str().unwrap().to_string()
-}
-
 fn visible_cards_script() -> &'static str {
     "return [...document.querySelectorAll('[data-testid=column] [data-testid=card]')]
        .filter(k => !k.hidden && k.offsetParent !== null)
@@ -89,8 +82,7 @@ async fn the_board_is_pushed_filtered_and_needs_you_lists_a_waiting_permission()
         json!({"permission_policy": "ask"}),
     )
     .await;
-    let board = api(c, "POST", "/boards", json!({"name": "Live board"})).await;
-    let board = board["body"]["id"].as_str().unwrap().to_string();
+    let board = new_board(c, "Live board").await;
     let card_id = new_task(c, &board, json!({"title": "Alpha card"})).await;
     go(c, &format!("#/boards/{board}")).await;
     wait_js(
@@ -267,8 +259,7 @@ async fn a_column_of_many_cards_scrolls_and_every_card_is_reachable() {
     let c = &browser.client;
     login(c, &stack.base).await;
     set_viewport(c, 1440, 900).await;
-    let board = api(c, "POST", "/boards", json!({"name": "Many cards"})).await;
-    let board = board["body"]["id"].as_str().unwrap().to_string();
+    let board = new_board(c, "Many cards").await;
     let mut last = String::new();
     for i in 0..24 {
         last = new_task(c, &board, json!({"title": format!("Card {i:02}")})).await;

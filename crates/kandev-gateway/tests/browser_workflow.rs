@@ -46,16 +46,9 @@ fn workflow(ids: &[String]) -> Value {
     ])
 }
 
-async fn new_task(c: &Client, board: &str, title: &str, description: &str) -> String {
-    let made = api(
-        c,
-        "POST",
-        &format!("/boards/{board}/tasks"),
-        json!({"title": title, "description": description, "max_retries": 0}),
-    )
-    .await;
-    assert_eq!(made["status"], 201, "{made}");
-    made["body"]["id"].as_str().unwrap().to_string()
+/// A task of `board` with `title` and `description`, not retried.
+fn task(title: &str, description: &str) -> Value {
+    json!({"title": title, "description": description, "max_retries": 0})
 }
 
 /// Moves a card into a column with its "Move" dialog.
@@ -87,8 +80,7 @@ async fn a_three_step_workflow_is_drawn_runs_cards_on_by_itself_and_queues_at_it
     let c = &browser.client;
     login(c, &stack.base).await;
     set_viewport(c, 1440, 900).await;
-    let board = api(c, "POST", "/boards", json!({"name": "Flow board"})).await;
-    let board = board["body"]["id"].as_str().unwrap().to_string();
+    let board = new_board(c, "Flow board").await;
     let ids: Vec<String> = (0..4).map(|_| uuid::Uuid::now_v7().to_string()).collect();
     let put = api(
         c,
@@ -98,8 +90,8 @@ async fn a_three_step_workflow_is_drawn_runs_cards_on_by_itself_and_queues_at_it
     )
     .await;
     assert_eq!(put["status"], 200, "{put}");
-    let first = new_task(c, &board, "First card", "scenario: slow 20 100").await;
-    let second = new_task(c, &board, "Second card", "scenario: echo second").await;
+    let first = new_task(c, &board, task("First card", "scenario: slow 20 100")).await;
+    let second = new_task(c, &board, task("Second card", "scenario: echo second")).await;
 
     go(c, &format!("#/boards/{board}")).await;
     wait_js(
@@ -217,8 +209,7 @@ async fn the_new_task_dialog_picks_an_agent_profile_of_the_chosen_type() {
     .await;
     assert_eq!(made["status"], 201, "{made}");
     let profile = made["body"]["id"].as_str().unwrap().to_string();
-    let board = api(c, "POST", "/boards", json!({"name": "Profiles"})).await;
-    let board = board["body"]["id"].as_str().unwrap().to_string();
+    let board = new_board(c, "Profiles").await;
     go(c, &format!("#/boards/{board}")).await;
     wait_js(
         c,
@@ -299,22 +290,18 @@ async fn a_card_blocked_by_two_says_why_until_both_complete() {
     let c = &browser.client;
     login(c, &stack.base).await;
     set_viewport(c, 1440, 900).await;
-    let board = api(c, "POST", "/boards", json!({"name": "Blockers"})).await;
-    let board = board["body"]["id"].as_str().unwrap().to_string();
-    let build = new_task(c, &board, "Build", "").await;
-    let lint = new_task(c, &board, "Lint", "").await;
+    let board = new_board(c, "Blockers").await;
+    let build = new_task(c, &board, task("Build", "")).await;
+    let lint = new_task(c, &board, task("Lint", "")).await;
     // Ship has an agent; it is to start by itself once both are done.
     register_mock_type(c, "mock-ship", "Mock agent (ship)", json!({})).await;
-    let ship = api(
+    let ship = new_task(
         c,
-        "POST",
-        &format!("/boards/{board}/tasks"),
+        &board,
         json!({"title": "Ship", "description": "scenario: echo shipped", "agent_type": "mock-ship",
                "max_retries": 0, "autostart": false}),
     )
     .await;
-    assert_eq!(ship["status"], 201, "{ship}");
-    let ship = ship["body"]["id"].as_str().unwrap().to_string();
     go(c, &format!("#/boards/{board}")).await;
     for id in [&build, &lint, &ship] {
         wait_js(

@@ -634,6 +634,20 @@ pub async fn create_task(c: &Client, t: NewTask<'_>) -> String {
     id.as_str().unwrap().to_string()
 }
 
+/// Creates a board through the API; its id.
+pub async fn new_board(c: &Client, name: &str) -> String {
+    let made = api(c, "POST", "/boards", json!({ "name": name })).await;
+    assert_eq!(made["status"], 201, "{made}");
+    made["body"]["id"].as_str().unwrap().to_string()
+}
+
+/// Creates a task on `board` through the API from `body`; its id.
+pub async fn new_task(c: &Client, board: &str, body: Value) -> String {
+    let made = api(c, "POST", &format!("/boards/{board}/tasks"), body).await;
+    assert_eq!(made["status"], 201, "{made}");
+    made["body"]["id"].as_str().unwrap().to_string()
+}
+
 /// The CSS selector of a task's card.
 pub fn card(id: &str) -> String {
     format!("[data-testid=card][data-task-id=\"{id}\"]")
