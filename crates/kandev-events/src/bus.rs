@@ -71,6 +71,10 @@ pub struct JetStreamBus {
     js: jetstream::Context,
     /// Copies of each stream in a NATS cluster (1 on a single server).
     stream_replicas: usize,
+    /// How many times the client has (re)connected: a consumer opened
+    /// before the last one re-opens at its ack floor (see
+    /// [`JetStreamBus::connections`]).
+    connections: tokio::sync::watch::Receiver<u64>,
 }
 
 impl std::fmt::Debug for JetStreamBus {
@@ -103,13 +107,20 @@ impl JetStreamBus {
         login: &NatsLogin,
         stream_replicas: usize,
     ) -> Result<Self, BusError> {
-        let client = crate::nats::connect(url, login, |_| {}).await?;
+        let (connected, connections) = tokio::sync::watch::channel(0u64);
+        let on_event = move |event: &async_nats::Event| {
+            if matches!(event, async_nats::Event::Connected) {
+                connected.send_modify(|n| *n += 1);
+            }
+        };
+        let client = crate::nats::connect(url, login, on_event).await?;
         let mut js = jetstream::new(client.clone());
         js.set_timeout(Duration::from_secs(5));
         let bus = JetStreamBus {
             client,
             js,
             stream_replicas: stream_replicas.max(1),
+            connections,
         };
         if let Err(err) = bus.ensure_streams().await {
             // Not fatal: publishing retries, and streams are set up again.
@@ -166,6 +177,15 @@ impl JetStreamBus {
     /// The JetStream context, for durable consumers.
     pub fn jetstream(&self) -> &jetstream::Context {
         &self.js
+    }
+
+    /// Counts the client's connections. A message the server sent to a
+    /// pull just as the connection dropped is lost on the way, and the
+    /// server sends it again only after the consumer's ack wait (minutes):
+    /// a consumer re-opened at its ack floor after a reconnect gets it at
+    /// once.
+    pub fn connections(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.connections.clone()
     }
 
     /// Whether the connection to NATS is up.

@@ -563,3 +563,28 @@ async fn local_publishers_go_on_when_a_consumer_stopped_reading() {
     let got = take_each(consumer.as_mut(), 40).await;
     assert_eq!(order(&got), (0..40).collect::<Vec<_>>());
 }
+
+/// A message the server sent to a pull just as the connection dropped is
+/// lost on the way; the server would send it again only after the ack wait
+/// (ten minutes). The consumer re-opens at its ack floor once the client is
+/// connected again, so it comes again at once.
+#[tokio::test]
+async fn a_message_lost_with_the_connection_comes_again_after_the_reconnect() {
+    let Backend::JetStream { nats, bus } = Backend::jetstream().await else {
+        unreachable!()
+    };
+    let streams = JetStreamStreams::new(bus.clone());
+    publish_all(&streams, &["1", "2"]).await;
+    let mut consumer = open(&streams, "c", "task.>", AckMode::Explicit).await;
+    let got = take(consumer.as_mut(), 2).await;
+    got[0].ack().await.unwrap();
+    // "2" stands for the one lost: delivered, never acknowledged.
+    drop(got);
+    let reopened = bus.connections();
+    let before = *reopened.borrow();
+    bus.client().force_reconnect().await.unwrap();
+    let again = take(consumer.as_mut(), 1).await;
+    assert_eq!(texts(&again), ["2"]);
+    assert!(*bus.connections().borrow() > before, "it reconnected");
+    drop(nats);
+}

@@ -67,45 +67,72 @@ impl Streams for JetStreamStreams {
             .get_stream(stream)
             .await
             .map_err(unavailable)?;
-        // Re-created at its ack floor, so what was not acknowledged comes
-        // again at once and in order (not after the ack wait).
-        let deliver_policy = match stream.consumer_info(durable).await {
-            Ok(info) => {
-                let start = info.ack_floor.stream_sequence + 1;
-                stream.delete_consumer(durable).await.map_err(unavailable)?;
-                DeliverPolicy::ByStartSequence {
-                    start_sequence: start,
-                }
-            }
-            Err(_) => DeliverPolicy::All,
-        };
-        let consumer = stream
-            .create_consumer(pull::Config {
-                durable_name: Some(durable.to_string()),
-                filter_subject: filter.to_string(),
-                ack_policy: match mode {
-                    AckMode::Explicit => AckPolicy::Explicit,
-                    AckMode::All => AckPolicy::All,
-                },
-                ack_wait: Duration::from_secs(600),
-                max_ack_pending: 100_000,
-                deliver_policy,
-                ..Default::default()
-            })
-            .await
-            .map_err(unavailable)?;
+        let mut connections = self.bus.connections();
+        connections.mark_unchanged();
+        let consumer = open_at_ack_floor(&stream, durable, filter, mode).await?;
         Ok(Box::new(JsConsumer {
+            stream,
+            durable: durable.to_string(),
+            filter: filter.to_string(),
+            mode,
             consumer,
             messages: None,
+            connections,
+            reopen: false,
         }))
     }
 }
 
+/// Creates the durable consumer `durable`, or re-creates it at its ack
+/// floor, so what was not acknowledged comes again at once and in order
+/// (not after the ack wait).
+async fn open_at_ack_floor(
+    stream: &jetstream::stream::Stream,
+    durable: &str,
+    filter: &str,
+    mode: AckMode,
+) -> Result<PullConsumer, BusError> {
+    let deliver_policy = match stream.consumer_info(durable).await {
+        Ok(info) => {
+            let start = info.ack_floor.stream_sequence + 1;
+            stream.delete_consumer(durable).await.map_err(unavailable)?;
+            DeliverPolicy::ByStartSequence {
+                start_sequence: start,
+            }
+        }
+        Err(_) => DeliverPolicy::All,
+    };
+    stream
+        .create_consumer(pull::Config {
+            durable_name: Some(durable.to_string()),
+            filter_subject: filter.to_string(),
+            ack_policy: match mode {
+                AckMode::Explicit => AckPolicy::Explicit,
+                AckMode::All => AckPolicy::All,
+            },
+            ack_wait: Duration::from_secs(600),
+            max_ack_pending: 100_000,
+            deliver_policy,
+            ..Default::default()
+        })
+        .await
+        .map_err(unavailable)
+}
+
 /// A consumer reading one continuous pull (re-pulled by the client as each
 /// pull expires, with heartbeats), opened at the first fetch with its sizes.
+/// Re-opened at its ack floor after the client reconnects (see
+/// [`JetStreamBus::connections`](crate::JetStreamBus::connections)).
 struct JsConsumer {
+    stream: jetstream::stream::Stream,
+    durable: String,
+    filter: String,
+    mode: AckMode,
     consumer: PullConsumer,
     messages: Option<pull::Stream>,
+    connections: tokio::sync::watch::Receiver<u64>,
+    /// A reconnect was seen while waiting: re-open at the next fetch.
+    reopen: bool,
 }
 
 /// How long one pull lasts before the client renews it.
@@ -158,6 +185,17 @@ impl Consumer for JsConsumer {
         max_bytes: usize,
         wait: Duration,
     ) -> Result<Vec<Delivered>, BusError> {
+        if self.reopen || self.connections.has_changed().unwrap_or(false) {
+            self.connections.mark_unchanged();
+            // Until it is open again, each fetch tries.
+            self.reopen = true;
+            self.messages = None;
+            tracing::info!(durable = %self.durable, "reconnected to NATS: re-opening the consumer at its ack floor");
+            metrics::counter!("kandev_bus_consumer_reopened_total").increment(1);
+            self.consumer =
+                open_at_ack_floor(&self.stream, &self.durable, &self.filter, self.mode).await?;
+            self.reopen = false;
+        }
         let messages = match &mut self.messages {
             Some(messages) => messages,
             None => self.messages.insert(
@@ -172,7 +210,20 @@ impl Consumer for JsConsumer {
                     .map_err(unavailable)?,
             ),
         };
-        let first = match tokio::time::timeout(wait, messages.next()).await {
+        let next = tokio::select! {
+            next = tokio::time::timeout(wait, messages.next()) => next,
+            // Re-opened by the next fetch (a client gone for good waits
+            // for the pull).
+            () = async {
+                if self.connections.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            } => {
+                self.reopen = true;
+                return Ok(Vec::new());
+            }
+        };
+        let first = match next {
             Err(_) => return Ok(Vec::new()),
             Ok(Some(Ok(message))) => message,
             // A pull's error (a missed heartbeat, say) is the client's to
