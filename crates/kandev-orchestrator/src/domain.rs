@@ -312,6 +312,13 @@ impl ServiceError for OrchestratorError {
     }
 }
 
+/// Adds the fields of the object `extra` to the object `into`.
+pub fn merge_fields(into: &mut serde_json::Value, extra: serde_json::Value) {
+    if let (Some(into), serde_json::Value::Object(extra)) = (into.as_object_mut(), extra) {
+        into.extend(extra);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,7 +17,7 @@
 //! `{"type":"lagging","message","last_seq"}`, then a close frame (code 1008,
 //! reason `lagging: ...`) and is disconnected; the others never wait for it.
 
-use std::{sync::Arc, time::Duration};
+use std::{borrow::Borrow, sync::Arc, time::Duration};
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use futures::{Sink, SinkExt, StreamExt};
@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::{
-    domain::{Orchestration, OrchestratorError, PermissionAnswer},
+    domain::{Orchestration, OrchestratorError, PermissionAnswer, merge_fields},
     feed,
     http::{AppState, error_body},
 };
@@ -72,6 +72,7 @@ pub async fn session(state: AppState, task_id: Uuid, after: i64, socket: WebSock
     reader.abort();
 }
 
+#[derive(Debug, Clone, Copy)]
 enum Outcome {
     Closed,
     Lagged,
@@ -117,7 +118,7 @@ where
 }
 
 async fn write_frames<S>(
-    mut sink: S,
+    sink: S,
     mut sub: feed::Subscription,
     state: &AppState,
     task_id: Uuid,
@@ -128,109 +129,138 @@ async fn write_frames<S>(
 where
     S: Sink<Message> + Unpin,
 {
-    let grace = state.close_grace;
-    let lagged = sub.lagged.clone();
-    let mut last = after;
-    let outcome = 'run: {
-        // Stored history.
+    let mut out = FrameWriter {
+        sink,
+        lagged: sub.lagged.clone(),
+        grace: state.close_grace,
+        last: after,
+    };
+    let replayed = match out.history(state, task_id).await {
+        // The tail that was not yet stored when we subscribed.
+        Ok(()) => out.frames(&std::mem::take(&mut sub.tail)).await,
+        Err(outcome) => Err(outcome),
+    };
+    let outcome = match replayed {
+        Ok(()) => out.live(&mut sub, &mut replies, &done).await,
+        Err(outcome) => outcome,
+    };
+    out.finish(outcome, state.hub.buffer()).await;
+    outcome
+}
+
+/// One client's socket: where its feed is (`last`), and how long a lagging
+/// client is given to take what was already sent. Each step ends the feed
+/// with an `Err(outcome)`.
+struct FrameWriter<S> {
+    sink: S,
+    lagged: CancellationToken,
+    grace: Duration,
+    last: i64,
+}
+
+impl<S: Sink<Message> + Unpin> FrameWriter<S> {
+    /// The stored history after `last`, a page at a time.
+    async fn history(&mut self, state: &AppState, task_id: Uuid) -> Result<(), Outcome> {
         loop {
-            let page = match state.feed.history(task_id, last, HISTORY_PAGE).await {
+            let page = match state.feed.history(task_id, self.last, HISTORY_PAGE).await {
                 Ok(page) => page,
                 Err(err) => {
-                    let body = error_body(&OrchestratorError::Database(err));
                     let mut frame = json!({"type": "error"});
-                    merge(&mut frame, body);
-                    let _ = sink.send(Message::Text(frame.to_string().into())).await;
-                    break 'run Outcome::Closed;
+                    merge_fields(&mut frame, error_body(&OrchestratorError::Database(err)));
+                    let _ = self
+                        .sink
+                        .send(Message::Text(frame.to_string().into()))
+                        .await;
+                    return Err(Outcome::Closed);
                 }
             };
-            let full = page.len() as i64 == HISTORY_PAGE;
-            for chunk in page.chunks(WRITE_BATCH) {
-                if lagged.is_cancelled() {
-                    break 'run Outcome::Lagged;
-                }
-                let msgs = chunk
-                    .iter()
-                    .map(|f| Message::Text(f.text.clone()))
-                    .collect();
-                if !send_all_or_lag(&mut sink, msgs, &lagged, grace).await {
-                    break 'run Outcome::Closed;
-                }
-                last = chunk.last().map_or(last, |f| f.seq);
-            }
-            if !full {
-                break;
+            self.frames(&page).await?;
+            if (page.len() as i64) < HISTORY_PAGE {
+                return Ok(());
             }
         }
-        // The tail that was not yet stored when we subscribed.
-        let tail: Vec<_> = std::mem::take(&mut sub.tail)
-            .into_iter()
-            .filter(|f| f.seq > last)
+    }
+
+    /// Frames after `last`, in batches of writes.
+    async fn frames<F: Borrow<feed::Frame>>(&mut self, frames: &[F]) -> Result<(), Outcome> {
+        let fresh: Vec<&feed::Frame> = frames
+            .iter()
+            .map(Borrow::borrow)
+            .filter(|f| f.seq > self.last)
             .collect();
-        for chunk in tail.chunks(WRITE_BATCH) {
+        for chunk in fresh.chunks(WRITE_BATCH) {
+            if self.lagged.is_cancelled() {
+                return Err(Outcome::Lagged);
+            }
             let msgs = chunk
                 .iter()
                 .map(|f| Message::Text(f.text.clone()))
                 .collect();
-            if !send_all_or_lag(&mut sink, msgs, &lagged, grace).await {
-                break 'run Outcome::Closed;
+            if !send_all_or_lag(&mut self.sink, msgs, &self.lagged, self.grace).await {
+                return Err(Outcome::Closed);
             }
-            last = chunk.last().map_or(last, |f| f.seq);
+            self.last = chunk.last().map_or(self.last, |f| f.seq);
         }
-        // Live.
+        Ok(())
+    }
+
+    /// Live frames and the answers to the client's commands, until the
+    /// client lags, goes or the feed ends.
+    async fn live(
+        &mut self,
+        sub: &mut feed::Subscription,
+        replies: &mut mpsc::Receiver<String>,
+        done: &CancellationToken,
+    ) -> Outcome {
         loop {
             tokio::select! {
                 biased;
-                () = lagged.cancelled() => break 'run Outcome::Lagged,
-                () = done.cancelled() => break 'run Outcome::Closed,
+                () = self.lagged.cancelled() => return Outcome::Lagged,
+                () = done.cancelled() => return Outcome::Closed,
                 Some(reply) = replies.recv() => {
-                    if !send_or_lag(&mut sink, Message::Text(reply.into()), &lagged, grace).await {
-                        break 'run Outcome::Closed;
+                    let msg = Message::Text(reply.into());
+                    if !send_or_lag(&mut self.sink, msg, &self.lagged, self.grace).await {
+                        return Outcome::Closed;
                     }
                 }
                 frame = sub.rx.recv() => {
-                    let Some(frame) = frame else { break 'run Outcome::Closed };
+                    let Some(frame) = frame else { return Outcome::Closed };
                     // Whatever else is queued goes out with it, in one write.
-                    let mut msgs = Vec::new();
-                    let mut next = Some(frame);
-                    while let Some(frame) = next {
-                        if frame.seq > last {
-                            last = frame.seq;
-                            msgs.push(Message::Text(frame.text.clone()));
-                        }
-                        next = if msgs.len() < WRITE_BATCH { sub.rx.try_recv().ok() } else { None };
+                    let mut batch = vec![frame];
+                    while batch.len() < WRITE_BATCH
+                        && let Ok(frame) = sub.rx.try_recv()
+                    {
+                        batch.push(frame);
                     }
-                    if !msgs.is_empty() && !send_all_or_lag(&mut sink, msgs, &lagged, grace).await {
-                        break 'run Outcome::Closed;
+                    if let Err(outcome) = self.frames(&batch).await {
+                        return outcome;
                     }
                 }
             }
         }
-    };
-    if let Outcome::Lagged = outcome {
-        let reason = format!(
-            "lagging: more than {} frames behind; reconnect with ?after={last}",
-            state.hub.buffer()
-        );
+    }
+
+    /// Tells a lagging client where to reconnect from, then closes.
+    async fn finish(&mut self, outcome: Outcome, buffer: usize) {
+        let Outcome::Lagged = outcome else {
+            let _ = tokio::time::timeout(Duration::from_secs(1), self.sink.close()).await;
+            return;
+        };
+        let last = self.last;
+        let reason =
+            format!("lagging: more than {buffer} frames behind; reconnect with ?after={last}");
         let notice = json!({"type": "lagging", "message": reason, "last_seq": last});
         let close = Message::Close(Some(CloseFrame {
             code: LAGGING_CLOSE_CODE,
             reason: reason.into(),
         }));
-        let _ = tokio::time::timeout(grace, async {
-            sink.send(Message::Text(notice.to_string().into())).await?;
-            sink.send(close).await
+        let _ = tokio::time::timeout(self.grace, async {
+            self.sink
+                .send(Message::Text(notice.to_string().into()))
+                .await?;
+            self.sink.send(close).await
         })
         .await;
-    } else {
-        let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
-    }
-    outcome
-}
-
-fn merge(into: &mut Value, from: Value) {
-    if let (Some(a), Value::Object(b)) = (into.as_object_mut(), from) {
-        a.extend(b);
     }
 }
 
@@ -345,7 +375,7 @@ pub async fn handle_command(orchestration: &dyn Orchestration, task_id: Uuid, te
 
 fn command_error(id: Option<Value>, name: Option<String>, err: &OrchestratorError) -> Value {
     let mut frame = json!({"type": "error", "command": name});
-    merge(&mut frame, error_body(err));
+    merge_fields(&mut frame, error_body(err));
     if let Some(id) = id {
         frame["id"] = id;
     }

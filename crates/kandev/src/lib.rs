@@ -229,109 +229,158 @@ fn http(addr: SocketAddr) -> String {
     format!("http://{addr}")
 }
 
-impl Kandev {
-    /// Builds every part on `data_dir` (created when missing), with the
-    /// configuration `file` if any, and binds their ports.
-    pub async fn build(data_dir: &Path, file: Option<&Path>) -> Result<Kandev, Error> {
-        std::fs::create_dir_all(data_dir).map_err(|source| Error::DataDir {
-            path: data_dir.to_path_buf(),
-            source,
-        })?;
-        let data_dir = data_dir.canonicalize().map_err(|source| Error::DataDir {
-            path: data_dir.to_path_buf(),
-            source,
-        })?;
-        let dir = data_dir.as_path();
-        let lock = DataDirLock::acquire(dir)?;
-        let streams = LocalStreams::open(&sqlite(dir, STREAMS_FILE)).await?;
-        let live = LocalLive::new(LIVE_CAPACITY);
-        // The parts' own secret for this run: they restart together.
-        let token = long_secret();
-        let internal = |part: Part| {
-            vec![
-                ("listen_addr", "127.0.0.1:0".to_string()),
-                ("database_url", part.database_url(dir)),
-                ("service_token", token.clone()),
-            ]
-        };
-        let always_ready = serve::sync_check(|| Ok(()));
-        let bus: Arc<dyn EventBus> = Arc::new(streams.clone());
+/// The data directory, created when missing, as an absolute path.
+fn open_data_dir(data_dir: &Path) -> Result<PathBuf, Error> {
+    let failed = |source| Error::DataDir {
+        path: data_dir.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(data_dir).map_err(failed)?;
+    data_dir.canonicalize().map_err(failed)
+}
 
-        let task_settings: kandev_task_service::Settings =
-            settings(Part::TaskService, file, &[], &internal(Part::TaskService))?;
-        let tasks = kandev_task_service::Application::build_with_bus(
-            task_settings,
-            bus.clone(),
-            always_ready.clone(),
-        )
-        .await?;
+/// What the parts are built from: the data directory, the configuration
+/// file, their shared token and a readiness that always holds.
+struct Parts<'a> {
+    dir: &'a Path,
+    file: Option<&'a Path>,
+    token: String,
+    ready: serve::ReadinessCheck,
+}
 
-        let workspaces = dir.join("workspaces").display().to_string();
-        let mut agent_settings: kandev_agent_manager::Settings = settings(
-            Part::AgentManager,
-            file,
-            &[("workspaces_root", workspaces)],
-            &internal(Part::AgentManager),
-        )?;
-        // Users can store secrets: the key that seals them is made on first
-        // start and kept, unless KANDEV_SECRETS_KEY gives one.
+impl Parts<'_> {
+    /// One part's settings (see [`settings`]), listening on a port of its
+    /// own on 127.0.0.1, on its database file, with the shared token and
+    /// `wiring`.
+    fn settings<T>(
+        &self,
+        part: Part,
+        defaults: &[(&str, String)],
+        wiring: &[(&str, String)],
+    ) -> Result<T, Error>
+    where
+        T: Serialize + DeserializeOwned + Default + config::Validate,
+    {
+        let mut all = vec![
+            ("listen_addr", "127.0.0.1:0".to_string()),
+            ("database_url", part.database_url(self.dir)),
+            ("service_token", self.token.clone()),
+        ];
+        all.extend(wiring.iter().cloned());
+        settings(part, self.file, defaults, &all)
+    }
+
+    /// The agent manager, with its clones in the data directory. Users can
+    /// store secrets: the key that seals them is made on first start and
+    /// kept, unless KANDEV_SECRETS_KEY gives one.
+    async fn agent_manager(
+        &self,
+        bus: Arc<dyn EventBus>,
+    ) -> Result<kandev_agent_manager::Application, Error> {
+        let workspaces = self.dir.join("workspaces").display().to_string();
+        let mut agent_settings: kandev_agent_manager::Settings =
+            self.settings(Part::AgentManager, &[("workspaces_root", workspaces)], &[])?;
         if agent_settings.secrets_key.is_none() {
-            let (key, _) = kandev_gateway::first_start::kept(dir, SECRETS_KEY_FILE, long_secret)
-                .map_err(|source| Error::DataDir {
-                    path: dir.join(SECRETS_KEY_FILE),
-                    source,
-                })?;
+            let (key, _) =
+                kandev_gateway::first_start::kept(self.dir, SECRETS_KEY_FILE, long_secret)
+                    .map_err(|source| Error::DataDir {
+                        path: self.dir.join(SECRETS_KEY_FILE),
+                        source,
+                    })?;
             agent_settings.secrets_key = Some(key);
         }
-        let agents = kandev_agent_manager::Application::build_with_bus(
+        Ok(kandev_agent_manager::Application::build_with_bus(
             agent_settings,
             bus,
-            always_ready.clone(),
+            self.ready.clone(),
         )
-        .await?;
+        .await?)
+    }
 
-        let mut wiring = internal(Part::Orchestrator);
-        wiring.push(("task_service_url", http(tasks.local_addr())));
-        wiring.push(("agent_manager_url", http(agents.local_addr())));
-        let orchestrator_settings: kandev_orchestrator::Settings =
-            settings(Part::Orchestrator, file, &[], &wiring)?;
+    /// The orchestrator, on the one agent manager as its pool.
+    async fn orchestrator(
+        &self,
+        tasks: &kandev_task_service::Application,
+        agents: &kandev_agent_manager::Application,
+        streams: &LocalStreams,
+        live: Arc<dyn Live>,
+    ) -> Result<kandev_orchestrator::Application, Error> {
+        let orchestrator_settings: kandev_orchestrator::Settings = self.settings(
+            Part::Orchestrator,
+            &[],
+            &[
+                ("task_service_url", http(tasks.local_addr())),
+                ("agent_manager_url", http(agents.local_addr())),
+            ],
+        )?;
         let control = kandev_orchestrator::pool::ManagerPool::new(
             &http(agents.local_addr()),
-            &token.clone().into(),
+            &self.token.clone().into(),
             Duration::from_millis(orchestrator_settings.manager_grace_ms),
         )
         .map_err(Error::Setup)?;
-        let live_dyn: Arc<dyn Live> = Arc::new(live.clone());
-        let orchestrator = kandev_orchestrator::Application::build_on(
+        Ok(kandev_orchestrator::Application::build_on(
             orchestrator_settings,
             Arc::new(control),
             kandev_orchestrator::startup::EventStreams {
                 streams: Arc::new(streams.clone()),
-                live: live_dyn.clone(),
-                ready: always_ready.clone(),
+                live,
+                ready: self.ready.clone(),
             },
         )
-        .await?;
+        .await?)
+    }
+}
 
+impl Kandev {
+    /// Builds every part on `data_dir` (created when missing), with the
+    /// configuration `file` if any, and binds their ports.
+    pub async fn build(data_dir: &Path, file: Option<&Path>) -> Result<Kandev, Error> {
+        let data_dir = open_data_dir(data_dir)?;
+        let lock = DataDirLock::acquire(&data_dir)?;
+        let streams = LocalStreams::open(&sqlite(&data_dir, STREAMS_FILE)).await?;
+        let live: Arc<dyn Live> = Arc::new(LocalLive::new(LIVE_CAPACITY));
+        let parts = Parts {
+            dir: &data_dir,
+            file,
+            // The parts' own secret for this run: they restart together.
+            token: long_secret(),
+            ready: serve::sync_check(|| Ok(())),
+        };
+        let bus: Arc<dyn EventBus> = Arc::new(streams.clone());
+        let tasks = kandev_task_service::Application::build_with_bus(
+            parts.settings(Part::TaskService, &[], &[])?,
+            bus.clone(),
+            parts.ready.clone(),
+        )
+        .await?;
+        let agents = parts.agent_manager(bus).await?;
+        let orchestrator = parts
+            .orchestrator(&tasks, &agents, &streams, live.clone())
+            .await?;
+        // The one part on the port users configure.
         let gateway_settings: kandev_gateway::Settings = settings(
             Part::Gateway,
             file,
-            &[("data_dir", dir.display().to_string())],
+            &[("data_dir", data_dir.display().to_string())],
             &[
-                ("database_url", Part::Gateway.database_url(dir)),
-                ("service_token", token.clone()),
+                ("database_url", Part::Gateway.database_url(&data_dir)),
+                ("service_token", parts.token.clone()),
                 ("task_service_url", http(tasks.local_addr())),
                 ("agent_manager_url", http(agents.local_addr())),
                 ("orchestrator_url", http(orchestrator.local_addr())),
             ],
         )?;
         let feeds = kandev_gateway::stream::live::LiveFeeds::new(
-            live_dyn,
+            live,
             gateway_settings.stream_client_buffer,
         );
-        let gateway =
-            kandev_gateway::Application::build_on(gateway_settings, feeds, ("bus", always_ready))
-                .await?;
+        let gateway = kandev_gateway::Application::build_on(
+            gateway_settings,
+            feeds,
+            ("bus", parts.ready.clone()),
+        )
+        .await?;
         Ok(Kandev {
             _lock: lock,
             data_dir,

@@ -86,9 +86,8 @@ impl FeedConsumer {
         // Before the first message: which instances' messages to drop.
         while let Err(err) = self.fence.load(self.store.as_ref()).await {
             tracing::warn!(%err, "acp consumer: cannot read moved instances, retrying");
-            tokio::select! {
-                () = stop.cancelled() => return,
-                () = tokio::time::sleep(Duration::from_millis(500)) => {}
+            if pause(&stop, Duration::from_millis(500)).await {
+                return;
             }
         }
         // A few batches in flight: when Postgres lags, pulling waits.
@@ -99,13 +98,10 @@ impl FeedConsumer {
             batch_rx,
             stop.clone(),
         )));
+        let mut pending = Pending::new(self.flush_every);
         let mut counters = Counters::default();
-        let mut frames: Vec<Arc<Frame>> = Vec::new();
-        let mut last: Option<Delivered> = None;
-        let mut deadline = tokio::time::Instant::now() + self.flush_every;
         let mut consumer: Option<Box<dyn Consumer>> = None;
         let mut failures = 0u32;
-
         while !stop.is_cancelled() {
             // (Re-)opened at the ack floor: at start, and when pulling keeps
             // failing (say NATS lost the consumer). Messages numbered but not
@@ -115,76 +111,78 @@ impl FeedConsumer {
                     .streams
                     .consumer(ACP_STREAM, &self.durable, &self.filter, AckMode::All)
                     .await;
+                failures = 0;
                 match opened {
-                    Ok(c) => {
-                        consumer = Some(c);
-                        failures = 0;
-                    }
+                    Ok(c) => consumer = Some(c),
                     Err(err) => {
                         tracing::warn!(%err, "acp consumer not ready, retrying");
                         // What is numbered (and live) is stored meanwhile.
-                        send_batch(&batch_tx, &mut frames, &mut last).await;
-                        tokio::select! {
-                            () = stop.cancelled() => break,
-                            () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                        pending.send(&batch_tx).await;
+                        consumer = None;
+                        if pause(&stop, Duration::from_secs(1)).await {
+                            break;
                         }
+                        continue;
                     }
                 }
             }
             let Some(current) = consumer.as_mut() else {
                 continue;
             };
-            // Until the batch in hand is due to be flushed, or a pull's length.
-            let wait = if last.is_some() {
-                deadline.saturating_duration_since(tokio::time::Instant::now())
-            } else {
-                Duration::from_secs(30)
-            };
             let fetched = tokio::select! {
                 biased;
                 () = stop.cancelled() => break,
                 // Messages are batches of events: bound the pull by bytes.
-                fetched = current.fetch(PULL_MESSAGES, PULL_BYTES, wait) => fetched,
+                fetched = current.fetch(PULL_MESSAGES, PULL_BYTES, pending.wait()) => fetched,
             };
-            let messages = match fetched {
+            match fetched {
                 Ok(messages) => {
                     failures = 0;
-                    messages
+                    self.take(messages, &mut counters, &mut pending, &batch_tx)
+                        .await;
                 }
                 Err(err) => {
                     failures += 1;
                     tracing::warn!(%err, failures, "acp consumer: cannot pull, retrying");
-                    send_batch(&batch_tx, &mut frames, &mut last).await;
-                    tokio::select! {
-                        () = stop.cancelled() => break,
-                        () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    pending.send(&batch_tx).await;
+                    if pause(&stop, Duration::from_secs(1)).await {
+                        break;
                     }
                 }
-            };
-            for msg in messages {
-                if last.is_none() {
-                    deadline = tokio::time::Instant::now() + self.flush_every;
-                }
-                let numbered = self.number(&mut counters, &msg).await;
-                if let Some(first) = numbered.first() {
-                    self.hub.publish(first.task_id, &numbered);
-                    self.publish_live(first.task_id, &numbered).await;
-                }
-                frames.extend(numbered);
-                last = Some(msg);
-                if frames.len() >= self.flush_max {
-                    send_batch(&batch_tx, &mut frames, &mut last).await;
-                }
-                // Let the clients' writers run between bursts.
-                tokio::task::yield_now().await;
-            }
-            if last.is_some() && tokio::time::Instant::now() >= deadline {
-                send_batch(&batch_tx, &mut frames, &mut last).await;
             }
         }
-        send_batch(&batch_tx, &mut frames, &mut last).await;
+        pending.send(&batch_tx).await;
         drop(batch_tx);
         let _ = writer.await;
+    }
+
+    /// Numbers pulled messages, sends them live at once, and hands them to
+    /// the writer in batches (by size, or once the batch is due).
+    async fn take(
+        &self,
+        messages: Vec<Delivered>,
+        counters: &mut Counters,
+        pending: &mut Pending,
+        batch_tx: &mpsc::Sender<Batch>,
+    ) {
+        for msg in messages {
+            pending.start();
+            let numbered = self.number(counters, &msg).await;
+            if let Some(first) = numbered.first() {
+                self.hub.publish(first.task_id, &numbered);
+                self.publish_live(first.task_id, &numbered).await;
+            }
+            pending.frames.extend(numbered);
+            pending.last = Some(msg);
+            if pending.frames.len() >= self.flush_max {
+                pending.send(batch_tx).await;
+            }
+            // Let the clients' writers run between bursts.
+            tokio::task::yield_now().await;
+        }
+        if pending.due() {
+            pending.send(batch_tx).await;
+        }
     }
 
     /// Sends numbered frames to `feed.<task_id>` (live, not stored):
@@ -292,17 +290,64 @@ impl FeedConsumer {
     }
 }
 
-async fn send_batch(
-    tx: &mpsc::Sender<Batch>,
-    frames: &mut Vec<Arc<Frame>>,
-    last: &mut Option<Delivered>,
-) {
-    if let Some(last) = last.take() {
-        let batch = Batch {
-            frames: std::mem::take(frames),
-            last,
-        };
-        let _ = tx.send(batch).await;
+/// Numbered frames not yet handed to the writer, with the message that
+/// acknowledges them, due by `deadline`.
+struct Pending {
+    frames: Vec<Arc<Frame>>,
+    last: Option<Delivered>,
+    flush_every: Duration,
+    deadline: tokio::time::Instant,
+}
+
+impl Pending {
+    fn new(flush_every: Duration) -> Self {
+        Pending {
+            frames: Vec::new(),
+            last: None,
+            flush_every,
+            deadline: tokio::time::Instant::now() + flush_every,
+        }
+    }
+
+    /// A message is about to join: the first of a batch sets its deadline.
+    fn start(&mut self) {
+        if self.last.is_none() {
+            self.deadline = tokio::time::Instant::now() + self.flush_every;
+        }
+    }
+
+    /// How long a pull may wait: until the batch in hand is due, or a
+    /// pull's length when there is none.
+    fn wait(&self) -> Duration {
+        if self.last.is_some() {
+            self.deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+        } else {
+            Duration::from_secs(30)
+        }
+    }
+
+    fn due(&self) -> bool {
+        self.last.is_some() && tokio::time::Instant::now() >= self.deadline
+    }
+
+    /// Hands the batch to the writer.
+    async fn send(&mut self, tx: &mpsc::Sender<Batch>) {
+        if let Some(last) = self.last.take() {
+            let batch = Batch {
+                frames: std::mem::take(&mut self.frames),
+                last,
+            };
+            let _ = tx.send(batch).await;
+        }
+    }
+}
+
+/// Sleeps `d`; true when `stop` fired first.
+async fn pause(stop: &CancellationToken, d: Duration) -> bool {
+    tokio::select! {
+        () = stop.cancelled() => true,
+        () = tokio::time::sleep(d) => false,
     }
 }
 
