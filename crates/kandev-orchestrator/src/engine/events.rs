@@ -249,10 +249,10 @@ impl Engine {
         }
         let active = exec.state().is_active();
         match ev.kind {
-            AgentEventKind::Started | AgentEventKind::Running => {
-                if exec.state() == ExecState::Launching {
-                    self.set_state(task_id, ExecState::Running).await?;
-                }
+            AgentEventKind::Started | AgentEventKind::Running
+                if exec.state() == ExecState::Launching =>
+            {
+                self.set_state(task_id, ExecState::Running).await?;
             }
             AgentEventKind::Completed if active => self.on_completed(exec, ev).await?,
             AgentEventKind::Failed if active => self.on_failed(exec, ev).await?,
