@@ -226,6 +226,17 @@ pub struct Stack {
     _permit: tokio::sync::SemaphorePermit<'static>,
 }
 
+/// A bare repository on disk ([`Stack::bare_repo`]).
+pub struct BareRepo {
+    /// Its directory (`--git-dir`).
+    pub path: PathBuf,
+    /// Its `file://` URL, a task's `repository_url`.
+    pub url: String,
+    /// Its `owner/repo` on a forge for `file:///` (the path without the
+    /// leading `/` and `.git`).
+    pub repo: String,
+}
+
 impl Stack {
     /// Starts everything for the test `test` and waits until the gateway
     /// is ready (every dependency answers its `/readyz`).
@@ -710,6 +721,24 @@ impl Stack {
             assert!(status.success(), "git {args:?}");
         }
         format!("file://{}", repo.display())
+    }
+
+    /// A bare clone of a fresh [`Stack::git_repo`] named `name`, that a
+    /// task can clone and push to.
+    pub fn bare_repo(&self, name: &str) -> BareRepo {
+        let source = self.git_repo(&format!("{name}-src"));
+        let source = source.trim_start_matches("file://");
+        let path = std::path::Path::new(source).with_file_name(format!("{name}.git"));
+        let status = Command::new("git")
+            .args(["clone", "-q", "--bare", source])
+            .arg(&path)
+            .status()
+            .expect("git runs");
+        assert!(status.success(), "git clone --bare {source}");
+        let url = format!("file://{}", path.display());
+        let repo = path.display().to_string();
+        let repo = repo.trim_start_matches('/').trim_end_matches(".git").into();
+        BareRepo { path, url, repo }
     }
 
     /// Agent containers of this stack (`docker ps`), running or not, by

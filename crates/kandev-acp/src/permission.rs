@@ -230,10 +230,7 @@ impl PermissionPolicy for AskDecider {
         match tokio::time::timeout(self.timeout, asked).await {
             Ok(Some((decision, by))) => {
                 if let Some(by) = by {
-                    self.answerers
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(request_id.to_string(), by);
+                    crate::client::lock(&self.answerers).insert(request_id.to_string(), by);
                 }
                 decision
             }
@@ -246,10 +243,7 @@ impl PermissionPolicy for AskDecider {
     }
 
     fn answered_by(&self, request_id: &Value) -> Option<String> {
-        self.answerers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&request_id.to_string())
+        crate::client::lock(&self.answerers).remove(&request_id.to_string())
     }
 }
 

@@ -22,6 +22,7 @@ use tokio::{
 };
 
 use crate::{
+    client::lock,
     error::{RpcError, codes},
     workspace::Workspace,
 };
@@ -131,7 +132,7 @@ impl LocalExecutor {
         id: &TerminalId,
         f: impl FnOnce(&LocalTerminal) -> T,
     ) -> Result<T, RpcError> {
-        let terminals = self.terminals.lock().unwrap_or_else(|e| e.into_inner());
+        let terminals = lock(&self.terminals);
         terminals.get(id.0.as_ref()).map(f).ok_or_else(|| {
             RpcError::new(codes::RESOURCE_NOT_FOUND, format!("unknown terminal {id}"))
         })
@@ -164,9 +165,7 @@ async fn pump(mut from: impl AsyncRead + Unpin, into: Arc<Mutex<OutputBuffer>>) 
         if n == 0 {
             break;
         }
-        into.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(&chunk[..n]);
+        lock(&into).push(&chunk[..n]);
     }
 }
 
@@ -237,27 +236,20 @@ impl TerminalExecutor for LocalExecutor {
             let _ = exit_tx.send(Some(status));
         });
         let id = format!("term-{}", self.next_id.fetch_add(1, Ordering::Relaxed));
-        self.terminals
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(
-                id.clone(),
-                LocalTerminal {
-                    output,
-                    exit: exit_rx,
-                    kill,
-                },
-            );
+        lock(&self.terminals).insert(
+            id.clone(),
+            LocalTerminal {
+                output,
+                exit: exit_rx,
+                kill,
+            },
+        );
         Ok(TerminalId::new(id))
     }
 
     async fn output(&self, terminal_id: &TerminalId) -> Result<TerminalOutputResponse, RpcError> {
         self.with_terminal(terminal_id, |t| {
-            let (text, truncated) = t
-                .output
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .snapshot();
+            let (text, truncated) = lock(&t.output).snapshot();
             TerminalOutputResponse::new(text, truncated).exit_status(t.exit.borrow().clone())
         })
     }
@@ -279,11 +271,7 @@ impl TerminalExecutor for LocalExecutor {
     }
 
     async fn release(&self, terminal_id: &TerminalId) -> Result<(), RpcError> {
-        let removed = self
-            .terminals
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(terminal_id.0.as_ref());
+        let removed = lock(&self.terminals).remove(terminal_id.0.as_ref());
         match removed {
             Some(t) => {
                 t.kill.notify_one();

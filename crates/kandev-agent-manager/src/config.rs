@@ -299,26 +299,12 @@ fn find_env<'a>(env: &'a BTreeMap<String, SecretString>, name: &str) -> Option<&
 
 impl Validate for Settings {
     fn validate(&self) -> Result<(), String> {
-        self.listen_addr
-            .parse::<std::net::SocketAddr>()
-            .map_err(|e| format!("listen_addr {:?}: {e}", self.listen_addr))?;
-        if !self.database_url.starts_with("postgres://")
-            && !self.database_url.starts_with("postgresql://")
-            && !self.uses_sqlite()
-        {
-            return Err("database_url must be a postgres:// or a sqlite: URL".into());
-        }
-        let schema_ok = !self.database_schema.is_empty()
-            && self
-                .database_schema
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-        if !schema_ok {
-            return Err("database_schema must be lower-case letters, digits and _".into());
-        }
-        if self.database_max_connections == 0 {
-            return Err("database_max_connections must be at least 1".into());
-        }
+        kandev_common::config::check_listen_and_database(
+            &self.listen_addr,
+            &self.database_url,
+            &self.database_schema,
+            self.database_max_connections,
+        )?;
         if !kandev_events::managers::manager_id_ok(&self.manager_id) {
             return Err(format!(
                 "manager_id {:?} must be 1 to 64 letters, digits, '-' or '_'",

@@ -47,6 +47,37 @@ pub trait Validate {
     }
 }
 
+/// Checks what every service's settings share: the address it listens on
+/// and its database (a `postgres://` or `sqlite:` URL, a lower-case
+/// schema name, at least one connection).
+pub fn check_listen_and_database(
+    listen_addr: &str,
+    database_url: &str,
+    database_schema: &str,
+    max_connections: u32,
+) -> Result<(), String> {
+    listen_addr
+        .parse::<std::net::SocketAddr>()
+        .map_err(|e| format!("listen_addr {listen_addr:?}: {e}"))?;
+    if !["postgres://", "postgresql://", "sqlite:"]
+        .iter()
+        .any(|scheme| database_url.starts_with(scheme))
+    {
+        return Err("database_url must be a postgres:// or a sqlite: URL".into());
+    }
+    let schema_ok = !database_schema.is_empty()
+        && database_schema
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !schema_ok {
+        return Err("database_schema must be lower-case letters, digits and _".into());
+    }
+    if max_connections == 0 {
+        return Err("database_max_connections must be at least 1".into());
+    }
+    Ok(())
+}
+
 /// Loads settings: defaults, then `file` (or the file named by
 /// `KANDEV_CONFIG`), then `KANDEV_*` variables; then validates them.
 pub fn load<T>(file: Option<&Path>) -> Result<T, ConfigError>

@@ -299,19 +299,11 @@ impl MemoryBus {
 #[async_trait]
 impl EventBus for MemoryBus {
     async fn last_message(&self, subject: &str) -> Result<Option<Bytes>, BusError> {
-        Ok(self
-            .last
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(subject)
-            .cloned())
+        Ok(kandev_common::sync::lock(&self.last).get(subject).cloned())
     }
 
     async fn publish(&self, subject: &str, id: Uuid, payload: Bytes) -> Result<(), BusError> {
-        self.last
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(subject.to_string(), payload.clone());
+        kandev_common::sync::lock(&self.last).insert(subject.to_string(), payload.clone());
         // No subscriber is not an error: the event simply has no audience.
         let _ = self.tx.send(MemoryEvent {
             subject: subject.to_string(),

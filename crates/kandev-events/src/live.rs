@@ -112,7 +112,7 @@ impl LocalLive {
     fn subjects(
         &self,
     ) -> std::sync::MutexGuard<'_, HashMap<String, broadcast::Sender<LiveMessage>>> {
-        self.subjects.lock().unwrap_or_else(|e| e.into_inner())
+        kandev_common::sync::lock(&self.subjects)
     }
 }
 

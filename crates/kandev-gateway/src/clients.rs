@@ -89,7 +89,7 @@ impl Downstream {
         if url.is_empty() {
             return self.agents.clone();
         }
-        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = kandev_common::sync::lock(&self.pool);
         if let Some(client) = pool.get(url) {
             return client.clone();
         }

@@ -75,11 +75,12 @@ fn has_encoded_nul(part: &str) -> bool {
     part.contains("%00")
 }
 
-fn refuse_nul(part: &str, what: &str) -> Result<(), ApiError> {
-    if has_encoded_nul(part) {
-        return Err(ApiError::validation(format!(
-            "the {what} must not contain NUL (%00) characters"
-        )));
+/// Refuses a query holding a NUL.
+fn refuse_nul(query: &str) -> Result<(), ApiError> {
+    if has_encoded_nul(query) {
+        return Err(ApiError::validation(
+            "the query must not contain NUL (%00) characters",
+        ));
     }
     Ok(())
 }
@@ -92,7 +93,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        refuse_nul(parts.uri.query().unwrap_or_default(), "query")?;
+        refuse_nul(parts.uri.query().unwrap_or_default())?;
         let axum::extract::Query(value) =
             axum::extract::Query::<T>::from_request_parts(parts, state).await?;
         Ok(ApiQuery(value))

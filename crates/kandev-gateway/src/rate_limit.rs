@@ -44,7 +44,7 @@ impl RateLimiter {
     }
 
     fn check_at(&self, key: &str, now: Instant) -> Result<(), Duration> {
-        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut buckets = kandev_common::sync::lock(&self.buckets);
         if buckets.len() >= self.max_keys && !buckets.contains_key(key) {
             let (rate, burst) = (self.per_second, self.burst);
             buckets.retain(|_, b| {

@@ -1,50 +1,11 @@
 //! Each task works on its own branch in its own clone, and its changes
 //! (files and diffs against the base) are read through the gateway.
 
-use std::sync::{Arc, Mutex};
-
 use kandev_e2e::{
     Options, Stack, Svc,
     serde_json::{Value, json},
 };
-
-/// A local server answering GitHub's "create a pull request" endpoint.
-struct FakeGithub {
-    url: String,
-    /// (authorization header, request body) of each pull request asked for.
-    seen: Arc<Mutex<Vec<(String, Value)>>>,
-}
-
-impl FakeGithub {
-    async fn start() -> FakeGithub {
-        use axum::{Json, Router, extract::State, http::HeaderMap, routing::post};
-        type Seen = Arc<Mutex<Vec<(String, Value)>>>;
-        async fn create(
-            State(seen): State<Seen>,
-            headers: HeaderMap,
-            Json(body): Json<Value>,
-        ) -> (axum::http::StatusCode, Json<Value>) {
-            let auth = headers
-                .get("authorization")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_string();
-            seen.lock().unwrap().push((auth, body));
-            (
-                axum::http::StatusCode::CREATED,
-                Json(json!({"html_url": "https://github.example/pull/1", "number": 1})),
-            )
-        }
-        let seen = Seen::default();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let app = Router::new()
-            .route("/repos/{*project}", post(create))
-            .with_state(seen.clone());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        FakeGithub { url, seen }
-    }
-}
+use kandev_testkit::fake_github::FakeGithub;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tasks_on_one_repository_get_their_own_branch_and_changes() {
@@ -172,10 +133,7 @@ async fn request_changes_then_approve_pushes_the_branch() {
     // A forge for every file:// repository: approval opens a pull request
     // there (no real forge is reachable here).
     let forge = FakeGithub::start().await;
-    let forges = format!(
-        "[{{repository_prefix = \"file:///\", kind = \"github\", api_url = \"{}\", token = \"t0ken\"}}]",
-        forge.url
-    );
+    let forges = forge.forges_setting("t0ken");
     let stack = Stack::start(
         "review",
         Options {
@@ -193,16 +151,9 @@ async fn request_changes_then_approve_pushes_the_branch() {
     .await;
     let api = stack.admin().await;
     let board = api.board("review").await;
-    let source = stack.git_repo("review-src");
-    let source = source.trim_start_matches("file://");
-    let bare = std::path::Path::new(source).with_file_name("review.git");
-    let status = std::process::Command::new("git")
-        .args(["clone", "-q", "--bare", source])
-        .arg(&bare)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let remote = format!("file://{}", bare.display());
+    let bare = stack.bare_repo("review");
+    forge.serve(&bare.repo, vec![]);
+    let remote = bare.url.clone();
     let task = api
         .task(
             &board,
@@ -288,15 +239,14 @@ async fn request_changes_then_approve_pushes_the_branch() {
         "{done}"
     );
     // The pull request of the pushed branch, linked on the task.
+    let pull = format!("https://github.example/{}/pull/1", bare.repo);
+    assert_eq!(delivery["pull_request_url"], pull.as_str(), "{delivery}");
     assert_eq!(
-        delivery["pull_request_url"], "https://github.example/pull/1",
-        "{delivery}"
-    );
-    assert_eq!(
-        done["metadata"]["delivered"]["pull_request"], "https://github.example/pull/1",
+        done["metadata"]["delivered"]["pull_request"],
+        pull.as_str(),
         "{done}"
     );
-    let asked = forge.seen.lock().unwrap().clone();
+    let asked = forge.forge().pulls.clone();
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert_eq!(asked[0].0, "Bearer t0ken");
     assert_eq!(asked[0].1["head"], branch.as_str());
@@ -306,7 +256,7 @@ async fn request_changes_then_approve_pushes_the_branch() {
     // The commit is on the bare remote, with the agent's work.
     let shown = std::process::Command::new("git")
         .arg("--git-dir")
-        .arg(&bare)
+        .arg(&bare.path)
         .args(["show", "--format=%H %an %s", "--stat", &branch])
         .output()
         .unwrap();
@@ -321,7 +271,7 @@ async fn request_changes_then_approve_pushes_the_branch() {
     assert!(shown.contains("README.md"), "{shown}");
     let readme = std::process::Command::new("git")
         .arg("--git-dir")
-        .arg(&bare)
+        .arg(&bare.path)
         .args(["show", &format!("{branch}:README.md")])
         .output()
         .unwrap();

@@ -4,114 +4,50 @@
 //! "Fix CI" sends the failing checks' names and the end of their logs to
 //! the agent as a follow-up in the same session.
 
-use std::sync::{Arc, Mutex};
-
 use kandev_e2e::{
     Options, Stack, Svc,
     serde_json::{Value, json},
 };
-
-/// What the fake forge was asked: (method, path, authorization header).
-type Asked = Arc<Mutex<Vec<(String, String, String)>>>;
-
-/// A local server answering the GitHub endpoints Kandev calls for a
-/// pushed branch: open a pull request, list a commit's check runs and
-/// statuses, and an Actions job's log. Every commit's checks: `build`
-/// failed with a long output, `unit-tests` failed with its log only in
-/// the job's log, `lint` passed, and the `ci/docs` status passed.
-struct FakeChecksForge {
-    url: String,
-    asked: Asked,
-}
+use kandev_testkit::fake_github::FakeGithub;
 
 /// The end of `build`'s output; what comes before it is cut.
 const BUILD_TAIL: &str = "error[E0308]: mismatched types in src/login.rs";
 const JOB_LOG_TAIL: &str = "assertion failed: login_works";
 
-impl FakeChecksForge {
-    async fn start() -> FakeChecksForge {
-        use axum::{
-            Json, Router,
-            extract::State,
-            http::{HeaderMap, Method, StatusCode, Uri},
-            response::{IntoResponse, Response},
-        };
-        async fn answer(
-            State(asked): State<Asked>,
-            method: Method,
-            uri: Uri,
-            headers: HeaderMap,
-        ) -> Response {
-            let path = uri.path().to_string();
-            let auth = headers
-                .get("authorization")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_string();
-            asked
-                .lock()
-                .unwrap()
-                .push((method.to_string(), path.clone(), auth.clone()));
-            if auth != "Bearer t0ken" {
-                return (
-                    StatusCode::UNAUTHORIZED,
-                    Json(json!({"message": "Bad credentials"})),
-                )
-                    .into_response();
-            }
-            if method == Method::POST && path.ends_with("/pulls") {
-                return (
-                    StatusCode::CREATED,
-                    Json(json!({"html_url": "https://github.example/pull/9", "number": 9})),
-                )
-                    .into_response();
-            }
-            if path.ends_with("/check-runs") {
-                let noise = "compiling…\n".repeat(2000);
-                return Json(json!({"total_count": 3, "check_runs": [
-                    {"id": 11, "name": "build", "status": "completed", "conclusion": "failure",
-                     "html_url": "https://github.example/runs/11",
-                     "output": {"title": "Build failed", "summary": "1 error",
-                                "text": format!("{noise}{BUILD_TAIL}")}},
-                    {"id": 12, "name": "unit-tests", "status": "completed", "conclusion": "failure",
-                     "html_url": "https://github.example/runs/12",
-                     "output": {"title": null, "summary": null, "text": null}},
-                    {"id": 13, "name": "lint", "status": "completed", "conclusion": "success",
-                     "html_url": "https://github.example/runs/13", "output": {}},
-                ]}))
-                .into_response();
-            }
-            if path.ends_with("/status") {
-                return Json(json!({"state": "success", "statuses": [
-                    {"context": "ci/docs", "state": "success", "target_url": "https://ci.example/docs",
-                     "description": "built"},
-                ]}))
-                .into_response();
-            }
-            if path.ends_with("/actions/jobs/12/logs") {
-                return format!("{}{JOB_LOG_TAIL}\n", "running test…\n".repeat(1000))
-                    .into_response();
-            }
-            (StatusCode::NOT_FOUND, Json(json!({"message": "Not Found"}))).into_response()
-        }
-        let asked = Asked::default();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let app = Router::new().fallback(answer).with_state(asked.clone());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        FakeChecksForge { url, asked }
-    }
+/// A fake GitHub that lets in only the token `t0ken`, where every
+/// commit's checks are: `build` failed with a long output, `unit-tests`
+/// failed with its log only in the job's log, `lint` passed, and the
+/// `ci/docs` status passed.
+async fn red_forge() -> FakeGithub {
+    let github = FakeGithub::start().await;
+    let mut forge = github.forge();
+    forge.token = Some("t0ken".into());
+    let noise = "compiling…\n".repeat(2000);
+    forge.check_runs = vec![
+        json!({"id": 11, "name": "build", "status": "completed", "conclusion": "failure",
+         "html_url": "https://github.example/runs/11",
+         "output": {"title": "Build failed", "summary": "1 error",
+                    "text": format!("{noise}{BUILD_TAIL}")}}),
+        json!({"id": 12, "name": "unit-tests", "status": "completed", "conclusion": "failure",
+         "html_url": "https://github.example/runs/12",
+         "output": {"title": null, "summary": null, "text": null}}),
+        json!({"id": 13, "name": "lint", "status": "completed", "conclusion": "success",
+         "html_url": "https://github.example/runs/13", "output": {}}),
+    ];
+    forge.statuses = vec![json!({"context": "ci/docs", "state": "success",
+        "target_url": "https://ci.example/docs", "description": "built"})];
+    let log = format!("{}{JOB_LOG_TAIL}\n", "running test…\n".repeat(1000));
+    forge.job_logs.insert(12, log);
+    drop(forge);
+    github
 }
 
 /// A red check shows on the task, and "Fix CI" sends the failure to the
 /// agent in the same session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_red_check_shows_and_fix_ci_sends_it_to_the_agent() {
-    let forge = FakeChecksForge::start().await;
-    let forges = format!(
-        "[{{repository_prefix = \"file:///\", kind = \"github\", api_url = \"{}\", token = \"t0ken\"}}]",
-        forge.url
-    );
+    let forge = red_forge().await;
+    let forges = forge.forges_setting("t0ken");
     let stack = Stack::start(
         "ci_checks",
         Options {
@@ -136,16 +72,9 @@ async fn a_red_check_shows_and_fix_ci_sends_it_to_the_agent() {
     .await;
     let api = stack.admin().await;
     let board = api.board("ci").await;
-    let source = stack.git_repo("ci-src");
-    let source = source.trim_start_matches("file://");
-    let bare = std::path::Path::new(source).with_file_name("ci.git");
-    let status = std::process::Command::new("git")
-        .args(["clone", "-q", "--bare", source])
-        .arg(&bare)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let remote = format!("file://{}", bare.display());
+    let bare = stack.bare_repo("ci");
+    forge.serve(&bare.repo, vec![]);
+    let remote = bare.url;
     let task = api
         .task(
             &board,
@@ -246,7 +175,8 @@ async fn a_red_check_shows_and_fix_ci_sends_it_to_the_agent() {
     );
     // The forge was asked with the token, which no answer shows.
     {
-        let asked = forge.asked.lock().unwrap();
+        let seen = forge.forge();
+        let asked = &seen.asked;
         assert!(
             asked.iter().any(|(m, p, a)| m == "GET"
                 && p.ends_with(&format!("/commits/{commit}/check-runs"))

@@ -11,7 +11,7 @@ use kandev_e2e::{
     serde_json::{Value, json},
 };
 
-use kandev_testkit::fake_github::{FakeGithub, issue};
+use kandev_testkit::fake_github::{FakeGithub, issue, issue_event};
 
 const SECRET: &str = "whsec-e2e-5f1c";
 
@@ -57,35 +57,10 @@ async fn deliver(stack: &Stack, event: &str, payload: &Value, secret: &str) -> k
         .unwrap()
 }
 
-fn issue_event(action: &str, repo: &str, issue: Value) -> Value {
-    json!({"action": action, "issue": issue, "repository": {"full_name": repo}})
-}
-
-/// A bare repository the stack can clone and push to; its URL and its
-/// `owner/repo` on the `file:///` forge.
-fn bare_repo(stack: &Stack, name: &str) -> (String, String) {
-    let source = stack.git_repo(&format!("{name}-src"));
-    let source = source.trim_start_matches("file://");
-    let bare = std::path::Path::new(source).with_file_name(format!("{name}.git"));
-    let status = std::process::Command::new("git")
-        .args(["clone", "-q", "--bare", source])
-        .arg(&bare)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let url = format!("file://{}", bare.display());
-    let repo = bare.display().to_string();
-    let repo = repo.trim_start_matches('/').trim_end_matches(".git");
-    (url, repo.to_string())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_labelled_issue_becomes_a_task_whose_pull_request_closes_it() {
     let forge = FakeGithub::start().await;
-    let forges = format!(
-        "[{{repository_prefix = \"file:///\", kind = \"github\", api_url = \"{}\", token = \"t0ken\"}}]",
-        forge.url
-    );
+    let forges = forge.forges_setting("t0ken");
     let stack = Stack::start(
         "trackers",
         Options {
@@ -107,7 +82,8 @@ async fn a_labelled_issue_becomes_a_task_whose_pull_request_closes_it() {
     )
     .await;
     let api = stack.admin().await;
-    let (url, repo) = bare_repo(&stack, "tracked");
+    let tracked = stack.bare_repo("tracked");
+    let (url, repo) = (tracked.url, tracked.repo);
     forge.serve(
         &repo,
         vec![
@@ -197,7 +173,7 @@ async fn a_labelled_issue_becomes_a_task_whose_pull_request_closes_it() {
         .unwrap()
         .to_string();
     {
-        let seen = forge.state.lock().unwrap();
+        let seen = forge.forge();
         assert_eq!(seen.pulls.len(), 1, "{:?}", seen.pulls);
         let body = seen.pulls[0].1["body"].as_str().unwrap();
         assert!(body.contains("Closes #1"), "{body}");
@@ -285,9 +261,9 @@ async fn closing_an_issue_cancels_its_task_not_started(
 /// A deleted and a renamed repository: a plain error on the link, and the
 /// board still answers.
 async fn gone_repositories_are_a_plain_error(stack: &Stack, api: &Api, forge: &FakeGithub) {
-    let (renamed_url, renamed) = bare_repo(stack, "renamed");
-    forge.state.lock().unwrap().moved.insert(renamed.clone());
-    let (deleted_url, _) = bare_repo(stack, "deleted");
+    let renamed = stack.bare_repo("renamed");
+    forge.forge().moved.insert(renamed.repo);
+    let (renamed_url, deleted_url) = (renamed.url, stack.bare_repo("deleted").url);
     for (url, words) in [
         (deleted_url, "was not found on GitHub"),
         (renamed_url, "moved on GitHub"),

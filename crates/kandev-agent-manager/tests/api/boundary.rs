@@ -21,11 +21,10 @@ use kandev_agent_manager::{
     delivery::{self, Author, Ship},
 };
 use kandev_proto::v1 as pb;
-use uuid::Uuid;
 
 use crate::{
     clones::{Clone, clone_of, git, write},
-    helpers::{TaskWatch, containers_of, git_repo, inspect, spawn_app},
+    helpers::{Launched, containers_of, inspect, spawn_app},
 };
 
 fn ada() -> Author {
@@ -287,13 +286,12 @@ async fn finding_5_delivery_pushes_only_to_the_tasks_repository_and_branch() {
 #[tokio::test]
 async fn finding_4_agents_run_unprivileged_in_workspaces_closed_to_other_users() {
     let mut app = spawn_app().await;
-    let repo = git_repo(app.dir.path());
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    let instance = app
-        .launch(task, "mock-agent", &repo, "wait-cancel")
-        .await
-        .unwrap();
+    let Launched {
+        task,
+        mut watch,
+        instance,
+        ..
+    } = app.launch_watched("mock-agent", "wait-cancel").await;
     watch.until("agent.running", 0).await;
     let ids = containers_of(&instance.id);
     let info = inspect(&ids[0]);

@@ -2,7 +2,7 @@ use kandev_proto::v1 as pb;
 use tonic::Code;
 use uuid::Uuid;
 
-use crate::helpers::{TaskWatch, containers_of, git_repo, spawn_app};
+use crate::helpers::{Launched, TaskWatch, containers_of, git_repo, spawn_app};
 
 async fn only_instance(app: &mut crate::helpers::TestApp, task: Uuid) -> pb::AgentInstance {
     let mut list = app
@@ -22,13 +22,11 @@ async fn only_instance(app: &mut crate::helpers::TestApp, task: Uuid) -> pb::Age
 #[tokio::test]
 async fn crash_mid_turn_fails_with_the_exit_code() {
     let mut app = spawn_app().await;
-    let repo = git_repo(app.dir.path());
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    let instance = app
-        .launch(task, "mock-agent", &repo, "crash 3")
-        .await
-        .unwrap();
+    let Launched {
+        mut watch,
+        instance,
+        ..
+    } = app.launch_watched("mock-agent", "crash 3").await;
     let failed = watch.until("agent.failed", 0).await;
     assert!(
         failed["error"]
@@ -49,10 +47,11 @@ async fn crash_mid_turn_fails_with_the_exit_code() {
 async fn the_type_timeout_kills_the_container() {
     let mut app = spawn_app().await;
     app.mock_type("mock-quick", |t| t.timeout_seconds = 2).await;
-    let repo = git_repo(app.dir.path());
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    let instance = app.launch(task, "mock-quick", &repo, "hang").await.unwrap();
+    let Launched {
+        mut watch,
+        instance,
+        ..
+    } = app.launch_watched("mock-quick", "hang").await;
     let failed = watch.until("agent.failed", 0).await;
     assert_eq!(failed["error"], "timed out after 2 s");
     assert_eq!(
@@ -66,12 +65,7 @@ async fn the_type_timeout_kills_the_container() {
 #[tokio::test]
 async fn garbage_output_becomes_protocol_errors_and_the_turn_ends() {
     let mut app = spawn_app().await;
-    let repo = git_repo(app.dir.path());
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    app.launch(task, "mock-agent", &repo, "garbage")
-        .await
-        .unwrap();
+    let Launched { mut watch, .. } = app.launch_watched("mock-agent", "garbage").await;
     let done = watch.until("agent.completed", 0).await;
     assert_eq!(done["stop_reason"], "end_turn");
     let errors = watch
@@ -172,13 +166,11 @@ async fn a_container_that_cannot_start_fails_cleanly() {
         t.command = vec!["/no/such/binary".into()];
     })
     .await;
-    let repo = git_repo(app.dir.path());
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    let instance = app
-        .launch(task, "mock-broken", &repo, "echo hi")
-        .await
-        .unwrap();
+    let Launched {
+        mut watch,
+        instance,
+        ..
+    } = app.launch_watched("mock-broken", "echo hi").await;
     let failed = watch.until("agent.failed", 0).await;
     assert!(
         failed["error"]

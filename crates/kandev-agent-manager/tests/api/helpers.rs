@@ -198,6 +198,33 @@ impl TestApp {
             .map(|r| r.into_inner())
     }
 
+    /// Launches `agent_type` with `prompt` on a new task and a fresh
+    /// repository under the test's directory, watching the task's events
+    /// from before the launch.
+    pub async fn launch_watched(&mut self, agent_type: &str, prompt: &str) -> Launched {
+        let repo = git_repo(self.dir.path());
+        let task = Uuid::new_v4();
+        let watch = TaskWatch::start(task).await;
+        let instance = self.launch(task, agent_type, &repo, prompt).await.unwrap();
+        Launched {
+            repo,
+            task,
+            watch,
+            instance,
+        }
+    }
+
+    /// Sends a follow-up `prompt` to `instance_id`.
+    pub async fn send_prompt(&mut self, instance_id: &str, prompt: &str) {
+        self.client
+            .send_prompt(pb::SendPromptRequest {
+                instance_id: instance_id.into(),
+                prompt: prompt.into(),
+            })
+            .await
+            .unwrap();
+    }
+
     pub async fn status(&mut self, id: &str) -> pb::AgentInstance {
         self.client
             .get_status(pb::GetStatusRequest {
@@ -282,6 +309,14 @@ pub fn git_repo(parent: &Path) -> String {
     git(&dir, &["add", "."]);
     git(&dir, &["commit", "-q", "-m", "init"]);
     format!("file://{}", dir.display())
+}
+
+/// A launch [`TestApp::launch_watched`] made.
+pub struct Launched {
+    pub repo: String,
+    pub task: Uuid,
+    pub watch: TaskWatch,
+    pub instance: pb::AgentInstance,
 }
 
 /// Everything published about one task: `acp.message.<task>` and `agent.*`.

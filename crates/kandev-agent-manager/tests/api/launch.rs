@@ -2,19 +2,19 @@ use kandev_proto::v1 as pb;
 use uuid::Uuid;
 
 use crate::helpers::{
-    TaskWatch, containers_of, git_repo, inspect, launch_request, spawn_app, spawn_app_with,
+    Launched, TaskWatch, containers_of, git_repo, inspect, launch_request, spawn_app,
+    spawn_app_with,
 };
 
 #[tokio::test]
 async fn coding_turn_streams_in_order_and_edits_the_workspace() {
     let mut app = spawn_app().await;
-    let repo = git_repo(app.dir.path());
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    let instance = app
-        .launch(task, "mock-agent", &repo, "code README.md")
-        .await
-        .unwrap();
+    let Launched {
+        task,
+        mut watch,
+        instance,
+        ..
+    } = app.launch_watched("mock-agent", "code README.md").await;
     let done = watch.until("agent.completed", 0).await;
     assert_eq!(done["stop_reason"], "end_turn");
     assert_eq!(done["instance_id"], instance.id.as_str());
@@ -113,22 +113,16 @@ async fn coding_turn_streams_in_order_and_edits_the_workspace() {
 #[tokio::test]
 async fn follow_up_prompt_continues_the_session() {
     let mut app = spawn_app().await;
-    let repo = git_repo(app.dir.path());
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    let instance = app
-        .launch(task, "mock-agent", &repo, "echo first question")
-        .await
-        .unwrap();
+    let Launched {
+        mut watch,
+        instance,
+        ..
+    } = app
+        .launch_watched("mock-agent", "echo first question")
+        .await;
     let first = watch.until("agent.completed", 0).await;
     let first_count = watch.events.len();
-    app.client
-        .send_prompt(pb::SendPromptRequest {
-            instance_id: instance.id.clone(),
-            prompt: "echo second question".into(),
-        })
-        .await
-        .unwrap();
+    app.send_prompt(&instance.id, "echo second question").await;
     let second = watch.until("agent.completed", 1).await;
     assert_eq!(first["acp_session_id"], second["acp_session_id"]);
     assert!(
@@ -165,24 +159,16 @@ async fn follow_up_prompt_continues_the_session() {
 #[tokio::test]
 async fn cancel_ends_the_turn_cancelled() {
     let mut app = spawn_app().await;
-    let repo = git_repo(app.dir.path());
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    let instance = app
-        .launch(task, "mock-agent", &repo, "wait-cancel")
-        .await
-        .unwrap();
+    let Launched {
+        mut watch,
+        instance,
+        ..
+    } = app.launch_watched("mock-agent", "wait-cancel").await;
     watch
         .until_event(|e| e["kind"] == "message_chunk" && e["data"]["role"] == "agent")
         .await;
     // A prompt sent mid-turn is queued; cancelling the turn drops it.
-    app.client
-        .send_prompt(pb::SendPromptRequest {
-            instance_id: instance.id.clone(),
-            prompt: "echo never sent".into(),
-        })
-        .await
-        .unwrap();
+    app.send_prompt(&instance.id, "echo never sent").await;
     let cancelled = app
         .client
         .cancel_agent(pb::CancelAgentRequest {
@@ -214,13 +200,11 @@ async fn cancel_ends_the_turn_cancelled() {
 async fn follow_ups_beyond_the_cap_are_refused_until_the_turn_is_cancelled() {
     use kandev_agent_manager::runner::{MAX_PROMPT_BYTES, MAX_QUEUED_PROMPTS};
     let mut app = spawn_app().await;
-    let repo = git_repo(app.dir.path());
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    let instance = app
-        .launch(task, "mock-agent", &repo, "wait-cancel")
-        .await
-        .unwrap();
+    let Launched {
+        mut watch,
+        instance,
+        ..
+    } = app.launch_watched("mock-agent", "wait-cancel").await;
     watch
         .until_event(|e| e["kind"] == "message_chunk" && e["data"]["role"] == "agent")
         .await;
@@ -304,13 +288,11 @@ async fn follow_ups_beyond_the_cap_are_refused_until_the_turn_is_cancelled() {
 #[tokio::test]
 async fn a_prompt_sent_mid_turn_runs_when_the_current_prompt_ends() {
     let mut app = spawn_app().await;
-    let repo = git_repo(app.dir.path());
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    let instance = app
-        .launch(task, "mock-agent", &repo, "slow 10 200")
-        .await
-        .unwrap();
+    let Launched {
+        mut watch,
+        instance,
+        ..
+    } = app.launch_watched("mock-agent", "slow 10 200").await;
     watch
         .until_event(|e| e["kind"] == "message_chunk" && e["data"]["role"] == "agent")
         .await;
@@ -378,13 +360,12 @@ async fn limits_and_read_only_credentials_are_applied_then_stop_removes() {
         t.host_credentials = true;
     })
     .await;
-    let repo = git_repo(app.dir.path());
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    let instance = app
-        .launch(task, "mock-limited", &repo, "wait-cancel")
-        .await
-        .unwrap();
+    let Launched {
+        task,
+        mut watch,
+        instance,
+        ..
+    } = app.launch_watched("mock-limited", "wait-cancel").await;
     watch.until("agent.running", 0).await;
     let ids = containers_of(&instance.id);
     assert_eq!(ids.len(), 1);
@@ -489,13 +470,14 @@ async fn permission_ask_waits_for_respond_permission() {
     let mut app = spawn_app().await;
     app.mock_type("mock-ask", |t| t.permission_policy = "ask".into())
         .await;
-    let repo = git_repo(app.dir.path());
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    let instance = app
-        .launch(task, "mock-ask", &repo, "permission granted.txt")
-        .await
-        .unwrap();
+    let Launched {
+        task,
+        mut watch,
+        instance,
+        ..
+    } = app
+        .launch_watched("mock-ask", "permission granted.txt")
+        .await;
     watch
         .until_event(|e| e["kind"] == "permission_request")
         .await;
@@ -556,13 +538,11 @@ async fn permission_ask_waits_for_respond_permission() {
 #[tokio::test]
 async fn stderr_lines_become_logs_and_log_events() {
     let mut app = spawn_app().await;
-    let repo = git_repo(app.dir.path());
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    let instance = app
-        .launch(task, "mock-agent", &repo, "stderr 3")
-        .await
-        .unwrap();
+    let Launched {
+        mut watch,
+        instance,
+        ..
+    } = app.launch_watched("mock-agent", "stderr 3").await;
     watch.until("agent.completed", 0).await;
     let log_events = watch
         .events
@@ -592,12 +572,7 @@ async fn terminal_requests_run_as_docker_exec_in_the_agent_container() {
         t.capabilities = vec!["acp".into(), "fs".into(), "terminal".into()];
     })
     .await;
-    let repo = git_repo(app.dir.path());
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    app.launch(task, "mock-term", &repo, "code README.md")
-        .await
-        .unwrap();
+    let Launched { mut watch, .. } = app.launch_watched("mock-term", "code README.md").await;
     let done = watch.until("agent.completed", 0).await;
     assert_eq!(done["stop_reason"], "end_turn");
     let methods: Vec<&str> = watch
@@ -639,13 +614,11 @@ async fn terminal_requests_run_as_docker_exec_in_the_agent_container() {
 #[tokio::test]
 async fn agent_logs_are_bounded_per_instance() {
     let mut app = spawn_app_with(|s| s.max_log_lines = 2).await;
-    let repo = git_repo(app.dir.path());
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    let instance = app
-        .launch(task, "mock-agent", &repo, "stderr 6")
-        .await
-        .unwrap();
+    let Launched {
+        mut watch,
+        instance,
+        ..
+    } = app.launch_watched("mock-agent", "stderr 6").await;
     watch.until("agent.completed", 0).await;
     let logs = app
         .client
@@ -673,12 +646,12 @@ async fn agent_logs_are_bounded_per_instance() {
 #[tokio::test]
 async fn launch_can_resume_an_earlier_session() {
     let mut app = spawn_app().await;
-    let repo = git_repo(app.dir.path());
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    app.launch(task, "mock-agent", &repo, "echo remember this")
-        .await
-        .unwrap();
+    let Launched {
+        repo,
+        task,
+        mut watch,
+        ..
+    } = app.launch_watched("mock-agent", "echo remember this").await;
     let first = watch.until("agent.completed", 0).await;
     let session = first["acp_session_id"].as_str().unwrap().to_string();
     // A new instance for the same task (same workspace) resumes the session.

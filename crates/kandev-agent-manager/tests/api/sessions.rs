@@ -125,13 +125,8 @@ async fn a_follow_up_whose_session_is_gone_starts_a_new_one_with_the_conversatio
     let first_session = first["acp_session_id"].as_str().unwrap().to_string();
     assert!(!first_session.is_empty());
 
-    app.client
-        .send_prompt(pb::SendPromptRequest {
-            instance_id: instance.id.clone(),
-            prompt: "echo the second question".into(),
-        })
-        .await
-        .unwrap();
+    app.send_prompt(&instance.id, "echo the second question")
+        .await;
     let second = watch.until("agent.completed", 1).await;
     assert!(
         !watch.lifecycle.iter().any(|(s, _)| s == "agent.failed"),
@@ -179,13 +174,8 @@ async fn a_follow_up_whose_session_is_gone_starts_a_new_one_with_the_conversatio
     );
 
     // Every later follow-up gets the whole conversation the same way.
-    app.client
-        .send_prompt(pb::SendPromptRequest {
-            instance_id: instance.id.clone(),
-            prompt: "echo the third question".into(),
-        })
-        .await
-        .unwrap();
+    app.send_prompt(&instance.id, "echo the third question")
+        .await;
     watch.until("agent.completed", 2).await;
     let text = last_prompt_text(&watch.events);
     let first_at = text.find("echo the first question").unwrap();

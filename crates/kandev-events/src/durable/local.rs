@@ -18,7 +18,7 @@ use std::{
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use kandev_common::db::sqlite::now;
+use kandev_common::{db::sqlite::now, sync::lock};
 use sqlx::{SqlitePool, types::Json};
 use tokio::{sync::watch, time::Instant};
 use uuid::Uuid;
@@ -152,11 +152,6 @@ impl Recent {
     }
 }
 
-/// The lock's value, even after a panic poisoned it.
-fn unpoisoned<T>(lock: &Mutex<T>) -> MutexGuard<'_, T> {
-    lock.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn storage(e: sqlx::Error) -> BusError {
     BusError::Unavailable(format!("local streams: {e}"))
 }
@@ -217,7 +212,7 @@ impl LocalStreams {
     }
 
     fn recent(&self) -> MutexGuard<'_, Recent> {
-        unpoisoned(&self.recent)
+        lock(&self.recent)
     }
 
     /// Waits, at most [`ROOM_WAIT`] (or as set), until keeping `bytes`
@@ -437,7 +432,7 @@ struct LocalAcks {
 
 impl LocalAcks {
     fn books(&self) -> MutexGuard<'_, Books> {
-        unpoisoned(&self.books)
+        lock(&self.books)
     }
 }
 
@@ -581,7 +576,7 @@ impl LocalConsumer {
         let mut bytes = 0;
         loop {
             let after = self.acks.books().read;
-            let kept = unpoisoned(&self.recent).after(&self.acks.stream, after, SCAN as usize);
+            let kept = lock(&self.recent).after(&self.acks.stream, after, SCAN as usize);
             let rows: Vec<Stored> = if kept.is_empty() {
                 self.stored_after(after).await?
             } else {

@@ -72,7 +72,7 @@ impl BoardFeeds {
     }
 
     fn boards(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, BoardFeed>> {
-        self.boards.lock().unwrap_or_else(|e| e.into_inner())
+        kandev_common::sync::lock(&self.boards)
     }
 
     /// Follows the board's signals, once the subscription is in place

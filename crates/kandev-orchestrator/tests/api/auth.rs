@@ -12,6 +12,7 @@ use tonic::transport::Channel;
 use uuid::Uuid;
 
 use crate::helpers::*;
+use crate::task_steps::*;
 
 fn bare_channel(addr: std::net::SocketAddr) -> Channel {
     Channel::from_shared(format!("http://{addr}"))
@@ -21,11 +22,7 @@ fn bare_channel(addr: std::net::SocketAddr) -> Channel {
 
 #[tokio::test]
 async fn calls_without_the_service_token_are_refused() {
-    let app = spawn_app_with(Options {
-        with_task_service: true,
-        ..Options::default()
-    })
-    .await;
+    let app = spawn_with_tasks(|_| {}).await;
     let task = Uuid::new_v4().to_string();
 
     // gRPC, no token: UNAUTHENTICATED; with it: answered.

@@ -2,54 +2,43 @@
 //! the few GitHub endpoints Kandev reads: check runs, commit statuses and
 //! an Actions job's log; what a forge writes is bounded and cleaned.
 
-use axum::{Json, Router, http::StatusCode, response::IntoResponse};
 use kandev_orchestrator::{
     checks::{ChecksError, MAX_LOG_TAIL, read_checks, summarize},
     forge::{Forge, ForgeKind},
 };
+use kandev_testkit::fake_github::FakeGithub;
 use serde_json::json;
 
-async fn fake_github(
-    uri: axum::http::Uri,
-    headers: axum::http::HeaderMap,
-) -> axum::response::Response {
-    let path = uri.path();
-    if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some("Bearer good") {
-        return (
-            StatusCode::UNAUTHORIZED,
-            Json(json!({"message": "Bad credentials"})),
-        )
-            .into_response();
-    }
-    match path {
-        "/repos/acme/app/commits/abc123/check-runs" => Json(json!({"check_runs": [
-            {"id": 1, "name": "build\u{1b}[31m", "status": "completed", "conclusion": "timed_out",
-             "html_url": "javascript:alert(1)",
-             "output": {"summary": "", "text": format!("{}THE END\0", "x".repeat(9000))}},
-            {"id": 2, "name": "test", "status": "in_progress", "conclusion": null,
-             "html_url": "https://ci.example/2"},
-            {"id": 3, "name": "e2e", "status": "completed", "conclusion": "failure",
-             "output": {"summary": null, "text": null}},
-        ]}))
-        .into_response(),
-        "/repos/acme/app/commits/abc123/status" => Json(json!({"statuses": [
-            {"context": "deploy", "state": "error", "description": "quota exceeded",
-             "target_url": "https://ci.example/deploy"},
-        ]}))
-        .into_response(),
-        "/repos/acme/app/actions/jobs/3/logs" => {
-            "step 1\nstep 2\npanicked at e2e.rs:9\n".into_response()
-        }
-        _ => (StatusCode::NOT_FOUND, Json(json!({"message": "Not Found"}))).into_response(),
-    }
+/// The fake GitHub with `acme/app`'s checks: a build timed out with a
+/// long, hostile output, a test still running, an e2e failed with its
+/// log only in its job's log, and a deploy status in error.
+async fn fake_github() -> FakeGithub {
+    let github = FakeGithub::start().await;
+    github.serve("acme/app", vec![]);
+    let mut forge = github.forge();
+    forge.token = Some("good".into());
+    forge.check_runs = vec![
+        json!({"id": 1, "name": "build\u{1b}[31m", "status": "completed", "conclusion": "timed_out",
+         "html_url": "javascript:alert(1)",
+         "output": {"summary": "", "text": format!("{}THE END\0", "x".repeat(9000))}}),
+        json!({"id": 2, "name": "test", "status": "in_progress", "conclusion": null,
+         "html_url": "https://ci.example/2"}),
+        json!({"id": 3, "name": "e2e", "status": "completed", "conclusion": "failure",
+         "output": {"summary": null, "text": null}}),
+    ];
+    forge.statuses = vec![json!({"context": "deploy", "state": "error",
+        "description": "quota exceeded", "target_url": "https://ci.example/deploy"})];
+    forge
+        .job_logs
+        .insert(3, "step 1\nstep 2\npanicked at e2e.rs:9\n".into());
+    drop(forge);
+    github
 }
 
 #[tokio::test]
 async fn check_runs_and_statuses_are_read_bounded() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let app = Router::new().fallback(fake_github);
-    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let server = fake_github().await;
+    let addr = server.url.trim_start_matches("http://").to_string();
     let client = reqwest::Client::new();
     let forge = |token: &str, kind| Forge {
         repository_prefix: "https://github.com/".into(),
@@ -116,5 +105,4 @@ async fn check_runs_and_statuses_are_read_bounded() {
         read_checks(&client, &forge("good", ForgeKind::Gitlab), url, "abc123").await,
         Err(ChecksError::Unsupported(_))
     ));
-    server.abort();
 }

@@ -7,6 +7,7 @@
 use kandev_proto::v1 as pb;
 
 use crate::helpers::*;
+use crate::task_steps::*;
 
 async fn task(app: &TestApp, board: &str, title: &str, autostart: bool) -> String {
     app.tasks()
@@ -54,11 +55,7 @@ async fn wait_launched(app: &TestApp, n: usize) -> Vec<String> {
 
 #[tokio::test]
 async fn a_task_blocked_by_two_others_starts_only_after_both_complete() {
-    let app = spawn_app_with(Options {
-        with_task_service: true,
-        ..Options::default()
-    })
-    .await;
+    let app = spawn_with_tasks(|_| {}).await;
     let board = app
         .tasks()
         .create_board(pb::CreateBoardRequest {

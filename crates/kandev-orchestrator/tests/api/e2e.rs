@@ -10,6 +10,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::helpers::*;
+use crate::task_steps::*;
 
 fn e2e(tweak: impl FnOnce(&mut kandev_orchestrator::Settings) + Send + 'static) -> Options {
     Options {
@@ -17,19 +18,6 @@ fn e2e(tweak: impl FnOnce(&mut kandev_orchestrator::Settings) + Send + 'static) 
         with_agent_manager: true,
         tweak: Box::new(tweak),
     }
-}
-
-async fn board(app: &TestApp) -> String {
-    app.tasks()
-        .create_board(pb::CreateBoardRequest {
-            name: "E2E".into(),
-            description: String::new(),
-            owner: "alice".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .id
 }
 
 async fn create(
@@ -55,37 +43,6 @@ async fn create(
         .unwrap()
         .into_inner()
         .id
-}
-
-async fn get_task(app: &TestApp, id: &str) -> pb::Task {
-    app.tasks()
-        .get_task(pb::GetTaskRequest { id: id.into() })
-        .await
-        .unwrap()
-        .into_inner()
-}
-
-async fn wait_state(app: &TestApp, id: &str, state: pb::TaskState) -> pb::Task {
-    eventually(90, &format!("task {id} in {state:?}"), || async {
-        let t = get_task(app, id).await;
-        (t.state == state as i32).then_some(t)
-    })
-    .await
-}
-
-async fn status(app: &TestApp, id: &str) -> Value {
-    let (code, body) = http(
-        "GET",
-        &app.url(&format!("/api/v1/orchestrator/tasks/{id}/status")),
-        None,
-    )
-    .await;
-    assert_eq!(code, 200, "{body}");
-    body
-}
-
-fn metadata(task: &pb::Task) -> Value {
-    serde_json::from_str(&task.metadata_json).unwrap()
 }
 
 /// The whole feed of a task through a fresh WebSocket client, checked to be
@@ -143,7 +100,7 @@ async fn e2e_a_coding_run_completes_with_its_summary_and_an_exact_feed() {
     let task_id = Uuid::parse_str(&id).unwrap();
     let mut live = ws_connect(&app.ws_url(task_id, None)).await;
 
-    let t = wait_state(&app, &id, pb::TaskState::Completed).await;
+    let t = wait_state_within(&app, &id, pb::TaskState::Completed, 90).await;
     let meta = metadata(&t);
     assert!(
         !meta["summary"].as_str().unwrap_or("").is_empty(),
@@ -191,9 +148,9 @@ async fn e2e_the_queue_honours_priority_and_the_limit() {
         (l["queue_position"] == 2 && h["queue_position"] == 1).then_some(())
     })
     .await;
-    let low_done = wait_state(&app, &low, pb::TaskState::Completed).await;
-    let high_done = wait_state(&app, &high, pb::TaskState::Completed).await;
-    let blocker_done = wait_state(&app, &blocker, pb::TaskState::Completed).await;
+    let low_done = wait_state_within(&app, &low, pb::TaskState::Completed, 90).await;
+    let high_done = wait_state_within(&app, &high, pb::TaskState::Completed, 90).await;
+    let blocker_done = wait_state_within(&app, &blocker, pb::TaskState::Completed, 90).await;
     let at = |t: &pb::Task| metadata(t)["completed_at"].as_str().unwrap().to_string();
     assert!(at(&blocker_done) < at(&high_done));
     assert!(at(&high_done) < at(&low_done), "high ran before low");
@@ -209,7 +166,7 @@ async fn e2e_a_crashing_agent_is_retried_then_the_task_fails() {
     .await;
     let board = board(&app).await;
     let id = create(&app, &board, "doomed", "scenario: crash 3", 0, 1).await;
-    let t = wait_state(&app, &id, pb::TaskState::Failed).await;
+    let t = wait_state_within(&app, &id, pb::TaskState::Failed, 90).await;
     let meta = metadata(&t);
     assert!(
         !meta["last_error"].as_str().unwrap_or("").is_empty(),
@@ -237,16 +194,8 @@ async fn e2e_cancelling_a_running_task_stops_its_agent() {
         (s["state"] == "running").then(|| s["instance_id"].as_str().unwrap().to_string())
     })
     .await;
-    wait_state(&app, &id, pb::TaskState::InProgress).await;
-    app.tasks()
-        .change_task_state(pb::ChangeTaskStateRequest {
-            id: id.clone(),
-            state: pb::TaskState::Cancelled as i32,
-            actor: "alice".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    wait_state_within(&app, &id, pb::TaskState::InProgress, 90).await;
+    move_task(&app, &id, pb::TaskState::Cancelled).await;
     let am_addr = app.agent_manager.as_ref().unwrap().addr;
     let mut am = AgentManagerClient::new(service_channel(am_addr));
     eventually(30, "instance stopped", || {
@@ -287,7 +236,7 @@ async fn e2e_follow_ups_and_reruns_resume_the_session() {
     let app = spawn_app_with(e2e(|_| {})).await;
     let board = board(&app).await;
     let id = create(&app, &board, "talk", "scenario: echo first", 0, 0).await;
-    let t = wait_state(&app, &id, pb::TaskState::Completed).await;
+    let t = wait_state_within(&app, &id, pb::TaskState::Completed, 90).await;
     let session = metadata(&t)["acp_session_id"].as_str().unwrap().to_string();
     let first = status(&app, &id).await["instance_id"].clone();
 
@@ -316,22 +265,14 @@ async fn e2e_follow_ups_and_reruns_resume_the_session() {
     assert_eq!(metadata(&t)["acp_session_id"], session);
 
     // A rerun (back to TODO) is a new instance resuming the same session.
-    app.tasks()
-        .change_task_state(pb::ChangeTaskStateRequest {
-            id: id.clone(),
-            state: pb::TaskState::Todo as i32,
-            actor: "alice".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    move_task(&app, &id, pb::TaskState::Todo).await;
     let s = eventually(90, "rerun done", || async {
         let s = status(&app, &id).await;
         (s["state"] == "completed" && s["instance_id"] != first).then_some(s)
     })
     .await;
     assert_eq!(s["acp_session_id"], session, "the session was resumed");
-    let t = wait_state(&app, &id, pb::TaskState::Completed).await;
+    let t = wait_state_within(&app, &id, pb::TaskState::Completed, 90).await;
     assert_eq!(metadata(&t)["acp_session_id"], session);
 
     let frames = full_feed(&app, &id).await;
@@ -359,7 +300,7 @@ async fn e2e_the_orchestrator_killed_mid_run_comes_back_and_the_task_completes_e
     tokio::time::sleep(Duration::from_secs(1)).await;
     app.restart().await;
 
-    let t = wait_state(&app, &id, pb::TaskState::Completed).await;
+    let t = wait_state_within(&app, &id, pb::TaskState::Completed, 90).await;
     assert!(!metadata(&t)["summary"].as_str().unwrap_or("").is_empty());
     let s = status(&app, &id).await;
     assert_eq!(s["attempts"], 1, "the run went on, it was not relaunched");

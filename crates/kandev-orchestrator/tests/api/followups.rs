@@ -18,19 +18,7 @@ use kandev_testkit::TestDb;
 use uuid::Uuid;
 
 use crate::helpers::*;
-
-async fn board(app: &TestApp) -> String {
-    app.tasks()
-        .create_board(pb::CreateBoardRequest {
-            name: "Board".into(),
-            description: String::new(),
-            owner: "alice".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .id
-}
+use crate::task_steps::*;
 
 /// A task of alice's that starts at once (in `workspace`, when not empty).
 async fn task(app: &TestApp, board: &str, title: &str, workspace: &str) -> String {
@@ -58,21 +46,6 @@ async fn state_of(app: &TestApp, id: &str) -> i32 {
         .unwrap()
         .into_inner()
         .state
-}
-
-async fn wait_state(app: &TestApp, id: &str, state: pb::TaskState) {
-    eventually(15, &format!("task in {state:?}"), || async {
-        (state_of(app, id).await == state as i32).then_some(())
-    })
-    .await;
-}
-
-async fn wait_launches(app: &TestApp, n: usize) -> Vec<(String, Uuid, pb::LaunchAgentRequest)> {
-    eventually(15, &format!("{n} launches"), || async {
-        let l = app.agents.launches();
-        (l.len() >= n).then_some(l)
-    })
-    .await
 }
 
 fn prompts(app: &TestApp) -> Vec<AgentCall> {
@@ -138,11 +111,7 @@ async fn cancel(app: &TestApp, id: &str, prompt: &str, actor: &str) -> Result<()
 
 #[tokio::test]
 async fn follow_ups_sent_during_a_turn_wait_for_its_end_and_go_together() {
-    let app = spawn_app_with(Options {
-        with_task_service: true,
-        ..Options::default()
-    })
-    .await;
+    let app = spawn_with_tasks(|_| {}).await;
     let board = board(&app).await;
     let id = task(&app, &board, "busy", "/tmp/kandev-test-ws").await;
     let first = wait_launches(&app, 1).await[0].1;
@@ -235,11 +204,7 @@ async fn follow_ups_sent_during_a_turn_wait_for_its_end_and_go_together() {
 
 #[tokio::test]
 async fn held_follow_ups_are_bounded_and_a_failed_run_keeps_them_for_the_next() {
-    let app = spawn_app_with(Options {
-        with_task_service: true,
-        ..Options::default()
-    })
-    .await;
+    let app = spawn_with_tasks(|_| {}).await;
     let board = board(&app).await;
     let id = task(&app, &board, "bounded", "/tmp/kandev-test-ws").await;
     let first = wait_launches(&app, 1).await[0].1;
@@ -291,12 +256,7 @@ async fn held_follow_ups_are_bounded_and_a_failed_run_keeps_them_for_the_next() 
 
 #[tokio::test]
 async fn under_review_a_run_with_nothing_to_review_completes() {
-    let app = spawn_app_with(Options {
-        with_task_service: true,
-        tweak: Box::new(|s| s.complete_to_review = true),
-        ..Options::default()
-    })
-    .await;
+    let app = spawn_with_tasks(|s| s.complete_to_review = true).await;
     let board = board(&app).await;
     let bare = task(&app, &board, "a question", "").await;
     let files = task(&app, &board, "an edit", "/tmp/kandev-test-ws").await;

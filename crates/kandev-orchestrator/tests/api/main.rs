@@ -18,5 +18,6 @@ mod forge;
 mod helpers;
 mod leader;
 mod queue;
+mod task_steps;
 mod trackers;
 mod workflow;

@@ -8,23 +8,10 @@ use std::time::Duration;
 
 use kandev_events::agent::AgentEventKind;
 use kandev_proto::v1 as pb;
-use serde_json::Value;
 use uuid::Uuid;
 
 use crate::helpers::*;
-
-async fn board(app: &TestApp) -> String {
-    app.tasks()
-        .create_board(pb::CreateBoardRequest {
-            name: "Board".into(),
-            description: String::new(),
-            owner: "alice".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .id
-}
+use crate::task_steps::*;
 
 async fn task(app: &TestApp, board: &str, title: &str, priority: i32, agent_type: &str) -> String {
     app.tasks()
@@ -45,53 +32,9 @@ async fn task(app: &TestApp, board: &str, title: &str, priority: i32, agent_type
         .id
 }
 
-async fn get_task(app: &TestApp, id: &str) -> pb::Task {
-    app.tasks()
-        .get_task(pb::GetTaskRequest { id: id.into() })
-        .await
-        .unwrap()
-        .into_inner()
-}
-
-async fn status(app: &TestApp, id: &str) -> Value {
-    let (code, body) = http(
-        "GET",
-        &app.url(&format!("/api/v1/orchestrator/tasks/{id}/status")),
-        None,
-    )
-    .await;
-    assert_eq!(code, 200, "{body}");
-    body
-}
-
-async fn wait_launches(app: &TestApp, n: usize) -> Vec<(String, Uuid, pb::LaunchAgentRequest)> {
-    eventually(15, &format!("{n} launches"), || async {
-        let l = app.agents.launches();
-        (l.len() >= n).then_some(l)
-    })
-    .await
-}
-
-async fn wait_state(app: &TestApp, id: &str, state: pb::TaskState) -> pb::Task {
-    eventually(15, &format!("task in {state:?}"), || async {
-        let t = get_task(app, id).await;
-        (t.state == state as i32).then_some(t)
-    })
-    .await
-}
-
-fn metadata(task: &pb::Task) -> Value {
-    serde_json::from_str(&task.metadata_json).unwrap()
-}
-
 #[tokio::test]
 async fn queue_runs_by_priority_then_arrival_within_the_limit_and_records_completion() {
-    let app = spawn_app_with(Options {
-        with_task_service: true,
-        tweak: Box::new(|s| s.max_concurrent = 1),
-        ..Options::default()
-    })
-    .await;
+    let app = spawn_with_tasks(|s| s.max_concurrent = 1).await;
     let board = board(&app).await;
     let first = task(&app, &board, "first", 0, "mock-agent").await;
     let launches = wait_launches(&app, 1).await;
@@ -192,11 +135,7 @@ async fn per_agent_type_limits_hold_without_blocking_other_types() {
 
 #[tokio::test]
 async fn a_failed_run_is_retried_with_backoff_then_the_task_fails() {
-    let app = spawn_app_with(Options {
-        with_task_service: true,
-        ..Options::default()
-    })
-    .await;
+    let app = spawn_with_tasks(|_| {}).await;
     let board = board(&app).await;
     // max_retries = 1: two runs in all.
     let id = task(&app, &board, "flaky", 0, "mock-agent").await;
@@ -231,24 +170,12 @@ async fn a_failed_run_is_retried_with_backoff_then_the_task_fails() {
 
 #[tokio::test]
 async fn cancelling_a_running_task_stops_its_agent() {
-    let app = spawn_app_with(Options {
-        with_task_service: true,
-        ..Options::default()
-    })
-    .await;
+    let app = spawn_with_tasks(|_| {}).await;
     let board = board(&app).await;
     let id = task(&app, &board, "to cancel", 0, "mock-agent").await;
     let l = wait_launches(&app, 1).await;
     wait_state(&app, &id, pb::TaskState::InProgress).await;
-    app.tasks()
-        .change_task_state(pb::ChangeTaskStateRequest {
-            id: id.clone(),
-            state: pb::TaskState::Cancelled as i32,
-            actor: "alice".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    move_task(&app, &id, pb::TaskState::Cancelled).await;
     eventually(10, "StopAgent", || async {
         app.agents
             .calls()
@@ -269,11 +196,7 @@ async fn cancelling_a_running_task_stops_its_agent() {
 
 #[tokio::test]
 async fn follow_ups_continue_the_run_and_reruns_resume_the_session() {
-    let app = spawn_app_with(Options {
-        with_task_service: true,
-        ..Options::default()
-    })
-    .await;
+    let app = spawn_with_tasks(|_| {}).await;
     let board = board(&app).await;
     let id = task(&app, &board, "twice", 0, "mock-agent").await;
     let l = wait_launches(&app, 1).await;
@@ -375,15 +298,7 @@ async fn follow_ups_continue_the_run_and_reruns_resume_the_session() {
     publish_agent(&app.bus, done, 2).await;
     let t = wait_state(&app, &id, pb::TaskState::Completed).await;
     assert_eq!(metadata(&t)["summary"], "second turn");
-    app.tasks()
-        .change_task_state(pb::ChangeTaskStateRequest {
-            id: id.clone(),
-            state: pb::TaskState::Todo as i32,
-            actor: "alice".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    move_task(&app, &id, pb::TaskState::Todo).await;
     let l = wait_launches(&app, 2).await;
     assert_eq!(l[1].2.resume_session_id.as_deref(), Some("sess_abc"));
     assert_eq!(l[1].2.prompt, "twice\n\nscenario: echo hello");
@@ -530,12 +445,7 @@ async fn a_crash_mid_run_loses_nothing_and_the_task_converges() {
 
 #[tokio::test]
 async fn grpc_twins_answer_like_rest() {
-    let app = spawn_app_with(Options {
-        with_task_service: true,
-        tweak: Box::new(|s| s.max_concurrent = 1),
-        ..Options::default()
-    })
-    .await;
+    let app = spawn_with_tasks(|s| s.max_concurrent = 1).await;
     let board = board(&app).await;
     let first = task(&app, &board, "first", 0, "mock-agent").await;
     wait_launches(&app, 1).await;
@@ -604,12 +514,7 @@ async fn grpc_twins_answer_like_rest() {
 
 #[tokio::test]
 async fn review_on_completion_and_back_to_todo_while_running_restarts_the_run() {
-    let app = spawn_app_with(Options {
-        with_task_service: true,
-        tweak: Box::new(|s| s.complete_to_review = true),
-        ..Options::default()
-    })
-    .await;
+    let app = spawn_with_tasks(|s| s.complete_to_review = true).await;
     let board = board(&app).await;
     let id = task(&app, &board, "reviewed", 0, "mock-agent").await;
     let l = wait_launches(&app, 1).await;
@@ -617,15 +522,7 @@ async fn review_on_completion_and_back_to_todo_while_running_restarts_the_run() 
 
     // Sent back to TODO while it runs: the agent is stopped, the task queued
     // again and relaunched.
-    app.tasks()
-        .change_task_state(pb::ChangeTaskStateRequest {
-            id: id.clone(),
-            state: pb::TaskState::Todo as i32,
-            actor: "alice".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    move_task(&app, &id, pb::TaskState::Todo).await;
     let l2 = wait_launches(&app, 2).await;
     assert!(app.agents.calls().contains(&AgentCall::Stop(l[0].1)));
     assert_eq!(l2[1].0, id);
@@ -646,25 +543,13 @@ async fn review_on_completion_and_back_to_todo_while_running_restarts_the_run() 
 
 #[tokio::test]
 async fn events_replayed_after_downtime_never_launch_a_task_that_moved_on() {
-    let mut app = spawn_app_with(Options {
-        with_task_service: true,
-        ..Options::default()
-    })
-    .await;
+    let mut app = spawn_with_tasks(|_| {}).await;
     let board = board(&app).await;
     app.crash().await;
     // While the orchestrator is down: created in TODO, then cancelled; and
     // another created and still waiting.
     let gone = task(&app, &board, "gone", 9, "mock-agent").await;
-    app.tasks()
-        .change_task_state(pb::ChangeTaskStateRequest {
-            id: gone.clone(),
-            state: pb::TaskState::Cancelled as i32,
-            actor: "alice".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    move_task(&app, &gone, pb::TaskState::Cancelled).await;
     let waiting = task(&app, &board, "waiting", 0, "mock-agent").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
@@ -691,11 +576,7 @@ async fn events_replayed_after_downtime_never_launch_a_task_that_moved_on() {
 /// the task moves on.
 #[tokio::test]
 async fn a_summary_postgres_would_refuse_still_completes_the_task() {
-    let app = spawn_app_with(Options {
-        with_task_service: true,
-        ..Options::default()
-    })
-    .await;
+    let app = spawn_with_tasks(|_| {}).await;
     let board = board(&app).await;
     let id = task(&app, &board, "nul", 0, "mock-agent").await;
     let l = wait_launches(&app, 1).await;
@@ -713,11 +594,7 @@ async fn a_summary_postgres_would_refuse_still_completes_the_task() {
 /// client, as the seed's example does) resumes it on its next run.
 #[tokio::test]
 async fn augment_sessions_are_kept_and_resumed_under_the_seeds_key() {
-    let app = spawn_app_with(Options {
-        with_task_service: true,
-        ..Options::default()
-    })
-    .await;
+    let app = spawn_with_tasks(|_| {}).await;
     let board = board(&app).await;
     let id = task(&app, &board, "auggie", 0, "auggie-cli").await;
     let l = wait_launches(&app, 1).await;
@@ -758,11 +635,7 @@ async fn augment_sessions_are_kept_and_resumed_under_the_seeds_key() {
 /// so.
 #[tokio::test]
 async fn a_run_uses_the_secrets_of_who_started_it_not_of_who_filed_it() {
-    let app = spawn_app_with(Options {
-        with_task_service: true,
-        ..Options::default()
-    })
-    .await;
+    let app = spawn_with_tasks(|_| {}).await;
     // The admin files a task on Bob's board; nothing starts by itself.
     let bobs = app
         .tasks()
@@ -935,11 +808,7 @@ async fn the_sweep_removes_the_clones_of_finished_directly_launched_runs() {
 /// once: one attempt, no retry wait, however many retries it allows.
 #[tokio::test]
 async fn a_failure_that_would_repeat_fails_the_task_once() {
-    let app = spawn_app_with(Options {
-        with_task_service: true,
-        ..Options::default()
-    })
-    .await;
+    let app = spawn_with_tasks(|_| {}).await;
     let board = board(&app).await;
     let id = task(&app, &board, "gone", 0, "mock-agent").await;
     let l = wait_launches(&app, 1).await;

@@ -10,11 +10,12 @@ use kandev_orchestrator::forge::{Forge, ForgeKind};
 use kandev_proto::v1::{self as pb, orchestrator_client::OrchestratorClient};
 use kandev_testkit::{
     eventually,
-    fake_github::{FakeGithub, issue},
+    fake_github::{FakeGithub, issue, issue_event},
 };
 use serde_json::{Value, json};
 
 use crate::helpers::*;
+use crate::task_steps::*;
 
 const SECRET: &str = "whsec-orch-9d2e";
 
@@ -38,19 +39,6 @@ async fn app_with(forge: &FakeGithub) -> TestApp {
 
 fn orchestrator(app: &TestApp) -> OrchestratorClient<kandev_common::trace::TracedChannel> {
     OrchestratorClient::new(service_channel(app.addr))
-}
-
-async fn board(app: &TestApp) -> String {
-    app.tasks()
-        .create_board(pb::CreateBoardRequest {
-            name: "Tracked".into(),
-            description: String::new(),
-            owner: "alice".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .id
 }
 
 async fn link(app: &TestApp, board: &str, repo: &str, secret: &str) -> pb::TrackerLink {
@@ -104,10 +92,6 @@ async fn deliver(
         .map(tonic::Response::into_inner)
 }
 
-fn event(action: &str, repo: &str, issue: Value) -> Value {
-    json!({"action": action, "issue": issue, "repository": {"full_name": repo}})
-}
-
 #[tokio::test]
 async fn labelled_issues_become_tasks_once_and_follow_their_issue() {
     let forge = FakeGithub::start().await;
@@ -145,7 +129,7 @@ async fn labelled_issues_become_tasks_once_and_follow_their_issue() {
     assert_eq!(first.state, pb::TaskState::Todo as i32);
 
     // A bad signature (or another board's secret) is refused: no task.
-    let opened = event(
+    let opened = issue_event(
         "opened",
         "acme/app",
         issue("acme/app", 3, "Third", "", &["kandev"]),
@@ -185,7 +169,7 @@ async fn labelled_issues_become_tasks_once_and_follow_their_issue() {
     let updated = deliver(
         &app,
         "issues",
-        &event("edited", "acme/app", edited.clone()),
+        &issue_event("edited", "acme/app", edited.clone()),
         SECRET,
     )
     .await
@@ -193,9 +177,14 @@ async fn labelled_issues_become_tasks_once_and_follow_their_issue() {
     assert_eq!(updated.outcome, "updated");
     assert_eq!(updated.task_id, made.task_id);
     edited["state"] = json!("closed");
-    let cancelled = deliver(&app, "issues", &event("closed", "acme/app", edited), SECRET)
-        .await
-        .unwrap();
+    let cancelled = deliver(
+        &app,
+        "issues",
+        &issue_event("closed", "acme/app", edited),
+        SECRET,
+    )
+    .await
+    .unwrap();
     assert_eq!(cancelled.outcome, "cancelled");
     let task = app
         .tasks()

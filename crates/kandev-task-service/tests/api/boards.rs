@@ -99,13 +99,7 @@ async fn board_crud() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
-    let err = app
-        .client
-        .get_task(pb::GetTaskRequest {
-            id: task.id.clone(),
-        })
-        .await
-        .unwrap_err();
+    let err = app.get_task(&task.id).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
     app.stop().await;
 }

@@ -99,6 +99,13 @@ impl TestApp {
             .into_inner()
     }
 
+    pub async fn get_task(&mut self, id: &str) -> Result<pb::Task, tonic::Status> {
+        self.client
+            .get_task(pb::GetTaskRequest { id: id.into() })
+            .await
+            .map(|r| r.into_inner())
+    }
+
     pub async fn set_state(
         &mut self,
         id: &str,

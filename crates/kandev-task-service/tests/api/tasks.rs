@@ -21,14 +21,7 @@ async fn task_crud_and_history() {
     let second = app.task(&board.id, "Second").await;
     assert_eq!(second.position, 2);
 
-    let got = app
-        .client
-        .get_task(pb::GetTaskRequest {
-            id: task.id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let got = app.get_task(&task.id).await.unwrap();
     assert_eq!(got, task);
 
     let updated = app
@@ -111,13 +104,7 @@ async fn task_crud_and_history() {
         })
         .await
         .unwrap();
-    let err = app
-        .client
-        .get_task(pb::GetTaskRequest {
-            id: task.id.clone(),
-        })
-        .await
-        .unwrap_err();
+    let err = app.get_task(&task.id).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
 
     // The audit log outlives the task: created, 2 updates, deleted.
@@ -172,14 +159,7 @@ async fn concurrent_updates_conflict() {
     assert_eq!(err.code(), Code::Aborted);
     assert!(err.message().contains("version"), "{}", err.message());
     assert_eq!(ok.version, 2);
-    let stored = app
-        .client
-        .get_task(pb::GetTaskRequest {
-            id: task.id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let stored = app.get_task(&task.id).await.unwrap();
     assert_eq!(stored.title, ok.title, "the loser changed nothing");
 
     // A stale state change and delete are refused too.
@@ -221,14 +201,7 @@ async fn concurrent_updates_conflict() {
     );
     a.unwrap();
     b.unwrap();
-    let stored = app
-        .client
-        .get_task(pb::GetTaskRequest {
-            id: task.id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let stored = app.get_task(&task.id).await.unwrap();
     assert_eq!(
         (stored.priority, stored.branch.as_str(), stored.version),
         (9, "dev", 4)
@@ -429,14 +402,7 @@ async fn task_bad_input_writes_nothing() {
         .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
 
-    let unchanged = app
-        .client
-        .get_task(pb::GetTaskRequest {
-            id: task.id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let unchanged = app.get_task(&task.id).await.unwrap();
     assert_eq!(unchanged, task, "refused changes leave the task as it was");
     app.stop().await;
 }

@@ -53,14 +53,7 @@ async fn every_allowed_transition_and_a_forbidden_one_from_each_state() {
             "{from} -> {forbidden}"
         );
         assert!(err.message().contains("not allowed"), "{}", err.message());
-        let after = app
-            .client
-            .get_task(pb::GetTaskRequest {
-                id: task.id.clone(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
+        let after = app.get_task(&task.id).await.unwrap();
         assert_eq!(after, task, "{from} -> {forbidden} changed nothing");
     }
     app.stop().await;
