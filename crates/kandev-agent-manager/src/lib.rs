@@ -48,6 +48,7 @@ pub mod images;
 pub mod manager;
 pub mod mirror;
 pub mod preflight;
+pub mod reclone;
 pub mod profiles;
 pub mod repository;
 pub mod runner;

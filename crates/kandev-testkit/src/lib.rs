@@ -21,10 +21,13 @@
 //! - [`eventually`]: wait on a condition, never on a sleep.
 //! - [`fake_github`]: a local server speaking the GitHub API subset Kandev
 //!   uses (issues, comments, pull requests; 404 and 301 answers).
+//! - [`fake_checks`]: a local server answering a pushed commit's CI checks
+//!   (red ones with logs) as GitHub does.
 //!
 //! `KANDEV_TEST_PG_BASE` overrides the Postgres server URL
 //! (default `postgres://postgres@127.0.0.1:5432`).
 
+pub mod fake_checks;
 pub mod fake_github;
 
 use std::{

@@ -4,110 +4,17 @@
 //! "Fix CI" sends the failing checks' names and the end of their logs to
 //! the agent as a follow-up in the same session.
 
-use std::sync::{Arc, Mutex};
-
 use kandev_e2e::{
     Options, Stack, Svc,
     serde_json::{Value, json},
 };
-
-/// What the fake forge was asked: (method, path, authorization header).
-type Asked = Arc<Mutex<Vec<(String, String, String)>>>;
-
-/// A local server answering the GitHub endpoints Kandev calls for a
-/// pushed branch: open a pull request, list a commit's check runs and
-/// statuses, and an Actions job's log. Every commit's checks: `build`
-/// failed with a long output, `unit-tests` failed with its log only in
-/// the job's log, `lint` passed, and the `ci/docs` status passed.
-struct FakeChecksForge {
-    url: String,
-    asked: Asked,
-}
-
-/// The end of `build`'s output; what comes before it is cut.
-const BUILD_TAIL: &str = "error[E0308]: mismatched types in src/login.rs";
-const JOB_LOG_TAIL: &str = "assertion failed: login_works";
-
-impl FakeChecksForge {
-    async fn start() -> FakeChecksForge {
-        use axum::{
-            Json, Router,
-            extract::State,
-            http::{HeaderMap, Method, StatusCode, Uri},
-            response::{IntoResponse, Response},
-        };
-        async fn answer(
-            State(asked): State<Asked>,
-            method: Method,
-            uri: Uri,
-            headers: HeaderMap,
-        ) -> Response {
-            let path = uri.path().to_string();
-            let auth = headers
-                .get("authorization")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_string();
-            asked
-                .lock()
-                .unwrap()
-                .push((method.to_string(), path.clone(), auth.clone()));
-            if auth != "Bearer t0ken" {
-                return (
-                    StatusCode::UNAUTHORIZED,
-                    Json(json!({"message": "Bad credentials"})),
-                )
-                    .into_response();
-            }
-            if method == Method::POST && path.ends_with("/pulls") {
-                return (
-                    StatusCode::CREATED,
-                    Json(json!({"html_url": "https://github.example/pull/9", "number": 9})),
-                )
-                    .into_response();
-            }
-            if path.ends_with("/check-runs") {
-                let noise = "compiling…\n".repeat(2000);
-                return Json(json!({"total_count": 3, "check_runs": [
-                    {"id": 11, "name": "build", "status": "completed", "conclusion": "failure",
-                     "html_url": "https://github.example/runs/11",
-                     "output": {"title": "Build failed", "summary": "1 error",
-                                "text": format!("{noise}{BUILD_TAIL}")}},
-                    {"id": 12, "name": "unit-tests", "status": "completed", "conclusion": "failure",
-                     "html_url": "https://github.example/runs/12",
-                     "output": {"title": null, "summary": null, "text": null}},
-                    {"id": 13, "name": "lint", "status": "completed", "conclusion": "success",
-                     "html_url": "https://github.example/runs/13", "output": {}},
-                ]}))
-                .into_response();
-            }
-            if path.ends_with("/status") {
-                return Json(json!({"state": "success", "statuses": [
-                    {"context": "ci/docs", "state": "success", "target_url": "https://ci.example/docs",
-                     "description": "built"},
-                ]}))
-                .into_response();
-            }
-            if path.ends_with("/actions/jobs/12/logs") {
-                return format!("{}{JOB_LOG_TAIL}\n", "running test…\n".repeat(1000))
-                    .into_response();
-            }
-            (StatusCode::NOT_FOUND, Json(json!({"message": "Not Found"}))).into_response()
-        }
-        let asked = Asked::default();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let app = Router::new().fallback(answer).with_state(asked.clone());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        FakeChecksForge { url, asked }
-    }
-}
+use kandev_testkit::fake_checks::{BUILD_TAIL, FakeChecksForge, JOB_LOG_TAIL};
 
 /// A red check shows on the task, and "Fix CI" sends the failure to the
 /// agent in the same session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_red_check_shows_and_fix_ci_sends_it_to_the_agent() {
-    let forge = FakeChecksForge::start().await;
+    let forge = FakeChecksForge::start("t0ken").await;
     let forges = format!(
         "[{{repository_prefix = \"file:///\", kind = \"github\", api_url = \"{}\", token = \"t0ken\"}}]",
         forge.url
@@ -121,13 +28,6 @@ async fn a_red_check_shows_and_fix_ci_sends_it_to_the_agent() {
                     Svc::Orchestrator,
                     "KANDEV_CHECKS_POLL_MS".into(),
                     "200".into(),
-                ),
-                // The Fix CI turn works in the task's clone: kept after the
-                // push (removed by default, see the README).
-                (
-                    Svc::Orchestrator,
-                    "KANDEV_REMOVE_WORKSPACE_AFTER_DELIVERY".into(),
-                    "false".into(),
                 ),
             ],
             ..Options::default()
@@ -198,6 +98,12 @@ async fn a_red_check_shows_and_fix_ci_sends_it_to_the_agent() {
         .as_str()
         .unwrap()
         .to_string();
+    let branch = approved.body["delivery"]["branch"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Delivered: the task's clone is gone (the default settings).
+    assert!(!stack.workspace(&task).exists());
     let checks = kandev_e2e::eventually(60, "the red checks", || {
         let api = api.clone();
         let task = task.clone();
@@ -270,25 +176,37 @@ async fn a_red_check_shows_and_fix_ci_sends_it_to_the_agent() {
         "{}",
         fixed.body
     );
-    kandev_e2e::eventually(120, "the Fix CI prompt in the feed", || {
+    // The clone removed after the push is made again from the pushed
+    // branch, and the turn resumes the session there and ends well.
+    let end = kandev_e2e::eventually(120, "the Fix CI turn's end in the feed", || {
         let api = api.clone();
         let task = task.clone();
         async move {
             let frames = kandev_e2e::replay(&api, &task).await;
-            frames
+            let prompt = frames.iter().position(|f| {
+                let raw = f["event"]["raw"].to_string();
+                raw.contains("session/prompt")
+                    && raw.contains("- build (failure)")
+                    && raw.contains("- unit-tests (failure)")
+                    && raw.contains(BUILD_TAIL)
+                    && raw.contains(JOB_LOG_TAIL)
+            })?;
+            frames[prompt..]
                 .iter()
-                .any(|f| {
-                    let raw = f["event"]["raw"].to_string();
-                    raw.contains("session/prompt")
-                        && raw.contains("- build (failure)")
-                        && raw.contains("- unit-tests (failure)")
-                        && raw.contains(BUILD_TAIL)
-                        && raw.contains(JOB_LOG_TAIL)
-                })
-                .then_some(())
+                .find(|f| kandev_e2e::is_turn_end(f))
+                .cloned()
         }
     })
     .await;
+    assert_eq!(end["event"]["data"]["stop_reason"], "end_turn", "{end}");
+    let workspace = stack.workspace(&task);
+    let readme = std::fs::read_to_string(workspace.join("README.md")).unwrap();
+    assert!(
+        readme.contains("Edited by kandev-mock-agent (turn 1)."),
+        "{readme}"
+    );
+    let head = std::fs::read_to_string(workspace.join(".git/HEAD")).unwrap();
+    assert_eq!(head.trim(), format!("ref: refs/heads/{branch}"));
     let after = api
         .get(&format!("/api/v1/orchestrator/tasks/{task}/checks"))
         .await;
