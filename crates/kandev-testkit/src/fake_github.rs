@@ -30,6 +30,8 @@ pub struct Forge {
     pub comments: Vec<(String, i64, String)>,
     /// (authorization header, request body) of each pull request.
     pub pulls: Vec<(String, Value)>,
+    /// (repository, authorization header) of each issue listing.
+    pub reads: Vec<(String, String)>,
 }
 
 pub struct FakeGithub {
@@ -80,11 +82,18 @@ async fn read(
     State(state): State<Shared>,
     Path(rest): Path<String>,
     Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
 ) -> Response {
-    let forge = state.lock().unwrap();
+    let mut forge = state.lock().unwrap();
     let Some((repo, tail)) = split(&rest) else {
         return not_found();
     };
+    let auth = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    forge.reads.push((repo.clone(), auth));
     if let Some(answer) = unserved(&forge, &repo) {
         return answer;
     }
