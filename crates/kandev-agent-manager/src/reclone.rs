@@ -15,11 +15,11 @@ use std::path::Path;
 use uuid::Uuid;
 
 use crate::{
-    config::Settings,
-    domain::AgentInstance,
     changes::{
         BASE_BRANCH, BASE_COMMIT, DELIVERED_COMMIT, DELIVERED_TO, URL, current_branch, recorded,
     },
+    config::Settings,
+    domain::AgentInstance,
     domain::{AgentError, Result},
     git::Repo,
     workspace::{self, TaskPaths},
@@ -51,9 +51,9 @@ pub async fn delivered_records(workspaces_root: &Path, task_id: Uuid) -> Result<
         // Committed only: nothing was pushed to clone back.
         return Ok(None);
     }
-    let branch = current_branch(&repo)
-        .await
-        .ok_or_else(|| AgentError::FailedPrecondition("the task's repository is not on a branch".into()))?;
+    let branch = current_branch(&repo).await.ok_or_else(|| {
+        AgentError::FailedPrecondition("the task's repository is not on a branch".into())
+    })?;
     Ok(Some(Records {
         branch,
         url: recorded(&repo, URL).await?,

@@ -36,7 +36,12 @@ struct Shared {
     auth: String,
 }
 
-async fn answer(State(shared): State<Shared>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
+async fn answer(
+    State(shared): State<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
     let path = uri.path().to_string();
     let auth = headers
         .get("authorization")

@@ -2,7 +2,9 @@
 //! test starts: an approval opens a pull request and watches the pushed
 //! commit; a red check run shows on the task (and its card's metadata);
 //! "Fix CI" sends the failing checks' names and the end of their logs to
-//! the agent as a follow-up in the same session.
+//! the agent as a follow-up in the same session, with the default settings:
+//! the approval removed the task's clone, and the follow-up's turn runs in
+//! a fresh clone of the pushed branch.
 
 use kandev_e2e::{
     Options, Stack, Svc,

@@ -100,7 +100,11 @@ async fn a_link_reads_the_forge_with_its_users_secret() {
         )
         .await;
     assert_eq!(linked.status, 200, "{}", linked.body);
-    assert_eq!(linked.body["token_secret"], "GITHUB_TOKEN", "{}", linked.body);
+    assert_eq!(
+        linked.body["token_secret"], "GITHUB_TOKEN",
+        "{}",
+        linked.body
+    );
     assert!(!linked.body.to_string().contains(ALICE_TOKEN));
 
     // The reconcile reads the issues with the admin's token: the issue

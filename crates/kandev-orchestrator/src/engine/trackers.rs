@@ -171,10 +171,7 @@ impl Engine {
         if link.token_secret.is_empty() {
             return Ok(forge.clone());
         }
-        let token = self
-            .link_token(link)
-            .await
-            .map_err(|e| e.to_string())?;
+        let token = self.link_token(link).await.map_err(|e| e.to_string())?;
         Ok(Forge {
             token: token.expose_secret().to_string(),
             ..forge.clone()
