@@ -364,7 +364,7 @@ pub async fn plan_reclone(settings: &Settings, task_id: Uuid) -> Result<Option<P
         paths,
         owner: settings.file_owner(),
         timeout: Duration::from_secs(settings.clone_timeout_secs),
-        resume: Some(records),
+        resume: Some(Box::new(records)),
     }))
 }
 
@@ -380,7 +380,7 @@ pub struct PendingClone {
     timeout: Duration,
     /// Set when the clone is a delivered task's made again: the task's
     /// branch is the cloned one, with what was recorded before.
-    resume: Option<crate::reclone::Records>,
+    resume: Option<Box<crate::reclone::Records>>,
 }
 
 impl PendingClone {
