@@ -130,10 +130,10 @@ pub(crate) const BASE_BRANCH: &str = "kandev.baseBranch";
 /// The URL the task's repository was cloned from: where delivery pushes.
 pub(crate) const URL: &str = "kandev.url";
 /// The commit of the last delivery.
-const DELIVERED_COMMIT: &str = "kandev.deliveredCommit";
+pub(crate) const DELIVERED_COMMIT: &str = "kandev.deliveredCommit";
 /// Where the last delivery was pushed (credentials removed; empty: not
 /// pushed).
-const DELIVERED_TO: &str = "kandev.deliveredTo";
+pub(crate) const DELIVERED_TO: &str = "kandev.deliveredTo";
 
 /// A task's clone: the agent's work tree and Kandev's repository of it.
 #[derive(Debug, Clone)]

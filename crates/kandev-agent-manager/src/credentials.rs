@@ -200,6 +200,26 @@ impl UserSecrets {
         }
     }
 
+    /// One of a user's secrets, opened, for a call made on their behalf
+    /// (a tracker link's forge token): only `scope`'s secret named `name`.
+    pub async fn open_one(&self, scope: &str, name: &str) -> Result<SecretString> {
+        check_scope(scope)?;
+        let cipher = self.cipher()?;
+        let missing = || AgentError::NotFound(format!("no secret named {name:?}"));
+        let (name, nonce, sealed) = self
+            .store
+            .sealed_secrets(scope)
+            .await?
+            .into_iter()
+            .find(|(n, _, _)| n == name)
+            .ok_or_else(missing)?;
+        cipher.open(scope, &name, &nonce, &sealed).ok_or_else(|| {
+            AgentError::FailedPrecondition(format!(
+                "the secret {name:?} does not open with the current KANDEV_SECRETS_KEY; set it again"
+            ))
+        })
+    }
+
     /// A user's secrets, opened, for a run's environment. Rows that do not
     /// open (the key changed) are left out with a warning; the run then
     /// lacks them as if they were never set.

@@ -608,6 +608,24 @@ impl AgentManagerRpc for GrpcAgentAdapter {
         Ok(Response::new(pb::DeleteUserSecretResponse {}))
     }
 
+    #[tracing::instrument(skip_all, fields(scope = %request.get_ref().scope, name = %request.get_ref().name))]
+    async fn open_user_secret(
+        &self,
+        request: Request<pb::OpenUserSecretRequest>,
+    ) -> Result<Response<pb::OpenedUserSecret>, Status> {
+        use secrecy::ExposeSecret;
+        let r = request.into_inner();
+        let value = self
+            .manager
+            .secrets()
+            .open_one(&r.scope, &r.name)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::OpenedUserSecret {
+            value: value.expose_secret().to_string(),
+        }))
+    }
+
     async fn list_agent_profiles(
         &self,
         request: Request<pb::ListAgentProfilesRequest>,

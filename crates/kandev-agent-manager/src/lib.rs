@@ -49,6 +49,7 @@ pub mod manager;
 pub mod mirror;
 pub mod preflight;
 pub mod profiles;
+pub mod reclone;
 pub mod repository;
 pub mod runner;
 pub mod startup;

@@ -643,10 +643,11 @@ impl AgentManager {
             ));
         }
         let agent_type = self.store().get_type(&instance.agent_type).await?;
+        let workspace = crate::reclone::workspace_for_turn(self.settings(), &instance).await?;
         self.start_turn(
             id,
             agent_type,
-            instance.workspace_path.clone().into(),
+            workspace,
             prompt,
             Some(instance.acp_session_id.clone()),
         )

@@ -333,6 +333,38 @@ async fn plan_clone(
         paths,
         owner: settings.file_owner(),
         timeout: Duration::from_secs(settings.clone_timeout_secs),
+        resume: None,
+    }))
+}
+
+/// The clone of a delivered task made again from its pushed branch (see
+/// [`crate::reclone`]), when its work tree was removed after the push and
+/// Kandev's repository of it is still there; `None` otherwise.
+pub async fn plan_reclone(settings: &Settings, task_id: Uuid) -> Result<Option<PendingClone>> {
+    let root = Path::new(&settings.workspaces_root);
+    let paths = TaskPaths::new(root, task_id);
+    if paths.workspace.exists() {
+        return Ok(None);
+    }
+    let Some(records) = crate::reclone::delivered_records(root, task_id).await? else {
+        return Ok(None);
+    };
+    let url = records.url.clone();
+    let branch = records.branch.clone();
+    preflight::validate(&url, &branch)?;
+    // The policy may have changed since the first clone.
+    let protocols = repository::check(settings, &url).await?;
+    preflight::before_clone(&url, &branch).await?;
+    private_dir(root)?;
+    Ok(Some(PendingClone {
+        url,
+        work_branch: branch.clone(),
+        branch,
+        protocols,
+        paths,
+        owner: settings.file_owner(),
+        timeout: Duration::from_secs(settings.clone_timeout_secs),
+        resume: Some(Box::new(records)),
     }))
 }
 
@@ -346,6 +378,9 @@ pub struct PendingClone {
     paths: TaskPaths,
     owner: Option<(u32, u32)>,
     timeout: Duration,
+    /// Set when the clone is a delivered task's made again: the task's
+    /// branch is the cloned one, with what was recorded before.
+    resume: Option<Box<crate::reclone::Records>>,
 }
 
 impl PendingClone {
@@ -384,7 +419,10 @@ impl PendingClone {
         }
         self.clone_bare(&kandev.join("git")).await?;
         let repo = repo_in(&kandev);
-        crate::changes::start_branch(&repo, &self.work_branch, &self.url).await?;
+        match &self.resume {
+            None => crate::changes::start_branch(&repo, &self.work_branch, &self.url).await?,
+            Some(records) => crate::reclone::resume_branch(&repo, records).await?,
+        }
         crate::git::clone_local(repo.git_dir(), &self.work_branch, &agent).await?;
         crate::git::set_origin(&agent, &redact_url(&self.url)).await?;
         give_to_agent(&agent, self.owner).await?;

@@ -11,6 +11,7 @@ use kandev_common::{
 use kandev_proto::v1::{
     self as pb, agent_manager_client::AgentManagerClient, task_service_client::TaskServiceClient,
 };
+use secrecy::SecretString;
 use tonic::{Status, transport::Channel};
 
 /// What the orchestrator asks of the agent manager.
@@ -29,6 +30,9 @@ pub trait AgentControl: Send + Sync + 'static {
     /// `keep_delivered`, Kandev's repository of a delivered clone stays,
     /// and the delivered change with it (see `RemoveWorkspaceRequest`).
     async fn remove_workspace(&self, task_id: &str, keep_delivered: bool) -> Result<bool, Status>;
+    /// The value of the user `scope`'s secret `name` (NOT_FOUND when that
+    /// user has none of that name), for a call made on their behalf.
+    async fn open_user_secret(&self, scope: &str, name: &str) -> Result<SecretString, Status>;
 
     /// Whether a run of `agent_type` can be placed now (a pool of managers
     /// may all be full); a queued run waits while it cannot.
@@ -181,6 +185,19 @@ impl AgentControl for GrpcAgentControl {
             .await?
             .into_inner()
             .removed)
+    }
+
+    async fn open_user_secret(&self, scope: &str, name: &str) -> Result<SecretString, Status> {
+        let opened = self
+            .client
+            .clone()
+            .open_user_secret(pb::OpenUserSecretRequest {
+                scope: scope.into(),
+                name: name.into(),
+            })
+            .await?
+            .into_inner();
+        Ok(SecretString::from(opened.value))
     }
 
     async fn active_on(&self, _manager_id: &str) -> Result<Vec<pb::AgentInstance>, Status> {

@@ -433,6 +433,18 @@ impl AgentControl for ManagerPool {
             None => Ok(false),
         }
     }
+
+    /// Users' secrets are in the managers' shared store: any live one.
+    async fn open_user_secret(
+        &self,
+        scope: &str,
+        name: &str,
+    ) -> Result<secrecy::SecretString, Status> {
+        match self.live().into_iter().next() {
+            Some((_, client)) => client.open_user_secret(scope, name).await,
+            None => Err(Status::unavailable("no live agent manager")),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -205,7 +205,41 @@ fn read(forge: &Forge, repo: &str, tail: &[&str], query: &HashMap<String, String
     }
 }
 
+/// The end of [`FakeGithub::red`]'s `build` output; what comes before it
+/// is cut by Kandev.
+pub const BUILD_TAIL: &str = "error[E0308]: mismatched types in src/login.rs";
+/// The end of [`FakeGithub::red`]'s `unit-tests` job log.
+pub const JOB_LOG_TAIL: &str = "assertion failed: login_works";
+
 impl FakeGithub {
+    /// A fake that lets in only `token`, where every commit's checks are:
+    /// `build` failed with a long output ending in [`BUILD_TAIL`],
+    /// `unit-tests` failed with its log ([`JOB_LOG_TAIL`]) only in the
+    /// job's log, `lint` passed, and the `ci/docs` status passed.
+    pub async fn red(token: &str) -> FakeGithub {
+        let github = FakeGithub::start().await;
+        let mut forge = github.forge();
+        forge.token = Some(token.into());
+        let noise = "compiling…\n".repeat(2000);
+        forge.check_runs = vec![
+            json!({"id": 11, "name": "build", "status": "completed", "conclusion": "failure",
+             "html_url": "https://github.example/runs/11",
+             "output": {"title": "Build failed", "summary": "1 error",
+                        "text": format!("{noise}{BUILD_TAIL}")}}),
+            json!({"id": 12, "name": "unit-tests", "status": "completed", "conclusion": "failure",
+             "html_url": "https://github.example/runs/12",
+             "output": {"title": null, "summary": null, "text": null}}),
+            json!({"id": 13, "name": "lint", "status": "completed", "conclusion": "success",
+             "html_url": "https://github.example/runs/13", "output": {}}),
+        ];
+        forge.statuses = vec![json!({"context": "ci/docs", "state": "success",
+            "target_url": "https://ci.example/docs", "description": "built"})];
+        let log = format!("{}{JOB_LOG_TAIL}\n", "running test…\n".repeat(1000));
+        forge.job_logs.insert(12, log);
+        drop(forge);
+        github
+    }
+
     pub async fn start() -> FakeGithub {
         let state = Shared::default();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

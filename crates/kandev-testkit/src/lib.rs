@@ -20,7 +20,8 @@
 //!   ([`service_http`]: with the [`SERVICE_TOKEN`] internal ports require).
 //! - [`eventually`]: wait on a condition, never on a sleep.
 //! - [`fake_github`]: a local server speaking the GitHub API subset Kandev
-//!   uses (issues, comments, pull requests; 404 and 301 answers).
+//!   uses (issues, comments, pull requests, check runs, statuses and job
+//!   logs; 401, 404 and 301 answers).
 //!
 //! `KANDEV_TEST_PG_BASE` overrides the Postgres server URL
 //! (default `postgres://postgres@127.0.0.1:5432`).

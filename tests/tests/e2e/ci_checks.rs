@@ -2,51 +2,21 @@
 //! test starts: an approval opens a pull request and watches the pushed
 //! commit; a red check run shows on the task (and its card's metadata);
 //! "Fix CI" sends the failing checks' names and the end of their logs to
-//! the agent as a follow-up in the same session.
+//! the agent as a follow-up in the same session, with the default settings:
+//! the approval removed the task's clone, and the follow-up's turn runs in
+//! a fresh clone of the pushed branch.
 
 use kandev_e2e::{
     Options, Stack, Svc,
     serde_json::{Value, json},
 };
-use kandev_testkit::fake_github::FakeGithub;
-
-/// The end of `build`'s output; what comes before it is cut.
-const BUILD_TAIL: &str = "error[E0308]: mismatched types in src/login.rs";
-const JOB_LOG_TAIL: &str = "assertion failed: login_works";
-
-/// A fake GitHub that lets in only the token `t0ken`, where every
-/// commit's checks are: `build` failed with a long output, `unit-tests`
-/// failed with its log only in the job's log, `lint` passed, and the
-/// `ci/docs` status passed.
-async fn red_forge() -> FakeGithub {
-    let github = FakeGithub::start().await;
-    let mut forge = github.forge();
-    forge.token = Some("t0ken".into());
-    let noise = "compiling…\n".repeat(2000);
-    forge.check_runs = vec![
-        json!({"id": 11, "name": "build", "status": "completed", "conclusion": "failure",
-         "html_url": "https://github.example/runs/11",
-         "output": {"title": "Build failed", "summary": "1 error",
-                    "text": format!("{noise}{BUILD_TAIL}")}}),
-        json!({"id": 12, "name": "unit-tests", "status": "completed", "conclusion": "failure",
-         "html_url": "https://github.example/runs/12",
-         "output": {"title": null, "summary": null, "text": null}}),
-        json!({"id": 13, "name": "lint", "status": "completed", "conclusion": "success",
-         "html_url": "https://github.example/runs/13", "output": {}}),
-    ];
-    forge.statuses = vec![json!({"context": "ci/docs", "state": "success",
-        "target_url": "https://ci.example/docs", "description": "built"})];
-    let log = format!("{}{JOB_LOG_TAIL}\n", "running test…\n".repeat(1000));
-    forge.job_logs.insert(12, log);
-    drop(forge);
-    github
-}
+use kandev_testkit::fake_github::{BUILD_TAIL, FakeGithub, JOB_LOG_TAIL};
 
 /// A red check shows on the task, and "Fix CI" sends the failure to the
 /// agent in the same session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_red_check_shows_and_fix_ci_sends_it_to_the_agent() {
-    let forge = red_forge().await;
+    let forge = FakeGithub::red("t0ken").await;
     let forges = forge.forges_setting("t0ken");
     let stack = Stack::start(
         "ci_checks",
@@ -57,13 +27,6 @@ async fn a_red_check_shows_and_fix_ci_sends_it_to_the_agent() {
                     Svc::Orchestrator,
                     "KANDEV_CHECKS_POLL_MS".into(),
                     "200".into(),
-                ),
-                // The Fix CI turn works in the task's clone: kept after the
-                // push (removed by default, see the README).
-                (
-                    Svc::Orchestrator,
-                    "KANDEV_REMOVE_WORKSPACE_AFTER_DELIVERY".into(),
-                    "false".into(),
                 ),
             ],
             ..Options::default()
@@ -127,6 +90,12 @@ async fn a_red_check_shows_and_fix_ci_sends_it_to_the_agent() {
         .as_str()
         .unwrap()
         .to_string();
+    let branch = approved.body["delivery"]["branch"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Delivered: the task's clone is gone (the default settings).
+    assert!(!stack.workspace(&task).exists());
     let checks = kandev_e2e::eventually(60, "the red checks", || {
         let api = api.clone();
         let task = task.clone();
@@ -200,25 +169,37 @@ async fn a_red_check_shows_and_fix_ci_sends_it_to_the_agent() {
         "{}",
         fixed.body
     );
-    kandev_e2e::eventually(120, "the Fix CI prompt in the feed", || {
+    // The clone removed after the push is made again from the pushed
+    // branch, and the turn resumes the session there and ends well.
+    let end = kandev_e2e::eventually(120, "the Fix CI turn's end in the feed", || {
         let api = api.clone();
         let task = task.clone();
         async move {
             let frames = kandev_e2e::replay(&api, &task).await;
-            frames
+            let prompt = frames.iter().position(|f| {
+                let raw = f["event"]["raw"].to_string();
+                raw.contains("session/prompt")
+                    && raw.contains("- build (failure)")
+                    && raw.contains("- unit-tests (failure)")
+                    && raw.contains(BUILD_TAIL)
+                    && raw.contains(JOB_LOG_TAIL)
+            })?;
+            frames[prompt..]
                 .iter()
-                .any(|f| {
-                    let raw = f["event"]["raw"].to_string();
-                    raw.contains("session/prompt")
-                        && raw.contains("- build (failure)")
-                        && raw.contains("- unit-tests (failure)")
-                        && raw.contains(BUILD_TAIL)
-                        && raw.contains(JOB_LOG_TAIL)
-                })
-                .then_some(())
+                .find(|f| kandev_e2e::is_turn_end(f))
+                .cloned()
         }
     })
     .await;
+    assert_eq!(end["event"]["data"]["stop_reason"], "end_turn", "{end}");
+    let workspace = stack.workspace(&task);
+    let readme = std::fs::read_to_string(workspace.join("README.md")).unwrap();
+    assert!(
+        readme.contains("Edited by kandev-mock-agent (turn 1)."),
+        "{readme}"
+    );
+    let head = std::fs::read_to_string(workspace.join(".git/HEAD")).unwrap();
+    assert_eq!(head.trim(), format!("ref: refs/heads/{branch}"));
     let after = api
         .get(&format!("/api/v1/orchestrator/tasks/{task}/checks"))
         .await;

@@ -26,5 +26,6 @@ mod secrets;
 mod seed;
 mod soak;
 mod trace;
+mod tracker_tokens;
 mod trackers;
 mod workflow;

@@ -16,6 +16,7 @@ mod helpers;
 mod images;
 mod launch;
 mod preflight;
+mod reclone;
 mod registry;
 mod restart;
 mod secrets;

@@ -42,6 +42,9 @@ pub struct TrackerLink {
     /// Whether a webhook secret is stored; webhook deliveries are refused
     /// without one.
     pub has_webhook_secret: bool,
+    /// The name of `created_by`'s secret used as the forge token (its value
+    /// is never returned); empty: the forge's token from `KANDEV_FORGES`.
+    pub token_secret: String,
     pub created_by: String,
     /// Why the last sync with the tracker failed, in plain words (e.g. the
     /// repository was deleted or renamed); empty when it did not.
@@ -60,6 +63,7 @@ impl From<pb::TrackerLink> for TrackerLink {
             label: l.label,
             agent_type: l.agent_type,
             has_webhook_secret: l.has_webhook_secret,
+            token_secret: l.token_secret,
             created_by: l.created_by,
             last_error: l.last_error,
             last_synced_at: l.last_synced_at.as_ref().and_then(to_chrono),
@@ -85,6 +89,12 @@ pub struct SetTrackerLink {
     /// returned); none: the link is only reconciled periodically.
     #[serde(default)]
     pub webhook_secret: String,
+    /// The name of one of the caller's secrets (`/api/v1/secrets`) whose
+    /// value is the token the link reads the forge with, instead of the
+    /// forge's from `KANDEV_FORGES`; a name the caller has no secret of is
+    /// refused (400).
+    #[serde(default)]
+    pub token_secret: String,
 }
 
 /// What a webhook delivery did.
@@ -123,6 +133,7 @@ pub async fn set(
             label: body.label,
             agent_type: body.agent_type,
             webhook_secret: body.webhook_secret,
+            token_secret: body.token_secret,
             created_by: user.username.clone(),
         })
         .await

@@ -109,6 +109,15 @@ pub async fn start_stack() -> Stack {
 /// The stack; with `complete_to_review`, a finished run leaves its task in
 /// REVIEW instead of COMPLETED.
 pub async fn start_stack_with(complete_to_review: bool) -> Stack {
+    start_stack_tuned(complete_to_review, |_| {}).await
+}
+
+/// [`start_stack_with`], with the orchestrator's settings changed by
+/// `tune` (forges, polling) before it starts.
+pub async fn start_stack_tuned(
+    complete_to_review: bool,
+    tune: impl FnOnce(&mut kandev_orchestrator::Settings),
+) -> Stack {
     tokio::task::spawn_blocking(kandev_testkit::ensure_docker)
         .await
         .unwrap();
@@ -170,7 +179,7 @@ pub async fn start_stack_with(complete_to_review: bool) -> Stack {
             .expect("agent manager runs");
     });
 
-    let orchestrator = kandev_orchestrator::Application::build(kandev_orchestrator::Settings {
+    let mut orch = kandev_orchestrator::Settings {
         listen_addr: "127.0.0.1:0".into(),
         database_url: db.url.clone(),
         database_max_connections: 4,
@@ -183,9 +192,11 @@ pub async fn start_stack_with(complete_to_review: bool) -> Stack {
         complete_to_review,
         service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Default::default()
-    })
-    .await
-    .expect("orchestrator builds");
+    };
+    tune(&mut orch);
+    let orchestrator = kandev_orchestrator::Application::build(orch)
+        .await
+        .expect("orchestrator builds");
     let orch_addr = orchestrator.local_addr();
     spawn_service(&mut stops, &mut handles, |stop| async move {
         orchestrator

@@ -15,6 +15,7 @@ import { BoardColumns } from './boardcolumns.js';
 import { editBlockers } from './blockers.js';
 import { enhanceColumns } from './columns.js';
 import { checksBadge, checksKey } from './checks.js';
+import { editTracker } from './tracker.js';
 
 // A repository URL's short name: its last path segment without `.git`
 // (https://github.com/acme/widgets.git → widgets).
@@ -59,11 +60,13 @@ export function boardView(main, boardId, { setCrumbs, debug }) {
   const newBtn = h('button', { type: 'button', class: 'btn btn-primary', testid: 'new-task', onclick: createTask }, '+ New task');
   const flowBtn = h('button', { type: 'button', class: 'btn', testid: 'edit-workflow',
     onclick: async () => { if (await editWorkflow(boardId)) readColumns(); } }, 'Workflow');
+  const trackerBtn = h('button', { type: 'button', class: 'btn', testid: 'edit-tracker',
+    title: 'The GitHub repository whose issues become this board\'s tasks', onclick: () => editTracker(boardId) }, 'Tracker');
   const colWrap = h('div', { class: 'columns', testid: 'columns' });
   const columns = new BoardColumns(colWrap, dropTask);
   const updated = h('span', { class: 'muted small', testid: 'board-updated', 'aria-live': 'off' });
   clear(main).append(
-    h('div', { class: 'page-head' }, title, h('div', { class: 'page-actions' }, updated, flowBtn, newBtn)),
+    h('div', { class: 'page-head' }, title, h('div', { class: 'page-actions' }, updated, trackerBtn, flowBtn, newBtn)),
     filter.el,
     colWrap);
 

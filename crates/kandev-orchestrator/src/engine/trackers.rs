@@ -10,6 +10,7 @@ use std::{collections::HashMap, time::Duration};
 use chrono::{DateTime, Utc};
 use kandev_events::TaskState;
 use kandev_proto::v1 as pb;
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -82,6 +83,10 @@ pub fn link_from_proto(r: pb::SetTrackerLinkRequest, forges: &[Forge]) -> Result
     if agent_type.len() > 100 {
         return invalid("agent_type must be at most 100 characters".into());
     }
+    let token_secret = r.token_secret.trim();
+    if token_secret.len() > 128 || token_secret.chars().any(char::is_control) {
+        return invalid("token_secret must be a secret's name".into());
+    }
     Ok(TrackerLinkRow {
         board_id,
         kind: r.kind,
@@ -90,6 +95,7 @@ pub fn link_from_proto(r: pb::SetTrackerLinkRequest, forges: &[Forge]) -> Result
         label: label.to_string(),
         agent_type: agent_type.to_string(),
         webhook_secret: r.webhook_secret,
+        token_secret: token_secret.to_string(),
         created_by: r.created_by,
         last_error: String::new(),
         last_synced_at: None,
@@ -118,6 +124,7 @@ pub fn link_to_proto(l: &TrackerLinkRow) -> pb::TrackerLink {
         repository: l.repository.clone(),
         label: l.label.clone(),
         agent_type: l.agent_type.clone(),
+        token_secret: l.token_secret.clone(),
         has_webhook_secret: !l.webhook_secret.is_empty(),
         created_by: l.created_by.clone(),
         last_error: l.last_error.clone(),
@@ -150,15 +157,39 @@ pub fn backoff(interval: Duration, failures: u32) -> Duration {
 }
 
 impl Engine {
-    /// The GitHub forge of a link (its token), or why there is none.
-    fn link_forge(&self, link: &TrackerLinkRow) -> std::result::Result<&Forge, String> {
-        forge::forge_for(&self.settings.forges, &link.repository_url)
+    /// The GitHub forge of a link, or why there is none; its token is
+    /// the linking user's secret the link names, else the forge's.
+    async fn link_forge(&self, link: &TrackerLinkRow) -> std::result::Result<Forge, String> {
+        let forge = forge::forge_for(&self.settings.forges, &link.repository_url)
             .filter(|f| f.kind == ForgeKind::Github)
             .ok_or_else(|| {
                 format!(
                     "no GitHub forge is configured for {} any more (KANDEV_FORGES)",
                     link.repository_url
                 )
+            })?;
+        if link.token_secret.is_empty() {
+            return Ok(forge.clone());
+        }
+        let token = self.link_token(link).await.map_err(|e| e.to_string())?;
+        Ok(Forge {
+            token: token.expose_secret().to_string(),
+            ..forge.clone()
+        })
+    }
+
+    /// The linking user's secret a link names (only theirs): a plain
+    /// error, naming it, when they have none of that name.
+    async fn link_token(&self, link: &TrackerLinkRow) -> Result<SecretString> {
+        self.agents
+            .open_user_secret(&link.created_by, &link.token_secret)
+            .await
+            .map_err(|status| match status.code() {
+                tonic::Code::NotFound => OrchestratorError::Validation(format!(
+                    "token_secret: {} has no secret named {:?}",
+                    link.created_by, link.token_secret
+                )),
+                _ => OrchestratorError::upstream("agent manager")(status),
             })
     }
 
@@ -167,6 +198,9 @@ impl Engine {
     #[tracing::instrument(skip_all, fields(board_id = %link.board_id, repository = %link.repository))]
     pub(crate) async fn set_tracker_link(&self, link: TrackerLinkRow) -> Result<TrackerLinkRow> {
         self.board_owner(&link.board_id.to_string()).await?;
+        if !link.token_secret.is_empty() {
+            self.link_token(&link).await?;
+        }
         let stored = self.store.put_tracker_link(&link).await?;
         tracing::info!("board linked to its tracker");
         Ok(stored)
@@ -346,10 +380,10 @@ impl Engine {
     /// error, or none) is recorded on the link. Whether it went well.
     #[tracing::instrument(skip_all, fields(board_id = %link.board_id))]
     pub async fn reconcile_tracker(&self, link: &TrackerLinkRow) -> Result<bool> {
-        let outcome = match self.link_forge(link) {
+        let outcome = match self.link_forge(link).await {
             Ok(forge) => {
                 let client = tracker::http_client();
-                match tracker::list_issues(&client, forge, &link.repository, &link.label).await {
+                match tracker::list_issues(&client, &forge, &link.repository, &link.label).await {
                     Ok(issues) => self.apply_issues(link, &issues).await,
                     Err(e) => Err(e.to_string()),
                 }
@@ -456,10 +490,10 @@ impl Engine {
         pull_request: &str,
     ) {
         let body = format!("Kandev opened a pull request for this issue: {pull_request}");
-        let result = match self.link_forge(link) {
+        let result = match self.link_forge(link).await {
             Ok(forge) => tracker::comment(
                 &tracker::http_client(),
-                forge,
+                &forge,
                 &link.repository,
                 issue.number,
                 &body,

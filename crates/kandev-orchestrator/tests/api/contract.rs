@@ -947,6 +947,7 @@ fn tracker_link(board: Uuid, repository: &str, secret: &str) -> TrackerLinkRow {
         label: "kandev".into(),
         agent_type: "mock-agent".into(),
         webhook_secret: secret.into(),
+        token_secret: "GITHUB_TOKEN".into(),
         created_by: "alice".into(),
         last_error: String::new(),
         last_synced_at: None,
@@ -964,6 +965,7 @@ async fn tracker_links_are_kept_and_replaced(stores: &Stores) {
         .unwrap();
     assert_eq!(link.repository, "acme/app");
     assert_eq!(link.webhook_secret, "s3cret");
+    assert_eq!(link.token_secret, "GITHUB_TOKEN");
     assert_eq!(link.last_synced_at, None);
     assert!(!format!("{link:?}").contains("s3cret"), "{link:?}");
     store

@@ -171,6 +171,14 @@ impl AgentControl for RecordingAgents {
         removed.push(task_id.to_string());
         Ok(true)
     }
+
+    async fn open_user_secret(
+        &self,
+        _scope: &str,
+        name: &str,
+    ) -> Result<secrecy::SecretString, Status> {
+        Err(Status::not_found(format!("no secret named {name:?}")))
+    }
 }
 
 /// A running orchestrator (and, when asked, a task service) on a private

@@ -22,6 +22,10 @@ pub struct TrackerLinkRow {
     pub label: String,
     pub agent_type: String,
     pub webhook_secret: String,
+    /// The name of one of `created_by`'s secrets whose value is the
+    /// forge token the link uses instead of `KANDEV_FORGES`'s; empty: the
+    /// forge's. The name only: the value stays in the agent manager.
+    pub token_secret: String,
     pub created_by: String,
     pub last_error: String,
     pub last_synced_at: Option<DateTime<Utc>>,
@@ -36,6 +40,7 @@ impl std::fmt::Debug for TrackerLinkRow {
             .field("repository", &self.repository)
             .field("label", &self.label)
             .field("webhook_secret", &"[redacted]")
+            .field("token_secret", &self.token_secret)
             .field("last_error", &self.last_error)
             .finish_non_exhaustive()
     }
@@ -51,14 +56,17 @@ pub struct TrackerIssueRow {
 }
 
 const SELECT_LINK: &str = "SELECT board_id, kind, repository_url, repository, label, agent_type, \
-     webhook_secret, created_by, last_error, last_synced_at, created_at FROM tracker_links";
+     webhook_secret, token_secret, created_by, last_error, last_synced_at, created_at \
+     FROM tracker_links";
 const UPSERT_LINK: &str = "INSERT INTO tracker_links (board_id, kind, repository_url, repository, \
-     label, agent_type, webhook_secret, created_by, last_error, last_synced_at, created_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, '', NULL, $9)
+     label, agent_type, webhook_secret, token_secret, created_by, last_error, last_synced_at, \
+     created_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, '', NULL, $10)
      ON CONFLICT (board_id) DO UPDATE SET kind = excluded.kind,
          repository_url = excluded.repository_url, repository = excluded.repository,
          label = excluded.label, agent_type = excluded.agent_type,
-         webhook_secret = excluded.webhook_secret, created_by = excluded.created_by,
+         webhook_secret = excluded.webhook_secret, token_secret = excluded.token_secret,
+         created_by = excluded.created_by,
          last_error = '', last_synced_at = NULL";
 const SELECT_ISSUE: &str = "SELECT board_id, number, task_id, url FROM tracker_issues";
 
@@ -107,6 +115,7 @@ impl<D: ExecDialect> TrackerStore for SqlExecStore<D> {
             .bind(&link.label)
             .bind(&link.agent_type)
             .bind(&link.webhook_secret)
+            .bind(&link.token_secret)
             .bind(&link.created_by)
             .bind(link.created_at);
         self.db().write(stmt).await?;
