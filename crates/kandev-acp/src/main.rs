@@ -6,15 +6,23 @@
 //! requires authentication; 4 on a timeout; 5 when the agent crashed or
 //! closed its output; 6 on a protocol error.
 
-use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
+use std::{
+    path::PathBuf,
+    process::{ExitCode, ExitStatus},
+    sync::Arc,
+    time::Duration,
+};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use kandev_acp::{
-    AcpClient, AcpError, AcpEvent, AutoApprove, ClientOptions, Deny, EventKind, LocalExecutor,
-    PermissionPolicy, Workspace, event::LogSource, schema::StopReason,
+    AcpClient, AcpError, AcpEvent, AutoApprove, ClientOptions, Deny, EventKind, EventStream,
+    LocalExecutor, PermissionPolicy, Workspace, event::LogSource, schema::StopReason,
 };
-use tokio::{io::AsyncWriteExt, process::Command};
+use tokio::{
+    io::AsyncWriteExt,
+    process::{Child, Command},
+};
 
 #[derive(Debug, Parser)]
 #[command(name = "kandev-acp", version, about = "Kandev ACP client")]
@@ -123,15 +131,16 @@ fn summarize(event: &AcpEvent) -> Option<String> {
     Some(line)
 }
 
-fn exit_code_for(error: &AcpError) -> u8 {
+/// What went wrong, in a word, and the exit code that says it.
+fn failure(error: &AcpError) -> (&'static str, u8) {
     match error {
-        AcpError::AuthRequired { .. } => 3,
-        AcpError::Timeout { .. } => 4,
-        AcpError::Closed { .. } | AcpError::Io(_) => 5,
+        AcpError::AuthRequired { .. } => ("authentication required", 3),
+        AcpError::Timeout { .. } => ("timeout", 4),
+        AcpError::Closed { .. } | AcpError::Io(_) => ("agent crashed or exited", 5),
         AcpError::InvalidResponse { .. }
         | AcpError::UnsupportedVersion(_)
-        | AcpError::Rpc { .. } => 6,
-        _ => 1,
+        | AcpError::Rpc { .. } => ("protocol error", 6),
+        _ => ("error", 1),
     }
 }
 
@@ -142,61 +151,13 @@ async fn run(args: RunArgs) -> anyhow::Result<u8> {
     };
     let workspace = Workspace::local(&cwd)
         .with_context(|| format!("cannot use {} as the workspace", cwd.display()))?;
-    let (program, program_args) = args.agent.split_first().context("no agent command")?;
-    let mut command = Command::new(program);
-    command
-        .args(program_args)
-        .current_dir(workspace.host_root())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
-    if let Some(prompt) = &args.prompt {
-        // Legacy agents read their task from the environment.
-        command.env("TASK_DESCRIPTION", prompt);
-    }
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("cannot start agent {program}"))?;
+    let mut child = spawn_agent(&args, &workspace)?;
     let stdin = child.stdin.take().context("agent stdin")?;
     let stdout = child.stdout.take().context("agent stdout")?;
     let stderr = child.stderr.take().context("agent stderr")?;
 
-    let permission: Arc<dyn PermissionPolicy> = match args.permission {
-        PermissionArg::Allow => Arc::new(AutoApprove),
-        PermissionArg::Deny => Arc::new(Deny),
-    };
-    let options = ClientOptions {
-        initialize_timeout: Duration::from_secs(args.init_timeout),
-        prompt_timeout: Some(Duration::from_secs(args.timeout)),
-        permission,
-        terminal: Some(Arc::new(LocalExecutor::new(Some(workspace.clone())))),
-        workspace: Some(workspace.clone()),
-        allowed_auth_methods: args.auth_methods.clone(),
-        // The agent inherits this process's environment.
-        auth_env: std::env::vars_os()
-            .filter(|(_, value)| !value.is_empty())
-            .filter_map(|(name, _)| name.into_string().ok())
-            .collect(),
-        ..ClientOptions::default()
-    };
-    let (client, mut events) = AcpClient::connect(stdout, stdin, options);
-
-    let printer = tokio::spawn(async move {
-        let mut out = tokio::io::stdout();
-        while let Some(event) = events.recv().await {
-            if let Ok(mut line) = serde_json::to_vec(&event) {
-                line.push(b'\n');
-                if out.write_all(&line).await.is_err() {
-                    break;
-                }
-            }
-            if let Some(summary) = summarize(&event) {
-                eprintln!("kandev-acp: [{}] {summary}", event.seq);
-            }
-        }
-        let _ = out.flush().await;
-    });
+    let (client, events) = AcpClient::connect(stdout, stdin, client_options(&args, &workspace));
+    let printer = tokio::spawn(print_events(events));
     let stderr_client = client.clone();
     let stderr_task = tokio::spawn(async move { stderr_client.pump_stderr(stderr).await });
 
@@ -215,8 +176,73 @@ async fn run(args: RunArgs) -> anyhow::Result<u8> {
     let _ = tokio::time::timeout(Duration::from_secs(1), client.closed()).await;
     drop(client);
     let _ = printer.await;
+    Ok(report(outcome, status))
+}
 
-    Ok(match outcome {
+/// The agent command, run in the workspace with its stdio piped.
+fn spawn_agent(args: &RunArgs, workspace: &Workspace) -> anyhow::Result<Child> {
+    let (program, program_args) = args.agent.split_first().context("no agent command")?;
+    let mut command = Command::new(program);
+    command
+        .args(program_args)
+        .current_dir(workspace.host_root())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    if let Some(prompt) = &args.prompt {
+        // Legacy agents read their task from the environment.
+        command.env("TASK_DESCRIPTION", prompt);
+    }
+    command
+        .spawn()
+        .with_context(|| format!("cannot start agent {program}"))
+}
+
+/// The client's options: the permission answer, timeouts, and local
+/// terminals and files in `workspace`.
+fn client_options(args: &RunArgs, workspace: &Workspace) -> ClientOptions {
+    let permission: Arc<dyn PermissionPolicy> = match args.permission {
+        PermissionArg::Allow => Arc::new(AutoApprove),
+        PermissionArg::Deny => Arc::new(Deny),
+    };
+    ClientOptions {
+        initialize_timeout: Duration::from_secs(args.init_timeout),
+        prompt_timeout: Some(Duration::from_secs(args.timeout)),
+        permission,
+        terminal: Some(Arc::new(LocalExecutor::new(Some(workspace.clone())))),
+        workspace: Some(workspace.clone()),
+        allowed_auth_methods: args.auth_methods.clone(),
+        // The agent inherits this process's environment.
+        auth_env: std::env::vars_os()
+            .filter(|(_, value)| !value.is_empty())
+            .filter_map(|(name, _)| name.into_string().ok())
+            .collect(),
+        ..ClientOptions::default()
+    }
+}
+
+/// Each event as an NDJSON line on stdout, and its summary on stderr.
+async fn print_events(mut events: EventStream) {
+    let mut out = tokio::io::stdout();
+    while let Some(event) = events.recv().await {
+        if let Ok(mut line) = serde_json::to_vec(&event) {
+            line.push(b'\n');
+            if out.write_all(&line).await.is_err() {
+                break;
+            }
+        }
+        if let Some(summary) = summarize(&event) {
+            eprintln!("kandev-acp: [{}] {summary}", event.seq);
+        }
+    }
+    let _ = out.flush().await;
+}
+
+/// Says how the run ended (with the agent's exit `status` on an error)
+/// and returns the exit code.
+fn report(outcome: Result<Option<StopReason>, AcpError>, status: Option<ExitStatus>) -> u8 {
+    match outcome {
         Ok(None) => {
             eprintln!("kandev-acp: session ready (no prompt given)");
             0
@@ -233,19 +259,11 @@ async fn run(args: RunArgs) -> anyhow::Result<u8> {
             let exit = status
                 .map(|s| format!(" (agent exit status: {s})"))
                 .unwrap_or_default();
-            let what = match &error {
-                AcpError::AuthRequired { .. } => "authentication required",
-                AcpError::Timeout { .. } => "timeout",
-                AcpError::Closed { .. } | AcpError::Io(_) => "agent crashed or exited",
-                AcpError::InvalidResponse { .. }
-                | AcpError::UnsupportedVersion(_)
-                | AcpError::Rpc { .. } => "protocol error",
-                _ => "error",
-            };
+            let (what, code) = failure(&error);
             eprintln!("kandev-acp: {what}: {error}{exit}");
-            exit_code_for(&error)
+            code
         }
-    })
+    }
 }
 
 async fn drive(

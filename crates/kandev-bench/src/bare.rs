@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use tokio::{
     io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
-    process::Command,
+    process::{Child, ChildStdin, ChildStdout, Command},
     time::Instant,
 };
 
@@ -32,43 +32,62 @@ pub struct BareRun {
 /// `log_driver` replaces the engine's default log driver.
 pub async fn run(image: &str, prompt: &str, log_driver: Option<&str>) -> Result<BareRun> {
     let started = Instant::now();
+    let mut child = spawn(image, log_driver)?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let mut lines = BufReader::with_capacity(256 * 1024, stdout);
+    send(
+        &mut stdin,
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize",
+            "params":{"protocolVersion":1,"clientCapabilities":{}}}),
+    )
+    .await?;
+    send(
+        &mut stdin,
+        json!({"jsonrpc":"2.0","id":2,"method":"session/new",
+            "params":{"cwd":"/workspace","mcpServers":[]}}),
+    )
+    .await?;
+    stdin.flush().await?;
+    let run = read_turn(&mut lines, &mut stdin, prompt, started).await?;
+    drop(stdin);
+    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    Ok(run)
+}
+
+/// `docker run -i` of `image`, its stdin and stdout piped.
+fn spawn(image: &str, log_driver: Option<&str>) -> Result<Child> {
     let mut docker = Command::new("docker");
     docker.args(["run", "-i", "--rm", "--network", "none", "--label", LABEL]);
     if let Some(driver) = log_driver {
         docker.args(["--log-driver", driver]);
     }
-    let mut child = docker
+    docker
         .arg(image)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .context("docker run")?;
-    let mut stdin = child.stdin.take().context("stdin")?;
-    let stdout = child.stdout.take().context("stdout")?;
-    let mut lines = BufReader::with_capacity(256 * 1024, stdout);
-    let send = |v: Value| {
-        let mut line = v.to_string();
-        line.push('\n');
-        line
-    };
-    stdin
-        .write_all(
-            send(json!({"jsonrpc":"2.0","id":1,"method":"initialize",
-                "params":{"protocolVersion":1,"clientCapabilities":{}}}))
-            .as_bytes(),
-        )
-        .await?;
-    stdin
-        .write_all(
-            send(json!({"jsonrpc":"2.0","id":2,"method":"session/new",
-                "params":{"cwd":"/workspace","mcpServers":[]}}))
-            .as_bytes(),
-        )
-        .await?;
-    stdin.flush().await?;
+        .context("docker run")
+}
 
+/// Writes `message` as a line (not flushed).
+async fn send(stdin: &mut ChildStdin, message: Value) -> Result<()> {
+    let mut line = message.to_string();
+    line.push('\n');
+    stdin.write_all(line.as_bytes()).await?;
+    Ok(())
+}
+
+/// Reads the agent's lines: each flood chunk's latency, the prompt sent
+/// once the session is there, until the prompt is answered.
+async fn read_turn(
+    lines: &mut BufReader<ChildStdout>,
+    stdin: &mut ChildStdin,
+    prompt: &str,
+    started: Instant,
+) -> Result<BareRun> {
     let mut run = BareRun::default();
     let mut line = Vec::with_capacity(4096);
     let mut first = true;
@@ -95,21 +114,17 @@ pub async fn run(image: &str, prompt: &str, log_driver: Option<&str>) -> Result<
                 .as_str()
                 .context("session/new answered without a sessionId")?
                 .to_string();
-            stdin
-                .write_all(
-                    send(json!({"jsonrpc":"2.0","id":3,"method":"session/prompt",
-                        "params":{"sessionId":session,"prompt":[{"type":"text","text":prompt}]}}))
-                    .as_bytes(),
-                )
-                .await?;
+            send(
+                stdin,
+                json!({"jsonrpc":"2.0","id":3,"method":"session/prompt",
+                    "params":{"sessionId":session,"prompt":[{"type":"text","text":prompt}]}}),
+            )
+            .await?;
             stdin.flush().await?;
         } else if msg["id"] == 3 {
-            break;
+            return Ok(run);
         }
     }
-    drop(stdin);
-    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
-    Ok(run)
 }
 
 /// Removes bare containers a failed run left behind.

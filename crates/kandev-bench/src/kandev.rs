@@ -19,7 +19,7 @@ use crate::{
     wire::{frame_seq, is_turn_end, now_nanos, sent_at},
 };
 
-type Ws =
+pub type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// Opens a task's stream through the gateway from `?after=`.

@@ -9,7 +9,7 @@ use kandev_e2e::Svc;
 use tokio::time::Instant;
 
 use crate::{
-    Bench, Cost, IMAGE, Section, StreamArgs, VERSUS, bare, kandev, pct, procs, row,
+    Bench, Cost, IMAGE, Row, Section, StreamArgs, VERSUS, bare, kandev, pct, procs, row,
     stats::{Stats, ms},
 };
 
@@ -146,10 +146,7 @@ impl Bench {
             .map(|w| w.map(|(_, w)| w))
             .collect::<Result<_>>()?;
         let exact = watches.iter().filter(|w| w.exact(n)).count();
-        let mut all = Stats::default();
-        for w in &watches {
-            all.merge(w.stats.clone());
-        }
+        let mut all = merged(&watches);
         let mut rows = vec![
             row(
                 "aggregate messages/s",
@@ -185,8 +182,53 @@ impl Bench {
     pub(crate) async fn fanout(&self, args: &StreamArgs) -> Result<Section> {
         let subs = args.subscribers;
         let n = args.fanout_rate * args.fanout_secs;
-        // A first turn makes the task and its session; the subscribers
-        // join after it, and the flood is its follow-up.
+        let (task, after, sockets) = self.subscribed(subs).await?;
+        let gateway_pid = self.pid(Svc::Gateway).context("gateway pid")?;
+        let orchestrator_pid = self.pid(Svc::Orchestrator).context("orchestrator pid")?;
+        let rss_idle = procs::rss_kb(gateway_pid);
+        let deadline = Instant::now() + Duration::from_secs(args.fanout_secs * 3 + 120);
+        let readers: Vec<_> = sockets
+            .into_iter()
+            .map(|ws| tokio::spawn(kandev::watch(ws, after, 1, deadline)))
+            .collect();
+        let prompt = format!("scenario: flood {n} {} {}", args.size, args.fanout_rate);
+        let (result, cost) = self
+            .measured(self.follow_up_sampled(&task, &prompt, readers, gateway_pid))
+            .await;
+        let (watches, peak) = result?;
+        let exact = watches.iter().filter(|w| w.exact(n)).count();
+        let mut all = merged(&watches);
+        let frames: u64 = watches.iter().map(|w| w.frames).sum();
+        let mut rows = vec![
+            row(
+                "subscribers with every seq exactly once",
+                "—",
+                format!("{exact} of {subs}"),
+                "",
+            )
+            .key(),
+            row("frames delivered", "—", format!("{frames}"), ""),
+            row("p50 latency", "—", ms(all.percentile(50.0)), ""),
+            row("p99 latency", "—", ms(all.percentile(99.0)), "").key(),
+            row("max latency", "—", ms(all.percentile(100.0)), ""),
+        ];
+        rows.extend(self.front_rows(rss_idle, peak, orchestrator_pid));
+        rows.extend(self.cost_rows(&cost, frames, None));
+        Ok(Section {
+            columns: VERSUS,
+            title: format!(
+                "{subs} subscribers on one task at {} chunks/s for {} s",
+                args.fanout_rate, args.fanout_secs
+            ),
+            rows,
+            notes: error_notes(&watches.iter().collect::<Vec<_>>()),
+        })
+    }
+
+    /// A task after a first turn (which makes it and its session), and
+    /// `subs` sockets on its feed after that turn: the task, the seq they
+    /// read after, and the sockets.
+    async fn subscribed(&self, subs: usize) -> Result<(String, u64, Vec<kandev::Ws>)> {
         let (task, first) = kandev::run_task(
             &self.api,
             &self.board,
@@ -203,71 +245,55 @@ impl Bench {
         for _ in 0..subs {
             sockets.push(kandev::connect(self.api.addr, &token, &task, after).await?);
         }
-        let gateway_pid = self.pid(Svc::Gateway).context("gateway pid")?;
-        let orchestrator_pid = self.pid(Svc::Orchestrator).context("orchestrator pid")?;
-        let rss_idle = procs::rss_kb(gateway_pid);
-        let deadline = Instant::now() + Duration::from_secs(args.fanout_secs * 3 + 120);
-        let readers: Vec<_> = sockets
-            .into_iter()
-            .map(|ws| tokio::spawn(kandev::watch(ws, after, 1, deadline)))
-            .collect();
-        let prompt = format!("scenario: flood {n} {} {}", args.size, args.fanout_rate);
-        let go = async {
-            let r = self
-                .api
-                .post(
-                    &format!("/api/v1/orchestrator/tasks/{task}/start"),
-                    serde_json::json!({ "prompt": prompt }),
-                )
-                .await;
-            if r.status != 200 {
-                bail!("follow-up prompt: {} {}", r.status, r.body);
-            }
-            let mut peak_rss = 0u64;
-            let mut peak_fds = 0usize;
-            let sample = async {
-                loop {
-                    peak_rss = peak_rss.max(procs::rss_kb(gateway_pid));
-                    peak_fds = peak_fds.max(procs::fds(gateway_pid));
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            };
-            let done = join_all(readers);
-            let watches = tokio::select! {
-                w = done => w,
-                () = sample => unreachable!("sampling never ends"),
-            };
-            let watches: Vec<kandev::Watch> =
-                watches.into_iter().map(|w| w.unwrap_or_default()).collect();
-            Ok((watches, peak_rss, peak_fds))
-        };
-        let (result, cost) = self.measured(go).await;
-        let (watches, peak_rss, peak_fds) = result?;
-        let exact = watches.iter().filter(|w| w.exact(n)).count();
-        let mut all = Stats::default();
-        for w in &watches {
-            all.merge(w.stats.clone());
-        }
-        let frames: u64 = watches.iter().map(|w| w.frames).sum();
-        let mut rows = vec![
-            row(
-                "subscribers with every seq exactly once",
-                "—",
-                format!("{exact} of {subs}"),
-                "",
+        Ok((task, after, sockets))
+    }
+
+    /// Sends the follow-up `prompt` and waits for every reader, sampling
+    /// the gateway's RSS and fds meanwhile.
+    async fn follow_up_sampled(
+        &self,
+        task: &str,
+        prompt: &str,
+        readers: Vec<tokio::task::JoinHandle<kandev::Watch>>,
+        gateway_pid: u32,
+    ) -> Result<(Vec<kandev::Watch>, Peak)> {
+        let r = self
+            .api
+            .post(
+                &format!("/api/v1/orchestrator/tasks/{task}/start"),
+                serde_json::json!({ "prompt": prompt }),
             )
-            .key(),
-            row("frames delivered", "—", format!("{frames}"), ""),
-            row("p50 latency", "—", ms(all.percentile(50.0)), ""),
-            row("p99 latency", "—", ms(all.percentile(99.0)), "").key(),
-            row("max latency", "—", ms(all.percentile(100.0)), ""),
+            .await;
+        if r.status != 200 {
+            bail!("follow-up prompt: {} {}", r.status, r.body);
+        }
+        let mut peak = Peak::default();
+        let sample = async {
+            loop {
+                peak.rss_kb = peak.rss_kb.max(procs::rss_kb(gateway_pid));
+                peak.fds = peak.fds.max(procs::fds(gateway_pid));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        };
+        let watches = tokio::select! {
+            w = join_all(readers) => w,
+            () = sample => unreachable!("sampling never ends"),
+        };
+        let watches = watches.into_iter().map(|w| w.unwrap_or_default()).collect();
+        Ok((watches, peak))
+    }
+
+    /// The front's RSS idle and at its peak, its fds at peak, and the
+    /// back's RSS after.
+    fn front_rows(&self, rss_idle: u64, peak: Peak, back_pid: u32) -> Vec<Row> {
+        vec![
             row(
                 &format!("{} RSS idle → peak (MiB)", self.front()),
                 "—",
                 format!(
                     "{:.0} → {:.0}",
                     rss_idle as f64 / 1024.0,
-                    peak_rss as f64 / 1024.0
+                    peak.rss_kb as f64 / 1024.0
                 ),
                 "",
             )
@@ -275,26 +301,16 @@ impl Bench {
             row(
                 &format!("{} fds at peak", self.front()),
                 "—",
-                format!("{peak_fds}"),
+                format!("{}", peak.fds),
                 "",
             ),
             row(
                 &format!("{} RSS after (MiB)", self.back()),
                 "—",
-                format!("{:.0}", procs::rss_kb(orchestrator_pid) as f64 / 1024.0),
+                format!("{:.0}", procs::rss_kb(back_pid) as f64 / 1024.0),
                 "",
             ),
-        ];
-        rows.extend(self.cost_rows(&cost, frames, None));
-        Ok(Section {
-            columns: VERSUS,
-            title: format!(
-                "{subs} subscribers on one task at {} chunks/s for {} s",
-                args.fanout_rate, args.fanout_secs
-            ),
-            rows,
-            notes: error_notes(&watches.iter().collect::<Vec<_>>()),
-        })
+        ]
     }
 
     pub(crate) async fn startup(&self, args: &StreamArgs) -> Result<Section> {
@@ -376,6 +392,22 @@ impl Bench {
             )],
         })
     }
+}
+
+/// The gateway's peaks while the fan-out streamed.
+#[derive(Debug, Default, Clone, Copy)]
+struct Peak {
+    rss_kb: u64,
+    fds: usize,
+}
+
+/// The latencies of every reader together.
+pub(crate) fn merged(watches: &[kandev::Watch]) -> Stats {
+    let mut all = Stats::default();
+    for w in watches {
+        all.merge(w.stats.clone());
+    }
+    all
 }
 
 pub(crate) fn error_notes(watches: &[&kandev::Watch]) -> Vec<String> {

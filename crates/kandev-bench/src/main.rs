@@ -203,6 +203,19 @@ impl Section {
         }
         out
     }
+
+    /// Adds the key rows and the notes of `load`'s section, each named
+    /// after the load.
+    fn add_figures(&mut self, load: Load, section: &Section) {
+        let name = format!("{load:?}").to_lowercase();
+        self.rows
+            .extend(section.rows.iter().filter(|r| r.key).map(|r| Row {
+                metric: format!("`{name}`: {}", r.metric),
+                ..r.clone()
+            }));
+        self.notes
+            .extend(section.notes.iter().map(|n| format!("`{name}`: {n}")));
+    }
 }
 
 /// The columns of a load that compares Kandev with the bare attach.
@@ -369,16 +382,49 @@ impl Bench {
             )
         };
         let bare = bare_dockerd.map_or_else(|| "—".into(), |b| format!("dockerd {:.1}", per(b)));
-        let peaks: Vec<String> = self
-            .services
-            .iter()
-            .map(|s| format!("{s} {:.0}", cost.peak_mib.get(s).copied().unwrap_or(0.0)))
-            .collect();
         vec![
             row(label, "—", ours, "").key(),
             row(others_label, bare, listed(others), "").key(),
-            row("peak RSS (MiB)", "—", peaks.join(", "), ""),
+            row("peak RSS (MiB)", "—", self.peaks(cost), ""),
         ]
+    }
+
+    /// Each service's CPU seconds over `cost`: `gateway 1.23, …`.
+    fn cpu(&self, cost: &Cost) -> String {
+        self.per_service(&cost.cpu, 2)
+    }
+
+    /// Each service's peak RSS (MiB) over `cost`: `gateway 45, …`.
+    fn peaks(&self, cost: &Cost) -> String {
+        self.per_service(&cost.peak_mib, 0)
+    }
+
+    fn per_service(&self, values: &BTreeMap<String, f64>, decimals: usize) -> String {
+        self.services
+            .iter()
+            .map(|s| format!("{s} {:.*}", decimals, values.get(s).copied().unwrap_or(0.0)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The section of `load`; a load that fails is a section saying why.
+    async fn run_load(&self, load: Load, args: &StreamArgs) -> Section {
+        let section = match load {
+            Load::Full => self.full(args).await,
+            Load::Paced => self.paced(args).await,
+            Load::Many => self.many(args).await,
+            Load::Realistic => self.realistic(args).await,
+            Load::Fanout => self.fanout(args).await,
+            Load::Startup => self.startup(args).await,
+            Load::Logs => self.logs(args).await,
+            Load::Reopen => self.reopen(args).await,
+        };
+        section.unwrap_or_else(|e| Section {
+            title: format!("{load:?}"),
+            columns: VERSUS,
+            rows: vec![],
+            notes: vec![format!("The load failed: {e:#}")],
+        })
     }
 
     /// The bare run of `prompt` (under `log_driver`, or the engine's
@@ -468,7 +514,38 @@ fn splice_report(doc: &str, key: &str, report: &str) -> String {
 
 async fn stream(args: StreamArgs) -> Result<()> {
     let bench = Bench::start(args.single).await?;
-    let title = format!(
+    let title = report_title(&args);
+    let machine = machine_note(args.size);
+    println!("## {title}\n\n{machine}\n");
+    // The key rows of every load (the bare attach's `logs` aside: other
+    // columns), for `--report`.
+    let mut figures = Section {
+        title,
+        columns: VERSUS,
+        rows: vec![],
+        notes: vec![machine],
+    };
+    for load in &args.loads {
+        bare::cleanup().await;
+        eprintln!("running {load:?}…");
+        let section = bench.run_load(*load, &args).await;
+        println!("{}", section.markdown());
+        if *load != Load::Logs {
+            figures.add_figures(*load, &section);
+        }
+    }
+    bare::cleanup().await;
+    if let Some(path) = &args.report {
+        write_report(path, args.single, &figures)?;
+    }
+    bench.stack.stop().await;
+    Ok(())
+}
+
+/// The report's heading: the deployment, the commit and whether the work
+/// tree differs from it.
+fn report_title(args: &StreamArgs) -> String {
+    format!(
         "Stream benchmark of {}, {} (commit {}{})",
         if args.single {
             "the `kandev` binary"
@@ -482,85 +559,42 @@ async fn stream(args: StreamArgs) -> Result<()> {
         } else {
             ""
         },
-    );
-    let machine = format!(
-        "Machine: {} cores, {}. Chunks carry {} bytes of text; an agent line is about {} bytes.",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|m| m.lines().next().map(|l| l
-                .split_whitespace()
+    )
+}
+
+/// The machine's cores and memory, and the size of a chunk and its line.
+fn machine_note(size: usize) -> String {
+    let mem_kb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines().next().map(|l| {
+            l.split_whitespace()
                 .nth(1)
                 .unwrap_or("0")
                 .parse::<u64>()
-                .unwrap_or(0)))
-            .map_or("? GiB".into(), |kb| format!(
-                "{:.0} GiB",
-                kb as f64 / 1024.0 / 1024.0
-            )),
-        args.size,
-        args.size + 230,
-    );
-    println!("## {title}\n\n{machine}\n");
-    // The key rows of every load (the bare attach's `logs` aside: other
-    // columns), for `--report`.
-    let mut figures = Section {
-        title,
-        columns: VERSUS,
-        rows: vec![],
-        notes: vec![machine],
+                .unwrap_or(0)
+        })
+    });
+    format!(
+        "Machine: {} cores, {}. Chunks carry {} bytes of text; an agent line is about {} bytes.",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        mem_kb.map_or("? GiB".into(), |kb| format!(
+            "{:.0} GiB",
+            kb as f64 / 1024.0 / 1024.0
+        )),
+        size,
+        size + 230,
+    )
+}
+
+/// Writes `figures` into the report file at `path`, in place of the last
+/// report of the same deployment.
+fn write_report(path: &std::path::Path, single: bool, figures: &Section) -> Result<()> {
+    let doc = match std::fs::read_to_string(path) {
+        Ok(doc) => doc,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e.into()),
     };
-    for load in &args.loads {
-        bare::cleanup().await;
-        eprintln!("running {load:?}…");
-        let section = match load {
-            Load::Full => bench.full(&args).await,
-            Load::Paced => bench.paced(&args).await,
-            Load::Many => bench.many(&args).await,
-            Load::Realistic => bench.realistic(&args).await,
-            Load::Fanout => bench.fanout(&args).await,
-            Load::Startup => bench.startup(&args).await,
-            Load::Logs => bench.logs(&args).await,
-            Load::Reopen => bench.reopen(&args).await,
-        };
-        let section = match section {
-            Ok(s) => s,
-            Err(e) => Section {
-                title: format!("{load:?}"),
-                columns: VERSUS,
-                rows: vec![],
-                notes: vec![format!("The load failed: {e:#}")],
-            },
-        };
-        println!("{}", section.markdown());
-        if *load != Load::Logs {
-            let name = format!("{load:?}").to_lowercase();
-            figures
-                .rows
-                .extend(section.rows.iter().filter(|r| r.key).map(|r| Row {
-                    metric: format!("`{name}`: {}", r.metric),
-                    ..r.clone()
-                }));
-            figures
-                .notes
-                .extend(section.notes.iter().map(|n| format!("`{name}`: {n}")));
-        }
-    }
-    bare::cleanup().await;
-    if let Some(path) = &args.report {
-        let doc = match std::fs::read_to_string(path) {
-            Ok(doc) => doc,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(e) => return Err(e.into()),
-        };
-        let key = if args.single {
-            "kandev"
-        } else {
-            "four-services"
-        };
-        std::fs::write(path, splice_report(&doc, key, &figures.markdown()))?;
-    }
-    bench.stack.stop().await;
+    let key = if single { "kandev" } else { "four-services" };
+    std::fs::write(path, splice_report(&doc, key, &figures.markdown()))?;
     Ok(())
 }
 

@@ -11,11 +11,11 @@ use futures::future::join_all;
 use tokio::time::Instant;
 
 use crate::{
-    Bench, Cost, Section, StreamArgs, VERSUS,
+    Bench, Cost, Row, Section, StreamArgs, VERSUS,
     kandev::{self, Tally},
-    loads::error_notes,
+    loads::{error_notes, merged},
     procs, row,
-    stats::{Stats, ms},
+    stats::ms,
 };
 
 /// How often the window's edges are looked for.
@@ -29,7 +29,63 @@ struct Window {
     span: Duration,
 }
 
+impl Window {
+    /// The window's chunks, length and rate.
+    fn rate_row(&self) -> Row {
+        let rate = self.chunks as f64 / self.span.as_secs_f64().max(1e-9);
+        row(
+            "steady window: chunks, seconds, messages/s",
+            "—",
+            format!(
+                "{} in {:.1} s, {rate:.0}/s",
+                self.chunks,
+                self.span.as_secs_f64()
+            ),
+            "",
+        )
+    }
+
+    /// CPU per message of every process Kandev runs (dockerd aside).
+    fn cpu_row(&self) -> Row {
+        let ours: f64 = self
+            .cpu
+            .iter()
+            .filter(|(name, _)| name.as_str() != "dockerd")
+            .map(|(_, secs)| secs)
+            .sum();
+        row(
+            "CPU per message: every process Kandev runs",
+            "—",
+            format!("{:.1} µs", ours * 1e6 / self.chunks.max(1) as f64),
+            "",
+        )
+        .key()
+    }
+}
+
 impl Bench {
+    /// The cost rows of the steady window, then the CPU rows of the whole
+    /// run (`messages` in all), starts included.
+    fn window_cost_rows(&self, window: Window, whole: Cost, messages: u64) -> Vec<Row> {
+        let chunks = window.chunks;
+        let steady = Cost {
+            cpu: window.cpu,
+            peak_mib: whole.peak_mib.clone(),
+        };
+        let mut rows = self.cost_rows(&steady, chunks, None);
+        let mut start_and_stop = self.cost_rows(&whole, messages, None);
+        start_and_stop.truncate(2);
+        for r in start_and_stop {
+            rows.push(row(
+                &format!("{} (whole run, starts included)", r.metric),
+                "—",
+                r.kandev,
+                "",
+            ));
+        }
+        rows
+    }
+
     /// Waits until every reader streams (or one is done), then measures
     /// until the first reader is done.
     async fn steady_window(&self, tally: &Tally, agents: usize) -> Window {
@@ -75,57 +131,16 @@ impl Bench {
             .map(|w| w.map(|(_, w)| w))
             .collect::<Result<_>>()?;
         let exact = watches.iter().filter(|w| w.exact(n)).count();
-        let mut all = Stats::default();
-        for w in &watches {
-            all.merge(w.stats.clone());
-        }
-        let window_rate = window.chunks as f64 / window.span.as_secs_f64().max(1e-9);
+        let mut all = merged(&watches);
         let mut rows = vec![
-            row(
-                "steady window: chunks, seconds, messages/s",
-                "—",
-                format!(
-                    "{} in {:.1} s, {window_rate:.0}/s",
-                    window.chunks,
-                    window.span.as_secs_f64()
-                ),
-                "",
-            ),
+            window.rate_row(),
             row("p50 latency", "—", ms(all.percentile(50.0)), "").key(),
             row("p99 latency", "—", ms(all.percentile(99.0)), "").key(),
             row("max latency", "—", ms(all.percentile(100.0)), ""),
             row("feeds exact", "—", format!("{exact} of {agents}"), "").key(),
+            window.cpu_row(),
         ];
-        let ours: f64 = window
-            .cpu
-            .iter()
-            .filter(|(name, _)| name.as_str() != "dockerd")
-            .map(|(_, secs)| secs)
-            .sum();
-        rows.push(
-            row(
-                "CPU per message: every process Kandev runs",
-                "—",
-                format!("{:.1} µs", ours * 1e6 / window.chunks.max(1) as f64),
-                "",
-            )
-            .key(),
-        );
-        let steady = Cost {
-            cpu: window.cpu,
-            peak_mib: whole.peak_mib.clone(),
-        };
-        rows.extend(self.cost_rows(&steady, window.chunks, None));
-        let mut start_and_stop = self.cost_rows(&whole, n * agents as u64, None);
-        start_and_stop.truncate(2);
-        for r in start_and_stop {
-            rows.push(row(
-                &format!("{} (whole run, starts included)", r.metric),
-                "—",
-                r.kandev,
-                "",
-            ));
-        }
+        rows.extend(self.window_cost_rows(window, whole, n * agents as u64));
         Ok(Section {
             columns: VERSUS,
             title: format!(

@@ -12,7 +12,7 @@ use kandev_e2e::Api;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::{Bench, Section, StreamArgs, chromium, kandev, row, stats::ms};
+use crate::{Bench, Cost, Row, Section, StreamArgs, chromium, kandev, row, stats::ms};
 
 /// The columns of the load: the replay against the pages.
 const COLUMNS: [&str; 3] = [
@@ -117,142 +117,89 @@ async fn wait_stored(api: &Api, task: &str, at_least: i64, deadline: Instant) ->
     }
 }
 
+/// The newest page as the reopening client read it.
+struct Newest {
+    /// The first read, its cost, and the median of five more.
+    cold: Duration,
+    cost: Cost,
+    warm: Duration,
+    covers_to: i64,
+    items: usize,
+    bytes: usize,
+    /// It has the turn's end (then what the agent manager reports after
+    /// it, such as the run's lifecycle).
+    has_turn_end: bool,
+    /// The message whose chunks the pages are checked against.
+    message_id: String,
+}
+
+/// What a client read of the whole history.
+struct Read<T> {
+    what: T,
+    took: Duration,
+    cost: Cost,
+}
+
+/// The replay's rate, and its reader's error if any.
+fn replay_note(replay: &mut kandev::Watch, replayed: Duration) -> String {
+    format!(
+        "Replay: {:.0} frames/s read by a client that scans bytes.{}",
+        replay.frames as f64 / replayed.as_secs_f64(),
+        replay
+            .error
+            .take()
+            .map_or(String::new(), |e| format!(" Reader error: {e}"))
+    )
+}
+
+/// `a / b`, or a dash when `b` is zero.
+fn ratio(a: Duration, b: Duration) -> String {
+    if b.is_zero() {
+        "—".into()
+    } else {
+        format!("{:.4}", a.as_secs_f64() / b.as_secs_f64())
+    }
+}
+
 impl Bench {
     pub(crate) async fn reopen(&self, args: &StreamArgs) -> Result<Section> {
-        let n = args.reopen_messages;
-        let size = args.size;
-        let prompt = format!("scenario: flood {n} {size}");
+        let (n, size) = (args.reopen_messages, args.size);
         // The session, stored with nobody watching.
         let t0 = Instant::now();
+        let prompt = format!("scenario: flood {n} {size}");
         let task = kandev::create_task(&self.api, &self.board, &prompt).await?;
         let deadline = Instant::now() + Duration::from_secs(1800);
         let last_seq = wait_stored(&self.api, &task, n as i64, deadline).await?;
         let stored_in = t0.elapsed();
 
-        // Opening it: the newest page, first read and again.
-        let (first, first_cost) = self.measured(newest_page(&self.api, &task)).await;
-        let (newest, cold) = first?;
-        let mut warm = Vec::new();
-        for _ in 0..5 {
-            warm.push(newest_page(&self.api, &task).await?.1);
-        }
-        warm.sort();
-        let covers_to = newest["covers_to"].as_i64().unwrap_or(0);
-        let items = newest["items"].as_array().context("items")?;
-        // The end of the feed: the turn's end (then what the agent
-        // manager reports after it, such as the run's lifecycle).
-        let has_turn_end = items.iter().any(|i| i["event"]["kind"] == "turn_end");
-        let message_id = items
-            .iter()
-            .find(|i| i["kind"] == "message")
-            .and_then(|i| i["message_id"].as_str())
-            .unwrap_or_default()
-            .to_string();
-
+        let newest = self.open_newest(&task).await?;
         // Then the whole history, page by page.
         let t1 = Instant::now();
-        let (pages, pages_cost) = self.measured(read_all(&self.api, &task, &message_id)).await;
-        let all_pages = t1.elapsed();
-        let pages = pages?;
+        let (pages, cost) = self
+            .measured(read_all(&self.api, &task, &newest.message_id))
+            .await;
+        let pages = Read {
+            what: pages?,
+            took: t1.elapsed(),
+            cost,
+        };
         // The stream after the newest page: nothing more is stored.
         let token = self.api.token.clone().context("token")?;
-        let ws = kandev::connect(self.api.addr, &token, &task, covers_to as u64).await?;
-        let after = kandev::watch(
-            ws,
-            covers_to as u64,
-            1,
-            Instant::now() + Duration::from_secs(2),
-        )
-        .await;
+        let after = newest.covers_to as u64;
+        let ws = kandev::connect(self.api.addr, &token, &task, after).await?;
+        let after = kandev::watch(ws, after, 1, Instant::now() + Duration::from_secs(2)).await;
 
         // A person: Chromium opens the task's page, then scrolls back.
         let base = format!("http://{}", self.api.addr);
         let browser = chromium::open(&base, &token, kandev_e2e::ADMIN, &task).await?;
+        let mut replay = self.replay(&token, &task).await?;
 
-        // Before pages: every frame from 0 until the turn's end.
-        let t2 = Instant::now();
-        let ws = kandev::connect(self.api.addr, &token, &task, 0).await?;
-        let (mut replay, replay_cost) = self
-            .measured(kandev::watch(
-                ws,
-                0,
-                1,
-                Instant::now() + Duration::from_secs(1800),
-            ))
-            .await;
-        let replayed = t2.elapsed();
-        let replay_to_end = replay.first_frame.map(|_| replayed);
-
-        let exact = pages.contiguous
-            && covers_to == last_seq
-            && pages.chunks == n
-            && pages.text_bytes == n * size as u64
+        let exact = pages.what.contiguous
+            && newest.covers_to == last_seq
+            && pages.what.chunks == n
+            && pages.what.text_bytes == n * size as u64
             && after.frames == 0;
-        let cpu = |c: &crate::Cost| -> String {
-            self.services
-                .iter()
-                .map(|s| format!("{s} {:.2}", c.cpu.get(s).copied().unwrap_or(0.0)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let peak = |c: &crate::Cost| -> String {
-            self.services
-                .iter()
-                .map(|s| format!("{s} {:.0}", c.peak_mib.get(s).copied().unwrap_or(0.0)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let ratio = |a: Duration, b: Duration| {
-            if b.is_zero() {
-                "—".into()
-            } else {
-                format!("{:.4}", a.as_secs_f64() / b.as_secs_f64())
-            }
-        };
-        let mut rows = vec![
-            row(
-                "time to the end of the feed (the newest page; the replay until its turn's end)",
-                replay_to_end.map_or("—".into(), ms),
-                ms(cold),
-                replay_to_end.map_or("—".into(), |r| ratio(cold, r)),
-            )
-            .key(),
-            row("newest page again (median of 5)", "—", ms(warm[2]), ""),
-            row(
-                "time to read the whole history",
-                ms(replayed),
-                ms(all_pages),
-                ratio(all_pages, replayed),
-            )
-            .key(),
-            row(
-                "frames / items read",
-                format!("{}", replay.frames),
-                format!("{} items in {} pages", pages.items, pages.pages),
-                "",
-            ),
-            row(
-                "bytes received",
-                "—",
-                format!("{:.1} MB", pages.bytes as f64 / 1e6),
-                "",
-            ),
-            row(
-                "exact (every seq once; the pages' text is the chunks')",
-                format!("{}", replay.exact(n)),
-                format!("{exact}"),
-                "",
-            )
-            .key(),
-            row("CPU seconds: newest page", "—", cpu(&first_cost), ""),
-            row(
-                "CPU seconds: whole history",
-                cpu(&replay_cost),
-                cpu(&pages_cost),
-                "",
-            ),
-            row("peak RSS (MiB)", peak(&replay_cost), peak(&pages_cost), "").key(),
-        ];
+        let mut rows = self.rows(&newest, &pages, &replay, replay.what.exact(n), exact);
         rows.extend(browser_rows(browser.as_ref()));
         Ok(Section {
             title: format!("Reopening a session of {n} chunks of {size} bytes"),
@@ -261,29 +208,131 @@ impl Bench {
             notes: vec![
                 format!(
                     "Stored through the stack in {:.1} s ({:.0} chunks/s, nobody watching); \
-                     the newest page {} the turn's end; {} items on it ({:.1} MB), covering up to seq {covers_to} of {last_seq}.",
+                     the newest page {} the turn's end; {} items on it ({:.1} MB), covering up to seq {} of {last_seq}.",
                     stored_in.as_secs_f64(),
                     n as f64 / stored_in.as_secs_f64(),
-                    if has_turn_end { "has" } else { "does not have" },
-                    items.len(),
-                    newest.to_string().len() as f64 / 1e6,
+                    if newest.has_turn_end {
+                        "has"
+                    } else {
+                        "does not have"
+                    },
+                    newest.items,
+                    newest.bytes as f64 / 1e6,
+                    newest.covers_to,
                 ),
-                format!(
-                    "Replay: {:.0} frames/s read by a client that scans bytes.{}",
-                    replay.frames as f64 / replayed.as_secs_f64(),
-                    replay
-                        .error
-                        .take()
-                        .map_or(String::new(), |e| format!(" Reader error: {e}"))
-                ),
+                replay_note(&mut replay.what, replay.took),
             ],
         })
+    }
+
+    /// Opening the task: the newest page, first read and five times again.
+    async fn open_newest(&self, task: &str) -> Result<Newest> {
+        let (first, cost) = self.measured(newest_page(&self.api, task)).await;
+        let (newest, cold) = first?;
+        let mut warm = Vec::new();
+        for _ in 0..5 {
+            warm.push(newest_page(&self.api, task).await?.1);
+        }
+        warm.sort();
+        let items = newest["items"].as_array().context("items")?;
+        let message_id = items
+            .iter()
+            .find(|i| i["kind"] == "message")
+            .and_then(|i| i["message_id"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        Ok(Newest {
+            cold,
+            cost,
+            warm: warm[2],
+            covers_to: newest["covers_to"].as_i64().unwrap_or(0),
+            items: items.len(),
+            bytes: newest.to_string().len(),
+            has_turn_end: items.iter().any(|i| i["event"]["kind"] == "turn_end"),
+            message_id,
+        })
+    }
+
+    /// Before pages: every frame from 0 until the turn's end.
+    async fn replay(&self, token: &str, task: &str) -> Result<Read<kandev::Watch>> {
+        let t0 = Instant::now();
+        let ws = kandev::connect(self.api.addr, token, task, 0).await?;
+        let deadline = Instant::now() + Duration::from_secs(1800);
+        let (what, cost) = self.measured(kandev::watch(ws, 0, 1, deadline)).await;
+        Ok(Read {
+            what,
+            took: t0.elapsed(),
+            cost,
+        })
+    }
+
+    /// The replay's rows against the pages'.
+    fn rows(
+        &self,
+        newest: &Newest,
+        pages: &Read<Pages>,
+        replay: &Read<kandev::Watch>,
+        replay_exact: bool,
+        pages_exact: bool,
+    ) -> Vec<Row> {
+        let replay_to_end = replay.what.first_frame.map(|_| replay.took);
+        let cold = newest.cold;
+        vec![
+            row(
+                "time to the end of the feed (the newest page; the replay until its turn's end)",
+                replay_to_end.map_or("—".into(), ms),
+                ms(cold),
+                replay_to_end.map_or("—".into(), |r| ratio(cold, r)),
+            )
+            .key(),
+            row("newest page again (median of 5)", "—", ms(newest.warm), ""),
+            row(
+                "time to read the whole history",
+                ms(replay.took),
+                ms(pages.took),
+                ratio(pages.took, replay.took),
+            )
+            .key(),
+            row(
+                "frames / items read",
+                format!("{}", replay.what.frames),
+                format!("{} items in {} pages", pages.what.items, pages.what.pages),
+                "",
+            ),
+            row(
+                "bytes received",
+                "—",
+                format!("{:.1} MB", pages.what.bytes as f64 / 1e6),
+                "",
+            ),
+            row(
+                "exact (every seq once; the pages' text is the chunks')",
+                format!("{replay_exact}"),
+                format!("{pages_exact}"),
+                "",
+            )
+            .key(),
+            row("CPU seconds: newest page", "—", self.cpu(&newest.cost), ""),
+            row(
+                "CPU seconds: whole history",
+                self.cpu(&replay.cost),
+                self.cpu(&pages.cost),
+                "",
+            ),
+            row(
+                "peak RSS (MiB)",
+                self.peaks(&replay.cost),
+                self.peaks(&pages.cost),
+                "",
+            )
+            .key(),
+        ]
     }
 }
 
 /// What Chromium saw opening the task's page (pages only: the replay is
 /// the API client's above).
-fn browser_rows(opened: Option<&chromium::Opened>) -> Vec<crate::Row> {
+fn browser_rows(opened: Option<&chromium::Opened>) -> Vec<Row> {
     let Some(o) = opened else {
         return vec![row("Chromium", "—", "not installed", "")];
     };

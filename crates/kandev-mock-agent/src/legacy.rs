@@ -6,7 +6,10 @@
 use std::{sync::Arc, time::Duration};
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::{
+    io::{AsyncBufReadExt, BufReader, Lines, Stdin},
+    task::JoinHandle,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -36,14 +39,37 @@ fn is_cancel(line: &str) -> bool {
             .is_ok_and(|v| v["type"] == "cancel" || v["method"] == "session/cancel")
 }
 
+type StdinLines = Lines<BufReader<Stdin>>;
+
 /// Runs one task and returns the exit code: 0 completed or cancelled, 1 failed.
 pub(crate) async fn run(ctx: Arc<Ctx>) -> i32 {
-    let emit = |kind: &'static str, data: Value| {
-        let ctx = ctx.clone();
-        async move { ctx.out.send(&legacy_line(&ctx.cfg, kind, data)).await }
-    };
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    let task = match ctx
+    let task = read_task(&ctx, &mut lines).await;
+    emit(&ctx, "status", json!({ "status": "started" })).await;
+    emit(&ctx, "heartbeat", json!({})).await;
+
+    let cancel = CancellationToken::new();
+    let watcher = watch_stdin(lines, cancel.clone(), ctx.shutdown.clone());
+    let heartbeat = heartbeats(&ctx);
+    let end = play_task(&ctx, &task, cancel).await;
+    watcher.abort();
+    if let Some(heartbeat) = heartbeat {
+        heartbeat.abort();
+    }
+    let code = end.report(&ctx).await;
+    emit(&ctx, "status", json!({ "status": "stopped" })).await;
+    ctx.out.flush().await;
+    code
+}
+
+/// Writes one legacy line of `kind`.
+async fn emit(ctx: &Ctx, kind: &'static str, data: Value) {
+    ctx.out.send(&legacy_line(&ctx.cfg, kind, data)).await;
+}
+
+/// The task: `TASK_DESCRIPTION` when set, else the first stdin line.
+async fn read_task(ctx: &Ctx, lines: &mut StdinLines) -> String {
+    match ctx
         .cfg
         .task_description
         .clone()
@@ -57,123 +83,106 @@ pub(crate) async fn run(ctx: Arc<Ctx>) -> i32 {
             .flatten()
             .map(|l| task_from_line(&l))
             .unwrap_or_default(),
-    };
-    emit("status", json!({ "status": "started" })).await;
-    emit("heartbeat", json!({})).await;
+    }
+}
 
-    let cancel = CancellationToken::new();
-    let watcher = {
-        let cancel = cancel.clone();
-        let shutdown = ctx.shutdown.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if is_cancel(&line) {
-                    info!("cancel requested on stdin");
-                    cancel.cancel();
-                }
+/// Reads the rest of stdin: a cancel line cancels the turn, and EOF shuts
+/// the agent down.
+fn watch_stdin(
+    mut lines: StdinLines,
+    cancel: CancellationToken,
+    shutdown: CancellationToken,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if is_cancel(&line) {
+                info!("cancel requested on stdin");
+                cancel.cancel();
             }
-            // As in the JSON-RPC dialects, EOF wakes `wait-cancel` and `hang`.
-            shutdown.cancel();
-        })
-    };
-    let heartbeat = (ctx.cfg.heartbeat_ms > 0).then(|| {
+        }
+        // As in the JSON-RPC dialects, EOF wakes `wait-cancel` and `hang`.
+        shutdown.cancel();
+    })
+}
+
+/// A heartbeat line every `heartbeat_ms` (none when it is 0).
+fn heartbeats(ctx: &Arc<Ctx>) -> Option<JoinHandle<()>> {
+    (ctx.cfg.heartbeat_ms > 0).then(|| {
         let ctx = ctx.clone();
         let period = Duration::from_millis(ctx.cfg.heartbeat_ms);
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
             loop {
                 ticks.tick().await;
-                ctx.out
-                    .send(&legacy_line(&ctx.cfg, "heartbeat", json!({})))
-                    .await;
+                emit(&ctx, "heartbeat", json!({})).await;
             }
         })
-    });
+    })
+}
 
-    let end: Finished = match scenario::parse(&task, &ctx.cfg.default_scenario) {
-        Err(e) => TurnEnd::Error(crate::wire::RpcError::invalid_params(e.0)).into(),
-        Ok(scenario) => {
-            info!("legacy task runs {scenario:?}");
-            let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
-            let (session_id, session) = ctx.sessions().create(&cwd);
-            emit(
-                "status",
-                json!({ "status": "running", "session_id": session_id }),
-            )
-            .await;
-            let turn = Turn::new(
-                ctx.clone(),
-                session,
-                session_id,
-                cwd,
-                1,
-                task.clone(),
-                cancel,
-            );
-            let end = play::run(&turn, scenario).await;
-            (end, turn.last_message()).into()
-        }
+/// Plays the task's scenario as the one turn of a new session.
+async fn play_task(ctx: &Arc<Ctx>, task: &str, cancel: CancellationToken) -> Finished {
+    let scenario = match scenario::parse(task, &ctx.cfg.default_scenario) {
+        Err(e) => return TurnEnd::Error(crate::wire::RpcError::invalid_params(e.0)).into(),
+        Ok(scenario) => scenario,
     };
-    watcher.abort();
-    if let Some(heartbeat) = heartbeat {
-        heartbeat.abort();
-    }
-    let code = match &end {
-        Finished {
-            end: TurnEnd::Stop(reason),
-            summary,
-        } if reason == "end_turn" => {
-            emit(
-                "result",
-                json!({ "status": "completed", "summary": summary }),
-            )
-            .await;
-            0
-        }
-        Finished {
-            end: TurnEnd::Stop(reason),
-            summary,
-        } if reason == "cancelled" => {
-            emit(
-                "result",
-                json!({ "status": "cancelled", "summary": summary }),
-            )
-            .await;
-            0
-        }
-        Finished {
-            end: TurnEnd::Stop(reason),
-            summary,
-        } => {
-            emit(
-                "result",
-                json!({ "status": "failed", "stop_reason": reason, "summary": summary }),
-            )
-            .await;
-            1
-        }
-        Finished {
-            end: TurnEnd::Error(e),
-            ..
-        } => {
-            emit("error", json!({ "message": e.message, "details": e.data })).await;
-            emit("result", json!({ "status": "failed" })).await;
-            1
-        }
-        Finished {
-            end: TurnEnd::Silent,
-            ..
-        } => 0,
-    };
-    emit("status", json!({ "status": "stopped" })).await;
-    ctx.out.flush().await;
-    code
+    info!("legacy task runs {scenario:?}");
+    let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    let (session_id, session) = ctx.sessions().create(&cwd);
+    emit(
+        ctx,
+        "status",
+        json!({ "status": "running", "session_id": session_id }),
+    )
+    .await;
+    let turn = Turn::new(
+        ctx.clone(),
+        session,
+        session_id,
+        cwd,
+        1,
+        task.to_owned(),
+        cancel,
+    );
+    let end = play::run(&turn, scenario).await;
+    (end, turn.last_message()).into()
 }
 
 /// A turn's end plus the last thing the agent said.
 struct Finished {
     end: TurnEnd,
     summary: String,
+}
+
+impl Finished {
+    /// Writes the result (and an error's line) and returns the exit code.
+    async fn report(&self, ctx: &Ctx) -> i32 {
+        let summary = &self.summary;
+        let (result, code) = match &self.end {
+            TurnEnd::Stop(reason) if reason == "end_turn" => {
+                (json!({ "status": "completed", "summary": summary }), 0)
+            }
+            TurnEnd::Stop(reason) if reason == "cancelled" => {
+                (json!({ "status": "cancelled", "summary": summary }), 0)
+            }
+            TurnEnd::Stop(reason) => (
+                json!({ "status": "failed", "stop_reason": reason, "summary": summary }),
+                1,
+            ),
+            TurnEnd::Error(e) => {
+                emit(
+                    ctx,
+                    "error",
+                    json!({ "message": e.message, "details": e.data }),
+                )
+                .await;
+                (json!({ "status": "failed" }), 1)
+            }
+            TurnEnd::Silent => return 0,
+        };
+        emit(ctx, "result", result).await;
+        code
+    }
 }
 
 impl From<(TurnEnd, String)> for Finished {

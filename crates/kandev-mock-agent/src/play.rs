@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use crate::{
     config::Dialect,
     scenario::{COMMANDS, Scenario},
-    session::config_options_json,
+    session::{SessionRecord, config_options_json},
     turn::{Turn, TurnEnd, chunk, unix_nanos},
     wire::{INTERNAL_ERROR, RpcError},
 };
@@ -195,11 +195,14 @@ fn tool_update(id: &str, status: &str) -> Value {
     json!({ "sessionUpdate": "tool_call_update", "toolCallId": id, "status": status })
 }
 
+/// Tool call `id` failed, saying why.
+fn failed_update(id: &str, why: &str) -> Value {
+    with_content(tool_update(id, "failed"), json!([text_block(why)]))
+}
+
 /// Marks a tool call failed, explains why, and ends the turn normally.
 async fn fail_tool(turn: &Turn, id: &str, error: &str) -> TurnEnd {
-    let mut update = tool_update(id, "failed");
-    update["content"] = json!([text_block(error)]);
-    turn.update(update).await;
+    turn.update(failed_update(id, error)).await;
     turn.say(&format!("I could not finish: {error}")).await;
     TurnEnd::end_turn()
 }
@@ -254,39 +257,14 @@ async fn code(turn: &Turn, file: &str) -> TurnEnd {
         .await;
     turn.think(&format!("The task is about {file}. I will read it first."))
         .await;
-
-    let read_id = format!("call_read_{n}");
-    turn.update(tool_call(
-        &read_id,
-        &steps[0],
-        "read",
-        &path,
-        None,
-        json!({ "path": path }),
-    ))
-    .await;
-    turn.update(tool_update(&read_id, "in_progress")).await;
-    let old = match turn.read_text(&path).await {
+    let old = match read_step(turn, &path, &steps[0]).await {
         Ok(old) => old,
-        Err(e) => return fail_tool(turn, &read_id, &e).await,
+        Err(end) => return end,
     };
-    let mut done = tool_update(&read_id, "completed");
-    done["content"] = json!([text_block(&preview(old.as_deref()))]);
-    turn.update(done).await;
-    if turn.is_cancelled() {
-        return TurnEnd::cancelled();
-    }
     turn.update(plan(&steps, ["completed", "in_progress", "pending"]))
         .await;
 
     let addition = format!("Edited by kandev-mock-agent (turn {n}).\n");
-    let old_text = old.clone().unwrap_or_default();
-    let mut new_text = old_text.clone();
-    if !new_text.is_empty() && !new_text.ends_with('\n') {
-        new_text.push('\n');
-    }
-    new_text.push_str(&addition);
-
     if mode(turn) == "plan" {
         turn.say(&format!(
             "Plan mode is on, so I left {file} alone. I would append: {}",
@@ -295,32 +273,12 @@ async fn code(turn: &Turn, file: &str) -> TurnEnd {
         .await;
         return TurnEnd::end_turn();
     }
-
     turn.think("I will append one line that records this turn.")
         .await;
-    let edit_id = format!("call_edit_{n}");
-    let line = old_text.lines().count() + 1;
-    let input = json!({ "path": path, "append": addition });
-    turn.update(tool_call(
-        &edit_id,
-        &steps[1],
-        "edit",
-        &path,
-        Some(line),
-        input,
-    ))
-    .await;
-    turn.update(tool_update(&edit_id, "in_progress")).await;
-    if let Err(e) = turn.write_text(&path, &new_text).await {
-        return fail_tool(turn, &edit_id, &e).await;
-    }
-    let mut done = tool_update(&edit_id, "completed");
-    done["content"] =
-        json!([{ "type": "diff", "path": path, "oldText": old, "newText": new_text }]);
-    turn.update(done).await;
-    if turn.is_cancelled() {
-        return TurnEnd::cancelled();
-    }
+    let new_text = match edit_step(turn, &path, &steps[1], old.as_deref(), &addition).await {
+        Ok(new_text) => new_text,
+        Err(end) => return end,
+    };
     turn.update(plan(&steps, ["completed", "completed", "in_progress"]))
         .await;
 
@@ -345,6 +303,74 @@ async fn code(turn: &Turn, file: &str) -> TurnEnd {
     .await;
     turn.update(usage(turn)).await;
     TurnEnd::end_turn()
+}
+
+/// `code`'s read: a `read` tool call whose content is a preview of the
+/// file. The file's text (`None` when it does not exist), or how the turn
+/// ended (it failed or was cancelled).
+async fn read_step(turn: &Turn, path: &Path, title: &str) -> Result<Option<String>, TurnEnd> {
+    let id = format!("call_read_{}", turn.number);
+    let input = json!({ "path": path });
+    turn.update(tool_call(&id, title, "read", path, None, input))
+        .await;
+    turn.update(tool_update(&id, "in_progress")).await;
+    let old = match turn.read_text(path).await {
+        Ok(old) => old,
+        Err(e) => return Err(fail_tool(turn, &id, &e).await),
+    };
+    let done = with_content(
+        tool_update(&id, "completed"),
+        json!([text_block(&preview(old.as_deref()))]),
+    );
+    turn.update(done).await;
+    if turn.is_cancelled() {
+        return Err(TurnEnd::cancelled());
+    }
+    Ok(old)
+}
+
+/// `code`'s edit: `addition` appended to the file (`old`) as an `edit`
+/// tool call whose content is the diff. The new text, or how the turn
+/// ended.
+async fn edit_step(
+    turn: &Turn,
+    path: &Path,
+    title: &str,
+    old: Option<&str>,
+    addition: &str,
+) -> Result<String, TurnEnd> {
+    let old_text = old.unwrap_or_default();
+    let mut new_text = old_text.to_owned();
+    if !new_text.is_empty() && !new_text.ends_with('\n') {
+        new_text.push('\n');
+    }
+    new_text.push_str(addition);
+    let id = format!("call_edit_{}", turn.number);
+    let line = old_text.lines().count() + 1;
+    let input = json!({ "path": path, "append": addition });
+    turn.update(tool_call(&id, title, "edit", path, Some(line), input))
+        .await;
+    turn.update(tool_update(&id, "in_progress")).await;
+    if let Err(e) = turn.write_text(path, &new_text).await {
+        return Err(fail_tool(turn, &id, &e).await);
+    }
+    let done = with_content(tool_update(&id, "completed"), diff(path, old, &new_text));
+    turn.update(done).await;
+    if turn.is_cancelled() {
+        return Err(TurnEnd::cancelled());
+    }
+    Ok(new_text)
+}
+
+/// ACP diff content: `path` from `old` (`None`: a new file) to `new`.
+fn diff(path: &Path, old: Option<&str>, new: &str) -> Value {
+    json!([{ "type": "diff", "path": path, "oldText": old, "newText": new }])
+}
+
+/// `update` with `content`.
+fn with_content(mut update: Value, content: Value) -> Value {
+    update["content"] = content;
+    update
 }
 
 /// `terminal/create` (`cat FILE`) → `wait_for_exit` → `output` → `release`.
@@ -489,10 +515,11 @@ async fn ask_permission(turn: &Turn, call: &Value) -> Decision {
     }
 }
 
+/// A write the user is asked to allow (unless the session allows it
+/// already), then done, refused or given up as the answer says.
 async fn permission(turn: &Turn, file: &str) -> TurnEnd {
     let path = turn.resolve(file);
     let id = format!("call_write_{}", turn.number);
-    let content = "Written by kandev-mock-agent after permission was granted.\n";
     let (mode, allow_always) = {
         let session = turn.session.lock().expect("session lock");
         (session.record.mode_id.clone(), session.record.allow_always)
@@ -503,70 +530,39 @@ async fn permission(turn: &Turn, file: &str) -> TurnEnd {
         return TurnEnd::end_turn();
     }
     let title = format!("Write {file}");
-    let call = tool_call(
-        &id,
-        &title,
-        "edit",
-        &path,
-        None,
-        json!({ "path": path, "content": content }),
-    );
+    let input = json!({ "path": path, "content": PERMITTED_CONTENT });
+    let call = tool_call(&id, &title, "edit", &path, None, input);
     turn.update(call.clone()).await;
 
     // The file as it was, read once: asked about below, diffed when done.
-    let mut before = None;
-    let decision = if allow_always || mode == "accept-edits" {
+    let (decision, before) = if allow_always || mode == "accept-edits" {
         turn.think("Writing files is already allowed in this session.")
             .await;
-        Decision::Allow
+        (Decision::Allow, None)
     } else {
         // The request shows the write it asks for, as ACP diff content.
         let old = turn.read_text(&path).await.unwrap_or(None);
-        let mut asked = call.clone();
-        asked["content"] =
-            json!([{ "type": "diff", "path": path, "oldText": old, "newText": content }]);
-        before = Some(old);
-        ask_permission(turn, &asked).await
-    };
-    let failed = |why: &str| {
-        let mut update = tool_update(&id, "failed");
-        update["content"] = json!([text_block(why)]);
-        update
+        let asked = with_content(call, diff(&path, old.as_deref(), PERMITTED_CONTENT));
+        (ask_permission(turn, &asked).await, Some(old))
     };
     match decision {
         Decision::Allow if turn.is_cancelled() => {
-            turn.update(failed("cancelled")).await;
+            turn.update(failed_update(&id, "cancelled")).await;
             TurnEnd::cancelled()
         }
-        Decision::Allow => {
-            turn.update(tool_update(&id, "in_progress")).await;
-            let old = match before {
-                Some(old) => old,
-                None => turn.read_text(&path).await.unwrap_or(None),
-            };
-            if let Err(e) = turn.write_text(&path, content).await {
-                return fail_tool(turn, &id, &e).await;
-            }
-            let mut done = tool_update(&id, "completed");
-            done["content"] =
-                json!([{ "type": "diff", "path": path, "oldText": old, "newText": content }]);
-            turn.update(done).await;
-            turn.say(&format!("Permission granted; I wrote {file}."))
-                .await;
-            TurnEnd::end_turn()
-        }
+        Decision::Allow => write_permitted(turn, file, &path, &id, before).await,
         Decision::Reject => {
-            turn.update(failed("permission denied")).await;
+            turn.update(failed_update(&id, "permission denied")).await;
             turn.say(&format!("Permission denied; {file} was not written."))
                 .await;
             TurnEnd::end_turn()
         }
         Decision::Cancelled => {
-            turn.update(failed("cancelled")).await;
+            turn.update(failed_update(&id, "cancelled")).await;
             TurnEnd::cancelled()
         }
         Decision::Failed(why) => {
-            turn.update(failed(&why)).await;
+            turn.update(failed_update(&id, &why)).await;
             turn.say(&format!(
                 "I could not ask for permission ({why}); {file} was not written."
             ))
@@ -574,6 +570,36 @@ async fn permission(turn: &Turn, file: &str) -> TurnEnd {
             TurnEnd::end_turn()
         }
     }
+}
+
+/// What the `permission` scenario writes.
+const PERMITTED_CONTENT: &str = "Written by kandev-mock-agent after permission was granted.\n";
+
+/// The allowed write of tool call `id`, diffed against the file as it
+/// was (`before`, when it was read for the question).
+async fn write_permitted(
+    turn: &Turn,
+    file: &str,
+    path: &Path,
+    id: &str,
+    before: Option<Option<String>>,
+) -> TurnEnd {
+    turn.update(tool_update(id, "in_progress")).await;
+    let old = match before {
+        Some(old) => old,
+        None => turn.read_text(path).await.unwrap_or(None),
+    };
+    if let Err(e) = turn.write_text(path, PERMITTED_CONTENT).await {
+        return fail_tool(turn, id, &e).await;
+    }
+    let done = with_content(
+        tool_update(id, "completed"),
+        diff(path, old.as_deref(), PERMITTED_CONTENT),
+    );
+    turn.update(done).await;
+    turn.say(&format!("Permission granted; I wrote {file}."))
+        .await;
+    TurnEnd::end_turn()
 }
 
 /// The fixed part of an ACP flood line, up to the index value.
@@ -760,7 +786,6 @@ async fn garbage(turn: &Turn) -> TurnEnd {
 /// Every `session/update` variant the client may receive (notice and
 /// compaction only when advertised).
 async fn all_updates(turn: &Turn) -> TurnEnd {
-    let n = turn.number;
     let (record, boolean_config) = {
         let session = turn.session.lock().expect("session lock");
         (session.record.clone(), turn.caps.boolean_config)
@@ -773,15 +798,41 @@ async fn all_updates(turn: &Turn) -> TurnEnd {
     .await;
     turn.think("Thinking about which updates exist.").await;
     turn.say("Sending one update of every kind.").await;
-    turn.update(json!({
+    turn.update(updates_plan("in_progress", "pending")).await;
+    think_tool_call(turn).await;
+    session_state_updates(turn, &record, boolean_config).await;
+    turn.update(usage(turn)).await;
+    if turn.caps.notices {
+        turn.update(json!({
+            "sessionUpdate": "notice",
+            "severity": "info",
+            "title": "Mock notice",
+            "description": "Sent because the client advertised session.notices.",
+        }))
+        .await;
+    }
+    if turn.caps.compaction {
+        compaction(turn).await;
+    }
+    turn.update(updates_plan("completed", "completed")).await;
+    turn.say("All updates sent.").await;
+    TurnEnd::end_turn()
+}
+
+/// `all_updates`'s plan: its two entries' statuses.
+fn updates_plan(send: &str, finish: &str) -> Value {
+    json!({
         "sessionUpdate": "plan",
         "entries": [
-            { "content": "Send every update", "priority": "high", "status": "in_progress" },
-            { "content": "Finish the turn", "priority": "low", "status": "pending" },
+            { "content": "Send every update", "priority": "high", "status": send },
+            { "content": "Finish the turn", "priority": "low", "status": finish },
         ],
-    }))
-    .await;
-    let id = format!("call_think_{n}");
+    })
+}
+
+/// A `think` tool call, started and completed.
+async fn think_tool_call(turn: &Turn) {
+    let id = format!("call_think_{}", turn.number);
     turn.update(json!({
         "sessionUpdate": "tool_call",
         "toolCallId": id,
@@ -791,10 +842,16 @@ async fn all_updates(turn: &Turn) -> TurnEnd {
         "rawInput": { "topic": "updates" },
     }))
     .await;
-    let mut done = tool_update(&id, "completed");
-    done["content"] = json!([text_block("Thought about it.")]);
+    let mut done = with_content(
+        tool_update(&id, "completed"),
+        json!([text_block("Thought about it.")]),
+    );
     done["rawOutput"] = json!({ "ok": true });
     turn.update(done).await;
+}
+
+/// The session's commands, mode, config options and info.
+async fn session_state_updates(turn: &Turn, record: &SessionRecord, boolean_config: bool) {
     let commands: Vec<Value> = COMMANDS
         .iter()
         .map(|(name, description, hint)| {
@@ -813,7 +870,7 @@ async fn all_updates(turn: &Turn) -> TurnEnd {
         .await;
     turn.update(json!({
         "sessionUpdate": "config_option_update",
-        "configOptions": config_options_json(&record, boolean_config),
+        "configOptions": config_options_json(record, boolean_config),
     }))
     .await;
     turn.update(json!({
@@ -822,39 +879,20 @@ async fn all_updates(turn: &Turn) -> TurnEnd {
         "updatedAt": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
     }))
     .await;
-    turn.update(usage(turn)).await;
-    if turn.caps.notices {
-        turn.update(json!({
-            "sessionUpdate": "notice",
-            "severity": "info",
-            "title": "Mock notice",
-            "description": "Sent because the client advertised session.notices.",
-        }))
-        .await;
-    }
-    if turn.caps.compaction {
-        let compaction_id = format!("cmp_{n}");
-        turn.update(json!({ "sessionUpdate": "compaction_update", "compactionId": compaction_id, "status": "in_progress" }))
-            .await;
-        turn.update(json!({
-            "sessionUpdate": "compaction_summary_chunk",
-            "compactionId": compaction_id,
-            "content": { "type": "text", "text": "Summary of the conversation so far." },
-        }))
-        .await;
-        turn.update(json!({ "sessionUpdate": "compaction_update", "compactionId": compaction_id, "status": "completed" }))
-            .await;
-    }
+}
+
+/// A compaction: started, its summary, completed.
+async fn compaction(turn: &Turn) {
+    let compaction_id = format!("cmp_{}", turn.number);
+    let status = |status: &str| json!({ "sessionUpdate": "compaction_update", "compactionId": compaction_id, "status": status });
+    turn.update(status("in_progress")).await;
     turn.update(json!({
-        "sessionUpdate": "plan",
-        "entries": [
-            { "content": "Send every update", "priority": "high", "status": "completed" },
-            { "content": "Finish the turn", "priority": "low", "status": "completed" },
-        ],
+        "sessionUpdate": "compaction_summary_chunk",
+        "compactionId": compaction_id,
+        "content": { "type": "text", "text": "Summary of the conversation so far." },
     }))
     .await;
-    turn.say("All updates sent.").await;
-    TurnEnd::end_turn()
+    turn.update(status("completed")).await;
 }
 
 #[cfg(test)]

@@ -155,6 +155,15 @@ fn one_file(name: &str, args: &[&str], default: &str) -> Result<String, ParseErr
     }
 }
 
+/// Fails with `usage` when there are more than `most` arguments.
+fn at_most(args: &[&str], most: usize, usage: &str) -> Result<(), ParseError> {
+    if args.len() > most {
+        Err(ParseError(usage.into()))
+    } else {
+        Ok(())
+    }
+}
+
 /// Parses one command line. `Ok(None)` means the first word names no scenario.
 fn parse_command(line: &str) -> Result<Option<Scenario>, ParseError> {
     let mut words = line.split_whitespace();
@@ -163,6 +172,13 @@ fn parse_command(line: &str) -> Result<Option<Scenario>, ParseError> {
     };
     let args: Vec<&str> = words.collect();
     let name = name.to_ascii_lowercase();
+    if let Some(scenario) = without_args(&name) {
+        no_args(&name, &args)?;
+        return Ok(Some(scenario));
+    }
+    if let Some(scenario) = with_numbers(&name, &args)? {
+        return Ok(Some(scenario));
+    }
     let scenario = match name.as_str() {
         "echo" => {
             let rest = line.trim_start();
@@ -174,53 +190,6 @@ fn parse_command(line: &str) -> Result<Option<Scenario>, ParseError> {
         "permission" | "perm" => Scenario::Permission {
             file: one_file(&name, &args, "permitted.txt")?,
         },
-        "flood" => {
-            if args.len() > 3 {
-                return Err(ParseError("`flood` takes N, SIZE and RATE".into()));
-            }
-            Scenario::Flood {
-                count: arg(&args, 0, 1000, "flood N")?,
-                size: arg(&args, 1, 256, "flood SIZE")?,
-                rate: arg(&args, 2, 0, "flood RATE")?,
-            }
-        }
-        "slow" => {
-            if args.len() > 2 {
-                return Err(ParseError("`slow` takes N and MS".into()));
-            }
-            Scenario::Slow {
-                count: arg(&args, 0, 10, "slow N")?,
-                delay_ms: arg(&args, 1, 100, "slow MS")?,
-            }
-        }
-        "wait-cancel" | "wait_cancel" | "wait_for_cancel" | "wait" => {
-            no_args(&name, &args)?;
-            Scenario::WaitCancel
-        }
-        "crash" => {
-            if args.len() > 1 {
-                return Err(ParseError("`crash` takes one exit code".into()));
-            }
-            Scenario::Crash {
-                code: arg(&args, 0, 1, "crash CODE")?,
-            }
-        }
-        "garbage" => {
-            no_args(&name, &args)?;
-            Scenario::Garbage
-        }
-        "oversized" => {
-            if args.len() > 1 {
-                return Err(ParseError("`oversized` takes one size".into()));
-            }
-            Scenario::Oversized {
-                bytes: arg(&args, 0, 9_000_000, "oversized BYTES")?,
-            }
-        }
-        "all-updates" | "all_updates" => {
-            no_args(&name, &args)?;
-            Scenario::AllUpdates
-        }
         "error" | "fail" => {
             let message = if args.is_empty() {
                 "scripted failure".to_owned()
@@ -240,26 +209,62 @@ fn parse_command(line: &str) -> Result<Option<Scenario>, ParseError> {
                 )));
             }
         },
-        "hang" => {
-            no_args(&name, &args)?;
-            Scenario::Hang
-        }
-        "stderr" => {
-            if args.len() > 1 {
-                return Err(ParseError("`stderr` takes one count".into()));
-            }
-            Scenario::Stderr {
-                lines: arg(&args, 0, 3, "stderr N")?,
-            }
-        }
-        "session-info" | "session_info" => {
-            no_args(&name, &args)?;
-            Scenario::SessionInfo
-        }
         "help" => Scenario::Help,
         _ => return Ok(None),
     };
     Ok(Some(scenario))
+}
+
+/// The scenario named `name` that takes no arguments, if it is one.
+fn without_args(name: &str) -> Option<Scenario> {
+    Some(match name {
+        "wait-cancel" | "wait_cancel" | "wait_for_cancel" | "wait" => Scenario::WaitCancel,
+        "garbage" => Scenario::Garbage,
+        "all-updates" | "all_updates" => Scenario::AllUpdates,
+        "hang" => Scenario::Hang,
+        "session-info" | "session_info" => Scenario::SessionInfo,
+        _ => return None,
+    })
+}
+
+/// The scenario named `name` whose arguments are numbers, if it is one.
+fn with_numbers(name: &str, args: &[&str]) -> Result<Option<Scenario>, ParseError> {
+    Ok(Some(match name {
+        "flood" => {
+            at_most(args, 3, "`flood` takes N, SIZE and RATE")?;
+            Scenario::Flood {
+                count: arg(args, 0, 1000, "flood N")?,
+                size: arg(args, 1, 256, "flood SIZE")?,
+                rate: arg(args, 2, 0, "flood RATE")?,
+            }
+        }
+        "slow" => {
+            at_most(args, 2, "`slow` takes N and MS")?;
+            Scenario::Slow {
+                count: arg(args, 0, 10, "slow N")?,
+                delay_ms: arg(args, 1, 100, "slow MS")?,
+            }
+        }
+        "crash" => {
+            at_most(args, 1, "`crash` takes one exit code")?;
+            Scenario::Crash {
+                code: arg(args, 0, 1, "crash CODE")?,
+            }
+        }
+        "oversized" => {
+            at_most(args, 1, "`oversized` takes one size")?;
+            Scenario::Oversized {
+                bytes: arg(args, 0, 9_000_000, "oversized BYTES")?,
+            }
+        }
+        "stderr" => {
+            at_most(args, 1, "`stderr` takes one count")?;
+            Scenario::Stderr {
+                lines: arg(args, 0, 3, "stderr N")?,
+            }
+        }
+        _ => return Ok(None),
+    }))
 }
 
 /// Chooses the scenario for a prompt. Errors only for explicit `scenario:`

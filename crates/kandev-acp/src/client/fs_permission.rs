@@ -38,8 +38,14 @@ use agent_client_protocol::v1::schema::{
     WriteTextFileRequest,
 };
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tracing::instrument;
 
-use super::{core::Inner, incoming::spawn_handler, lock, to_params};
+use super::{
+    core::Inner,
+    incoming::{invalid_params, method_not_found, spawn_handler},
+    lock, to_params,
+};
 use crate::{
     error::{RpcError, codes},
     event::{Direction, EventKind, PermissionResponseData},
@@ -270,37 +276,16 @@ pub(super) async fn handle_write(
     params: &Value,
     session: Option<String>,
 ) {
-    let Some(workspace) = inner.options.workspace.clone() else {
-        let error = RpcError::new(
-            codes::METHOD_NOT_FOUND,
-            format!("method not found: {METHOD}"),
-        );
-        inner.respond(id, METHOD, Err(error)).await;
-        return;
-    };
-    let request: WriteTextFileRequest = match serde_json::from_value(params.clone()) {
-        Ok(request) => request,
-        Err(e) => {
-            let error = RpcError::new(codes::INVALID_PARAMS, format!("invalid params: {e}"));
-            inner.respond(id, METHOD, Err(error)).await;
-            return;
-        }
-    };
-    // Nobody is asked about a write that would be refused anyway.
-    let host = match workspace.to_host(&request.path) {
-        Ok(host) => host,
-        Err(e) => {
-            inner.respond(id, METHOD, Err(e.to_rpc())).await;
-            return;
-        }
+    let (workspace, request, host) = match checked(inner, params) {
+        Ok(checked) => checked,
+        Err(error) => return inner.respond(id, METHOD, Err(error)).await,
     };
     if lock(&inner.state).write_grants.covers(&host) {
         spawn_handler(inner, id, METHOD.to_owned(), write(workspace, request)).await;
         return;
     }
     let question = question(&id, &request);
-    let policy = inner.options.permission.clone();
-    let shown = policy.is_interactive();
+    let shown = inner.options.permission.is_interactive();
     if shown {
         let kind = normalize::permission_request(&id, &question);
         inner
@@ -312,51 +297,100 @@ pub(super) async fn handle_write(
             )
             .await;
     }
-    // Take the turn's cancel token now, in wire order.
-    let cancel = lock(&inner.turn_cancel).clone();
-    let task_inner = inner.clone();
-    let request_id = id.clone();
-    spawn_handler(inner, id, METHOD.to_owned(), async move {
+    let asked = AskedWrite {
+        inner: inner.clone(),
+        id: id.clone(),
+        question,
+        shown,
+        session,
+        // Take the turn's cancel token now, in wire order.
+        cancel: lock(&inner.turn_cancel).clone(),
+        workspace,
+        request,
+    };
+    spawn_handler(inner, id, METHOD.to_owned(), asked.run()).await;
+}
+
+/// The workspace, the write request and the file on the host: an error
+/// for a write that would be refused anyway, so nobody is asked about it.
+fn checked(
+    inner: &Inner,
+    params: &Value,
+) -> Result<(Workspace, WriteTextFileRequest, PathBuf), RpcError> {
+    let workspace = inner
+        .options
+        .workspace
+        .clone()
+        .ok_or_else(|| method_not_found(METHOD))?;
+    let request: WriteTextFileRequest =
+        serde_json::from_value(params.clone()).map_err(invalid_params)?;
+    let host = workspace.to_host(&request.path).map_err(|e| e.to_rpc())?;
+    Ok((workspace, request, host))
+}
+
+/// A write the policy is asked about, then carried out or refused as it
+/// answers.
+struct AskedWrite {
+    inner: Arc<Inner>,
+    /// The write's JSON-RPC id, the question's key.
+    id: Value,
+    question: RequestPermissionRequest,
+    /// The question is shown as `local` events.
+    shown: bool,
+    session: Option<String>,
+    /// The turn's: cancelled with it, the question goes unanswered.
+    cancel: CancellationToken,
+    workspace: Workspace,
+    request: WriteTextFileRequest,
+}
+
+impl AskedWrite {
+    #[instrument(name = "write_permission", skip_all, fields(id = %self.id))]
+    async fn run(self) -> Result<Value, RpcError> {
+        let policy = self.inner.options.permission.clone();
         let decision = tokio::select! {
             biased;
-            () = cancel.cancelled() => None,
-            decision = policy.decide(&request_id, &question) => Some(decision),
+            () = self.cancel.cancelled() => None,
+            decision = policy.decide(&self.id, &self.question) => Some(decision),
         };
-        let by = decision.as_ref().and(policy.answered_by(&request_id));
-        if shown {
-            let kind = answer_event(&request_id, decision.as_ref(), by);
-            task_inner
-                .emit(Direction::Local, session, kind, Value::Null)
+        let by = decision.as_ref().and(policy.answered_by(&self.id));
+        if self.shown {
+            let kind = answer_event(&self.id, decision.as_ref(), by);
+            self.inner
+                .emit(Direction::Local, self.session, kind, Value::Null)
                 .await;
         }
-        let path = request.path.display();
         match decision {
             Some(PermissionDecision::Select(option)) if option == WRITE_ALLOW => {
-                write(workspace, request).await
+                write(self.workspace, self.request).await
             }
-            Some(PermissionDecision::Select(option)) if option == WRITE_REJECT => {
-                Err(RpcError::new(
-                    codes::PERMISSION_DENIED,
-                    format!("permission denied: writing {path} was rejected"),
-                ))
-            }
-            Some(PermissionDecision::Cancel) => Err(RpcError::new(
-                codes::PERMISSION_DENIED,
-                format!("permission denied: writing {path} was not allowed (no answer)"),
-            )),
-            Some(PermissionDecision::Select(option)) => Err(RpcError::new(
-                codes::PERMISSION_DENIED,
-                format!("permission denied: writing {path} was not allowed (answer {option})"),
-            )),
-            None => Err(RpcError::new(
-                codes::REQUEST_CANCELLED,
-                format!(
-                    "permission denied: the turn was cancelled before writing {path} was allowed"
-                ),
-            )),
+            decision => Err(refusal(decision, &self.request.path)),
         }
-    })
-    .await;
+    }
+}
+
+/// The error a write of `path` gets when `decision` did not allow it
+/// (`None`: the turn was cancelled first).
+fn refusal(decision: Option<PermissionDecision>, path: &Path) -> RpcError {
+    let path = path.display();
+    match decision {
+        Some(PermissionDecision::Select(option)) if option == WRITE_REJECT => RpcError::new(
+            codes::PERMISSION_DENIED,
+            format!("permission denied: writing {path} was rejected"),
+        ),
+        Some(PermissionDecision::Cancel) => RpcError::new(
+            codes::PERMISSION_DENIED,
+            format!("permission denied: writing {path} was not allowed (no answer)"),
+        ),
+        Some(PermissionDecision::Select(option)) => RpcError::new(
+            codes::PERMISSION_DENIED,
+            format!("permission denied: writing {path} was not allowed (answer {option})"),
+        ),
+        None => RpcError::new(
+            codes::REQUEST_CANCELLED,
+            format!("permission denied: the turn was cancelled before writing {path} was allowed"),
+        ),
+    }
 }
 
 /// The `permission_response` event of a question the client asked; `None`

@@ -17,6 +17,8 @@ use futures::FutureExt;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::io::AsyncBufRead;
+use tokio_util::sync::CancellationToken;
+use tracing::instrument;
 
 use super::{
     Dialect, EARLY_RESPONSES,
@@ -283,14 +285,61 @@ async fn emit_from_agent(
 
 pub(super) type Handled = Result<Value, RpcError>;
 
-fn invalid_params(e: serde_json::Error) -> RpcError {
+pub(super) fn invalid_params(e: serde_json::Error) -> RpcError {
     RpcError::new(codes::INVALID_PARAMS, format!("invalid params: {e}"))
+}
+
+pub(super) fn method_not_found(method: &str) -> RpcError {
+    RpcError::new(
+        codes::METHOD_NOT_FOUND,
+        format!("method not found: {method}"),
+    )
 }
 
 fn parse_params<T: DeserializeOwned>(params: &Value) -> Result<T, RpcError> {
     serde_json::from_value(params.clone()).map_err(invalid_params)
 }
 
+/// How a request from the agent is handled.
+enum Route {
+    /// A `session/request_permission`: the policy answers.
+    Permission(Box<RequestPermissionRequest>),
+    /// `fs/write_text_file`: under the permission policy.
+    Write,
+    /// Another capability the client offers.
+    Capability,
+    /// Answered at once with this error.
+    Refused(RpcError),
+}
+
+impl Route {
+    fn of(inner: &Inner, method: &str, params: &Value) -> Route {
+        let has_fs = inner.options.workspace.is_some();
+        let has_terminal = inner.options.terminal.is_some();
+        match method {
+            "session/request_permission" => match parse_params(params) {
+                Ok(request) => Route::Permission(Box::new(request)),
+                Err(e) => Route::Refused(e),
+            },
+            "fs/write_text_file" if has_fs => Route::Write,
+            "fs/read_text_file" if has_fs => Route::Capability,
+            "terminal/create"
+            | "terminal/output"
+            | "terminal/wait_for_exit"
+            | "terminal/kill"
+            | "terminal/release"
+                if has_terminal =>
+            {
+                Route::Capability
+            }
+            _ => Route::Refused(method_not_found(method)),
+        }
+    }
+}
+
+/// Emits the request's event, then answers it: a handler task for a
+/// permission or a capability, the write under the permission policy, or
+/// an error at once.
 async fn handle_agent_request(
     inner: &Arc<Inner>,
     id: Value,
@@ -304,107 +353,79 @@ async fn handle_agent_request(
         .and_then(Value::as_str)
         .map(str::to_owned)
         .or_else(|| inner.current_session());
-    let has_fs = inner.options.workspace.is_some();
-    let has_terminal = inner.options.terminal.is_some();
-    let supported = match method.as_str() {
-        "session/request_permission" => true,
-        "fs/read_text_file" | "fs/write_text_file" => has_fs,
-        "terminal/create"
-        | "terminal/output"
-        | "terminal/wait_for_exit"
-        | "terminal/kill"
-        | "terminal/release" => has_terminal,
-        _ => false,
+    let route = Route::of(inner, &method, &params);
+    let kind = match &route {
+        Route::Permission(request) => normalize::permission_request(&id, request),
+        _ => other(Some(&method), Some(&id)),
     };
-    if method == "session/request_permission" {
-        match serde_json::from_value::<RequestPermissionRequest>(params.clone()) {
-            Ok(request) => {
-                let kind = normalize::permission_request(&id, &request);
-                inner
-                    .emit_wire(Direction::FromAgent, session, kind, value, raw_json)
-                    .await;
-                // Take the turn's cancel token now, in wire order.
-                let cancel = lock(&inner.turn_cancel).clone();
-                let policy = inner.options.permission.clone();
-                let request_id = id.clone();
-                let task_inner = inner.clone();
-                spawn_handler(inner, id, method, async move {
-                    let decision = tokio::select! {
-                        biased;
-                        () = cancel.cancelled() => PermissionDecision::Cancel,
-                        decision = policy.decide(&request_id, &request) => {
-                            if let Some(by) = policy.answered_by(&request_id) {
-                                lock(&task_inner.state).answerers.insert(request_id.to_string(), by);
-                            }
-                            decision
-                        }
-                    };
-                    // Before the answer goes out: the agent's write that
-                    // follows it is not asked again.
-                    fs_permission::record_grant(&task_inner, &request, &decision);
-                    Ok(to_params(&RequestPermissionResponse::new(
-                        decision.into_outcome(),
-                    )))
-                })
-                .await;
-            }
-            Err(e) => {
-                inner
-                    .emit_wire(
-                        Direction::FromAgent,
-                        session,
-                        other(Some(&method), Some(&id)),
-                        value,
-                        raw_json,
-                    )
-                    .await;
-                inner.respond(id, &method, Err(invalid_params(e))).await;
-            }
-        }
-        return;
-    }
     inner
-        .emit_wire(
-            Direction::FromAgent,
-            session.clone(),
-            other(Some(&method), Some(&id)),
-            value,
-            raw_json,
-        )
+        .emit_wire(Direction::FromAgent, session.clone(), kind, value, raw_json)
         .await;
-    if !supported {
-        let error = RpcError::new(
-            codes::METHOD_NOT_FOUND,
-            format!("method not found: {method}"),
-        );
-        inner.respond(id, &method, Err(error)).await;
-        return;
+    match route {
+        Route::Permission(request) => {
+            let asked = AskedPermission {
+                inner: inner.clone(),
+                id: id.clone(),
+                request,
+                // Take the turn's cancel token now, in wire order.
+                cancel: lock(&inner.turn_cancel).clone(),
+            };
+            spawn_handler(inner, id, method, asked.run()).await;
+        }
+        Route::Write => fs_permission::handle_write(inner, id, &params, session).await,
+        Route::Capability => {
+            let workspace = inner.options.workspace.clone();
+            let terminal = inner.options.terminal.clone();
+            let name = method.clone();
+            spawn_handler(inner, id, method, async move {
+                handle_capability(&name, &params, workspace, terminal).await
+            })
+            .await;
+        }
+        Route::Refused(error) => inner.respond(id, &method, Err(error)).await,
     }
-    if method == "fs/write_text_file" {
-        fs_permission::handle_write(inner, id, &params, session).await;
-        return;
-    }
-    let workspace = inner.options.workspace.clone();
-    let terminal = inner.options.terminal.clone();
-    let name = method.clone();
-    spawn_handler(inner, id, method, async move {
-        handle_capability(&name, &params, workspace, terminal).await
-    })
-    .await;
 }
 
+/// The agent's `session/request_permission`, put to the policy.
+struct AskedPermission {
+    inner: Arc<Inner>,
+    id: Value,
+    request: Box<RequestPermissionRequest>,
+    /// The turn's: cancelled with it, the request is answered `cancelled`.
+    cancel: CancellationToken,
+}
+
+impl AskedPermission {
+    #[instrument(name = "request_permission", skip_all, fields(id = %self.id))]
+    async fn run(self) -> Handled {
+        let policy = self.inner.options.permission.clone();
+        let decision = tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => PermissionDecision::Cancel,
+            decision = policy.decide(&self.id, &self.request) => {
+                if let Some(by) = policy.answered_by(&self.id) {
+                    lock(&self.inner.state).answerers.insert(self.id.to_string(), by);
+                }
+                decision
+            }
+        };
+        // Before the answer goes out: the agent's write that follows it
+        // is not asked again.
+        fs_permission::record_grant(&self.inner, &self.request, &decision);
+        Ok(to_params(&RequestPermissionResponse::new(
+            decision.into_outcome(),
+        )))
+    }
+}
+
+#[instrument(skip(params, workspace, terminal))]
 async fn handle_capability(
     method: &str,
     params: &Value,
     workspace: Option<Workspace>,
     terminal: Option<Arc<dyn TerminalExecutor>>,
 ) -> Handled {
-    let no_capability = || {
-        RpcError::new(
-            codes::METHOD_NOT_FOUND,
-            format!("method not found: {method}"),
-        )
-    };
+    let no_capability = || method_not_found(method);
     match method {
         "fs/read_text_file" => {
             let ws = workspace.ok_or_else(no_capability)?;

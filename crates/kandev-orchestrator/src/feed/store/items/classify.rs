@@ -56,17 +56,9 @@ pub(super) fn chunk_as_written(event: &str) -> Option<Chunk<'_>> {
         at.string()?;
     }
     at.literal(r#","kind":"#)?;
-    let kind = match at.string()?.as_ref() {
-        "message_chunk" => ItemKind::Message,
-        "thought_chunk" => ItemKind::Thought,
-        _ => return None,
-    };
+    let kind = chunk_kind(&at.string()?)?;
     at.literal(r#","data":{"role":"#)?;
-    let role = match at.string()?.as_ref() {
-        "agent" => "agent",
-        "user" => "user",
-        _ => return None,
-    };
+    let role = chunk_role(&at.string()?)?;
     at.literal(r#","text":"#)?;
     let text = at.string()?;
     at.literal(r#","content_type":"#)?;
@@ -83,6 +75,24 @@ pub(super) fn chunk_as_written(event: &str) -> Option<Chunk<'_>> {
         timestamp: Some(timestamp),
         text,
     })
+}
+
+/// The item kind of a chunk event's `kind`.
+fn chunk_kind(kind: &str) -> Option<ItemKind> {
+    match kind {
+        "message_chunk" => Some(ItemKind::Message),
+        "thought_chunk" => Some(ItemKind::Thought),
+        _ => None,
+    }
+}
+
+/// A chunk's `role`, when it is one an item has.
+fn chunk_role(role: &str) -> Option<&'static str> {
+    match role {
+        "agent" => Some("agent"),
+        "user" => Some("user"),
+        _ => None,
+    }
 }
 
 /// Reads [`chunk_as_written`]'s layout.
@@ -157,18 +167,14 @@ pub(super) fn classify_parsed(event: &str) -> Class<'_> {
     let Ok(head) = serde_json::from_str::<Head>(event) else {
         return Class::Event;
     };
-    let kind = match head.kind.as_deref() {
-        Some("message_chunk") => ItemKind::Message,
-        Some("thought_chunk") => ItemKind::Thought,
-        _ => return Class::Event,
+    let Some(kind) = head.kind.as_deref().and_then(chunk_kind) else {
+        return Class::Event;
     };
     let Some(Ok(data)) = head.data.map(|d| serde_json::from_str::<Data>(d.get())) else {
         return Class::Event;
     };
-    let role = match data.role.as_deref() {
-        Some("agent") => "agent",
-        Some("user") => "user",
-        _ => return Class::Event,
+    let Some(role) = data.role.as_deref().and_then(chunk_role) else {
+        return Class::Event;
     };
     let Some(text) = data.text else {
         return Class::Event;
