@@ -19,4 +19,5 @@ mod helpers;
 mod leader;
 mod queue;
 mod trackers;
+mod trackers_gitlab;
 mod workflow;
