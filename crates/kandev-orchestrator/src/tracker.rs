@@ -25,6 +25,9 @@ const MAX_PAGES: u32 = 10;
 /// Issues a page.
 const PER_PAGE: usize = 100;
 
+/// A forge's issue object parsed.
+type ParseIssue = fn(&Value) -> Result<Issue, String>;
+
 /// An issue as the tracker sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Issue {
@@ -222,7 +225,7 @@ pub async fn list_issues(
 ) -> Result<Vec<Issue>, TrackerError> {
     let mut issues = Vec::new();
     for page in 1..=MAX_PAGES {
-        let (request, parse): (_, fn(&Value) -> Result<Issue, String>) = match forge.kind {
+        let (request, parse): (_, ParseIssue) = match forge.kind {
             ForgeKind::Github => (
                 github_issues_page(client, forge, repo, label, page),
                 Issue::from_github,

@@ -13,33 +13,11 @@ use kandev_e2e::{
 };
 use kandev_testkit::fake_gitlab::{FakeGitlab, issue, issue_hook};
 
+use crate::trackers::{bare_repo, tasks};
+
 const SECRET: &str = "gl-whsec-e2e-8c3d";
 const TOKEN: &str = "glpat-e2e-token";
 const TRACE_TAIL: &str = "Failure: login_spec.rb:12 expected 200, got 500";
-
-/// A bare repository the stack can clone and push to; its URL and its
-/// project path on the `file:///` forge.
-fn bare_repo(stack: &Stack, name: &str) -> (String, String) {
-    let source = stack.git_repo(&format!("{name}-src"));
-    let source = source.trim_start_matches("file://");
-    let bare = std::path::Path::new(source).with_file_name(format!("{name}.git"));
-    let status = std::process::Command::new("git")
-        .args(["clone", "-q", "--bare", source])
-        .arg(&bare)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let url = format!("file://{}", bare.display());
-    let project = bare.display().to_string();
-    let project = project.trim_start_matches('/').trim_end_matches(".git");
-    (url, project.to_string())
-}
-
-async fn tasks(api: &Api, board: &str) -> Vec<Value> {
-    let r = api.get(&format!("/api/v1/boards/{board}/tasks")).await;
-    assert_eq!(r.status, 200, "{}", r.body);
-    r.body["tasks"].as_array().cloned().unwrap_or_default()
-}
 
 /// Posts an `Issue Hook` to the gateway with `token` (none when empty).
 async fn deliver(stack: &Stack, payload: &Value, token: &str) -> kandev_e2e::Resp {

@@ -16,7 +16,7 @@ use kandev_testkit::fake_github::{FakeGithub, issue};
 const SECRET: &str = "whsec-e2e-5f1c";
 
 /// The board's tasks.
-async fn tasks(api: &Api, board: &str) -> Vec<Value> {
+pub(crate) async fn tasks(api: &Api, board: &str) -> Vec<Value> {
     let r = api.get(&format!("/api/v1/boards/{board}/tasks")).await;
     assert_eq!(r.status, 200, "{}", r.body);
     r.body["tasks"].as_array().cloned().unwrap_or_default()
@@ -62,8 +62,8 @@ fn issue_event(action: &str, repo: &str, issue: Value) -> Value {
 }
 
 /// A bare repository the stack can clone and push to; its URL and its
-/// `owner/repo` on the `file:///` forge.
-fn bare_repo(stack: &Stack, name: &str) -> (String, String) {
+/// `owner/repo` (a GitLab project's path) on the `file:///` forge.
+pub(crate) fn bare_repo(stack: &Stack, name: &str) -> (String, String) {
     let source = stack.git_repo(&format!("{name}-src"));
     let source = source.trim_start_matches("file://");
     let bare = std::path::Path::new(source).with_file_name(format!("{name}.git"));

@@ -59,11 +59,9 @@ pub(super) async fn read(
     let mut checks = Vec::new();
     for job in jobs.as_array().into_iter().flatten().take(MAX_CHECKS) {
         let mut check = job_check(job)?;
-        if check.failed {
-            if let Some(job_id) = job["id"].as_u64() {
-                check.log_tail =
-                    job_log_tail(client, forge, &format!("{base}/jobs/{job_id}/trace")).await;
-            }
+        if let Some(job_id) = job["id"].as_u64().filter(|_| check.failed) {
+            check.log_tail =
+                job_log_tail(client, forge, &format!("{base}/jobs/{job_id}/trace")).await;
         }
         checks.push(check);
     }

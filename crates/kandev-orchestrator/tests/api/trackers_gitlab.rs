@@ -6,14 +6,17 @@
 //! the link; a link's kind must match its forge's.
 
 use kandev_orchestrator::forge::{Forge, ForgeKind};
-use kandev_proto::v1::{self as pb, orchestrator_client::OrchestratorClient};
+use kandev_proto::v1 as pb;
 use kandev_testkit::{
     eventually,
     fake_gitlab::{FakeGitlab, issue, issue_hook},
 };
 use serde_json::{Value, json};
 
-use crate::helpers::*;
+use crate::{
+    helpers::*,
+    trackers::{orchestrator, tasks},
+};
 
 const SECRET: &str = "gl-whsec-4b7a";
 const PROJECT: &str = "group/sub/app";
@@ -35,10 +38,6 @@ async fn app_with(gitlab: &FakeGitlab) -> TestApp {
         ..Options::default()
     })
     .await
-}
-
-fn orchestrator(app: &TestApp) -> OrchestratorClient<kandev_common::trace::TracedChannel> {
-    OrchestratorClient::new(service_channel(app.addr))
 }
 
 async fn linked_board(app: &TestApp, kind: &str, project: &str) -> Result<String, tonic::Status> {
@@ -65,18 +64,6 @@ async fn linked_board(app: &TestApp, kind: &str, project: &str) -> Result<String
         })
         .await?;
     Ok(board)
-}
-
-async fn tasks(app: &TestApp, board: &str) -> Vec<pb::Task> {
-    app.tasks()
-        .list_tasks(pb::ListTasksRequest {
-            board_id: board.into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .tasks
 }
 
 async fn deliver(
