@@ -229,13 +229,17 @@ async fn red_pipeline_is_read_and_fixed(
         "{rspec}"
     );
     assert!(!checks.to_string().contains(TOKEN));
-    let shown = api.get(&format!("/api/v1/tasks/{task}")).await;
-    assert_eq!(
-        shown.body["metadata"]["checks"],
-        json!({"state": "failure", "sha": commit}),
-        "{}",
-        shown.body
-    );
+    // The card's task says so too (recorded just after the checks).
+    kandev_e2e::eventually(30, "the card's failed checks", || {
+        let api = api.clone();
+        let task = task.to_string();
+        let want = json!({"state": "failure", "sha": commit});
+        async move {
+            let shown = api.get(&format!("/api/v1/tasks/{task}")).await;
+            (shown.body["metadata"]["checks"] == want).then_some(())
+        }
+    })
+    .await;
 
     let fixed = api
         .post(
