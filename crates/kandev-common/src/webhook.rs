@@ -1,6 +1,7 @@
 //! Webhook signatures as GitHub sends them (`X-Hub-Signature-256`):
 //! HMAC-SHA256 (RFC 2104) of the body with a shared secret, in hex after
-//! `sha256=`, checked in constant time.
+//! `sha256=`, checked in constant time; and GitLab's `X-Gitlab-Token`
+//! (the shared secret itself), also compared in constant time.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -52,8 +53,30 @@ pub fn sign(secret: &str, payload: &[u8]) -> String {
     format!("sha256={hex}")
 }
 
+/// Whether `token` is `secret` (GitLab's `X-Gitlab-Token`: the shared
+/// secret itself), compared in constant time whatever the lengths: both
+/// are MACed with one key and the MACs compared. An empty secret matches
+/// nothing.
+pub fn token_matches(secret: &str, token: &str) -> bool {
+    const KEY: &[u8] = b"kandev-webhook-token";
+    if secret.is_empty() {
+        return false;
+    }
+    mac(KEY, token.as_bytes())
+        .verify_slice(&hmac_sha256(KEY, secret.as_bytes()))
+        .is_ok()
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_token_matches_only_its_secret() {
+        assert!(super::token_matches("s3cret", "s3cret"));
+        assert!(!super::token_matches("s3cret", "s3cre"));
+        assert!(!super::token_matches("s3cret", ""));
+        assert!(!super::token_matches("", ""));
+    }
+
     use super::*;
 
     #[test]

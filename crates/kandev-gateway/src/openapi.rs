@@ -104,6 +104,7 @@ impl Modify for CommonErrors {
         routes::trackers::get,
         routes::trackers::delete,
         routes::trackers::github_webhook,
+        routes::trackers::gitlab_webhook,
         routes::board_stream::stream,
         routes::tasks::get_task,
         routes::tasks::update_task,

@@ -2,7 +2,8 @@
 //! runs (`GET /repos/{o}/{r}/commits/{sha}/check-runs`) and commit
 //! statuses (`GET /repos/{o}/{r}/commits/{sha}/status`), and the end of a
 //! failed check's output (its `output.text`, else `output.summary`, else
-//! the Actions job's log, `GET /repos/{o}/{r}/actions/jobs/{id}/logs`).
+//! the Actions job's log, `GET /repos/{o}/{r}/actions/jobs/{id}/logs`);
+//! GitLab's pipeline jobs (see [`gitlab`]).
 //!
 //! What a forge says is untrusted text: every string is size-bounded,
 //! stripped of control characters but newlines and tabs, and never
@@ -15,19 +16,33 @@ use serde_json::Value;
 
 use crate::forge::{Forge, ForgeKind, project_path};
 
-/// Why a commit's checks could not be read.
+mod gitlab;
+
+/// Why a commit's checks could not be read (`forge` is the forge's name).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ChecksError {
-    #[error("reading the checks of a {0} forge is not supported yet")]
-    Unsupported(&'static str),
     #[error("the repository URL {0} names no project on its forge")]
     NoProject(String),
     #[error("{0:?} is not a commit id")]
     BadCommit(String),
-    #[error("GitHub refused to list the checks ({status}): {message}")]
-    Refused { status: u16, message: String },
-    #[error("cannot reach GitHub: {0}")]
-    Unreachable(String),
+    #[error("{forge} refused to list the checks ({status}): {message}")]
+    Refused {
+        forge: &'static str,
+        status: u16,
+        message: String,
+    },
+    #[error("cannot reach {forge}: {message}")]
+    Unreachable {
+        forge: &'static str,
+        message: String,
+    },
+    /// A status Kandev does not know: not guessed at.
+    #[error("{forge} reported the unknown status {status:?} for the check {check:?}")]
+    UnknownStatus {
+        forge: &'static str,
+        check: String,
+        status: String,
+    },
 }
 
 /// The most bytes of a failed check's output kept.
@@ -168,15 +183,15 @@ pub async fn read_checks(
     repository_url: &str,
     sha: &str,
 ) -> Result<Vec<Check>, ChecksError> {
-    if forge.kind != ForgeKind::Github {
-        return Err(ChecksError::Unsupported("GitLab"));
-    }
     if sha.is_empty() || sha.len() > 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(ChecksError::BadCommit(bounded(sha, 80)));
     }
     let project = project_path(forge, repository_url)
         .ok_or_else(|| ChecksError::NoProject(repository_url.to_string()))?;
     let api = forge.api_url.trim_end_matches('/');
+    if forge.kind == ForgeKind::Gitlab {
+        return gitlab::read(client, forge, api, &project, sha).await;
+    }
     let base = format!("{api}/repos/{project}");
     let runs = get_json(
         client,
@@ -260,35 +275,42 @@ fn commit_status(status: &Value) -> Check {
     }
 }
 
-fn github(client: &reqwest::Client, forge: &Forge, url: &str) -> reqwest::RequestBuilder {
-    client
-        .get(url)
-        .bearer_auth(&forge.token)
-        .header("accept", "application/vnd.github+json")
-        .header("x-github-api-version", "2022-11-28")
+/// A GET of `url` on `forge`, with the token as the forge takes it.
+fn forge_get(client: &reqwest::Client, forge: &Forge, url: &str) -> reqwest::RequestBuilder {
+    let request = match forge.kind {
+        ForgeKind::Github => client
+            .get(url)
+            .bearer_auth(&forge.token)
+            .header("accept", "application/vnd.github+json")
+            .header("x-github-api-version", "2022-11-28"),
+        ForgeKind::Gitlab => client.get(url).header("private-token", &forge.token),
+    };
+    request
         .header("user-agent", "kandev")
         .timeout(Duration::from_secs(30))
 }
 
-/// A GitHub JSON answer, at most [`MAX_ANSWER`] bytes.
+/// A forge's JSON answer, at most [`MAX_ANSWER`] bytes.
 async fn get_json(
     client: &reqwest::Client,
     forge: &Forge,
     url: &str,
 ) -> Result<Value, ChecksError> {
-    let mut response = github(client, forge, url)
+    let name = forge.kind.name();
+    let unreachable = |e: reqwest::Error| ChecksError::Unreachable {
+        forge: name,
+        message: e.without_url().to_string(),
+    };
+    let mut response = forge_get(client, forge, url)
         .send()
         .await
-        .map_err(|e| ChecksError::Unreachable(e.without_url().to_string()))?;
+        .map_err(unreachable)?;
     let status = response.status().as_u16();
     let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| ChecksError::Unreachable(e.without_url().to_string()))?
-    {
+    while let Some(chunk) = response.chunk().await.map_err(unreachable)? {
         if body.len() + chunk.len() > MAX_ANSWER {
             return Err(ChecksError::Refused {
+                forge: name,
                 status,
                 message: format!("the answer is larger than {MAX_ANSWER} bytes"),
             });
@@ -300,15 +322,16 @@ async fn get_json(
         return Ok(value);
     }
     Err(ChecksError::Refused {
+        forge: name,
         status,
         message: bounded(value["message"].as_str().unwrap_or("no details"), 500),
     })
 }
 
-/// The end of an Actions job's log; empty when it cannot be read (the
-/// check is reported without it).
+/// The end of a job's log (an Actions job's, a GitLab job's trace);
+/// empty when it cannot be read (the check is reported without it).
 async fn job_log_tail(client: &reqwest::Client, forge: &Forge, url: &str) -> String {
-    let Ok(mut response) = github(client, forge, url).send().await else {
+    let Ok(mut response) = forge_get(client, forge, url).send().await else {
         return String::new();
     };
     if !response.status().is_success() {

@@ -18,6 +18,24 @@ pub enum ForgeKind {
     Gitlab,
 }
 
+impl ForgeKind {
+    /// The forge's name in messages (`GitHub`, `GitLab`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ForgeKind::Github => "GitHub",
+            ForgeKind::Gitlab => "GitLab",
+        }
+    }
+
+    /// The kind as links and configuration spell it (`github`, `gitlab`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ForgeKind::Github => "github",
+            ForgeKind::Gitlab => "gitlab",
+        }
+    }
+}
+
 /// One forge (`KANDEV_FORGES`, a list of tables).
 #[derive(Clone, Serialize, Deserialize)]
 pub struct Forge {
@@ -124,10 +142,7 @@ pub async fn open_pull_request(
     forge: &Forge,
     spec: &PullRequestSpec<'_>,
 ) -> Result<PullRequest, ForgeError> {
-    let name = match forge.kind {
-        ForgeKind::Github => "GitHub",
-        ForgeKind::Gitlab => "GitLab",
-    };
+    let name = forge.kind.name();
     let project = project_path(forge, spec.repository_url)
         .ok_or_else(|| ForgeError::NoProject(spec.repository_url.to_string()))?;
     let api = forge.api_url.trim_end_matches('/');
@@ -219,7 +234,7 @@ fn error_message(body: &Value) -> String {
 }
 
 /// Percent-encodes a GitLab project path (`group/repo` → `group%2Frepo`).
-fn urlencoding(path: &str) -> String {
+pub fn urlencoding(path: &str) -> String {
     let mut out = String::with_capacity(path.len());
     for b in path.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {

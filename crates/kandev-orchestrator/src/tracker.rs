@@ -1,8 +1,10 @@
-//! Issue trackers (GitHub): what a board linked to a repository reads of
-//! it and writes to it, through the forge's REST API with the
-//! `KANDEV_FORGES` entry's token, and the webhook deliveries' signatures
-//! (`X-Hub-Signature-256`: HMAC-SHA256 of the body with the link's
-//! secret, compared in constant time before the body is parsed).
+//! Issue trackers (GitHub issues, GitLab project issues): what a board
+//! linked to a repository reads of it and writes to it, through the
+//! forge's REST API with the `KANDEV_FORGES` entry's token, and the
+//! webhook deliveries' proofs (GitHub's `X-Hub-Signature-256`: HMAC-SHA256
+//! of the body with the link's secret; GitLab's `X-Gitlab-Token`: the
+//! secret itself), compared in constant time before the body is parsed.
+//! GitLab's side is in [`gitlab`].
 //!
 //! Redirects are not followed: a renamed repository answers 301, which is
 //! told to the board's owner in plain words ([`TrackerError`]), as is a
@@ -10,13 +12,21 @@
 
 use std::time::Duration;
 
-pub use kandev_common::webhook::{parse_signature, sign, signature_matches};
+pub use gitlab::ISSUE_HOOK;
+pub use kandev_common::webhook::{parse_signature, sign, signature_matches, token_matches};
 use serde_json::{Value, json};
 
 use crate::forge::{Forge, ForgeKind};
 
-/// The most issues one reconcile reads (100 a page).
+mod gitlab;
+
+/// The most pages of issues one reconcile reads.
 const MAX_PAGES: u32 = 10;
+/// Issues a page.
+const PER_PAGE: usize = 100;
+
+/// A forge's issue object parsed.
+type ParseIssue = fn(&Value) -> Result<Issue, String>;
 
 /// An issue as the tracker sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,33 +111,43 @@ impl IssueEvent {
     }
 }
 
-/// Why the tracker could not be read or written, in words for the board.
+/// Why the tracker could not be read or written, in words for the board
+/// (`forge` is the forge's name, `GitHub` or `GitLab`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TrackerError {
     #[error(
-        "the repository {0} was not found on GitHub: it was deleted, renamed, or the token cannot see it"
+        "the repository {repo} was not found on {forge}: it was deleted, renamed, or the token cannot see it"
     )]
-    NotFound(String),
+    NotFound { forge: &'static str, repo: String },
     #[error(
-        "the repository {0} moved on GitHub (renamed or transferred): link the board to its new name"
+        "the repository {repo} moved on {forge} (renamed or transferred): link the board to its new name"
     )]
-    Moved(String),
-    #[error("GitHub refused the token for {repo} ({status}): {message}")]
+    Moved { forge: &'static str, repo: String },
+    #[error("{forge} refused the token for {repo} ({status}): {message}")]
     Unauthorized {
+        forge: &'static str,
         repo: String,
         status: u16,
         message: String,
     },
-    #[error("GitHub answered {status} for {repo}: {message}")]
+    #[error("{forge} answered {status} for {repo}: {message}")]
     Refused {
+        forge: &'static str,
         repo: String,
         status: u16,
         message: String,
     },
-    #[error("cannot reach GitHub: {0}")]
-    Unreachable(String),
-    #[error("GitHub's answer for {0} is not what was expected: {1}")]
-    Malformed(String, String),
+    #[error("cannot reach {forge}: {message}")]
+    Unreachable {
+        forge: &'static str,
+        message: String,
+    },
+    #[error("{forge}'s answer for {repo} is not what was expected: {message}")]
+    Malformed {
+        forge: &'static str,
+        repo: String,
+        message: String,
+    },
 }
 
 /// A client for trackers' APIs: redirects are answers, not followed.
@@ -154,26 +174,40 @@ fn github_request(
         .header("user-agent", "kandev")
 }
 
-/// The answer's JSON, or the plain reason it failed.
-async fn answer(repo: &str, request: reqwest::RequestBuilder) -> Result<Value, TrackerError> {
+/// The answer's JSON, or the plain reason it failed (`forge`'s own words:
+/// GitHub's and GitLab's `message`, GitLab's `error`).
+async fn answer(
+    forge: &'static str,
+    repo: &str,
+    request: reqwest::RequestBuilder,
+) -> Result<Value, TrackerError> {
     let response = request
         .send()
         .await
-        .map_err(|e| TrackerError::Unreachable(e.without_url().to_string()))?;
+        .map_err(|e| TrackerError::Unreachable {
+            forge,
+            message: e.without_url().to_string(),
+        })?;
     let status = response.status().as_u16();
     let body: Value = response.json().await.unwrap_or(Value::Null);
-    let message = body["message"].as_str().unwrap_or("no details").to_string();
+    let message = body["message"]
+        .as_str()
+        .or_else(|| body["error"].as_str())
+        .unwrap_or("no details")
+        .to_string();
     let repo = repo.to_string();
     match status {
         200 | 201 => Ok(body),
-        301 | 302 | 307 | 308 => Err(TrackerError::Moved(repo)),
-        404 | 410 => Err(TrackerError::NotFound(repo)),
+        301 | 302 | 307 | 308 => Err(TrackerError::Moved { forge, repo }),
+        404 | 410 => Err(TrackerError::NotFound { forge, repo }),
         401 | 403 => Err(TrackerError::Unauthorized {
+            forge,
             repo,
             status,
             message,
         }),
         _ => Err(TrackerError::Refused {
+            forge,
             repo,
             status,
             message,
@@ -181,52 +215,75 @@ async fn answer(repo: &str, request: reqwest::RequestBuilder) -> Result<Value, T
     }
 }
 
-/// The repository's issues with `label` (any when empty), open and
-/// closed, most recently updated first; pull requests left out.
+/// The issues of `repo` with `label` (any when empty), open and closed,
+/// most recently updated first; pull requests left out.
 pub async fn list_issues(
     client: &reqwest::Client,
     forge: &Forge,
     repo: &str,
     label: &str,
 ) -> Result<Vec<Issue>, TrackerError> {
-    debug_assert_eq!(forge.kind, ForgeKind::Github);
     let mut issues = Vec::new();
     for page in 1..=MAX_PAGES {
-        let mut query = vec![
-            ("state", "all".to_string()),
-            ("sort", "updated".to_string()),
-            ("per_page", "100".to_string()),
-            ("page", page.to_string()),
-        ];
-        if !label.is_empty() {
-            query.push(("labels", label.to_string()));
-        }
-        let request = github_request(
-            client,
-            forge,
-            reqwest::Method::GET,
-            &format!("/repos/{repo}/issues"),
-        )
-        .query(&query);
-        let body = answer(repo, request).await?;
+        let (request, parse): (_, ParseIssue) = match forge.kind {
+            ForgeKind::Github => (
+                github_issues_page(client, forge, repo, label, page),
+                Issue::from_github,
+            ),
+            ForgeKind::Gitlab => (
+                gitlab::issues_page(client, forge, repo, label, page),
+                Issue::from_gitlab,
+            ),
+        };
+        let body = answer(forge.kind.name(), repo, request).await?;
+        let malformed = |message: String| TrackerError::Malformed {
+            forge: forge.kind.name(),
+            repo: repo.to_string(),
+            message,
+        };
         let items = body
             .as_array()
-            .ok_or_else(|| TrackerError::Malformed(repo.into(), "not a list".into()))?;
+            .ok_or_else(|| malformed("not a list".into()))?;
         for item in items {
-            let issue = Issue::from_github(item)
-                .map_err(|e| TrackerError::Malformed(repo.to_string(), e))?;
+            let issue = parse(item).map_err(malformed)?;
             if !issue.pull_request {
                 issues.push(issue);
             }
         }
-        if items.len() < 100 {
+        if items.len() < PER_PAGE {
             break;
         }
     }
     Ok(issues)
 }
 
-/// Comments `body` on issue `number`.
+/// One page of a GitHub repository's issues.
+fn github_issues_page(
+    client: &reqwest::Client,
+    forge: &Forge,
+    repo: &str,
+    label: &str,
+    page: u32,
+) -> reqwest::RequestBuilder {
+    let mut query = vec![
+        ("state", "all".to_string()),
+        ("sort", "updated".to_string()),
+        ("per_page", PER_PAGE.to_string()),
+        ("page", page.to_string()),
+    ];
+    if !label.is_empty() {
+        query.push(("labels", label.to_string()));
+    }
+    github_request(
+        client,
+        forge,
+        reqwest::Method::GET,
+        &format!("/repos/{repo}/issues"),
+    )
+    .query(&query)
+}
+
+/// Comments `body` on issue `number` (a note on a GitLab issue).
 pub async fn comment(
     client: &reqwest::Client,
     forge: &Forge,
@@ -234,14 +291,17 @@ pub async fn comment(
     number: i64,
     body: &str,
 ) -> Result<(), TrackerError> {
-    let request = github_request(
-        client,
-        forge,
-        reqwest::Method::POST,
-        &format!("/repos/{repo}/issues/{number}/comments"),
-    )
+    let request = match forge.kind {
+        ForgeKind::Github => github_request(
+            client,
+            forge,
+            reqwest::Method::POST,
+            &format!("/repos/{repo}/issues/{number}/comments"),
+        ),
+        ForgeKind::Gitlab => gitlab::note_request(client, forge, repo, number),
+    }
     .json(&json!({ "body": body }));
-    answer(repo, request).await.map(drop)
+    answer(forge.kind.name(), repo, request).await.map(drop)
 }
 
 #[cfg(test)]

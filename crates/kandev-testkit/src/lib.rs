@@ -22,11 +22,15 @@
 //! - [`fake_github`]: a local server speaking the GitHub API subset Kandev
 //!   uses (issues, comments, pull requests, check runs, statuses and job
 //!   logs; 401, 404 and 301 answers).
+//! - [`fake_gitlab`]: the same for GitLab's REST API v4 (issues, notes,
+//!   merge requests, pipelines, jobs and traces; 404 and 401 answers) and
+//!   its `Issue Hook` webhook deliveries.
 //!
 //! `KANDEV_TEST_PG_BASE` overrides the Postgres server URL
 //! (default `postgres://postgres@127.0.0.1:5432`).
 
 pub mod fake_github;
+pub mod fake_gitlab;
 
 use std::{
     net::TcpListener as StdListener,

@@ -13,6 +13,7 @@ mod export;
 mod faults;
 mod followup;
 mod fuzz;
+mod gitlab;
 mod happy;
 mod metrics;
 mod permission;

@@ -16,7 +16,7 @@ use kandev_testkit::fake_github::{FakeGithub, issue, issue_event};
 const SECRET: &str = "whsec-e2e-5f1c";
 
 /// The board's tasks.
-async fn tasks(api: &Api, board: &str) -> Vec<Value> {
+pub(crate) async fn tasks(api: &Api, board: &str) -> Vec<Value> {
     let r = api.get(&format!("/api/v1/boards/{board}/tasks")).await;
     assert_eq!(r.status, 200, "{}", r.body);
     r.body["tasks"].as_array().cloned().unwrap_or_default()

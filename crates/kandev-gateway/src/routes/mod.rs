@@ -64,8 +64,10 @@ fn api(state: AppState) -> Router<AppState> {
     let public = Router::new()
         .route("/auth/login", post(auth::login))
         .route("/openapi.json", get(openapi::json))
-        // Public: refused unless signed with a linked board's secret.
-        .route("/trackers/github/webhook", post(trackers::github_webhook));
+        // Public: refused unless signed with (or carrying) a linked
+        // board's secret.
+        .route("/trackers/github/webhook", post(trackers::github_webhook))
+        .route("/trackers/gitlab/webhook", post(trackers::gitlab_webhook));
     let protected = Router::new()
         .route("/auth/me", get(auth::me))
         .route("/users", post(auth::create_user))

@@ -1,8 +1,9 @@
-//! A board's link to an issue tracker (a GitHub repository, whose issues
-//! with the label become the board's tasks), kept by the orchestrator: set,
-//! read and removed by whoever may see the board; and the tracker's
-//! webhook, public but refused unless its `X-Hub-Signature-256` is that of
-//! a linked board's secret (the orchestrator checks it before it reads
+//! A board's link to an issue tracker (a GitHub repository or a GitLab
+//! project, whose issues with the label become the board's tasks), kept by
+//! the orchestrator: set, read and removed by whoever may see the board;
+//! and the trackers' webhooks, public but refused unless GitHub's
+//! `X-Hub-Signature-256` is that of a linked board's secret, or GitLab's
+//! `X-Gitlab-Token` is one (the orchestrator checks it before it reads
 //! anything). The webhook secret is never returned.
 
 use axum::{
@@ -29,11 +30,11 @@ use crate::{
 pub struct TrackerLink {
     #[schema(value_type = uuid::Uuid)]
     pub board_id: String,
-    /// `github`.
+    /// `github` or `gitlab`.
     pub kind: String,
     /// The repository's clone URL (tasks made of its issues work on it).
     pub repository_url: String,
-    /// `owner/repo` on the forge.
+    /// `owner/repo` (a GitLab project's full path) on the forge.
     pub repository: String,
     /// Only issues with this label become tasks; empty: every issue.
     pub label: String,
@@ -76,17 +77,18 @@ impl From<pb::TrackerLink> for TrackerLink {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetTrackerLink {
-    /// `github`.
+    /// `github` or `gitlab`: the kind of the repository's forge.
     pub kind: String,
-    /// The repository's clone URL, on a forge of `KANDEV_FORGES` (whose
-    /// token reads its issues and comments on them).
+    /// The repository's clone URL, on a forge of `KANDEV_FORGES` of that
+    /// kind (whose token reads its issues and comments on them).
     pub repository_url: String,
     #[serde(default)]
     pub label: String,
     #[serde(default)]
     pub agent_type: String,
-    /// The secret the forge signs webhook deliveries with (stored, never
-    /// returned); none: the link is only reconciled periodically.
+    /// The secret the forge signs webhook deliveries with (GitHub), or
+    /// sends as their `X-Gitlab-Token` (GitLab); stored, never returned.
+    /// None: the link is only reconciled periodically.
     #[serde(default)]
     pub webhook_secret: String,
     /// The name of one of the caller's secrets (`/api/v1/secrets`) whose
@@ -216,14 +218,64 @@ pub async fn github_webhook(
             "the X-Hub-Signature-256 header is missing or not sha256",
         ));
     }
+    deliver(
+        &state,
+        "github",
+        header(&headers, "x-github-event"),
+        signature,
+        body,
+    )
+    .await
+}
+
+#[utoipa::path(operation_id = "gitlab_tracker_webhook", post, path = "/api/v1/trackers/gitlab/webhook", tag = "boards",
+    params(
+        ("X-Gitlab-Event" = String, Header, description = "the event (`Issue Hook`; others are acknowledged and ignored)"),
+        ("X-Gitlab-Token" = String, Header, description = "the link's webhook secret, as set on the GitLab project's webhook"),
+    ),
+    request_body(content = serde_json::Value, description = "GitLab's delivery, as GitLab sent it"),
+    responses((status = 200, body = WebhookOutcome),
+        (status = 400, description = "proven, but not an issue event Kandev reads", body = ErrorBody),
+        (status = 401, description = "the token is missing or is no linked board's secret; nothing changed", body = ErrorBody)),
+    security(()))]
+#[tracing::instrument(skip_all)]
+pub async fn gitlab_webhook(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<WebhookOutcome>> {
+    let token = header(&headers, "x-gitlab-token");
+    if token.is_empty() {
+        return Err(ApiError::unauthorized(
+            "the X-Gitlab-Token header is missing",
+        ));
+    }
+    deliver(
+        &state,
+        "gitlab",
+        header(&headers, "x-gitlab-event"),
+        token,
+        body,
+    )
+    .await
+}
+
+/// Hands a delivery and its proof to the orchestrator, which checks it.
+async fn deliver(
+    state: &AppState,
+    kind: &str,
+    event: &str,
+    proof: &str,
+    body: Bytes,
+) -> ApiResult<Json<WebhookOutcome>> {
     let outcome = state
         .downstream()
         .orchestrator
         .clone()
         .deliver_tracker_webhook(pb::TrackerWebhookRequest {
-            kind: "github".into(),
-            event: header(&headers, "x-github-event").to_string(),
-            signature: signature.to_string(),
+            kind: kind.into(),
+            event: event.to_string(),
+            signature: proof.to_string(),
             payload: body.to_vec(),
         })
         .await

@@ -23,7 +23,7 @@ use crate::{
     checks::{Check, CheckState, read_checks},
     domain::{ExecutionView, Orchestration, OrchestratorError, Result},
     engine::store::{ChecksPoll, TaskChecksRow},
-    forge::{ForgeKind, forge_for},
+    forge::forge_for,
 };
 
 /// Watched commits read per scheduler pass.
@@ -103,9 +103,8 @@ impl Engine {
     /// Watches the checks of `sha`, just pushed from the task's branch to
     /// `repository_url`, when a forge whose checks are read hosts it.
     pub(super) async fn watch_checks(&self, task_id: Uuid, repository_url: &str, sha: &str) {
-        let on_github = forge_for(&self.settings.forges, repository_url)
-            .is_some_and(|f| f.kind == ForgeKind::Github);
-        if !on_github || sha.is_empty() {
+        let on_forge = forge_for(&self.settings.forges, repository_url).is_some();
+        if !on_forge || sha.is_empty() {
             return;
         }
         let first = Utc::now()

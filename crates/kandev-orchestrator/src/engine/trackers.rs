@@ -1,9 +1,11 @@
-//! Boards linked to an issue tracker (a GitHub repository): its issues
+//! Boards linked to an issue tracker (a GitHub repository or a GitLab
+//! project, on a forge of `KANDEV_FORGES` of that kind): its issues
 //! (with the link's label) become the board's tasks, by webhook and by a
 //! periodic reconcile, one task per issue whichever comes first (the
 //! store's claim); an edited issue updates its task; a closed one cancels
 //! its task if it has not started. A task made of an issue opens its pull
-//! request with "Closes #N", and the issue gets a comment with the link.
+//! (or merge) request with "Closes #N", and the issue gets a comment (a
+//! note on GitLab) with the link.
 
 use std::{collections::HashMap, time::Duration};
 
@@ -58,13 +60,14 @@ pub fn link_from_proto(r: pb::SetTrackerLinkRequest, forges: &[Forge]) -> Result
     let board_id = Uuid::parse_str(&r.board_id)
         .map_err(|_| OrchestratorError::BadRequest(format!("invalid board id {:?}", r.board_id)))?;
     let invalid = |m: String| Err(OrchestratorError::Validation(m));
-    if r.kind != "github" {
-        return invalid(format!("kind must be github, not {:?}", r.kind));
-    }
+    let Some(kind) = tracker_kind(&r.kind) else {
+        return invalid(format!("kind must be github or gitlab, not {:?}", r.kind));
+    };
     let url = r.repository_url.trim();
-    let Some(forge) = forge::forge_for(forges, url).filter(|f| f.kind == ForgeKind::Github) else {
+    let Some(forge) = forge::forge_for(forges, url).filter(|f| f.kind == kind) else {
         return invalid(format!(
-            "no GitHub forge is configured for {url:?} (KANDEV_FORGES)"
+            "no {} forge is configured for {url:?} (KANDEV_FORGES)",
+            kind.name()
         ));
     };
     let Some(repository) = forge::project_path(forge, url).filter(|p| safe_path(p)) else {
@@ -101,6 +104,13 @@ pub fn link_from_proto(r: pb::SetTrackerLinkRequest, forges: &[Forge]) -> Result
         last_synced_at: None,
         created_at: Utc::now(),
     })
+}
+
+/// The forge kind a link's `kind` names.
+fn tracker_kind(kind: &str) -> Option<ForgeKind> {
+    [ForgeKind::Github, ForgeKind::Gitlab]
+        .into_iter()
+        .find(|k| k.as_str() == kind)
 }
 
 /// `owner/repo` with nothing a URL path would read otherwise.
@@ -157,14 +167,17 @@ pub fn backoff(interval: Duration, failures: u32) -> Duration {
 }
 
 impl Engine {
-    /// The GitHub forge of a link, or why there is none; its token is
-    /// the linking user's secret the link names, else the forge's.
+    /// The forge of a link's kind, or why there is none; its token is the
+    /// linking user's secret the link names, else the forge's.
     async fn link_forge(&self, link: &TrackerLinkRow) -> std::result::Result<Forge, String> {
+        let kind = tracker_kind(&link.kind)
+            .ok_or_else(|| format!("the link's kind {:?} is not a tracker", link.kind))?;
         let forge = forge::forge_for(&self.settings.forges, &link.repository_url)
-            .filter(|f| f.kind == ForgeKind::Github)
+            .filter(|f| f.kind == kind)
             .ok_or_else(|| {
                 format!(
-                    "no GitHub forge is configured for {} any more (KANDEV_FORGES)",
+                    "no {} forge is configured for {} any more (KANDEV_FORGES)",
+                    kind.name(),
                     link.repository_url
                 )
             })?;
@@ -224,43 +237,50 @@ impl Engine {
         }
     }
 
-    /// A webhook delivery: refused unless its signature is that of a
-    /// linked board's secret (checked before the payload is read); then
-    /// its `issues` event is applied to every board linked to that
-    /// repository with that secret.
+    /// A webhook delivery: refused unless its proof (GitHub's signature,
+    /// GitLab's token) is that of a linked board's secret (checked before
+    /// the payload is read); then its issue event is applied to every
+    /// board linked to that repository with that secret.
     #[tracing::instrument(skip_all, fields(%kind, %event))]
     pub(crate) async fn tracker_webhook(
         &self,
         kind: &str,
         event: &str,
-        signature: &str,
+        proof: &str,
         payload: &[u8],
     ) -> Result<Applied> {
         let refused =
             || OrchestratorError::Unauthenticated("the webhook's signature is not valid".into());
-        if kind != "github" {
+        let Some(forge_kind) = tracker_kind(kind) else {
             return Err(OrchestratorError::NotFound(format!(
                 "no tracker of kind {kind:?}"
             )));
-        }
-        let signature = tracker::parse_signature(signature).ok_or_else(refused)?;
+        };
+        let signature = match forge_kind {
+            ForgeKind::Github => Some(tracker::parse_signature(proof).ok_or_else(refused)?),
+            ForgeKind::Gitlab => None,
+        };
+        let proven = |secret: &str| match &signature {
+            Some(signature) => tracker::signature_matches(secret, payload, signature),
+            None => tracker::token_matches(secret, proof),
+        };
         let links: Vec<TrackerLinkRow> = self
             .store
             .tracker_links()
             .await?
             .into_iter()
-            .filter(|l| {
-                l.kind == kind && tracker::signature_matches(&l.webhook_secret, payload, &signature)
-            })
+            .filter(|l| l.kind == kind && proven(&l.webhook_secret))
             .collect();
         if links.is_empty() {
             tracing::warn!("a webhook delivery with a bad signature was refused");
             return Err(refused());
         }
-        if event != "issues" {
-            return Ok(Applied::Ignored);
+        let delivery = match forge_kind {
+            ForgeKind::Github if event == "issues" => IssueEvent::parse(payload),
+            ForgeKind::Gitlab if event == tracker::ISSUE_HOOK => IssueEvent::parse_gitlab(payload),
+            _ => return Ok(Applied::Ignored),
         }
-        let delivery = IssueEvent::parse(payload).map_err(OrchestratorError::Validation)?;
+        .map_err(OrchestratorError::Validation)?;
         let mut outcome = Applied::Ignored;
         for link in links
             .iter()
@@ -463,21 +483,30 @@ impl Engine {
         Some((issue, link))
     }
 
-    /// "Closes #N" for a pull request on `repository_url` (the issue's
-    /// repository named when the pull request is elsewhere).
+    /// "Closes #N" for a pull (or merge) request on `repository_url`: the
+    /// issue's repository named when the request is elsewhere on the same
+    /// forge (both GitHub and GitLab read `owner/repo#N`), the issue's URL
+    /// when on another forge (which only links it).
     pub(crate) fn closes_line(
         &self,
         repository_url: &str,
         issue: &TrackerIssueRow,
         link: &TrackerLinkRow,
     ) -> String {
-        let same = forge::forge_for(&self.settings.forges, repository_url)
+        let forges = &self.settings.forges;
+        let forge = forge::forge_for(forges, repository_url);
+        let same_forge = forge.is_some_and(|f| {
+            f.kind.as_str() == link.kind
+                && forge::forge_for(forges, &link.repository_url)
+                    .is_some_and(|l| l.repository_prefix == f.repository_prefix)
+        });
+        let same_project = forge
             .and_then(|f| forge::project_path(f, repository_url))
             .is_some_and(|p| p.eq_ignore_ascii_case(&link.repository));
-        if same {
-            format!("Closes #{}", issue.number)
-        } else {
-            format!("Closes {}#{}", link.repository, issue.number)
+        match (same_forge, same_project) {
+            (true, true) => format!("Closes #{}", issue.number),
+            (true, false) => format!("Closes {}#{}", link.repository, issue.number),
+            (false, _) => format!("Closes {}", issue.url),
         }
     }
 
@@ -489,14 +518,19 @@ impl Engine {
         link: &TrackerLinkRow,
         pull_request: &str,
     ) {
-        let body = format!("Kandev opened a pull request for this issue: {pull_request}");
         let result = match self.link_forge(link).await {
             Ok(forge) => tracker::comment(
                 &tracker::http_client(),
                 &forge,
                 &link.repository,
                 issue.number,
-                &body,
+                &format!(
+                    "Kandev opened a {} for this issue: {pull_request}",
+                    match forge.kind {
+                        ForgeKind::Github => "pull request",
+                        ForgeKind::Gitlab => "merge request",
+                    }
+                ),
             )
             .await
             .map_err(|e: TrackerError| e.to_string()),

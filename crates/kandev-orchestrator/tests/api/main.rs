@@ -20,4 +20,5 @@ mod leader;
 mod queue;
 mod task_steps;
 mod trackers;
+mod trackers_gitlab;
 mod workflow;

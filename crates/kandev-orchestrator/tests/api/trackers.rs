@@ -37,7 +37,9 @@ async fn app_with(forge: &FakeGithub) -> TestApp {
     .await
 }
 
-fn orchestrator(app: &TestApp) -> OrchestratorClient<kandev_common::trace::TracedChannel> {
+pub(crate) fn orchestrator(
+    app: &TestApp,
+) -> OrchestratorClient<kandev_common::trace::TracedChannel> {
     OrchestratorClient::new(service_channel(app.addr))
 }
 
@@ -57,7 +59,7 @@ async fn link(app: &TestApp, board: &str, repo: &str, secret: &str) -> pb::Track
         .into_inner()
 }
 
-async fn tasks(app: &TestApp, board: &str) -> Vec<pb::Task> {
+pub(crate) async fn tasks(app: &TestApp, board: &str) -> Vec<pb::Task> {
     app.tasks()
         .list_tasks(pb::ListTasksRequest {
             board_id: board.into(),
