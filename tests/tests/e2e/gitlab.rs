@@ -67,13 +67,6 @@ async fn a_gitlab_issue_becomes_a_task_whose_merge_request_closes_it_and_ci_is_r
                     "KANDEV_CHECKS_POLL_MS".into(),
                     "200".into(),
                 ),
-                // The Fix CI turn works in the task's clone: kept after the
-                // push (removed by default, see the README).
-                (
-                    Svc::Orchestrator,
-                    "KANDEV_REMOVE_WORKSPACE_AFTER_DELIVERY".into(),
-                    "false".into(),
-                ),
             ],
             ..Options::default()
         },
