@@ -209,16 +209,18 @@ async fn a_boards_tracker_link_and_its_error_show() {
              const e = document.querySelector('[data-testid=tracker-last-error]');
              return { status: s.textContent, repository: s.dataset.repository || null,
                       error: e ? e.textContent : null,
+                      kind: document.querySelector('[data-testid=tracker-kind]').value,
                       url: document.querySelector('[data-testid=tracker] input[name=repository_url]').value };",
             vec![],
         )
         .await;
         assert_eq!(shown["url"], url, "{shown}");
+        assert_eq!(shown["kind"], "github", "{shown}");
         assert!(
             shown["status"]
                 .as_str()
                 .unwrap()
-                .contains("(issues labelled “kandev”); last synced"),
+                .contains("on GitHub (issues labelled “kandev”); last synced"),
             "{shown}"
         );
         match words {
@@ -253,6 +255,16 @@ async fn a_boards_tracker_link_and_its_error_show() {
     )
     .await;
     assert_eq!(status, "Not linked to an issue tracker.");
+    let forges = wait_js(
+        c,
+        "the forges offered",
+        20,
+        "const o = [...document.querySelectorAll('[data-testid=tracker-kind] option')];
+         return o.length ? o.map((x) => [x.value, x.textContent]) : false;",
+        vec![],
+    )
+    .await;
+    assert_eq!(forges, json!([["github", "GitHub"], ["gitlab", "GitLab"]]));
     type_into(c, "[data-testid=tracker] input[name=repository_url]", &url).await;
     type_into(
         c,
