@@ -245,25 +245,8 @@ impl Engine {
                 message,
                 actor,
             } => {
-                let prompt = review_prompt(&comments, &message)?;
-                let kept = kept_comments(comments, &message);
-                let round = self.store.add_review_round(task_id, &actor, &kept).await?;
-                tracing::info!(%task_id, round, comments = kept.len(), "changes requested");
-                let execution = match self.start_task(task_id, Some(prompt), &actor).await {
-                    Ok(execution) => execution,
-                    Err(err) => {
-                        // Not asked after all: the round is not kept.
-                        if let Err(e) = self.store.forget_review_round(task_id, round).await {
-                            tracing::warn!(%task_id, round, error = %e, "cannot forget a review round");
-                        }
-                        return Err(err);
-                    }
-                };
-                Ok(ReviewOutcome {
-                    execution,
-                    delivery: None,
-                    pull_request: None,
-                })
+                self.request_changes(task_id, comments, &message, &actor)
+                    .await
             }
             Review::Approve {
                 message,
@@ -271,71 +254,109 @@ impl Engine {
                 email,
                 merge,
             } => {
-                let reviewer = author.clone();
                 let message = if message.trim().is_empty() {
                     commit_message(&task)
                 } else {
                     message
                 };
-                let forge = crate::forge::forge_for(&self.settings.forges, &task.repository_url);
-                let delivery = self
-                    .agents
-                    .deliver(pb::DeliverChangesRequest {
-                        task_id: task_id.to_string(),
-                        message,
-                        author_name: author,
-                        author_email: email,
-                        push: true,
-                        merge,
-                        // A forge's token pushes over https too.
-                        push_auth: forge.map(crate::forge::push_auth).unwrap_or_default(),
-                    })
-                    .await
-                    .map_err(OrchestratorError::upstream("agent manager"))?;
-                tracing::info!(%task_id, branch = %delivery.branch, commit = %delivery.commit, "approved and delivered");
-                // On a forge: a pull request of the pushed branch. A failure
-                // leaves the task in review, with the forge's reason.
-                let pull_request = match forge {
-                    Some(forge) if !delivery.pushed_to.is_empty() => Some(
-                        self.open_pull_request(forge, &task, &delivery, &reviewer)
-                            .await?,
-                    ),
-                    _ => None,
+                let request = pb::DeliverChangesRequest {
+                    task_id: task_id.to_string(),
+                    message,
+                    author_name: author,
+                    author_email: email,
+                    push: true,
+                    merge,
+                    push_auth: String::new(),
                 };
-                if pull_request.is_some() {
-                    self.watch_checks(task_id, &task.repository_url, &delivery.commit)
-                        .await;
-                }
-                let patch = json!({
-                        "delivered": {
-                            "branch": delivery.branch,
-                            "commit": delivery.commit,
-                            "pushed_to": delivery.pushed_to,
-                            "pull_request": pull_request,
-                        }
-                });
-                if state == TaskState::Review {
-                    self.change_task_state(
-                        task_id,
-                        pb::TaskState::Completed,
-                        "approved",
-                        Some(patch),
-                    )
-                    .await?;
-                } else {
-                    self.record_metadata(task_id, &patch).await;
-                }
-                // Delivered: the clone has done its job.
-                if self.settings.remove_workspace_after_delivery && !delivery.pushed_to.is_empty() {
-                    self.remove_delivered_clone(task_id).await;
-                }
-                Ok(ReviewOutcome {
-                    execution: self.get_execution(task_id).await?,
-                    delivery: Some(delivery),
-                    pull_request,
-                })
+                self.approve(task_id, &task, state, request).await
             }
         }
+    }
+
+    /// Keeps the review round and sends its prompt as the next turn; a
+    /// round whose turn cannot start is not kept.
+    async fn request_changes(
+        &self,
+        task_id: Uuid,
+        comments: Vec<ReviewComment>,
+        message: &str,
+        actor: &str,
+    ) -> Result<ReviewOutcome> {
+        let prompt = review_prompt(&comments, message)?;
+        let kept = kept_comments(comments, message);
+        let round = self.store.add_review_round(task_id, actor, &kept).await?;
+        tracing::info!(%task_id, round, comments = kept.len(), "changes requested");
+        let execution = match self.start_task(task_id, Some(prompt), actor).await {
+            Ok(execution) => execution,
+            Err(err) => {
+                if let Err(e) = self.store.forget_review_round(task_id, round).await {
+                    tracing::warn!(%task_id, round, error = %e, "cannot forget a review round");
+                }
+                return Err(err);
+            }
+        };
+        Ok(ReviewOutcome {
+            execution,
+            delivery: None,
+            pull_request: None,
+        })
+    }
+
+    /// Delivers the task's work (`request`); on a forge, opens its pull
+    /// request and watches its checks; then the task is completed with
+    /// what was delivered, and the clone, its job done, removed.
+    async fn approve(
+        &self,
+        task_id: Uuid,
+        task: &pb::Task,
+        state: TaskState,
+        mut request: pb::DeliverChangesRequest,
+    ) -> Result<ReviewOutcome> {
+        let reviewer = request.author_name.clone();
+        let forge = crate::forge::forge_for(&self.settings.forges, &task.repository_url);
+        // A forge's token pushes over https too.
+        request.push_auth = forge.map(crate::forge::push_auth).unwrap_or_default();
+        let delivery = self
+            .agents
+            .deliver(request)
+            .await
+            .map_err(OrchestratorError::upstream("agent manager"))?;
+        tracing::info!(%task_id, branch = %delivery.branch, commit = %delivery.commit, "approved and delivered");
+        // On a forge: a pull request of the pushed branch. A failure leaves
+        // the task in review, with the forge's reason.
+        let pull_request = match forge {
+            Some(forge) if !delivery.pushed_to.is_empty() => Some(
+                self.open_pull_request(forge, task, &delivery, &reviewer)
+                    .await?,
+            ),
+            _ => None,
+        };
+        if pull_request.is_some() {
+            self.watch_checks(task_id, &task.repository_url, &delivery.commit)
+                .await;
+        }
+        let patch = json!({
+            "delivered": {
+                "branch": delivery.branch,
+                "commit": delivery.commit,
+                "pushed_to": delivery.pushed_to,
+                "pull_request": pull_request,
+            }
+        });
+        if state == TaskState::Review {
+            self.change_task_state(task_id, pb::TaskState::Completed, "approved", Some(patch))
+                .await?;
+        } else {
+            self.record_metadata(task_id, &patch).await;
+        }
+        if self.settings.remove_workspace_after_delivery && !delivery.pushed_to.is_empty() {
+            self.remove_delivered_clone(task_id).await;
+        }
+        Ok(ReviewOutcome {
+            execution: self.get_execution(task_id).await?,
+            delivery: Some(delivery),
+            pull_request,
+        })
     }
 }
 
