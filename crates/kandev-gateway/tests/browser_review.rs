@@ -125,6 +125,9 @@ async fn a_review_written_from_the_keyboard_is_kept_and_resolved() {
     type_into(c, "[data-testid=review-message]", "scenario: code").await;
     click(c, "[data-testid=review-request-changes]").await;
     kept_after_the_next_turn(c).await;
+    // The page may show REVIEW from before the turn; the API says when
+    // the turn ended.
+    wait_task_state(c, &task, "REVIEW", 120).await;
     screenshot(c, "review-kept-1440.png").await;
 
     // A later round on a line that is gone: outdated, above the file; the

@@ -13,7 +13,11 @@
 //! - a cancel mid-turn ends the turn `cancelled`;
 //! - a wrong key ends the task FAILED with the vendor's words.
 
-use std::time::{Duration, Instant};
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use kandev_e2e::{
     Api, Feed, Options, Stack, Svc,
@@ -52,7 +56,24 @@ async fn gemini_completes_scripted_turns_single() {
     scripted_turns_on(agents::GEMINI, "gemini_single", Options::single()).await;
 }
 
+/// One agent type's runs take turns across the two stacks of this file.
+/// Both log in as `admin` on one Docker engine, so both use the same home
+/// volume (one per user and agent type on an engine), and two adapters
+/// starting at the same instant on one home race: codex's state database
+/// refused the second ("failed to initialize sqlite state runtime").
+fn home_turn(agent: &RealAgent) -> Arc<tokio::sync::Mutex<()>> {
+    static HOMES: Mutex<BTreeMap<&str, Arc<tokio::sync::Mutex<()>>>> = Mutex::new(BTreeMap::new());
+    HOMES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(agent.type_id)
+        .or_default()
+        .clone()
+}
+
 async fn scripted_turns_on(agent: RealAgent, test: &str, mut options: Options) {
+    let home = home_turn(&agent);
+    let _turn = home.lock().await;
     let base = tokio::task::spawn_blocking(kandev_e2e::ensure_agent_base)
         .await
         .unwrap();

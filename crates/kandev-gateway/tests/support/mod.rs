@@ -433,6 +433,21 @@ pub async fn wait_js(c: &Client, what: &str, secs: u64, script: &str, args: Vec<
     }
 }
 
+/// Waits until the API says `task` is in `state`: what the page shows may
+/// still be the state before a turn the page has not heard start.
+pub async fn wait_task_state(c: &Client, task: &str, state: &str, secs: u64) {
+    wait_js(
+        c,
+        &format!("the task {state} (API)"),
+        secs,
+        "return fetch('/api/v1/tasks/' + arguments[0],
+             { headers: { Authorization: 'Bearer ' + sessionStorage.getItem('kandev.token') } })
+           .then((r) => r.json()).then((t) => t.state === arguments[1]);",
+        vec![json!(task), json!(state)],
+    )
+    .await;
+}
+
 pub async fn js(c: &Client, script: &str, args: Vec<Value>) -> Value {
     c.execute(script, args).await.expect("script runs")
 }
