@@ -181,12 +181,18 @@ impl<S: Sink<Message> + Unpin> FrameWriter<S> {
         }
     }
 
-    /// Frames after `last`, in batches of writes.
+    /// Frames after `last`, in batches of writes; a frame not after the one
+    /// before it (a repeat, or one the client already has) is skipped.
     async fn frames<F: Borrow<feed::Frame>>(&mut self, frames: &[F]) -> Result<(), Outcome> {
+        let mut newest = self.last;
         let fresh: Vec<&feed::Frame> = frames
             .iter()
             .map(Borrow::borrow)
-            .filter(|f| f.seq > self.last)
+            .filter(|f| {
+                let after = f.seq > newest;
+                newest = newest.max(f.seq);
+                after
+            })
             .collect();
         for chunk in fresh.chunks(WRITE_BATCH) {
             if self.lagged.is_cancelled() {
