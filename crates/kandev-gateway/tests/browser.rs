@@ -1375,6 +1375,18 @@ async fn the_changes_tab_shows_the_agents_edits() {
         vec![],
     )
     .await;
+    // The page may show REVIEW from before the second turn: the API says
+    // when it ended, and the page follows.
+    wait_task_state(c, &task_id, "REVIEW", 120).await;
+    wait_js(
+        c,
+        "the review form for the second turn",
+        30,
+        "return document.querySelector('[data-testid=task-state]').dataset.state === 'REVIEW'
+           && !document.querySelector('[data-testid=review]').hidden;",
+        vec![],
+    )
+    .await;
     let prompt = js(
         c,
         "return [...document.querySelectorAll('[data-testid=feed-item]')].map(f => f.textContent)
