@@ -223,7 +223,7 @@ async fn try_lead(
 }
 
 /// Sleeps `d`; true when `stop` fired first.
-async fn sleep_or_stop(d: Duration, stop: &CancellationToken) -> bool {
+pub(crate) async fn sleep_or_stop(d: Duration, stop: &CancellationToken) -> bool {
     tokio::select! {
         () = stop.cancelled() => true,
         () = tokio::time::sleep(d) => false,

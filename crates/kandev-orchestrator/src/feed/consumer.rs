@@ -13,6 +13,8 @@ use tokio::sync::mpsc;
 use tracing::Instrument as _;
 use uuid::Uuid;
 
+use crate::leader::sleep_or_stop;
+
 use super::{
     FeedHub, Frame,
     store::{self, FeedStore},
@@ -86,7 +88,7 @@ impl FeedConsumer {
         // Before the first message: which instances' messages to drop.
         while let Err(err) = self.fence.load(self.store.as_ref()).await {
             tracing::warn!(%err, "acp consumer: cannot read moved instances, retrying");
-            if pause(&stop, Duration::from_millis(500)).await {
+            if sleep_or_stop(Duration::from_millis(500), &stop).await {
                 return;
             }
         }
@@ -119,7 +121,7 @@ impl FeedConsumer {
                         // What is numbered (and live) is stored meanwhile.
                         pending.send(&batch_tx).await;
                         consumer = None;
-                        if pause(&stop, Duration::from_secs(1)).await {
+                        if sleep_or_stop(Duration::from_secs(1), &stop).await {
                             break;
                         }
                         continue;
@@ -145,7 +147,7 @@ impl FeedConsumer {
                     failures += 1;
                     tracing::warn!(%err, failures, "acp consumer: cannot pull, retrying");
                     pending.send(&batch_tx).await;
-                    if pause(&stop, Duration::from_secs(1)).await {
+                    if sleep_or_stop(Duration::from_secs(1), &stop).await {
                         break;
                     }
                 }
@@ -340,14 +342,6 @@ impl Pending {
             };
             let _ = tx.send(batch).await;
         }
-    }
-}
-
-/// Sleeps `d`; true when `stop` fired first.
-async fn pause(stop: &CancellationToken, d: Duration) -> bool {
-    tokio::select! {
-        () = stop.cancelled() => true,
-        () = tokio::time::sleep(d) => false,
     }
 }
 
