@@ -374,8 +374,12 @@ impl Stack {
                 }
             }
             env.extend(nats.service_env(svc.nats_user()));
+            // The test's own settings replace the stack's.
             for (_, k, v) in options.env.iter().filter(|(s, _, _)| *s == svc) {
-                env.push((k.clone(), v.clone()));
+                match env.iter_mut().find(|(e, _)| e == k) {
+                    Some(kept) => kept.1 = v.clone(),
+                    None => env.push((k.clone(), v.clone())),
+                }
             }
             procs.push(Proc {
                 svc,

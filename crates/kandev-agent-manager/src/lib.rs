@@ -6,8 +6,9 @@
 //! # Layout
 //! - [`domain`]: agent types, instances, statuses, and [`AgentError`] with
 //!   its place in the common error table.
-//! - [`store`]: Postgres tables `agent_types` (seeded), `agent_instances`
-//!   and `agent_logs`.
+//! - [`store`]: the service's tables (`agent_types`, seeded,
+//!   `agent_instances`, `agent_logs`, users' secrets, profiles), one
+//!   statement text for Postgres and SQLite.
 //! - [`docker`]: bollard: images, containers with limits and labels,
 //!   attach, exit codes.
 //! - [`images`]: the agent images Kandev builds from its recipes.
@@ -21,7 +22,8 @@
 //!   following or interpreting anything the agent wrote.
 //! - [`git`]: git on the host, only ever in Kandev's own repository;
 //!   [`changes`]: a task's branch and its changes against the base;
-//!   [`delivery`]: committing and pushing them.
+//!   [`delivery`]: committing and pushing them; [`reclone`]: a delivered
+//!   task's clone made again from its pushed branch for a follow-up.
 //! - [`runner`]: one prompt turn in one container, and the event pipeline.
 //! - [`manager`]: the domain API ([`AgentManager`]) and reconciliation.
 //! - [`grpc`]: the thin tonic adapter.

@@ -259,6 +259,12 @@ impl Bench {
                     "KANDEV_FEED_FLUSH_MS".into(),
                     "50".into(),
                 ),
+                // The defaults, where the test stack sets its own.
+                (
+                    Svc::AgentManager,
+                    "KANDEV_SEQ_FLUSH_MS".into(),
+                    "500".into(),
+                ),
             ],
             sqlite: single,
             single,

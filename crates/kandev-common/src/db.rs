@@ -14,6 +14,26 @@ use sqlx::{
 
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The texts of a multi-row statement, one per row count from 0 to
+/// `most`: `head`, then `rows` tuples of `columns` parameters numbered
+/// `$1`, `$2`, … (both databases read them), then `tail`. Made once by a
+/// caller's `LazyLock`, so a batch of any size is one prepared text.
+pub fn multi_row(head: &str, columns: usize, most: usize, tail: &str) -> Vec<String> {
+    (0..=most)
+        .map(|rows| {
+            let values: Vec<String> = (0..rows)
+                .map(|row| {
+                    let params: Vec<String> = (1..=columns)
+                        .map(|k| format!("${}", row * columns + k))
+                        .collect();
+                    format!("({})", params.join(", "))
+                })
+                .collect();
+            format!("{head} {}{tail}", values.join(", "))
+        })
+        .collect()
+}
+
 /// Creates `schema` when missing and returns a pool whose connections have
 /// `search_path` set to it. The caller runs its own migrations on the pool
 /// (`sqlx::migrate!` needs the service crate's path). `schema` must be a

@@ -5,7 +5,8 @@
 //! # Layout
 //! - [`config`]: defaults, then an optional TOML file, then `KANDEV_*`
 //!   environment variables, validated once.
-//! - [`db`]: a Postgres pool pinned to the service's own schema.
+//! - [`db`]: a Postgres pool pinned to the service's own schema, SQLite
+//!   files, and one statement text for both ([`db::dialect`]).
 //! - [`telemetry`]: tracing subscriber setup, human or JSON output, OTLP export.
 //! - [`trace`]: W3C trace context in and out of requests, gRPC and NATS.
 //! - [`error`]: [`ErrorCode`], mapped to `tonic::Code` and to HTTP statuses.
@@ -15,6 +16,8 @@
 //! - [`shutdown`]: a cancellation token fired by SIGTERM or ctrl-c.
 //! - [`sync`]: a poison-tolerant mutex [`lock`](sync::lock).
 //! - [`text`]: text made storable (no NUL characters).
+//! - [`webhook`]: GitHub's webhook signatures and GitLab's tokens, checked
+//!   in constant time.
 
 pub mod config;
 pub mod db;

@@ -18,9 +18,9 @@
 //! - [`pool`]: the agent managers as a pool: where a run is placed, where
 //!   a call about an instance goes.
 //! - [`checks`]: the CI checks of a pushed commit (GitHub check runs and
-//!   commit statuses), size-bounded.
-//! - [`tracker`]: issue trackers (GitHub) whose issues become a linked
-//!   board's tasks, and their webhooks' signatures.
+//!   commit statuses, GitLab pipelines' jobs), size-bounded.
+//! - [`tracker`]: issue trackers (GitHub, GitLab) whose issues become a
+//!   linked board's tasks, and their webhooks' signatures or tokens.
 //! - [`http`] and [`ws`]: REST control and the WebSocket feed.
 //! - [`grpc`]: the thin tonic adapter over an `Orchestration`.
 //! - [`leader`]: replicas: one leader runs the consumers and the

@@ -606,35 +606,7 @@ pub async fn run_turn(
 
     // The container goes whatever happened; that also ends the output
     // stream, the client and so the event pipeline.
-    let container = lock(&slots.container).clone();
-    let mut exit_code = None;
-    if let Some(id) = &container {
-        // A completed turn's agent is done once its output is quiet: it is
-        // killed then, not given a grace period it would only wait out.
-        let exited = result.is_ok() && settle_after_turn(&slots).await;
-        let stopped_after_turn = result.is_ok() && !exited;
-        if !exited {
-            shared.docker.kill(id).await;
-        }
-        // The output stream ends once the container's output is fully
-        // copied, so no late stderr line is lost.
-        let demux = lock(&slots.demux).take();
-        if let Some(demux) = demux
-            && tokio::time::timeout(Duration::from_secs(10), demux)
-                .await
-                .is_err()
-        {
-            tracing::warn!(container = %id, "output stream did not end after the container stopped");
-        }
-        // An agent killed after its completed turn has no exit code of
-        // its own.
-        if !stopped_after_turn {
-            exit_code = shared.docker.exit_code(id).await;
-        }
-        // An engine that is still away keeps the container; the manager
-        // removes it when the engine is back (see `AgentManager::reconcile`).
-        shared.docker.remove(id).await;
-    }
+    let exit_code = remove_container(&shared, &slots, result.is_ok()).await;
     // The client is taken, not cloned: the event pipeline ends only when
     // its last handle goes.
     let client = lock(&handle.client).take();
@@ -649,7 +621,61 @@ pub async fn run_turn(
         conversation::record(&shared, instance.task_id, instance.id, sent, &summary).await;
     }
 
-    let (status, outcome) = match &result {
+    let (status, outcome) = outcome(&result, exit_code);
+    if let Err(e) = shared.store.finish(instance.id, status, &outcome).await {
+        tracing::error!(instance = %instance.id, error = %e, "cannot store the outcome");
+    }
+    let final_instance = shared
+        .store
+        .get_instance(instance.id)
+        .await
+        .unwrap_or(instance.clone());
+    // Unregistered before the final event, so a follow-up can start at once.
+    on_end();
+    let _ = handle.done.send(true);
+    announce_end(&shared, &handle, &final_instance, result, &outcome, summary).await;
+}
+
+/// Stops (unless a completed turn's agent exited by itself) and removes
+/// the turn's container, once its output is copied: the agent's exit code,
+/// when it has one of its own.
+async fn remove_container(shared: &Shared, slots: &Slots, completed: bool) -> Option<i64> {
+    let id = lock(&slots.container).clone()?;
+    // A completed turn's agent is done once its output is quiet: it is
+    // killed then, not given a grace period it would only wait out.
+    let exited = completed && settle_after_turn(slots).await;
+    let stopped_after_turn = completed && !exited;
+    if !exited {
+        shared.docker.kill(&id).await;
+    }
+    // The output stream ends once the container's output is fully
+    // copied, so no late stderr line is lost.
+    let demux = lock(&slots.demux).take();
+    if let Some(demux) = demux
+        && tokio::time::timeout(Duration::from_secs(10), demux)
+            .await
+            .is_err()
+    {
+        tracing::warn!(container = %id, "output stream did not end after the container stopped");
+    }
+    // An agent killed after its completed turn has no exit code of its own.
+    let exit_code = if stopped_after_turn {
+        None
+    } else {
+        shared.docker.exit_code(&id).await
+    };
+    // An engine that is still away keeps the container; the manager
+    // removes it when the engine is back (see `AgentManager::reconcile`).
+    shared.docker.remove(&id).await;
+    exit_code
+}
+
+/// The instance's final status and outcome.
+fn outcome(
+    result: &Result<TurnResult, Failure>,
+    exit_code: Option<i64>,
+) -> (InstanceStatus, Outcome) {
+    match result {
         Ok(turn) => (
             InstanceStatus::Completed,
             Outcome {
@@ -678,23 +704,23 @@ pub async fn run_turn(
                 stop_reason: "stopped".into(),
             },
         ),
-    };
-    if let Err(e) = shared.store.finish(instance.id, status, &outcome).await {
-        tracing::error!(instance = %instance.id, error = %e, "cannot store the outcome");
     }
-    let final_instance = shared
-        .store
-        .get_instance(instance.id)
-        .await
-        .unwrap_or(instance.clone());
-    // Unregistered before the final event, so a follow-up can start at once.
-    on_end();
-    let _ = handle.done.send(true);
+}
+
+/// Publishes how the turn ended: completed, failed or stopped.
+async fn announce_end(
+    shared: &Shared,
+    handle: &RunHandle,
+    instance: &AgentInstance,
+    result: Result<TurnResult, Failure>,
+    outcome: &Outcome,
+    summary: String,
+) {
     let bus = shared.bus.as_ref();
     match result {
         Ok(turn) => {
             tracing::info!(instance = %instance.id, stop_reason = %turn.stop_reason, "turn completed");
-            publish_lifecycle(bus, &final_instance, AgentEventKind::Completed, |e| {
+            publish_lifecycle(bus, instance, AgentEventKind::Completed, |e| {
                 e.stop_reason = Some(turn.stop_reason);
                 e.acp_session_id = Some(turn.session_id);
                 e.summary = Some(summary);
@@ -705,7 +731,7 @@ pub async fn run_turn(
             error, retryable, ..
         }) => {
             tracing::warn!(instance = %instance.id, %error, retryable, "agent failed");
-            publish_lifecycle(bus, &final_instance, AgentEventKind::Failed, |e| {
+            publish_lifecycle(bus, instance, AgentEventKind::Failed, |e| {
                 e.error = Some(error);
                 e.exit_code = outcome.exit_code;
                 e.retryable = Some(retryable);
@@ -714,7 +740,7 @@ pub async fn run_turn(
         }
         Err(Failure::Stopped) => {
             let reason = lock(&handle.stop_reason).clone();
-            publish_lifecycle(bus, &final_instance, AgentEventKind::Stopped, |e| {
+            publish_lifecycle(bus, instance, AgentEventKind::Stopped, |e| {
                 e.error = (!reason.is_empty()).then_some(reason);
             })
             .await;

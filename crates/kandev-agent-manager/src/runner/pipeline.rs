@@ -390,20 +390,108 @@ async fn publisher(
         weight: event_weight,
         ends: ends_batch,
     };
-    let subject = subjects::acp_message(&instance.task_id);
-    let stop = CancellationToken::new();
     let mut queued = Vec::with_capacity(MAX_BATCH_EVENTS);
-    let mut cursor = lock(&state).cursor;
-    let mut batch: Option<Batch> = None;
-    // The largest event leaves room for the envelope.
-    let max_event = max_bytes.saturating_sub(ENVELOPE_ROOM);
-    // A new batch starts as large as the last one was, with room for the
-    // event that fills it: a flood's batches are written without growing
-    // (each growth copies what is there), a slow agent's stay small.
-    let mut capacity = BATCH_ROOM;
-    let next_capacity = |sent: usize| (sent + BATCH_ROOM).min(max_bytes + BATCH_ROOM);
-    let mut packer = kandev_events::pack::Packer::default();
-    let mut send = async |batch: Batch, sync: bool| {
+    let cursor = lock(&state).cursor;
+    let mut publisher = Publisher {
+        subject: subjects::acp_message(&instance.task_id),
+        cursor,
+        bus,
+        store,
+        instance,
+        state,
+        stop: CancellationToken::new(),
+        batch: None,
+        max_bytes,
+        // The largest event leaves room for the envelope.
+        max_event: max_bytes.saturating_sub(ENVELOPE_ROOM),
+        capacity: BATCH_ROOM,
+        packer: kandev_events::pack::Packer::default(),
+    };
+    while linger.gather(&mut rx, &mut queued, &bounds).await > 0 {
+        for (event, line) in queued.drain(..) {
+            publisher.add(event, line).await;
+        }
+        publisher.send_open(false).await;
+    }
+}
+
+/// The state of a turn's [`publisher`].
+struct Publisher {
+    bus: Arc<dyn EventBus>,
+    store: Store,
+    instance: AgentInstance,
+    state: SharedState,
+    subject: String,
+    stop: CancellationToken,
+    /// The output read up to the last event added.
+    cursor: OutputCursor,
+    /// The batch being filled.
+    batch: Option<Batch>,
+    max_bytes: usize,
+    max_event: usize,
+    /// What a new batch is made with room for: as large as the last one
+    /// was, with room for the event that fills it. A flood's batches are
+    /// written without growing (each growth copies what is there), a slow
+    /// agent's stay small.
+    capacity: usize,
+    packer: kandev_events::pack::Packer,
+}
+
+impl Publisher {
+    /// Adds an event to the open batch: a batch it would overfill goes
+    /// first, and a sync point goes at once with its batch.
+    async fn add(&mut self, event: AcpEvent, line: Option<Line>) {
+        let (max_bytes, max_event, cursor) = (self.max_bytes, self.max_event, self.cursor);
+        let capacity = self.capacity;
+        let b = self.batch.get_or_insert_with(|| Batch {
+            writer: BatchWriter::new(event.seq, capacity),
+            cursor,
+        });
+        let mark = b.writer.len();
+        if let Err(e) = b
+            .writer
+            .push_with(|buf| write_event(buf, &event, max_event))
+        {
+            tracing::error!(error = %e, seq = event.seq, "cannot serialize an acp event");
+            return;
+        }
+        if b.writer.len() > max_bytes && b.writer.count() > 1 {
+            // Full: send it without this event, which starts the next.
+            b.writer.pop_to(mark);
+            self.send_open(false).await;
+            let mut next = BatchWriter::new(event.seq, self.capacity);
+            if let Err(e) = next.push_with(|buf| write_event(buf, &event, max_event)) {
+                tracing::error!(error = %e, seq = event.seq, "cannot serialize an acp event");
+                return;
+            }
+            self.batch = Some(Batch {
+                writer: next,
+                cursor,
+            });
+        }
+        match line {
+            Some(line) => {
+                line.advance(&mut self.cursor);
+                if let Some(b) = self.batch.as_mut() {
+                    b.cursor = self.cursor;
+                }
+            }
+            None => self.send_open(true).await,
+        }
+    }
+
+    /// Sends the open batch, if there is one.
+    async fn send_open(&mut self, sync: bool) {
+        if let Some(batch) = self.batch.take() {
+            self.capacity = (batch.writer.len() + BATCH_ROOM).min(self.max_bytes + BATCH_ROOM);
+            self.send(batch, sync).await;
+        }
+    }
+
+    /// Publishes `batch` until the bus takes it (a sync point stored
+    /// first), then records how far the published events go.
+    async fn send(&mut self, batch: Batch, sync: bool) {
+        let instance = &self.instance;
         let first_seq = batch.writer.first_seq();
         let last_seq = first_seq + batch.writer.count() as u64 - 1;
         let (id, bytes) =
@@ -411,80 +499,48 @@ async fn publisher(
                 .writer
                 .finish(&instance.task_id, &instance.id, batch.cursor, Utc::now());
         if sync {
-            // Stored before it leaves: a replay after a restart publishes
-            // it again and numbers what follows exactly as before.
-            let progress = lock(&state).progress;
-            let stored: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            if let Err(e) = store
-                .save_sync(
-                    instance.id,
-                    seq_i64(last_seq),
-                    progress,
-                    batch.cursor,
-                    &stored,
-                )
-                .await
-            {
-                tracing::warn!(error = %e, "cannot store a sync point");
-            }
+            self.save_sync(last_seq, batch.cursor, &bytes).await;
         }
         let count = last_seq + 1 - first_seq;
-        let bytes = packer.pack(bytes);
+        let bytes = self.packer.pack(bytes);
         let size = bytes.len();
         let started = std::time::Instant::now();
-        publish_retrying(bus.as_ref(), &subject, id, bytes.into(), &stop).await;
+        publish_retrying(
+            self.bus.as_ref(),
+            &self.subject,
+            id,
+            bytes.into(),
+            &self.stop,
+        )
+        .await;
         metrics::histogram!("kandev_bus_publish_seconds").record(started.elapsed().as_secs_f64());
         metrics::histogram!("kandev_bus_batch_size").record(count as f64);
         metrics::counter!("kandev_acp_messages_total", "hop" => "agent_manager").increment(count);
         metrics::counter!("kandev_acp_bytes_total", "hop" => "agent_manager")
             .increment(size as u64);
-        let mut s = lock(&state);
+        let mut s = lock(&self.state);
         s.published_seq = last_seq;
         s.cursor = batch.cursor;
-    };
-    while linger.gather(&mut rx, &mut queued, &bounds).await > 0 {
-        for (event, line) in queued.drain(..) {
-            let b = batch.get_or_insert_with(|| Batch {
-                writer: BatchWriter::new(event.seq, capacity),
+    }
+
+    /// Stores a sync point's batch before it leaves: a replay after a
+    /// restart publishes it again and numbers what follows exactly as
+    /// before.
+    async fn save_sync(&self, last_seq: u64, cursor: OutputCursor, bytes: &[u8]) {
+        let progress = lock(&self.state).progress;
+        let stored: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
+        if let Err(e) = self
+            .store
+            .save_sync(
+                self.instance.id,
+                seq_i64(last_seq),
+                progress,
                 cursor,
-            });
-            let mark = b.writer.len();
-            if let Err(e) = b
-                .writer
-                .push_with(|buf| write_event(buf, &event, max_event))
-            {
-                tracing::error!(error = %e, seq = event.seq, "cannot serialize an acp event");
-                continue;
-            }
-            if b.writer.len() > max_bytes && b.writer.count() > 1 {
-                // Full: send it without this event, which starts the next.
-                b.writer.pop_to(mark);
-                if let Some(full) = batch.take() {
-                    capacity = next_capacity(full.writer.len());
-                    send(full, false).await;
-                }
-                let mut next = BatchWriter::new(event.seq, capacity);
-                if let Err(e) = next.push_with(|buf| write_event(buf, &event, max_event)) {
-                    tracing::error!(error = %e, seq = event.seq, "cannot serialize an acp event");
-                    continue;
-                }
-                batch = Some(Batch {
-                    writer: next,
-                    cursor,
-                });
-            }
-            let b = batch.as_mut().expect("a batch holds the event");
-            if let Some(line) = line {
-                line.advance(&mut cursor);
-                b.cursor = cursor;
-            } else if let Some(b) = batch.take() {
-                capacity = next_capacity(b.writer.len());
-                send(b, true).await;
-            }
-        }
-        if let Some(b) = batch.take() {
-            capacity = next_capacity(b.writer.len());
-            send(b, false).await;
+                &stored,
+            )
+            .await
+        {
+            tracing::warn!(error = %e, "cannot store a sync point");
         }
     }
 }

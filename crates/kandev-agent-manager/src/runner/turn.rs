@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use kandev_acp::{AcpClient, AcpError, ClientOptions, Workspace, schema::StopReason};
+use kandev_acp::{AcpClient, AcpError, ClientOptions, SessionInfo, Workspace, schema::StopReason};
 use kandev_events::agent::{AgentEventKind, OutputCursor};
 use tokio::sync::{mpsc, watch};
 use tokio_util::io::StreamReader;
@@ -20,7 +20,11 @@ use super::{
     pipeline::Pipeline,
     policy, publish_lifecycle, publish_retrying, recovery, refused,
 };
-use crate::{docker::LogStream, domain::AgentType, exec::DockerExec};
+use crate::{
+    docker::LogStream,
+    domain::{AgentInstance, AgentType},
+    exec::DockerExec,
+};
 
 /// A client connected to a container's stdin, reading the output that
 /// `demux` will copy into `stdout`.
@@ -206,16 +210,43 @@ pub(super) async fn start_fresh(
     slots: &Arc<Slots>,
     pipeline: &Pipeline,
 ) -> Result<TurnResult, Interruption> {
-    let docker = &shared.docker;
-    let settings = &shared.settings;
-    let instance = &spec.instance;
-    let docker_failed = |e: crate::docker::DockerError| failed(e.to_string());
-    let since = since(spec);
-
-    let phase = |name: &'static str, since: std::time::Instant| {
-        metrics::histogram!("kandev_launch_phase_seconds", "phase" => name)
-            .record(since.elapsed().as_secs_f64());
+    let (id, conn, started) = launch(shared, spec, handle, slots, pipeline).await?;
+    let fresh = Fresh {
+        shared,
+        spec,
+        slots,
+        pipeline,
+        handle,
+        id: &id,
+        client: &conn.client,
+        since: since(spec),
     };
+    match fresh.run(&started).await {
+        Ok(result) => Ok(result),
+        Err(Step::Plain(interruption)) => Err(interruption),
+        Err(Step::Abandon(interruption)) => {
+            Err(recovery::abandon(&conn.client, handle, conn.drain, interruption).await)
+        }
+    }
+}
+
+/// Records how long a phase of the launch took.
+fn phase(name: &'static str, since: std::time::Instant) {
+    metrics::histogram!("kandev_launch_phase_seconds", "phase" => name)
+        .record(since.elapsed().as_secs_f64());
+}
+
+/// Creates the container, attaches its output to a new client and starts
+/// it: its id, the connection and the instance as started (announced).
+async fn launch(
+    shared: &Shared,
+    spec: &TurnSpec,
+    handle: &Arc<RunHandle>,
+    slots: &Arc<Slots>,
+    pipeline: &Pipeline,
+) -> Result<(String, Connected, AgentInstance), Interruption> {
+    let docker = &shared.docker;
+    let docker_failed = |e: crate::docker::DockerError| failed(e.to_string());
     let t = std::time::Instant::now();
     let id = docker
         .create(&spec.container)
@@ -223,7 +254,7 @@ pub(super) async fn start_fresh(
         .map_err(docker_failed)?;
     phase("create", t);
     *lock(&slots.container) = Some(id.clone());
-    if let Err(e) = shared.store.set_container(instance.id, &id).await {
+    if let Err(e) = shared.store.set_container(spec.instance.id, &id).await {
         tracing::warn!(error = %e, "cannot store container id");
     }
     let attach = docker.attach(&id, true).await.map_err(docker_failed)?;
@@ -232,8 +263,7 @@ pub(super) async fn start_fresh(
     let t = std::time::Instant::now();
     docker.start(&id).await.map_err(docker_failed)?;
     phase("start", t);
-
-    let mut started = instance.clone();
+    let mut started = spec.instance.clone();
     started.container_id = id.clone();
     publish_lifecycle(
         shared.bus.as_ref(),
@@ -242,173 +272,218 @@ pub(super) async fn start_fresh(
         |_| {},
     )
     .await;
+    Ok((id, conn, started))
+}
 
-    let client = &conn.client;
-    let crashed = |what: &'static str, err: AcpError| {
-        let id = id.clone();
-        async move {
-            if matches!(err, AcpError::Closed { .. }) {
-                recovery::output_ended(docker, &id, slots, what, since, false).await
-            } else {
-                failed(format!("{what} failed: {err}")).into()
-            }
-        }
-    };
+/// How a step of a fresh turn fails: as it is, or after the client is
+/// given up ([`recovery::abandon`]).
+enum Step {
+    Plain(Interruption),
+    Abandon(Interruption),
+}
 
-    let t = std::time::Instant::now();
-    let initialized = client.initialize().await;
-    phase("initialize", t);
-    let handshake = match initialized {
-        Ok(handshake) => handshake,
-        Err(e) => {
-            let failure = match e {
-                AcpError::Timeout { .. } => failed(format!(
+impl Step {
+    fn refused(why: impl Into<String>) -> Step {
+        Step::Abandon(refused(why).into())
+    }
+}
+
+/// A started container's turn, step by step.
+struct Fresh<'a> {
+    shared: &'a Shared,
+    spec: &'a TurnSpec,
+    slots: &'a Arc<Slots>,
+    pipeline: &'a Pipeline,
+    handle: &'a Arc<RunHandle>,
+    id: &'a str,
+    client: &'a AcpClient,
+    since: i64,
+}
+
+impl Fresh<'_> {
+    async fn run(&self, started: &AgentInstance) -> Result<TurnResult, Step> {
+        let handshake = self.initialize().await?;
+        let profile = self.spec.profile.as_deref();
+        super::profile::check(profile, &handshake).map_err(Step::refused)?;
+        let (session, lost_session) = self.open_session().await?;
+        self.set_up(&session, started).await?;
+        let stop = self.prompts(lost_session).await?;
+        let stop_reason = serde_json::to_value(stop)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_else(|| format!("{stop:?}"));
+        Ok(TurnResult {
+            session_id: session.session_id,
+            stop_reason,
+        })
+    }
+
+    /// What a failed request of the client means: the agent's end (its
+    /// output ended) or a failure of `what`.
+    async fn crashed(&self, what: &'static str, err: AcpError) -> Step {
+        Step::Abandon(if matches!(err, AcpError::Closed { .. }) {
+            let docker = &self.shared.docker;
+            recovery::output_ended(docker, self.id, self.slots, what, self.since, false).await
+        } else {
+            failed(format!("{what} failed: {err}")).into()
+        })
+    }
+
+    async fn initialize(&self) -> Result<kandev_acp::Handshake, Step> {
+        let t = std::time::Instant::now();
+        let initialized = self.client.initialize().await;
+        phase("initialize", t);
+        match initialized {
+            Ok(handshake) => Ok(handshake),
+            Err(AcpError::Timeout { .. }) => Err(Step::Abandon(
+                failed(format!(
                     "the agent did not answer initialize within {} s",
-                    settings.initialize_timeout_secs
+                    self.shared.settings.initialize_timeout_secs
                 ))
                 .into(),
-                e => crashed("initialize", e).await,
-            };
-            return Err(recovery::abandon(client, handle, conn.drain, failure).await);
+            )),
+            Err(e) => Err(self.crashed("initialize", e).await),
         }
-    };
-    let profile = spec.profile.as_deref();
-    if let Err(why) = super::profile::check(profile, &handshake) {
-        let failure: Interruption = refused(why).into();
-        return Err(recovery::abandon(client, handle, conn.drain, failure).await);
     }
-    let servers = || super::profile::servers(profile);
-    let t = std::time::Instant::now();
-    // Why the session to resume could not be loaded: the prompt then starts
-    // a new session, the conversation so far summarised before it.
-    let mut lost_session = None;
-    let session = match &spec.resume_session {
-        Some(session_id) => {
-            match client
-                .load_session(session_id, CONTAINER_WORKSPACE, servers())
-                .await
-            {
-                Err(AcpError::Rpc { method, source })
-                    if source.code != kandev_acp::error::codes::AUTH_REQUIRED =>
-                {
-                    // The agent answered: it no longer has the session (its
-                    // store went with an earlier container).
-                    lost_session = Some(format!("{method} failed: {}", source.explain()));
-                    client.new_session(CONTAINER_WORKSPACE, servers()).await
-                }
-                Err(AcpError::Unsupported(why)) => {
-                    lost_session = Some(why);
-                    client.new_session(CONTAINER_WORKSPACE, servers()).await
-                }
-                other => other,
-            }
-        }
-        None => client.new_session(CONTAINER_WORKSPACE, servers()).await,
-    };
-    phase("session", t);
-    if let Some(why) = &lost_session {
-        tracing::warn!(instance = %instance.id, session = ?spec.resume_session, %why, "the session could not be loaded; starting a new one with the conversation summarised");
-    }
-    let session = match session {
-        Ok(s) => s,
-        Err(AcpError::AuthRequired { message, env, .. }) => {
-            return Err(refused(auth_refusal(&spec.agent_type, &message, &env)).into());
-        }
-        Err(AcpError::Rpc { method, source }) => {
-            // The agent answered: e.g. it does not know the session to load.
-            let failure: Interruption =
-                refused(format!("{method} failed: {}", source.explain())).into();
-            return Err(recovery::abandon(client, handle, conn.drain, failure).await);
-        }
-        Err(e) => {
-            let failure = crashed("session setup", e).await;
-            return Err(recovery::abandon(client, handle, conn.drain, failure).await);
-        }
-    };
-    lock(&pipeline.state)
-        .session_id
-        .clone_from(&session.session_id);
-    super::modes::apply(client, &spec.agent_type, &session).await;
-    if let Err(why) = super::profile::apply(client, profile, &session).await {
-        let failure: Interruption = refused(why).into();
-        return Err(recovery::abandon(client, handle, conn.drain, failure).await);
-    }
-    if let Err(e) = shared
-        .store
-        .set_running(instance.id, &session.session_id)
-        .await
-    {
-        tracing::warn!(error = %e, "cannot store session id");
-    }
-    let mut running = started.clone();
-    running.acp_session_id = session.session_id.clone();
-    publish_lifecycle(
-        shared.bus.as_ref(),
-        &running,
-        AgentEventKind::Running,
-        |_| {},
-    )
-    .await;
 
-    // The prompt, then the follow-ups queued while it ran, in order, as long
-    // as each ends normally.
-    let mut prompt = spec.prompt.clone();
-    let mut preface = match &lost_session {
-        Some(why) => {
-            let exchanges = conversation::of_task(shared, instance.task_id).await;
-            Some(conversation::summary(&exchanges, why))
-        }
-        None => None,
-    };
-    // A new session (not one loaded) is told the profile's instructions.
-    let mut instruct = spec.resume_session.is_none() || lost_session.is_some();
-    let stop = loop {
-        lock(&slots.sent_prompts).push(prompt.clone());
-        let text = match preface.take() {
-            Some(summary) => summary + &prompt,
-            None => prompt,
-        };
-        let text = if std::mem::take(&mut instruct) {
-            super::profile::first_prompt(profile, text)
-        } else {
-            text
-        };
-        let stop = match client.prompt(vec![text.into()]).await {
-            Ok(stop) => stop,
-            Err(AcpError::TurnFailed(why)) => {
-                return Err(refused(format!("the turn failed: {why}")).into());
+    /// The session to resume, or a new one: with why the one to resume
+    /// could not be loaded (the prompt then starts a new session, the
+    /// conversation so far summarised before it).
+    async fn open_session(&self) -> Result<(SessionInfo, Option<String>), Step> {
+        let servers = || super::profile::servers(self.spec.profile.as_deref());
+        let client = self.client;
+        let t = std::time::Instant::now();
+        let mut lost_session = None;
+        let session = match &self.spec.resume_session {
+            Some(session_id) => {
+                match client
+                    .load_session(session_id, CONTAINER_WORKSPACE, servers())
+                    .await
+                {
+                    Err(AcpError::Rpc { method, source })
+                        if source.code != kandev_acp::error::codes::AUTH_REQUIRED =>
+                    {
+                        // The agent answered: it no longer has the session
+                        // (its store went with an earlier container).
+                        lost_session = Some(format!("{method} failed: {}", source.explain()));
+                        client.new_session(CONTAINER_WORKSPACE, servers()).await
+                    }
+                    Err(AcpError::Unsupported(why)) => {
+                        lost_session = Some(why);
+                        client.new_session(CONTAINER_WORKSPACE, servers()).await
+                    }
+                    other => other,
+                }
             }
+            None => client.new_session(CONTAINER_WORKSPACE, servers()).await,
+        };
+        phase("session", t);
+        if let Some(why) = &lost_session {
+            tracing::warn!(instance = %self.spec.instance.id, session = ?self.spec.resume_session, %why, "the session could not be loaded; starting a new one with the conversation summarised");
+        }
+        match session {
+            Ok(session) => Ok((session, lost_session)),
+            Err(AcpError::AuthRequired { message, env, .. }) => Err(Step::Plain(
+                refused(auth_refusal(&self.spec.agent_type, &message, &env)).into(),
+            )),
+            // The agent answered: e.g. it does not know the session to load.
+            Err(AcpError::Rpc { method, source }) => Err(Step::refused(format!(
+                "{method} failed: {}",
+                source.explain()
+            ))),
+            Err(e) => Err(self.crashed("session setup", e).await),
+        }
+    }
+
+    /// The session's modes and profile, stored and announced as running.
+    async fn set_up(&self, session: &SessionInfo, started: &AgentInstance) -> Result<(), Step> {
+        let instance = &self.spec.instance;
+        lock(&self.pipeline.state)
+            .session_id
+            .clone_from(&session.session_id);
+        super::modes::apply(self.client, &self.spec.agent_type, session).await;
+        super::profile::apply(self.client, self.spec.profile.as_deref(), session)
+            .await
+            .map_err(Step::refused)?;
+        if let Err(e) = self
+            .shared
+            .store
+            .set_running(instance.id, &session.session_id)
+            .await
+        {
+            tracing::warn!(error = %e, "cannot store session id");
+        }
+        let mut running = started.clone();
+        running.acp_session_id = session.session_id.clone();
+        publish_lifecycle(
+            self.shared.bus.as_ref(),
+            &running,
+            AgentEventKind::Running,
+            |_| {},
+        )
+        .await;
+        Ok(())
+    }
+
+    /// The prompt, then the follow-ups queued while it ran, in order, as
+    /// long as each ends normally: how the last one stopped.
+    async fn prompts(&self, lost_session: Option<String>) -> Result<StopReason, Step> {
+        let profile = self.spec.profile.as_deref();
+        let mut prompt = self.spec.prompt.clone();
+        let mut preface = match &lost_session {
+            Some(why) => {
+                let exchanges =
+                    conversation::of_task(self.shared, self.spec.instance.task_id).await;
+                Some(conversation::summary(&exchanges, why))
+            }
+            None => None,
+        };
+        // A new session (not one loaded) is told the profile's instructions.
+        let mut instruct = self.spec.resume_session.is_none() || lost_session.is_some();
+        loop {
+            lock(&self.slots.sent_prompts).push(prompt.clone());
+            let text = match preface.take() {
+                Some(summary) => summary + &prompt,
+                None => prompt,
+            };
+            let text = if std::mem::take(&mut instruct) {
+                super::profile::first_prompt(profile, text)
+            } else {
+                text
+            };
+            let stop = self.prompt(text).await?;
+            if stop != StopReason::EndTurn {
+                return Ok(stop);
+            }
+            match self.handle.next_prompt() {
+                Some(next) => {
+                    tracing::info!(instance = %self.spec.instance.id, "sending a queued follow-up prompt");
+                    prompt = next;
+                }
+                None => return Ok(stop),
+            }
+        }
+    }
+
+    /// One prompt, until the agent answers it.
+    async fn prompt(&self, text: String) -> Result<StopReason, Step> {
+        match self.client.prompt(vec![text.into()]).await {
+            Ok(stop) => Ok(stop),
+            Err(AcpError::TurnFailed(why)) => Err(Step::Plain(
+                refused(format!("the turn failed: {why}")).into(),
+            )),
             Err(AcpError::Rpc { source, .. }) => {
                 // The agent's own answer to the prompt: the same next time.
-                let said = lock(&pipeline.state).summary.clone();
-                let failure: Interruption =
-                    refused(prompt_refusal(&spec.agent_type, &source, &said)).into();
-                return Err(recovery::abandon(client, handle, conn.drain, failure).await);
+                let said = lock(&self.pipeline.state).summary.clone();
+                Err(Step::refused(prompt_refusal(
+                    &self.spec.agent_type,
+                    &source,
+                    &said,
+                )))
             }
-            Err(e) => {
-                let failure = crashed("the turn", e).await;
-                return Err(recovery::abandon(client, handle, conn.drain, failure).await);
-            }
-        };
-        if stop != StopReason::EndTurn {
-            break stop;
+            Err(e) => Err(self.crashed("the turn", e).await),
         }
-        match handle.next_prompt() {
-            Some(next) => {
-                tracing::info!(instance = %instance.id, "sending a queued follow-up prompt");
-                prompt = next;
-            }
-            None => break stop,
-        }
-    };
-    let stop_reason = serde_json::to_value(stop)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_else(|| format!("{stop:?}"));
-    Ok(TurnResult {
-        session_id: session.session_id,
-        stop_reason,
-    })
+    }
 }
 
 /// A container whose turn was prompted by an earlier client: its output is

@@ -59,7 +59,8 @@ async fn method_not_allowed() -> ApiError {
     err
 }
 
-/// The `/api/v1` routes.
+/// The `/api/v1` routes: the public ones, and the rest behind
+/// authentication.
 fn api(state: AppState) -> Router<AppState> {
     let public = Router::new()
         .route("/auth/login", post(auth::login))
@@ -69,6 +70,21 @@ fn api(state: AppState) -> Router<AppState> {
         .route("/trackers/github/webhook", post(trackers::github_webhook))
         .route("/trackers/gitlab/webhook", post(trackers::gitlab_webhook));
     let protected = Router::new()
+        .merge(users_routes())
+        .merge(boards_routes())
+        .merge(tasks_routes())
+        .merge(agents_routes())
+        .merge(orchestrator_routes())
+        .route_layer(middleware::from_fn_with_state(state, require_auth));
+    public
+        .merge(protected)
+        .fallback(api_not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+}
+
+/// Who is signed in, users and their secrets.
+fn users_routes() -> Router<AppState> {
+    Router::new()
         .route("/auth/me", get(auth::me))
         .route("/users", post(auth::create_user))
         .route("/users/me/secrets", get(secrets::list))
@@ -76,6 +92,11 @@ fn api(state: AppState) -> Router<AppState> {
             "/users/me/secrets/{name}",
             axum::routing::put(secrets::set).delete(secrets::delete),
         )
+}
+
+/// Boards, their tasks, cards, columns, tracker and live stream.
+fn boards_routes() -> Router<AppState> {
+    Router::new()
         .route(
             "/boards",
             post(boards::create_board).get(boards::list_boards),
@@ -99,14 +120,19 @@ fn api(state: AppState) -> Router<AppState> {
         )
         .route("/boards/{id}/stream", get(board_stream::stream))
         .route(
+            "/boards/{id}/columns",
+            get(workflow::list_columns).put(workflow::put_columns),
+        )
+}
+
+/// A task: itself, its place in the workflow, its changes and review.
+fn tasks_routes() -> Router<AppState> {
+    Router::new()
+        .route(
             "/tasks/{id}",
             get(tasks::get_task)
                 .patch(tasks::update_task)
                 .delete(tasks::delete_task),
-        )
-        .route(
-            "/boards/{id}/columns",
-            get(workflow::list_columns).put(workflow::put_columns),
         )
         .route("/tasks/{id}/move", post(workflow::move_task))
         .route("/tasks/{id}/state", patch(tasks::change_state))
@@ -120,6 +146,11 @@ fn api(state: AppState) -> Router<AppState> {
             "/tasks/{id}/review/comments/{commentId}",
             patch(review::resolve),
         )
+}
+
+/// Agent instances, agent types and profiles.
+fn agents_routes() -> Router<AppState> {
+    Router::new()
         .route("/agents/launch", post(agents::launch))
         .route("/agents/{instance_id}/prompt", post(agents::prompt))
         .route("/agents/{instance_id}/cancel", post(agents::cancel))
@@ -147,6 +178,11 @@ fn api(state: AppState) -> Router<AppState> {
                 .put(profiles::replace)
                 .delete(profiles::delete),
         )
+}
+
+/// A task's runs: start, stop, status, follow-ups, its feed and CI.
+fn orchestrator_routes() -> Router<AppState> {
+    Router::new()
         .route(
             "/orchestrator/tasks/{task_id}/start",
             post(orchestrator::start),
@@ -174,11 +210,6 @@ fn api(state: AppState) -> Router<AppState> {
         .route("/orchestrator/tasks/{task_id}/feed", get(feed::page))
         .route("/orchestrator/tasks/{task_id}/checks", get(checks::get))
         .route("/orchestrator/tasks/{task_id}/fix-ci", post(checks::fix))
-        .route_layer(middleware::from_fn_with_state(state, require_auth));
-    public
-        .merge(protected)
-        .fallback(api_not_found)
-        .method_not_allowed_fallback(method_not_allowed)
 }
 
 fn cors(origins: &[String]) -> CorsLayer {

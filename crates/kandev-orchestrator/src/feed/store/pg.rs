@@ -102,7 +102,8 @@ impl FeedStore for PgFeedStore {
         // Rows as parameters of a `VALUES` list, not arrays to `UNNEST`:
         // Postgres copied each chunk's text five times on that way (the
         // array read, its elements, the function's result set).
-        for rows in chunks.chunks(ROWS_PER_INSERT) {
+        let now = chrono::Utc::now();
+        for rows in chunks.chunks(sql::CHUNKS_PER_INSERT) {
             // Sized once: grown as rows are added, the arguments would be
             // copied at each doubling.
             let mut args = PgArguments::default();
@@ -110,7 +111,7 @@ impl FeedStore for PgFeedStore {
                 .iter()
                 .map(|c| c.events.len() + c.batch.as_ref().map_or(0, |b| b.len()) + 64)
                 .sum();
-            args.reserve(rows.len() * COLUMNS, bytes);
+            args.reserve(rows.len() * sql::CHUNK_PARAMS, bytes);
             for c in rows {
                 add(&mut args, c.task_id)?;
                 add(&mut args, c.first_seq)?;
@@ -119,8 +120,9 @@ impl FeedStore for PgFeedStore {
                 add(&mut args, c.first_instance_seq)?;
                 add(&mut args, c.events.as_str())?;
                 add(&mut args, c.batch.as_deref())?;
+                add(&mut args, now)?;
             }
-            sqlx::query_with(insert_sql(rows.len()), args)
+            sqlx::query_with(sql::insert_chunks(rows.len()), args)
                 .execute(&mut *tx)
                 .await?;
         }
@@ -242,32 +244,4 @@ where
     T: sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + 'q,
 {
     args.add(value).map_err(sqlx::Error::Encode)
-}
-
-/// The most chunks one `INSERT` writes.
-const ROWS_PER_INSERT: usize = 32;
-/// Parameters of one chunk.
-const COLUMNS: usize = 7;
-
-/// `INSERT … VALUES` of `rows` chunks; one text per row count, made once.
-fn insert_sql(rows: usize) -> &'static str {
-    static SQL: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-        (0..=ROWS_PER_INSERT)
-            .map(|n| {
-                let values: Vec<String> = (0..n)
-                    .map(|row| {
-                        let params: Vec<String> =
-                            (1..=COLUMNS).map(|k| format!("${}", row * COLUMNS + k)).collect();
-                        format!("({})", params.join(", "))
-                    })
-                    .collect();
-                format!(
-                    "INSERT INTO feed_chunks (task_id, first_seq, last_seq, instance_id, first_instance_seq, events, events_lz4)
-                     VALUES {} ON CONFLICT DO NOTHING",
-                    values.join(", ")
-                )
-            })
-            .collect()
-    });
-    &SQL[rows]
 }

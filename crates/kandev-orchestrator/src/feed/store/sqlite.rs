@@ -97,25 +97,24 @@ impl FeedStore for SqliteFeedStore {
         }
         let started = std::time::Instant::now();
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        for chunk in chunks(frames) {
-            sqlx::query(
-                "INSERT INTO feed_chunks
-                   (task_id, first_seq, last_seq, instance_id, first_instance_seq, events,
-                    events_lz4, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, '', ?6, ?7) ON CONFLICT DO NOTHING",
-            )
-            .bind(chunk.task_id)
-            .bind(chunk.first_seq)
-            .bind(chunk.last_seq)
-            .bind(chunk.instance_id)
-            .bind(chunk.first_instance_seq)
-            .bind(match &chunk.batch {
-                Some(batch) => batch.to_vec(),
-                None => pack(&chunk.events),
-            })
-            .bind(kandev_common::db::sqlite::now())
-            .execute(&mut *tx)
-            .await?;
+        let now = kandev_common::db::sqlite::now();
+        for rows in chunks(frames).chunks(sql::CHUNKS_PER_INSERT) {
+            let mut query = sqlx::query(sql::insert_chunks(rows.len()));
+            for chunk in rows {
+                query = query
+                    .bind(chunk.task_id)
+                    .bind(chunk.first_seq)
+                    .bind(chunk.last_seq)
+                    .bind(chunk.instance_id)
+                    .bind(chunk.first_instance_seq)
+                    .bind("")
+                    .bind(match &chunk.batch {
+                        Some(batch) => batch.to_vec(),
+                        None => pack(&chunk.events),
+                    })
+                    .bind(now.clone());
+            }
+            query.execute(&mut *tx).await?;
         }
         items::append(&mut *tx, &items::by_task(frames)).await?;
         tx.commit().await?;

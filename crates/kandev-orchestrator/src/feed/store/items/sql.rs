@@ -48,25 +48,37 @@ pub const ROWS_PER_INSERT: usize = 32;
 /// `INSERT … VALUES` of `rows` rows; one text per row count, made once.
 pub fn insert(rows: usize) -> &'static str {
     static SQL: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-        (0..=ROWS_PER_INSERT)
-            .map(|n| {
-                let values: Vec<String> = (0..n)
-                    .map(|row| {
-                        let params: Vec<String> = (1..=COLUMNS)
-                            .map(|k| format!("${}", row * COLUMNS + k))
-                            .collect();
-                        format!("({})", params.join(", "))
-                    })
-                    .collect();
-                format!(
-                    "INSERT INTO feed_items (task_id, first_seq, last_seq, item_seq, instance_id,
-                       first_instance_seq, kind, role, message_id, started_at, item_bytes, pieces,
-                       text, text_lz4)
-                     VALUES {}",
-                    values.join(", ")
-                )
-            })
-            .collect()
+        kandev_common::db::multi_row(
+            "INSERT INTO feed_items (task_id, first_seq, last_seq, item_seq, instance_id,
+               first_instance_seq, kind, role, message_id, started_at, item_bytes, pieces,
+               text, text_lz4)
+             VALUES",
+            COLUMNS,
+            ROWS_PER_INSERT,
+            "",
+        )
+    });
+    &SQL[rows]
+}
+
+/// Parameters of one chunk in [`insert_chunks`].
+pub const CHUNK_PARAMS: usize = 8;
+/// The most chunks one `INSERT` writes.
+pub const CHUNKS_PER_INSERT: usize = 32;
+
+/// `INSERT … VALUES` of `rows` feed chunks (each: task id, first and last
+/// seq, instance id, first instance seq, events, packed events, created
+/// at); one text per row count, made once.
+pub fn insert_chunks(rows: usize) -> &'static str {
+    static SQL: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+        kandev_common::db::multi_row(
+            "INSERT INTO feed_chunks (task_id, first_seq, last_seq, instance_id,
+               first_instance_seq, events, events_lz4, created_at)
+             VALUES",
+            CHUNK_PARAMS,
+            CHUNKS_PER_INSERT,
+            " ON CONFLICT DO NOTHING",
+        )
     });
     &SQL[rows]
 }

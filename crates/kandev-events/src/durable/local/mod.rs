@@ -18,12 +18,14 @@ use std::{
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use kandev_common::{db::sqlite::now, sync::lock};
+use kandev_common::sync::lock;
 use sqlx::{SqlitePool, types::Json};
 use tokio::{sync::watch, time::Instant};
 use uuid::Uuid;
 
 use super::{AckMode, Acker, Consumer, Delivered, Headers, Streams, stream_of};
+
+mod commit;
 use crate::{BusError, EventBus, subjects};
 
 /// Rows read per query while skipping messages of other subjects.
@@ -42,6 +44,8 @@ pub struct LocalStreams {
     reads: Arc<watch::Sender<u64>>,
     /// The longest a publish waits for room (see [`LocalStreams::room`]).
     room_wait: Duration,
+    /// Where publishes queue to be stored, several per statement.
+    committer: tokio::sync::mpsc::Sender<commit::Publish>,
 }
 
 /// Bytes of payload kept in memory per stream (the newest messages).
@@ -76,6 +80,10 @@ struct Recent {
 struct RecentStream {
     messages: BTreeMap<u64, Stored>,
     bytes: usize,
+    /// The newest seq stored in this run, whether or not memory still
+    /// holds it: a consumer that read it has nothing to look for in the
+    /// file.
+    newest: u64,
 }
 
 impl RecentStream {
@@ -94,6 +102,7 @@ impl Recent {
             None => self.streams.entry(stream.to_string()).or_default(),
         };
         recent.bytes += message.payload.len();
+        recent.newest = recent.newest.max(message.seq);
         recent.messages.insert(message.seq, message);
         while recent.bytes > RECENT_BYTES {
             let Some((_, old)) = recent.messages.pop_first() else {
@@ -137,6 +146,15 @@ impl Recent {
         false
     }
 
+    /// Whether `stream` holds nothing after `after`: known when a message
+    /// of it was stored in this run (every later one is kept here as it
+    /// is stored, and wakes the consumers).
+    fn read_up(&self, stream: &str, after: u64) -> bool {
+        self.streams
+            .get(stream)
+            .is_some_and(|r| r.newest > 0 && r.newest <= after)
+    }
+
     /// The messages of `stream` from `after + 1` on, while their seqs
     /// follow one another; empty when `after + 1` is not here.
     fn after(&self, stream: &str, after: u64, max: usize) -> Vec<Stored> {
@@ -167,10 +185,13 @@ impl LocalStreams {
             .run(&pool)
             .await
             .map_err(|e| storage(e.into()))?;
+        let stored = Arc::new(watch::channel(0).0);
+        let recent: Arc<Mutex<Recent>> = Arc::default();
         Ok(LocalStreams {
+            committer: commit::start(pool.clone(), recent.clone(), stored.clone()),
             pool,
-            stored: Arc::new(watch::channel(0).0),
-            recent: Arc::default(),
+            stored,
+            recent,
             reads: Arc::new(watch::channel(0).0),
             room_wait: ROOM_WAIT,
         })
@@ -288,34 +309,18 @@ impl Streams for LocalStreams {
     ) -> Result<(), BusError> {
         let stream = stream_of(subject)?.name;
         self.room(stream, payload.len()).await;
-        let seq: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO stream_messages (stream, seq, msg_id, subject, headers, payload, at)
-             VALUES (?1, (SELECT coalesce(max(seq), 0) + 1 FROM stream_messages WHERE stream = ?1),
-                     ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT (stream, msg_id) DO NOTHING RETURNING seq",
-        )
-        .bind(stream)
-        .bind(id)
-        .bind(subject)
-        .bind(Json(headers))
-        .bind(payload.as_ref())
-        .bind(now())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(storage)?;
-        if let Some(seq) = seq {
-            self.recent().keep(
-                stream,
-                Stored {
-                    seq: seq as u64,
-                    subject: subject.to_string(),
-                    headers: headers.clone(),
-                    payload,
-                },
-            );
-            self.stored.send_replace(seq as u64);
-        }
-        Ok(())
+        let (done, stored) = tokio::sync::oneshot::channel();
+        let publish = commit::Publish {
+            stream,
+            subject: subject.to_string(),
+            id,
+            headers: headers.clone(),
+            payload,
+            done,
+        };
+        let closed = || BusError::Unavailable("local streams: closed".into());
+        self.committer.send(publish).await.map_err(|_| closed())?;
+        stored.await.map_err(|_| closed())?
     }
 
     async fn consumer(
@@ -576,7 +581,14 @@ impl LocalConsumer {
         let mut bytes = 0;
         loop {
             let after = self.acks.books().read;
-            let kept = lock(&self.recent).after(&self.acks.stream, after, SCAN as usize);
+            let (kept, read_up) = {
+                let recent = lock(&self.recent);
+                let kept = recent.after(&self.acks.stream, after, SCAN as usize);
+                (kept, recent.read_up(&self.acks.stream, after))
+            };
+            if read_up {
+                return Ok(out);
+            }
             let rows: Vec<Stored> = if kept.is_empty() {
                 self.stored_after(after).await?
             } else {
