@@ -43,7 +43,7 @@ pub async fn run(
         match manager.announcement(&url).await {
             Ok(announcement) => {
                 publish(&client, &subject, &announcement).await;
-                metrics::gauge!("kandev_agent_manager_active_instances")
+                metrics::gauge!(crate::metric_names::ACTIVE_INSTANCES)
                     .set(f64::from(announcement.active));
                 last = Some(announcement);
             }

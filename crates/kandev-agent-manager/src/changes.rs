@@ -391,7 +391,8 @@ pub(crate) async fn stage(task: &TaskRepo) -> Result<tokio::sync::OwnedMutexGuar
     })
     .await
     .map_err(|e| AgentError::Internal(format!("copying the work tree: {e}")))??;
-    metrics::histogram!("kandev_workspace_sync_seconds").record(started.elapsed().as_secs_f64());
+    metrics::histogram!(crate::metric_names::WORKSPACE_SYNC_SECONDS)
+        .record(started.elapsed().as_secs_f64());
     tracing::debug!(?stats, "work tree copied");
     task.repo.run(["add", "--all", "--", "."], None).await?;
     Ok(guard)

@@ -224,7 +224,7 @@ impl Docker {
         };
         answer.map_err(|e| {
             // `what` is always a literal: a bounded label.
-            metrics::counter!("kandev_docker_errors_total", "operation" => what.to_owned())
+            metrics::counter!(crate::metric_names::DOCKER_ERRORS, "operation" => what.to_owned())
                 .increment(1);
             DockerError::from_bollard(what, e)
         })

@@ -323,7 +323,7 @@ impl ImageBuilder {
         tokio::spawn(
             async move {
                 let started = Instant::now();
-                metrics::counter!("kandev_agent_image_builds_total", "phase" => "started")
+                metrics::counter!(crate::metric_names::IMAGE_BUILDS, "phase" => "started")
                     .increment(1);
                 let result = tokio::time::timeout(
                     settings.timeout,
@@ -340,9 +340,9 @@ impl ImageBuilder {
                 let phase = match result {
                     Ok(()) => {
                         tracing::info!(seconds, "agent image built");
-                        metrics::counter!("kandev_agent_image_builds_total", "phase" => "built")
+                        metrics::counter!(crate::metric_names::IMAGE_BUILDS, "phase" => "built")
                             .increment(1);
-                        metrics::histogram!("kandev_agent_image_build_seconds").record(seconds);
+                        metrics::histogram!(crate::metric_names::IMAGE_BUILD_SECONDS).record(seconds);
                         Phase::Built { seconds }
                     }
                     Err(error) => {
@@ -351,7 +351,7 @@ impl ImageBuilder {
                             recipe.name
                         );
                         tracing::warn!(%error, "agent image build failed");
-                        metrics::counter!("kandev_agent_image_builds_total", "phase" => "failed")
+                        metrics::counter!(crate::metric_names::IMAGE_BUILDS, "phase" => "failed")
                             .increment(1);
                         Phase::Failed { error }
                     }

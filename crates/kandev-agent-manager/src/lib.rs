@@ -35,6 +35,7 @@
 //!   MCP servers) chosen per task.
 //! - [`startup`]: `build(settings)` then `run_until_stopped(shutdown)`.
 //! - [`config`]: the service's typed settings.
+//! - [`metric_names`]: every metric the crate records, named and described once.
 
 pub mod announce;
 pub mod changes;
@@ -48,6 +49,7 @@ pub mod git;
 pub mod grpc;
 pub mod images;
 pub mod manager;
+pub mod metric_names;
 pub mod mirror;
 pub mod preflight;
 pub mod profiles;

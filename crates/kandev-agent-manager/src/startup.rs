@@ -243,8 +243,9 @@ impl Application {
         );
         // Every request in its span, continuing the caller's trace.
         let router = kandev_common::trace::instrument(router);
+        crate::metric_names::describe();
         // Exported from the start, so dashboards and alerts see a zero.
-        metrics::counter!("kandev_docker_errors_total").increment(0);
+        metrics::counter!(crate::metric_names::DOCKER_ERRORS).increment(0);
         tracing::info!(addr = %self.local_addr, "agent manager listening (gRPC, /healthz, /readyz, /metrics)");
         let served = serve::serve(self.listener, router, shutdown).await;
         stop_watching.cancel();

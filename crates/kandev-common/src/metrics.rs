@@ -398,6 +398,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_metric_without_a_table_row_is_undocumented() {
+        let source = "/// x\npub const A: &str = \"kandev_a_total\";\npub const B: &str = \"kandev_b\";\npub use other::C;\n";
+        let docs = "| `kandev_a_total` | counter | | A. |\nkandev_b is mentioned in prose only\n";
+        assert_eq!(undocumented(source, docs), ["kandev_b"]);
+    }
+
+    #[test]
     fn labels_come_from_fixed_sets() {
         assert_eq!(method_label(&Method::PATCH), "PATCH");
         for made_up in ["FOO", "GETT", "X1234", "CONNECT", "TRACE"] {
@@ -442,4 +449,21 @@ mod tests {
         assert!(parse_text("bad line\n").is_err());
         assert!(parse_text("9bad 1\n").is_err());
     }
+}
+
+/// The metric names a crate's `metric_names.rs` (its `source`) declares
+/// (`pub const X: &str = "name";`) that `docs` (the operators' page,
+/// `docs/operations.md`) has no table row for: each crate's test that
+/// every metric it records is documented.
+pub fn undocumented<'a>(source: &'a str, docs: &str) -> Vec<&'a str> {
+    source
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            line.strip_prefix("pub const ")?;
+            let (_, value) = line.split_once(": &str = \"")?;
+            value.strip_suffix("\";")
+        })
+        .filter(|name| !docs.contains(&format!("| `{name}` |")))
+        .collect()
 }

@@ -19,12 +19,14 @@
 //! - [`nats`]: connecting to NATS as one service, with its own user.
 //! - [`managers`]: how agent managers announce themselves to the pool.
 //! - [`pack`]: compression of large `acp.message` batches.
+//! - [`metric_names`]: every metric the crate records, named and described once.
 
 pub mod agent;
 pub mod bus;
 pub mod durable;
 pub mod live;
 pub mod managers;
+pub mod metric_names;
 pub mod nats;
 pub mod pack;
 pub mod state;

@@ -17,6 +17,7 @@
 //! - [`clients`]: the gRPC clients and their health checks.
 //! - [`rate_limit`]: keyed token buckets.
 //! - [`openapi`]: the generated document (`docs/openapi.yaml`).
+//! - [`metric_names`]: every metric the crate records, named and described once.
 //! - [`stream`]: the task stream WebSocket (history over gRPC, live frames
 //!   from NATS).
 //! - [`server`]: the HTTP server with a public port's timeouts;
@@ -33,6 +34,7 @@ pub mod config;
 pub mod error;
 pub mod extract;
 pub mod first_start;
+pub mod metric_names;
 pub mod openapi;
 pub mod rate_limit;
 pub mod routes;

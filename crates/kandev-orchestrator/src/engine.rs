@@ -333,12 +333,14 @@ impl Engine {
             }
             let waited = (Utc::now() - exec.updated_at).to_std().unwrap_or_default();
             if self.launch(exec.clone()).await? {
-                metrics::histogram!("kandev_queue_wait_seconds").record(waited.as_secs_f64());
+                metrics::histogram!(crate::metric_names::QUEUE_WAIT_SECONDS)
+                    .record(waited.as_secs_f64());
                 launched += 1;
                 slots.take(&exec.agent_type);
             }
         }
-        metrics::gauge!("kandev_queue_depth").set(queued.saturating_sub(launched) as f64);
+        metrics::gauge!(crate::metric_names::QUEUE_DEPTH)
+            .set(queued.saturating_sub(launched) as f64);
         self.gauge_running(slots.running());
         Ok(())
     }
@@ -612,7 +614,7 @@ impl Engine {
         );
         for agent_type in gauged.iter() {
             let n = running.get(agent_type).copied().unwrap_or(0);
-            metrics::gauge!("kandev_running_agents", "agent_type" => agent_type.clone())
+            metrics::gauge!(crate::metric_names::RUNNING_AGENTS, "agent_type" => agent_type.clone())
                 .set(f64::from(n));
         }
     }

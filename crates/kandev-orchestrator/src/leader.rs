@@ -110,13 +110,13 @@ where
     F: Future<Output = ()> + Send + 'static,
 {
     tracing::info!("leading alone: consuming events and scheduling");
-    metrics::gauge!("kandev_orchestrator_leader").set(1.0);
-    metrics::counter!("kandev_orchestrator_leadership_acquired_total").increment(1);
+    metrics::gauge!(crate::metric_names::LEADER).set(1.0);
+    metrics::counter!(crate::metric_names::LEADERSHIP_ACQUIRED).increment(1);
     let running = AbortOnDropHandle::new(tokio::spawn(work(stop.child_token())));
     if let Err(err) = running.await {
         tracing::error!(%err, "the leader's work panicked");
     }
-    metrics::gauge!("kandev_orchestrator_leader").set(0.0);
+    metrics::gauge!(crate::metric_names::LEADER).set(0.0);
 }
 
 /// Runs `work` while this replica leads, until `stop` fires: waits for the
@@ -128,7 +128,7 @@ where
     W: Fn(CancellationToken) -> F,
     F: Future<Output = ()> + Send + 'static,
 {
-    metrics::gauge!("kandev_orchestrator_leader").set(0.0);
+    metrics::gauge!(crate::metric_names::LEADER).set(0.0);
     let mut waiting_logged = false;
     // Kept between tries while standing by.
     let mut standby: Option<PgConnection> = None;
@@ -160,8 +160,8 @@ where
         };
         waiting_logged = false;
         tracing::info!("leading: consuming events and scheduling");
-        metrics::gauge!("kandev_orchestrator_leader").set(1.0);
-        metrics::counter!("kandev_orchestrator_leadership_acquired_total").increment(1);
+        metrics::gauge!(crate::metric_names::LEADER).set(1.0);
+        metrics::counter!(crate::metric_names::LEADERSHIP_ACQUIRED).increment(1);
         let token = stop.child_token();
         // Aborted if this future is dropped (the service's own end).
         let running = AbortOnDropHandle::new(tokio::spawn(work(token.clone())));
@@ -181,7 +181,7 @@ where
         if let Err(err) = running.await {
             tracing::error!(%err, "the leader's work panicked");
         }
-        metrics::gauge!("kandev_orchestrator_leader").set(0.0);
+        metrics::gauge!(crate::metric_names::LEADER).set(0.0);
         // Closing the connection releases the lock for the next leader.
         let _ = tokio::time::timeout(CHECK_TIMEOUT, conn.close()).await;
         if !lost {

@@ -26,6 +26,7 @@
 //! - [`leader`]: replicas: one leader runs the consumers and the
 //!   scheduler; decisions of all replicas are serialized in Postgres.
 //! - [`startup`]: `build(settings)` then `run_until_stopped(shutdown)`.
+//! - [`metric_names`]: every metric the crate records, named and described once.
 
 pub mod checks;
 pub mod clients;
@@ -38,6 +39,7 @@ pub mod forge;
 pub mod grpc;
 pub mod http;
 pub mod leader;
+pub mod metric_names;
 pub mod pool;
 pub mod startup;
 pub mod tracker;

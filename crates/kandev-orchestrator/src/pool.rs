@@ -161,7 +161,7 @@ impl ManagerPool {
         if announcement.leaving {
             tracing::info!(manager = %id, "agent manager is leaving the pool");
         }
-        metrics::gauge!("kandev_pool_manager_active_instances", "manager" => id.clone())
+        metrics::gauge!(crate::metric_names::POOL_ACTIVE_INSTANCES, "manager" => id.clone())
             .set(f64::from(announcement.active));
         let forget = self.grace * FORGET_AFTER_GRACES;
         state.members.retain(|other, m| {

@@ -361,8 +361,9 @@ impl Application {
         );
         // Every request in its span, continuing the caller's trace.
         let router = kandev_common::trace::instrument(router);
+        crate::metric_names::describe();
         // Exported from the start, so dashboards and alerts see a zero.
-        metrics::gauge!("kandev_queue_depth").increment(0.0);
+        metrics::gauge!(crate::metric_names::QUEUE_DEPTH).increment(0.0);
         tracing::info!(addr = %self.local_addr, "orchestrator listening (gRPC, REST, WebSocket, /healthz, /readyz, /metrics)");
         let served = serve::serve(self.listener, router, shutdown).await;
         stop.cancel();

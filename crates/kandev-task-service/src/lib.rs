@@ -17,11 +17,13 @@
 //! - [`grpc`]: the thin tonic adapter over a `TaskStore`.
 //! - [`startup`]: `build(settings)` then `run_until_stopped(shutdown)`.
 //! - [`config`]: the service's typed settings.
+//! - [`metric_names`]: every metric the crate records, named and described once.
 
 pub mod config;
 pub mod deps;
 pub mod domain;
 pub mod grpc;
+pub mod metric_names;
 pub mod outbox;
 pub mod startup;
 pub mod store;

@@ -90,7 +90,7 @@ impl OutboxRelay {
             }
         }
         batch.finish(&published).await?;
-        metrics::counter!("kandev_outbox_published_total").increment(published.len() as u64);
+        metrics::counter!(crate::metric_names::OUTBOX_PUBLISHED).increment(published.len() as u64);
         match failure {
             Some(err) => Err(err.into()),
             None => Ok(published.len()),
@@ -110,7 +110,7 @@ impl OutboxRelay {
                 Ok(n) if n as i64 >= BATCH => continue,
                 Ok(_) => {
                     // A short batch emptied the outbox: nothing waits.
-                    metrics::gauge!("kandev_outbox_backlog").set(0.0);
+                    metrics::gauge!(crate::metric_names::OUTBOX_BACKLOG).set(0.0);
                     backoff = Duration::from_millis(100);
                     tokio::select! {
                         () = shutdown.cancelled() => break,
@@ -121,7 +121,7 @@ impl OutboxRelay {
                 Err(err) => {
                     // The backlog while the bus is away: counted only then.
                     if let Ok(n) = self.pending().await {
-                        metrics::gauge!("kandev_outbox_backlog").set(n as f64);
+                        metrics::gauge!(crate::metric_names::OUTBOX_BACKLOG).set(n as f64);
                     }
                     tracing::warn!(%err, retry_in_ms = backoff.as_millis() as u64, "outbox relay cannot publish");
                     tokio::select! {

@@ -195,6 +195,7 @@ impl Application {
         );
         // Every request in its span, continuing the caller's trace.
         let router = kandev_common::trace::instrument(router);
+        crate::metric_names::describe();
         tracing::info!(addr = %self.local_addr, "task service listening (gRPC, /healthz, /readyz, /metrics)");
         let served = serve::serve(self.listener, router, shutdown).await;
         // Requests have drained; now the relay publishes what they wrote.

@@ -96,7 +96,7 @@ impl AgentManager {
             tracing::warn!(error = %err, "clone failed");
         })?;
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "cloned");
-        metrics::histogram!("kandev_launch_phase_seconds", "phase" => "clone")
+        metrics::histogram!(crate::metric_names::LAUNCH_PHASE_SECONDS, "phase" => "clone")
             .record(started.elapsed().as_secs_f64());
         Ok(ready)
     }

@@ -513,10 +513,12 @@ impl Publisher {
             &self.stop,
         )
         .await;
-        metrics::histogram!("kandev_bus_publish_seconds").record(started.elapsed().as_secs_f64());
-        metrics::histogram!("kandev_bus_batch_size").record(count as f64);
-        metrics::counter!("kandev_acp_messages_total", "hop" => "agent_manager").increment(count);
-        metrics::counter!("kandev_acp_bytes_total", "hop" => "agent_manager")
+        metrics::histogram!(crate::metric_names::BUS_PUBLISH_SECONDS)
+            .record(started.elapsed().as_secs_f64());
+        metrics::histogram!(crate::metric_names::BUS_BATCH_SIZE).record(count as f64);
+        metrics::counter!(crate::metric_names::ACP_MESSAGES, "hop" => "agent_manager")
+            .increment(count);
+        metrics::counter!(crate::metric_names::ACP_BYTES, "hop" => "agent_manager")
             .increment(size as u64);
         let mut s = lock(&self.state);
         s.published_seq = last_seq;

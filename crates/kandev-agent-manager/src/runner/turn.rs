@@ -232,7 +232,7 @@ pub(super) async fn start_fresh(
 
 /// Records how long a phase of the launch took.
 fn phase(name: &'static str, since: std::time::Instant) {
-    metrics::histogram!("kandev_launch_phase_seconds", "phase" => name)
+    metrics::histogram!(crate::metric_names::LAUNCH_PHASE_SECONDS, "phase" => name)
         .record(since.elapsed().as_secs_f64());
 }
 

@@ -191,7 +191,7 @@ impl Consumer for JsConsumer {
             self.reopen = true;
             self.messages = None;
             tracing::info!(durable = %self.durable, "reconnected to NATS: re-opening the consumer at its ack floor");
-            metrics::counter!("kandev_bus_consumer_reopened_total").increment(1);
+            metrics::counter!(crate::metric_names::BUS_CONSUMER_REOPENED).increment(1);
             self.consumer =
                 open_at_ack_floor(&self.stream, &self.durable, &self.filter, self.mode).await?;
             self.reopen = false;

@@ -293,9 +293,10 @@ pub fn router(
         _ => Scrape::Off,
     };
     let app = metrics::instrument("gateway", app, scrape);
+    crate::metric_names::describe();
     // Exported from the start, so dashboards and alerts see a zero.
-    ::metrics::counter!("kandev_ws_lagging_disconnects_total").increment(0);
-    ::metrics::gauge!("kandev_ws_clients").increment(0.0);
-    ::metrics::counter!("kandev_acp_messages_total", "hop" => "gateway").increment(0);
+    ::metrics::counter!(crate::metric_names::WS_LAGGING_DISCONNECTS).increment(0);
+    ::metrics::gauge!(crate::metric_names::WS_CLIENTS).increment(0.0);
+    ::metrics::counter!(crate::metric_names::ACP_MESSAGES, "hop" => "gateway").increment(0);
     app.layer(layers)
 }

@@ -260,8 +260,8 @@ where
 {
     let mut last = after;
     let lagged = live.lagged.clone();
-    let delivered = metrics::counter!("kandev_acp_messages_total", "hop" => "gateway");
-    metrics::gauge!("kandev_ws_clients").increment(1.0);
+    let delivered = metrics::counter!(crate::metric_names::ACP_MESSAGES, "hop" => "gateway");
+    metrics::gauge!(crate::metric_names::WS_CLIENTS).increment(1.0);
     let outcome = 'run: {
         // The stored feed, then the live one.
         last = match catch_up(&mut sink, upstream, after, None, &lagged).await {
@@ -334,9 +334,9 @@ where
         }
     };
     close(&mut sink, &outcome, last, limits).await;
-    metrics::gauge!("kandev_ws_clients").decrement(1.0);
+    metrics::gauge!(crate::metric_names::WS_CLIENTS).decrement(1.0);
     if matches!(outcome, Outcome::Lagged) {
-        metrics::counter!("kandev_ws_lagging_disconnects_total").increment(1);
+        metrics::counter!(crate::metric_names::WS_LAGGING_DISCONNECTS).increment(1);
     }
     outcome
 }

@@ -82,7 +82,7 @@ fn job_check(job: &Value) -> Result<Check, ChecksError> {
     let raw = job["status"].as_str().unwrap_or_default();
     let allow_failure = job["allow_failure"].as_bool().unwrap_or(false);
     let Some((status, conclusion, failed)) = job_state(raw, allow_failure) else {
-        metrics::counter!("kandev_ci_unknown_status_total", "forge" => "gitlab").increment(1);
+        metrics::counter!(crate::metric_names::CI_UNKNOWN_STATUS, "forge" => "gitlab").increment(1);
         let error = ChecksError::UnknownStatus {
             forge: "GitLab",
             check: name,

@@ -61,7 +61,7 @@ impl TaskEvent {
 /// (`task` or `agent`), then acknowledged (it would never parse).
 fn malformed(source: &'static str, subject: &str, err: &str) {
     tracing::warn!(%err, subject, source, "skipping a malformed event");
-    metrics::counter!("kandev_events_malformed_total", "source" => source).increment(1);
+    metrics::counter!(crate::metric_names::EVENTS_MALFORMED, "source" => source).increment(1);
 }
 
 impl Engine {

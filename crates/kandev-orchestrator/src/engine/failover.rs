@@ -21,7 +21,7 @@ impl Engine {
             if let Some(instance) = exec.instance_id {
                 self.fence.insert(instance);
             }
-            metrics::counter!("kandev_runs_moved_total").increment(1);
+            metrics::counter!(crate::metric_names::RUNS_MOVED).increment(1);
         }
         for manager in self.agents.take_to_reconcile() {
             let instances = match self.agents.active_on(&manager).await {

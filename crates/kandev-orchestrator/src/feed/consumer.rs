@@ -237,7 +237,7 @@ impl FeedConsumer {
         if self.fence.contains(&b.instance_id) {
             tracing::info!(task_id = %b.task_id, instance = %b.instance_id,
                 "dropping messages of an instance whose run moved to another manager");
-            metrics::counter!("kandev_feed_fenced_batches_total").increment(1);
+            metrics::counter!(crate::metric_names::FEED_FENCED_BATCHES).increment(1);
             return Vec::new();
         }
         // The database is the truth; retry until it answers.

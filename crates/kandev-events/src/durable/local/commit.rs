@@ -83,7 +83,8 @@ impl Committer {
                     Err(_) => break,
                 }
             }
-            metrics::histogram!("kandev_local_streams_group_messages").record(group.len() as f64);
+            metrics::histogram!(crate::metric_names::LOCAL_STREAMS_GROUP_MESSAGES)
+                .record(group.len() as f64);
             self.store(group).await;
         }
     }

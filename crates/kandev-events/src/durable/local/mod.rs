@@ -254,7 +254,8 @@ impl LocalStreams {
             match tokio::time::timeout_at(deadline, reads.changed()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) | Err(_) => {
-                    metrics::counter!("kandev_local_streams_room_timeouts_total").increment(1);
+                    metrics::counter!(crate::metric_names::LOCAL_STREAMS_ROOM_TIMEOUTS)
+                        .increment(1);
                     return;
                 }
             }

@@ -184,10 +184,11 @@ fn frames_of(task_id: Uuid, after: i64, limit: i64, rows: Vec<ChunkRow>) -> Resu
 
 /// Records what one append stored.
 fn appended(frames: usize, started: std::time::Instant) {
-    metrics::counter!("kandev_acp_messages_total", "hop" => "orchestrator_store")
+    metrics::counter!(crate::metric_names::ACP_MESSAGES, "hop" => "orchestrator_store")
         .increment(frames as u64);
-    metrics::histogram!("kandev_feed_store_batch_size").record(frames as f64);
-    metrics::histogram!("kandev_feed_store_seconds").record(started.elapsed().as_secs_f64());
+    metrics::histogram!(crate::metric_names::FEED_STORE_BATCH_SIZE).record(frames as f64);
+    metrics::histogram!(crate::metric_names::FEED_STORE_SECONDS)
+        .record(started.elapsed().as_secs_f64());
 }
 
 /// The most events and bytes of one chunk.
