@@ -393,6 +393,23 @@ impl Sample {
     }
 }
 
+/// The metric names a crate's `metric_names.rs` (its `source`) declares
+/// (`pub const X: &str = "name";`) that `docs` (the operators' page,
+/// `docs/operations.md`) has no table row for: each crate's test that
+/// every metric it records is documented.
+pub fn undocumented<'a>(source: &'a str, docs: &str) -> Vec<&'a str> {
+    source
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            line.strip_prefix("pub const ")?;
+            let (_, value) = line.split_once(": &str = \"")?;
+            value.strip_suffix("\";")
+        })
+        .filter(|name| !docs.contains(&format!("| `{name}` |")))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -449,21 +466,4 @@ mod tests {
         assert!(parse_text("bad line\n").is_err());
         assert!(parse_text("9bad 1\n").is_err());
     }
-}
-
-/// The metric names a crate's `metric_names.rs` (its `source`) declares
-/// (`pub const X: &str = "name";`) that `docs` (the operators' page,
-/// `docs/operations.md`) has no table row for: each crate's test that
-/// every metric it records is documented.
-pub fn undocumented<'a>(source: &'a str, docs: &str) -> Vec<&'a str> {
-    source
-        .lines()
-        .filter_map(|line| {
-            let line = line.trim();
-            line.strip_prefix("pub const ")?;
-            let (_, value) = line.split_once(": &str = \"")?;
-            value.strip_suffix("\";")
-        })
-        .filter(|name| !docs.contains(&format!("| `{name}` |")))
-        .collect()
 }

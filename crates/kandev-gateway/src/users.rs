@@ -65,6 +65,7 @@ impl PgUserStore {
 
 #[async_trait]
 impl UserStore for PgUserStore {
+    #[tracing::instrument(skip_all)]
     async fn find(&self, username: &str) -> Result<Option<User>, sqlx::Error> {
         sqlx::query_as(&format!("SELECT {COLUMNS} FROM users WHERE username = $1"))
             .bind(username)
@@ -72,6 +73,7 @@ impl UserStore for PgUserStore {
             .await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn insert(
         &self,
         username: &str,
@@ -91,16 +93,19 @@ impl UserStore for PgUserStore {
         user.ok_or_else(|| UserError::Exists(username.to_string()))
     }
 
+    #[tracing::instrument(skip_all)]
     async fn any_admin(&self) -> Result<bool, sqlx::Error> {
         sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM users WHERE is_admin)")
             .fetch_one(&self.pool)
             .await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn ping(&self) -> Result<(), sqlx::Error> {
         sqlx::query("SELECT 1").execute(&self.pool).await.map(drop)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn close(&self) {
         self.pool.close().await;
     }
@@ -123,6 +128,7 @@ impl SqliteUserStore {
 
 #[async_trait]
 impl UserStore for SqliteUserStore {
+    #[tracing::instrument(skip_all)]
     async fn find(&self, username: &str) -> Result<Option<User>, sqlx::Error> {
         sqlx::query_as(&format!("SELECT {COLUMNS} FROM users WHERE username = ?1"))
             .bind(username)
@@ -130,6 +136,7 @@ impl UserStore for SqliteUserStore {
             .await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn insert(
         &self,
         username: &str,
@@ -150,16 +157,19 @@ impl UserStore for SqliteUserStore {
         user.ok_or_else(|| UserError::Exists(username.to_string()))
     }
 
+    #[tracing::instrument(skip_all)]
     async fn any_admin(&self) -> Result<bool, sqlx::Error> {
         sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM users WHERE is_admin)")
             .fetch_one(&self.pool)
             .await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn ping(&self) -> Result<(), sqlx::Error> {
         sqlx::query("SELECT 1").execute(&self.pool).await.map(drop)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn close(&self) {
         self.pool.close().await;
     }

@@ -142,11 +142,13 @@ fn type_stmt(t: &AgentType) -> Stmt {
 
 #[async_trait]
 impl<D: Dialect> AgentStore for SqlAgentStore<D> {
+    #[tracing::instrument(skip_all)]
     async fn ping(&self) -> Result<()> {
         let _: Vec<(i32,)> = self.db().all(Stmt::new("SELECT 1")).await?;
         Ok(())
     }
 
+    #[tracing::instrument(skip_all)]
     async fn list_types(&self, include_disabled: bool) -> Result<Vec<AgentType>> {
         let stmt = Stmt::new(format!(
             "SELECT {TYPE_COLUMNS} FROM agent_types WHERE enabled OR $1 ORDER BY id"
@@ -156,6 +158,7 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         rows.into_iter().map(AgentType::try_from).collect()
     }
 
+    #[tracing::instrument(skip_all)]
     async fn get_type(&self, id: &str) -> Result<AgentType> {
         // An id no type can have (a NUL, say) is not looked up.
         if !crate::domain::type_id_ok(id) {
@@ -170,11 +173,13 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
             .try_into()
     }
 
+    #[tracing::instrument(skip_all)]
     async fn upsert_type(&self, t: &AgentType) -> Result<AgentType> {
         let row: TypeRow = self.db().one(type_stmt(t)).await?;
         row.try_into()
     }
 
+    #[tracing::instrument(skip_all)]
     async fn create_instance(
         &self,
         id: Uuid,
@@ -199,6 +204,7 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         self.instance(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn get_instance(&self, id: Uuid) -> Result<AgentInstance> {
         let stmt = Stmt::new(format!(
             "SELECT {INSTANCE_COLUMNS} FROM agent_instances WHERE {MINE} AND id = $2"
@@ -210,6 +216,7 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
             .try_into()
     }
 
+    #[tracing::instrument(skip_all)]
     async fn list_instances(&self, task_id: Option<Uuid>) -> Result<Vec<AgentInstance>> {
         let stmt = Stmt::new(format!(
             "SELECT {INSTANCE_COLUMNS} FROM agent_instances \
@@ -221,6 +228,7 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         self.instances(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn active_instances(&self) -> Result<Vec<AgentInstance>> {
         let stmt = Stmt::new(format!(
             "SELECT {INSTANCE_COLUMNS} FROM agent_instances \
@@ -230,6 +238,7 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         self.instances(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn count_active(&self) -> Result<i64> {
         let stmt = Stmt::new(format!(
             "SELECT count(*) FROM agent_instances \
@@ -240,6 +249,7 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         Ok(count)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn set_workspace(&self, id: Uuid, path: &str, owned: bool) -> Result<()> {
         let stmt = Stmt::new(
             "UPDATE agent_instances SET workspace_path = $2, workspace_owned = $3, \
@@ -252,6 +262,7 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         self.write(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn begin_turn(&self, id: Uuid) -> Result<AgentInstance> {
         let stmt = Stmt::new(format!(
             "UPDATE agent_instances SET status = 'starting', error = '', exit_code = NULL, \
@@ -264,6 +275,7 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         self.instance(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn set_container(&self, id: Uuid, container_id: &str) -> Result<()> {
         let stmt = Stmt::new(
             "UPDATE agent_instances SET container_id = $2, updated_at = $3 WHERE id = $1",
@@ -274,6 +286,7 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         self.write(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn set_running(&self, id: Uuid, session_id: &str) -> Result<()> {
         let stmt = Stmt::new(
             "UPDATE agent_instances SET status = 'running', acp_session_id = $2, \
@@ -285,6 +298,7 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         self.write(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn save_progress(
         &self,
         id: Uuid,
@@ -305,6 +319,7 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         self.write(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn finish(&self, id: Uuid, status: InstanceStatus, outcome: &Outcome) -> Result<bool> {
         let stmt = Stmt::new(
             "UPDATE agent_instances SET status = $2, error = $3, \
@@ -321,6 +336,7 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         Ok(self.db().write(stmt).await? == 1)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn save_sync(
         &self,
         id: Uuid,
@@ -344,6 +360,7 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         self.write(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn append_logs(&self, id: Uuid, lines: &[LogLine], keep: i64) -> Result<()> {
         if lines.is_empty() {
             return Ok(());
@@ -372,6 +389,7 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         Ok(())
     }
 
+    #[tracing::instrument(skip_all)]
     async fn tail_logs(&self, id: Uuid, tail: i64) -> Result<Vec<LogLine>> {
         let stmt = Stmt::new(
             "SELECT at, stream, line FROM (SELECT id, at, stream, line FROM agent_logs \
@@ -386,6 +404,7 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
             .collect())
     }
 
+    #[tracing::instrument(skip_all)]
     async fn record_exchange(
         &self,
         task_id: Uuid,
@@ -410,6 +429,7 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         Ok(())
     }
 
+    #[tracing::instrument(skip_all)]
     async fn exchanges(&self, task_id: Uuid, limit: i64) -> Result<Vec<Exchange>> {
         let stmt = Stmt::new(
             "SELECT prompt, reply FROM (SELECT id, prompt, reply FROM agent_exchanges \
@@ -426,6 +446,7 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
 
     // ---- users' secrets (sealed by `credentials`) ----
 
+    #[tracing::instrument(skip_all)]
     async fn list_secrets(&self, scope: &str) -> Result<Vec<SecretEntry>> {
         let stmt =
             Stmt::new("SELECT name, updated_at FROM user_secrets WHERE scope = $1 ORDER BY name")
@@ -437,6 +458,7 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
             .collect())
     }
 
+    #[tracing::instrument(skip_all)]
     async fn put_secret(
         &self,
         scope: &str,
@@ -466,6 +488,7 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         Ok(SecretEntry { name, updated_at })
     }
 
+    #[tracing::instrument(skip_all)]
     async fn delete_secret(&self, scope: &str, name: &str) -> Result<bool> {
         let stmt = Stmt::new("DELETE FROM user_secrets WHERE scope = $1 AND name = $2")
             .bind(scope)
@@ -473,6 +496,7 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         Ok(self.db().write(stmt).await? > 0)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn sealed_secrets(&self, scope: &str) -> Result<Vec<(String, Vec<u8>, Vec<u8>)>> {
         let stmt = Stmt::new(
             "SELECT name, nonce, ciphertext FROM user_secrets WHERE scope = $1 ORDER BY name",
@@ -481,6 +505,7 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         Ok(self.db().all(stmt).await?)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn list_profiles(
         &self,
         scope: &str,
@@ -489,18 +514,22 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         self.profiles_list(scope, agent_type).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn get_profile(&self, id: Uuid) -> Result<Option<crate::profiles::AgentProfile>> {
         self.profiles_get(id).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn put_profile(&self, profile: &crate::profiles::AgentProfile) -> Result<()> {
         self.profiles_put(profile).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn delete_profile(&self, id: Uuid) -> Result<bool> {
         self.profiles_delete(id).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn close(&self) {
         self.pool.close().await;
     }

@@ -197,6 +197,7 @@ fn finishes_in(old: &Task, next: &Column) -> bool {
 
 #[async_trait]
 impl<D: Dialect> TaskStore for SqlTaskStore<D> {
+    #[tracing::instrument(skip_all)]
     async fn create_board(&self, new: NewBoard) -> Result<Board> {
         let mut tx = D::begin(&self.pool).await?;
         let stmt = Stmt::new(q::INSERT_BOARD)
@@ -212,11 +213,13 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         Ok(row.into())
     }
 
+    #[tracing::instrument(skip_all)]
     async fn get_board(&self, id: Uuid) -> Result<Board> {
         let row: Option<BoardRow> = self.read_optional(Stmt::new(q::BOARD).bind(id)).await?;
         row.map(Board::from).ok_or_else(|| no_board(id))
     }
 
+    #[tracing::instrument(skip_all)]
     async fn list_boards(&self, owner: Option<String>, page: Page) -> Result<(Vec<Board>, String)> {
         let stmt = Stmt::new(q::BOARDS)
             .bind(owner)
@@ -227,6 +230,7 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         Ok((rows.into_iter().map(Board::from).collect(), token))
     }
 
+    #[tracing::instrument(skip_all)]
     async fn update_board(&self, id: Uuid, patch: BoardPatch) -> Result<Board> {
         let stmt = Stmt::new(q::UPDATE_BOARD)
             .bind(id)
@@ -237,6 +241,7 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         row.map(Board::from).ok_or_else(|| no_board(id))
     }
 
+    #[tracing::instrument(skip_all)]
     async fn delete_board(&self, id: Uuid, actor: String) -> Result<()> {
         let mut tx = D::begin(&self.pool).await?;
         Self::lock_board(&mut tx, id).await?;
@@ -250,6 +255,7 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         self.commit(tx).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn create_task(&self, new: NewTask) -> Result<Task> {
         let mut tx = D::begin(&self.pool).await?;
         Self::lock_board(&mut tx, new.board_id).await?;
@@ -272,12 +278,14 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         self.linked_one(task).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn get_task(&self, id: Uuid) -> Result<Task> {
         let row: Option<TaskRow> = self.read_optional(Stmt::new(q::TASK).bind(id)).await?;
         self.linked_one(row.ok_or_else(|| no_task(id))?.try_into()?)
             .await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn list_tasks(
         &self,
         board_id: Uuid,
@@ -307,6 +315,7 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         Ok((self.linked(tasks).await?, token))
     }
 
+    #[tracing::instrument(skip_all)]
     async fn update_task(&self, id: Uuid, patch: TaskPatch) -> Result<Task> {
         let mut tx = D::begin(&self.pool).await?;
         let old = Self::lock_task(&mut tx, id).await?;
@@ -323,6 +332,7 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         self.linked_one(task).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn change_state(&self, id: Uuid, change: StateChange) -> Result<Task> {
         let mut tx = D::begin(&self.pool).await?;
         // Board first (see the module's note): a task never changes board.
@@ -373,6 +383,7 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         self.linked_one(task).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn delete_task(
         &self,
         id: Uuid,
@@ -396,6 +407,7 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         self.commit(tx).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn list_events(
         &self,
         task_id: Uuid,
@@ -415,11 +427,13 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         Ok((events, token))
     }
 
+    #[tracing::instrument(skip_all)]
     async fn list_columns(&self, board_id: Uuid) -> Result<Vec<Column>> {
         self.get_board(board_id).await?;
         Self::columns(&mut *self.pool.acquire().await?, board_id).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn put_columns(&self, board_id: Uuid, columns: Vec<Column>) -> Result<Vec<Column>> {
         let mut tx = D::begin(&self.pool).await?;
         Self::lock_board(&mut tx, board_id).await?;
@@ -447,6 +461,7 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         Ok(saved)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn move_task(
         &self,
         id: Uuid,
@@ -472,6 +487,7 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         self.linked_one(task).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn put_blockers(
         &self,
         id: Uuid,
@@ -490,10 +506,12 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         self.linked_one(task).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn ping(&self) -> Result<()> {
         Ok(execute::<D>(&mut *self.pool.acquire().await?, Stmt::new(q::PING)).await?)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn close(&self) {
         self.pool.close().await;
     }
@@ -501,6 +519,7 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
 
 #[async_trait]
 impl<D: Dialect> OutboxStore for SqlTaskStore<D> {
+    #[tracing::instrument(skip_all)]
     async fn claim(&self, limit: i64) -> Result<Option<Box<dyn OutboxBatch>>, sqlx::Error> {
         let Ok(claim) = self.relay.clone().try_lock_owned() else {
             return Ok(None);
@@ -508,6 +527,7 @@ impl<D: Dialect> OutboxStore for SqlTaskStore<D> {
         D::claim_outbox(&self.pool, limit, claim).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn pending(&self) -> Result<i64, sqlx::Error> {
         let (count,): (i64,) = self.read_one(Stmt::new(q::OUTBOX_PENDING)).await?;
         Ok(count)

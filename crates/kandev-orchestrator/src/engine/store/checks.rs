@@ -114,6 +114,7 @@ pub trait CheckStore: Send + Sync {
 
 #[async_trait]
 impl<D: ExecDialect> CheckStore for SqlExecStore<D> {
+    #[tracing::instrument(skip_all)]
     async fn watch_checks(
         &self,
         task_id: Uuid,
@@ -129,6 +130,7 @@ impl<D: ExecDialect> CheckStore for SqlExecStore<D> {
         self.db().write(stmt).await.map(drop)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn checks_due(&self, now: DateTime<Utc>, limit: i64) -> Result<Vec<TaskChecksRow>> {
         let stmt = Stmt::new(format!(
             "SELECT {COLUMNS} FROM task_checks
@@ -140,6 +142,7 @@ impl<D: ExecDialect> CheckStore for SqlExecStore<D> {
         self.db().all(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn record_checks(&self, task_id: Uuid, sha: &str, poll: &ChecksPoll<'_>) -> Result<bool> {
         let checks =
             serde_json::to_string(poll.checks).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
@@ -155,6 +158,7 @@ impl<D: ExecDialect> CheckStore for SqlExecStore<D> {
         Ok(self.db().write(stmt).await? > 0)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn task_checks(&self, task_id: Uuid) -> Result<Option<TaskChecksRow>> {
         let stmt = Stmt::new(format!(
             "SELECT {COLUMNS} FROM task_checks WHERE task_id = $1"
@@ -163,6 +167,7 @@ impl<D: ExecDialect> CheckStore for SqlExecStore<D> {
         self.db().optional(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn fix_sent(
         &self,
         task_id: Uuid,
@@ -179,6 +184,7 @@ impl<D: ExecDialect> CheckStore for SqlExecStore<D> {
         Ok(self.db().write(stmt).await? > 0)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn drop_checks(&self, task_id: Uuid) -> Result<()> {
         self.db().write(Stmt::new(DELETE).bind(task_id)).await?;
         Ok(())

@@ -109,33 +109,39 @@ const REQUEUE: &str = "UPDATE executions SET state = 'queued',
 impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
     // ---- reading executions ----
 
+    #[tracing::instrument(skip_all)]
     async fn get(&self, task_id: Uuid) -> Result<Option<Execution>> {
         let stmt = Stmt::new(format!("{SELECT_EXEC} WHERE task_id = $1")).bind(task_id);
         self.db().optional(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn get_many(&self, task_ids: &[Uuid]) -> Result<Vec<Execution>> {
         let sql = |set: &str| format!("{SELECT_EXEC} WHERE task_id IN ({set})");
         self.for_tasks(sql, task_ids).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn queued(&self) -> Result<Vec<Execution>> {
         let sql =
             format!("{SELECT_EXEC} WHERE state = 'queued' ORDER BY priority DESC, queue_order");
         self.db().all(Stmt::new(sql)).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn launching(&self) -> Result<Vec<Execution>> {
         let sql = format!("{SELECT_EXEC} WHERE state = 'launching'");
         self.db().all(Stmt::new(sql)).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn active_by_type(&self) -> Result<Vec<(String, i64)>> {
         let sql = "SELECT agent_type, count(*) FILTER (WHERE state IN ('launching', 'running'))
                FROM executions GROUP BY agent_type";
         self.db().all(Stmt::new(sql)).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn queued_ahead(&self, priority: i32, queue_order: Option<i64>) -> Result<i64> {
         let stmt = Stmt::new(
             "SELECT count(*) FROM executions
@@ -147,6 +153,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         Ok(ahead)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn queue_positions(&self) -> Result<HashMap<Uuid, i64>> {
         let sql = "SELECT task_id, row_number() OVER (ORDER BY priority DESC, queue_order)
                FROM executions WHERE state = 'queued'";
@@ -154,6 +161,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         Ok(rows.into_iter().collect())
     }
 
+    #[tracing::instrument(skip_all)]
     async fn last_seq(&self, task_id: Uuid) -> Result<i64> {
         let stmt = Stmt::new(
             "SELECT last_seq FROM feed_chunks WHERE task_id = $1 ORDER BY first_seq DESC LIMIT 1",
@@ -163,6 +171,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         Ok(last.map_or(0, |(l,)| l))
     }
 
+    #[tracing::instrument(skip_all)]
     async fn last_seqs(&self, task_ids: &[Uuid]) -> Result<HashMap<Uuid, i64>> {
         let sql = |set: &str| {
             format!(
@@ -174,6 +183,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         Ok(rows.into_iter().collect())
     }
 
+    #[tracing::instrument(skip_all)]
     async fn clones_due(&self, retention_secs: f64, limit: i64) -> Result<Vec<Uuid>> {
         let stmt = Stmt::new(
             "SELECT task_id FROM executions
@@ -187,6 +197,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 
+    #[tracing::instrument(skip_all)]
     async fn direct_run_ended(&self, task_id: Uuid, at: DateTime<Utc>) -> Result<()> {
         let stmt = Stmt::new(
             "INSERT INTO direct_clones (task_id, finished_at) VALUES ($1, $2)
@@ -197,6 +208,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         self.update(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn direct_clones_due(&self, retention_secs: f64, limit: i64) -> Result<Vec<Uuid>> {
         let stmt = Stmt::new(
             "SELECT task_id FROM direct_clones WHERE finished_at < $1 ORDER BY finished_at LIMIT $2",
@@ -207,6 +219,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 
+    #[tracing::instrument(skip_all)]
     async fn forget_direct_clone(&self, task_id: Uuid) -> Result<()> {
         let stmt = Stmt::new("DELETE FROM direct_clones WHERE task_id = $1").bind(task_id);
         self.update(stmt).await
@@ -214,6 +227,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
 
     // ---- the queue ----
 
+    #[tracing::instrument(skip_all)]
     async fn enqueue(&self, q: &Enqueue<'_>) -> Result<()> {
         let stmt = Stmt::new(Self::queued_at_end(ENQUEUE))
             .bind(q.task_id)
@@ -228,6 +242,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         self.update(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn update_queued(&self, task_id: Uuid, priority: i32, max_retries: i32) -> Result<()> {
         let stmt =
             Stmt::new("UPDATE executions SET priority = $2, max_retries = $3 WHERE task_id = $1")
@@ -237,6 +252,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         self.update(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn set_prompt(&self, task_id: Uuid, prompt: &str) -> Result<()> {
         let stmt = Stmt::new("UPDATE executions SET prompt = $2 WHERE task_id = $1")
             .bind(task_id)
@@ -244,6 +260,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         self.update(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn set_run_as(&self, task_id: Uuid, run_as: &str) -> Result<()> {
         let stmt = Stmt::new("UPDATE executions SET run_as = $2 WHERE task_id = $1")
             .bind(task_id)
@@ -251,6 +268,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         self.update(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn requeue_due_retries(&self) -> Result<()> {
         // One at a time in retry order: each takes the next place.
         let stmt = Stmt::new(
@@ -273,6 +291,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
 
     // ---- a run's life ----
 
+    #[tracing::instrument(skip_all)]
     async fn set_state(&self, task_id: Uuid, state: ExecState) -> Result<()> {
         let stmt =
             Stmt::new("UPDATE executions SET state = $2, updated_at = $3 WHERE task_id = $1")
@@ -282,6 +301,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         self.update(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn begin_launch(&self, task_id: Uuid, attempts: i32) -> Result<()> {
         let stmt = Stmt::new(
             "UPDATE executions SET state = 'launching', attempts = $2, queue_order = NULL,
@@ -293,6 +313,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         self.update(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn drop_launch(&self, task_id: Uuid, attempts: i32) -> Result<()> {
         let stmt = Stmt::new(
             "UPDATE executions SET state = 'stopped', attempts = $2, updated_at = $3
@@ -304,6 +325,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         self.update(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn launched(
         &self,
         task_id: Uuid,
@@ -321,6 +343,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         self.update(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn adopt(&self, task_id: Uuid, instance: Uuid, manager_id: &str) -> Result<()> {
         let stmt = Stmt::new(
             "UPDATE executions SET state = 'running', instance_id = $2, manager_id = $3
@@ -332,12 +355,14 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         self.update(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn placed_runs(&self) -> Result<Vec<Execution>> {
         let sql =
             format!("{SELECT_EXEC} WHERE state IN ('launching', 'running') AND manager_id <> ''");
         self.db().all(Stmt::new(sql)).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn move_run(&self, exec: &Execution) -> Result<()> {
         let mut tx = D::begin(&self.pool).await?;
         if let Some(instance) = exec.instance_id {
@@ -361,6 +386,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         tx.commit().await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn is_moved(&self, instance: Uuid) -> Result<bool> {
         let stmt =
             Stmt::new("SELECT EXISTS (SELECT 1 FROM moved_instances WHERE instance_id = $1)")
@@ -369,12 +395,14 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         Ok(moved)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn requeue_interrupted(&self, task_id: Uuid) -> Result<()> {
         let sql = Self::queued_at_end(&format!("{REQUEUE} WHERE task_id = $1"));
         self.update(Stmt::new(sql).bind(task_id).bind(Utc::now()))
             .await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn retry_later(&self, task_id: Uuid, retry_at: DateTime<Utc>, error: &str) -> Result<()> {
         let stmt = Stmt::new(
             "UPDATE executions SET state = 'retry_wait', retry_at = $2, last_error = $3,
@@ -387,6 +415,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         self.update(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn failed(&self, task_id: Uuid, error: &str) -> Result<()> {
         let stmt = Stmt::new(
             "UPDATE executions SET state = 'failed', last_error = $2, updated_at = $3
@@ -398,6 +427,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         self.update(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn set_session(&self, task_id: Uuid, session: &str) -> Result<()> {
         let stmt = Stmt::new("UPDATE executions SET acp_session_id = $2 WHERE task_id = $1")
             .bind(task_id)
@@ -405,12 +435,14 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         self.update(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn workspace_removed(&self, task_id: Uuid) -> Result<()> {
         let stmt = Stmt::new("UPDATE executions SET workspace_removed = true WHERE task_id = $1")
             .bind(task_id);
         self.update(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn delete(&self, task_id: Uuid) -> Result<()> {
         let stmt = Stmt::new("DELETE FROM executions WHERE task_id = $1").bind(task_id);
         self.update(stmt).await
@@ -418,6 +450,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
 
     // ---- processed events ----
 
+    #[tracing::instrument(skip_all)]
     async fn seen(&self, id: Uuid) -> Result<bool> {
         let stmt =
             Stmt::new("SELECT EXISTS (SELECT 1 FROM processed_events WHERE id = $1)").bind(id);
@@ -425,6 +458,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         Ok(seen)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn mark_seen(&self, id: Uuid) -> Result<()> {
         let stmt = Stmt::new(
             "INSERT INTO processed_events (id, processed_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
@@ -434,6 +468,7 @@ impl<D: ExecDialect> ExecutionStore for SqlExecStore<D> {
         self.update(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn prune_seen(&self) -> Result<u64> {
         let stmt = Stmt::new("DELETE FROM processed_events WHERE processed_at < $1")
             .bind(ago(24.0 * 3600.0));

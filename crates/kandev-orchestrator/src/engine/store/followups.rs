@@ -60,6 +60,7 @@ pub trait FollowUpStore: Send + Sync {
 
 #[async_trait]
 impl<D: ExecDialect> FollowUpStore for SqlExecStore<D> {
+    #[tracing::instrument(skip_all)]
     async fn hold_prompt(&self, task_id: Uuid, author: &str, text: &str) -> Result<PendingPrompt> {
         let held = PendingPrompt {
             id: Uuid::now_v7(),
@@ -78,11 +79,13 @@ impl<D: ExecDialect> FollowUpStore for SqlExecStore<D> {
         Ok(held)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn pending_prompts(&self, task_id: Uuid) -> Result<Vec<PendingPrompt>> {
         let stmt = Stmt::new(format!("{SELECT} WHERE task_id = $1 {ORDER}")).bind(task_id);
         self.db().all(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn edit_pending_prompt(
         &self,
         task_id: Uuid,
@@ -97,11 +100,13 @@ impl<D: ExecDialect> FollowUpStore for SqlExecStore<D> {
         self.db().optional(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn drop_pending_prompt(&self, task_id: Uuid, id: Uuid) -> Result<bool> {
         let stmt = Stmt::new(DELETE_ONE).bind(task_id).bind(id);
         Ok(self.db().write(stmt).await? > 0)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn drop_pending_prompts(&self, task_id: Uuid) -> Result<()> {
         self.db().write(Stmt::new(DELETE_ALL).bind(task_id)).await?;
         Ok(())

@@ -128,6 +128,7 @@ pub trait ReviewStore: Send + Sync {
 
 #[async_trait]
 impl<D: ExecDialect> ReviewStore for SqlExecStore<D> {
+    #[tracing::instrument(skip_all)]
     async fn add_review_round(
         &self,
         task_id: Uuid,
@@ -156,16 +157,19 @@ impl<D: ExecDialect> ReviewStore for SqlExecStore<D> {
         Ok(round)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn forget_review_round(&self, task_id: Uuid, round: i32) -> Result<()> {
         let stmt = Stmt::new(FORGET_ROUND).bind(task_id).bind(round);
         self.db().write(stmt).await.map(drop)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn review_comments(&self, task_id: Uuid) -> Result<Vec<ReviewCommentRow>> {
         let stmt = Stmt::new(format!("{SELECT} WHERE task_id = $1 {ORDER}")).bind(task_id);
         self.db().all(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn resolve_review_comment(
         &self,
         task_id: Uuid,
@@ -183,6 +187,7 @@ impl<D: ExecDialect> ReviewStore for SqlExecStore<D> {
         self.db().optional(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn delete_review_comments(&self, task_id: Uuid) -> Result<()> {
         self.db()
             .write(Stmt::new(DELETE_ALL).bind(task_id))

@@ -106,6 +106,7 @@ pub trait TrackerStore: Send + Sync {
 
 #[async_trait]
 impl<D: ExecDialect> TrackerStore for SqlExecStore<D> {
+    #[tracing::instrument(skip_all)]
     async fn put_tracker_link(&self, link: &TrackerLinkRow) -> Result<TrackerLinkRow> {
         let stmt = Stmt::new(UPSERT_LINK)
             .bind(link.board_id)
@@ -123,21 +124,25 @@ impl<D: ExecDialect> TrackerStore for SqlExecStore<D> {
         self.db().one(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn tracker_link(&self, board_id: Uuid) -> Result<Option<TrackerLinkRow>> {
         let stmt = Stmt::new(format!("{SELECT_LINK} WHERE board_id = $1")).bind(board_id);
         self.db().optional(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn tracker_links(&self) -> Result<Vec<TrackerLinkRow>> {
         let stmt = Stmt::new(format!("{SELECT_LINK} ORDER BY created_at, board_id"));
         self.db().all(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn delete_tracker_link(&self, board_id: Uuid) -> Result<bool> {
         let stmt = Stmt::new("DELETE FROM tracker_links WHERE board_id = $1").bind(board_id);
         Ok(self.db().write(stmt).await? > 0)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn tracker_synced(&self, board_id: Uuid, error: &str, at: DateTime<Utc>) -> Result<()> {
         let stmt = Stmt::new(
             "UPDATE tracker_links SET last_error = $2, last_synced_at = $3 WHERE board_id = $1",
@@ -148,6 +153,7 @@ impl<D: ExecDialect> TrackerStore for SqlExecStore<D> {
         self.db().write(stmt).await.map(drop)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn claim_issue(&self, board_id: Uuid, number: i64, url: &str) -> Result<bool> {
         let stmt = Stmt::new(
             "INSERT INTO tracker_issues (board_id, number, task_id, url, claimed_at)
@@ -160,6 +166,7 @@ impl<D: ExecDialect> TrackerStore for SqlExecStore<D> {
         Ok(self.db().write(stmt).await? > 0)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn issue_task_made(&self, board_id: Uuid, number: i64, task_id: Uuid) -> Result<()> {
         let stmt =
             Stmt::new("UPDATE tracker_issues SET task_id = $3 WHERE board_id = $1 AND number = $2")
@@ -169,6 +176,7 @@ impl<D: ExecDialect> TrackerStore for SqlExecStore<D> {
         self.db().write(stmt).await.map(drop)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn release_issue(&self, board_id: Uuid, number: i64) -> Result<()> {
         let stmt = Stmt::new(
             "DELETE FROM tracker_issues WHERE board_id = $1 AND number = $2 AND task_id IS NULL",
@@ -178,6 +186,7 @@ impl<D: ExecDialect> TrackerStore for SqlExecStore<D> {
         self.db().write(stmt).await.map(drop)
     }
 
+    #[tracing::instrument(skip_all)]
     async fn tracker_issue(&self, board_id: Uuid, number: i64) -> Result<Option<TrackerIssueRow>> {
         let stmt = Stmt::new(format!(
             "{SELECT_ISSUE} WHERE board_id = $1 AND number = $2"
@@ -187,6 +196,7 @@ impl<D: ExecDialect> TrackerStore for SqlExecStore<D> {
         self.db().optional(stmt).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn issue_of_task(&self, task_id: Uuid) -> Result<Option<TrackerIssueRow>> {
         let stmt = Stmt::new(format!("{SELECT_ISSUE} WHERE task_id = $1")).bind(task_id);
         self.db().optional(stmt).await
