@@ -17,35 +17,21 @@
 
 use std::{collections::BTreeMap, path::Path};
 
-use chrono::{DateTime, Utc};
 use ring::{aead, hkdf, rand::SecureRandom as _};
 use secrecy::{ExposeSecret as _, SecretString};
 
 use crate::{
     config::Settings,
-    domain::{AgentError, AgentType, Result, env_name_ok, invalid},
+    domain::{AgentError, AgentType, Result, invalid},
     store::Store,
 };
+
+pub use crate::domain::{AUGGIE_SESSION_ID, SecretEntry, TASK_DESCRIPTION, check_name};
 
 /// The longest secret value accepted (a PEM key fits; a file does not).
 pub const MAX_SECRET_BYTES: usize = 16 * 1024;
 /// The most secrets one user keeps.
 pub const MAX_SECRETS_PER_USER: i64 = 100;
-
-/// Variables Kandev sets itself: a stored secret may not shadow them.
-const RESERVED: &[&str] = &[
-    crate::manager::TASK_DESCRIPTION,
-    crate::manager::AUGGIE_SESSION_ID,
-    "HOME",
-    "PATH",
-];
-
-/// One stored secret as listed: its name and when it was last set.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SecretEntry {
-    pub name: String,
-    pub updated_at: DateTime<Utc>,
-}
 
 /// The cipher of users' secrets.
 pub struct SecretBox {
@@ -112,21 +98,6 @@ impl SecretBox {
             .ok()
             .map(SecretString::from)
     }
-}
-
-/// Checks a secret's name: an environment variable name Kandev does not set
-/// itself.
-pub fn check_name(name: &str) -> Result<()> {
-    if !env_name_ok(name) || name.len() > 128 {
-        return Err(invalid(
-            "a secret's name is an environment variable name: 1-128 letters, digits and _, \
-             not starting with a digit",
-        ));
-    }
-    if RESERVED.iter().any(|r| r.eq_ignore_ascii_case(name)) {
-        return Err(invalid(format!("{name} is set by Kandev itself")));
-    }
-    Ok(())
 }
 
 fn check_value(value: &str) -> Result<()> {

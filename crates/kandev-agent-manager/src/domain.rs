@@ -354,3 +354,35 @@ pub struct LogLine {
     pub stream: String,
     pub line: String,
 }
+
+/// The environment variable that carries the task to the agent (the seed's
+/// launch contract); the first prompt when none is given.
+pub const TASK_DESCRIPTION: &str = "TASK_DESCRIPTION";
+
+/// The environment variable that names a session to resume (the seed's
+/// session resumption).
+pub const AUGGIE_SESSION_ID: &str = "AUGGIE_SESSION_ID";
+
+/// Variables Kandev sets itself: a stored secret may not shadow them.
+const RESERVED: &[&str] = &[TASK_DESCRIPTION, AUGGIE_SESSION_ID, "HOME", "PATH"];
+/// Checks a secret's name: an environment variable name Kandev does not set
+/// itself.
+pub fn check_name(name: &str) -> Result<()> {
+    if !env_name_ok(name) || name.len() > 128 {
+        return Err(invalid(
+            "a secret's name is an environment variable name: 1-128 letters, digits and _, \
+             not starting with a digit",
+        ));
+    }
+    if RESERVED.iter().any(|r| r.eq_ignore_ascii_case(name)) {
+        return Err(invalid(format!("{name} is set by Kandev itself")));
+    }
+    Ok(())
+}
+
+/// One stored secret as listed: its name and when it was last set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretEntry {
+    pub name: String,
+    pub updated_at: DateTime<Utc>,
+}

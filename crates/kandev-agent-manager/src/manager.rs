@@ -44,13 +44,7 @@ const MAX_PROMPT_DIFF_BYTES: usize = 64 * 1024;
 /// How long a prompt sent while a run is ending waits for it to end.
 const QUEUE_CLOSED_WAIT: Duration = Duration::from_secs(30);
 
-/// The environment variable that carries the task to the agent (the seed's
-/// launch contract); the first prompt when none is given.
-pub const TASK_DESCRIPTION: &str = "TASK_DESCRIPTION";
-
-/// The environment variable that names a session to resume (the seed's
-/// session resumption).
-pub const AUGGIE_SESSION_ID: &str = "AUGGIE_SESSION_ID";
+pub use crate::domain::{AUGGIE_SESSION_ID, TASK_DESCRIPTION};
 
 /// A validated `LaunchAgent` request.
 #[derive(Clone)]

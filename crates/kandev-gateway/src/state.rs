@@ -3,7 +3,7 @@
 use std::{net::SocketAddr, sync::Arc};
 
 use crate::{
-    auth::JwtKeys,
+    auth::token::JwtKeys,
     clients::Downstream,
     rate_limit::RateLimiter,
     stream::{boards::BoardFeeds, live::LiveFeeds},

@@ -8,10 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::{
-    credentials::check_name,
-    domain::{AgentError, AgentType, Result, env_name_ok},
-};
+use crate::domain::{AgentError, AgentType, Result, check_name, env_name_ok};
 
 /// Bounds of what a profile may hold.
 const MAX_NAME: usize = 100;

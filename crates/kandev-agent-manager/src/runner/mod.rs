@@ -19,6 +19,7 @@
 //!   telling why an agent's output ended.
 
 mod conversation;
+mod interrupt;
 mod modes;
 mod output;
 mod pipeline;

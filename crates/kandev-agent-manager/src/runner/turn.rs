@@ -15,10 +15,10 @@ use uuid::Uuid;
 
 use super::{
     CONTAINER_WORKSPACE, Interruption, RunHandle, Shared, Slots, TurnResult, TurnSpec,
-    conversation, failed, lock,
+    conversation, failed, interrupt, lock,
     output::{LineQueue, demux},
     pipeline::Pipeline,
-    policy, publish_lifecycle, publish_retrying, recovery, refused,
+    policy, publish_lifecycle, publish_retrying, refused,
 };
 use crate::{
     docker::LogStream,
@@ -225,7 +225,7 @@ pub(super) async fn start_fresh(
         Ok(result) => Ok(result),
         Err(Step::Plain(interruption)) => Err(interruption),
         Err(Step::Abandon(interruption)) => {
-            Err(recovery::abandon(&conn.client, handle, conn.drain, interruption).await)
+            Err(interrupt::abandon(&conn.client, handle, conn.drain, interruption).await)
         }
     }
 }
@@ -276,7 +276,7 @@ async fn launch(
 }
 
 /// How a step of a fresh turn fails: as it is, or after the client is
-/// given up ([`recovery::abandon`]).
+/// given up ([`interrupt::abandon`]).
 enum Step {
     Plain(Interruption),
     Abandon(Interruption),
@@ -323,7 +323,7 @@ impl Fresh<'_> {
     async fn crashed(&self, what: &'static str, err: AcpError) -> Step {
         Step::Abandon(if matches!(err, AcpError::Closed { .. }) {
             let docker = &self.shared.docker;
-            recovery::output_ended(docker, self.id, self.slots, what, self.since, false).await
+            interrupt::output_ended(docker, self.id, self.slots, what, self.since, false).await
         } else {
             failed(format!("{what} failed: {err}")).into()
         })
@@ -572,8 +572,8 @@ pub(super) async fn resume(
         } else {
             "the turn"
         };
-        let failure = recovery::output_ended(docker, id, slots, during, since, exited).await;
-        return Err(recovery::abandon(client, handle, conn.drain, failure).await);
+        let failure = interrupt::output_ended(docker, id, slots, during, since, exited).await;
+        return Err(interrupt::abandon(client, handle, conn.drain, failure).await);
     };
     Ok(TurnResult {
         session_id: instance.acp_session_id.clone(),

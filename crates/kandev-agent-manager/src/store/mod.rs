@@ -21,7 +21,7 @@ pub use pg::PgAgentStore;
 pub use sql::SqlAgentStore;
 pub use sqlite::SqliteAgentStore;
 
-use crate::credentials::SecretEntry;
+use crate::domain::SecretEntry;
 use crate::domain::{
     AgentError, AgentInstance, AgentType, CredentialMounts, InstanceStatus, LogLine,
     PermissionPolicyKind, Result,
@@ -119,12 +119,12 @@ pub trait AgentStore: std::fmt::Debug + Send + Sync + 'static {
         &self,
         scope: &str,
         agent_type: Option<&str>,
-    ) -> Result<Vec<crate::profiles::AgentProfile>>;
-    async fn get_profile(&self, id: Uuid) -> Result<Option<crate::profiles::AgentProfile>>;
+    ) -> Result<Vec<crate::profiles::spec::AgentProfile>>;
+    async fn get_profile(&self, id: Uuid) -> Result<Option<crate::profiles::spec::AgentProfile>>;
     /// Inserts the profile, or replaces the one with its id (its owner and
     /// creation time stay); a name its owner already uses for the type is
     /// a validation error.
-    async fn put_profile(&self, profile: &crate::profiles::AgentProfile) -> Result<()>;
+    async fn put_profile(&self, profile: &crate::profiles::spec::AgentProfile) -> Result<()>;
     /// Whether a profile was there to delete.
     async fn delete_profile(&self, id: Uuid) -> Result<bool>;
     /// Closes the database's connections (at shutdown).

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::SqlAgentStore;
 use crate::{
     domain::{AgentError, Result},
-    profiles::{AgentProfile, ProfileSpec, field_err},
+    profiles::spec::{AgentProfile, ProfileSpec, field_err},
 };
 
 pub(super) const LIST: &str = "SELECT id, owner, agent_type, name, spec, created_at, updated_at \

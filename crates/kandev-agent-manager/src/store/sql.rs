@@ -20,7 +20,7 @@ use super::{
     AgentStore, Exchange, INSTANCE_COLUMNS, InstanceRow, LaunchFields, Outcome, TYPE_COLUMNS,
     TypeRow, lines,
 };
-use crate::credentials::SecretEntry;
+use crate::domain::SecretEntry;
 use crate::domain::{AgentError, AgentInstance, AgentType, InstanceStatus, LogLine, Result};
 
 /// The agent manager's tables in database `D`.
@@ -510,17 +510,17 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         &self,
         scope: &str,
         agent_type: Option<&str>,
-    ) -> Result<Vec<crate::profiles::AgentProfile>> {
+    ) -> Result<Vec<crate::profiles::spec::AgentProfile>> {
         self.profiles_list(scope, agent_type).await
     }
 
     #[tracing::instrument(skip_all)]
-    async fn get_profile(&self, id: Uuid) -> Result<Option<crate::profiles::AgentProfile>> {
+    async fn get_profile(&self, id: Uuid) -> Result<Option<crate::profiles::spec::AgentProfile>> {
         self.profiles_get(id).await
     }
 
     #[tracing::instrument(skip_all)]
-    async fn put_profile(&self, profile: &crate::profiles::AgentProfile) -> Result<()> {
+    async fn put_profile(&self, profile: &crate::profiles::spec::AgentProfile) -> Result<()> {
         self.profiles_put(profile).await
     }
 
