@@ -36,6 +36,10 @@ use tokio_tungstenite::{
 pub use serde_json;
 
 pub mod agents;
+pub mod fixtures;
+pub mod trackers;
+
+pub use fixtures::{check_named, is_prompt_with, merged, mock_task, mock_tasks_through, mock_type};
 
 /// The administrator every stack is bootstrapped with.
 pub const ADMIN: &str = "admin";
@@ -118,6 +122,12 @@ impl Options {
             single: true,
             ..Options::default()
         }
+    }
+
+    /// These options with `key=value` in the environment of `svc`.
+    pub fn with(mut self, svc: Svc, key: &str, value: impl Into<String>) -> Options {
+        self.env.push((svc, key.into(), value.into()));
+        self
     }
 }
 
@@ -1200,6 +1210,13 @@ impl Feed {
         }
     }
 
+    /// Reads until a `message_chunk` whose text contains `needle`; that
+    /// frame. Panics after `secs`.
+    pub async fn wait_for_chunk(&mut self, secs: u64, needle: &str) -> Value {
+        self.wait_for(secs, needle, |f| chunk_contains(f, needle))
+            .await
+    }
+
     /// Reads until nothing comes for `quiet`.
     pub async fn drain(&mut self, quiet: Duration) {
         while self.next_until(Instant::now() + quiet).await.is_some() {}
@@ -1244,6 +1261,14 @@ impl Feed {
 /// `kind` of a feed frame's event.
 pub fn kind(frame: &Value) -> &str {
     frame["event"]["kind"].as_str().unwrap_or_default()
+}
+
+/// Whether a feed frame is a `message_chunk` whose text contains `needle`.
+pub fn chunk_contains(frame: &Value, needle: &str) -> bool {
+    kind(frame) == "message_chunk"
+        && frame["event"]["data"]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains(needle))
 }
 
 /// Whether a feed frame is the end of a turn.

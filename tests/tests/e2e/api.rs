@@ -14,14 +14,12 @@ async fn bad_input_is_refused() {
     assert_eq!(r.status, 400, "{}", r.body);
     assert_eq!(r.error(), "bad_request");
 
-    // No title.
-    let r = api.post(&tasks, json!({"description": "no title"})).await;
-    assert_eq!(r.status, 400, "{}", r.body);
-    assert_eq!(r.error(), "validation_error");
-    // An empty title.
-    let r = api.post(&tasks, json!({"title": "  "})).await;
-    assert_eq!(r.status, 400, "{}", r.body);
-    assert_eq!(r.error(), "validation_error");
+    // No title, and an empty title.
+    for body in [json!({"description": "no title"}), json!({"title": "  "})] {
+        let r = api.post(&tasks, body).await;
+        assert_eq!(r.status, 400, "{}", r.body);
+        assert_eq!(r.error(), "validation_error");
+    }
 
     // An unknown board.
     let unknown = "00000000-0000-4000-8000-000000000000";

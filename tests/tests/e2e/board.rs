@@ -1,20 +1,13 @@
 //! The board's view of its cards: one request for every card and its live
 //! execution, "Create" without starting, and the agent picker's facts.
 
-use kandev_e2e::{Options, Stack, eventually, serde_json::json};
+use kandev_e2e::{Options, Stack, eventually, mock_task, serde_json::json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_request_gives_every_card_its_live_state() {
-    let stack = Stack::start("board_cards", Options::default()).await;
-    let api = stack.admin().await;
-    let board = api.board("cards").await;
-    let started = api
-        .task(
-            &board,
-            json!({"title": "Started", "description": "echo hi", "agent_type": "mock-agent",
-                   "max_retries": 0}),
-        )
-        .await;
+    let options = Options::default();
+    let (stack, api, board) = Stack::start_with_board("board_cards", options, "cards").await;
+    let started = api.task(&board, mock_task("Started", "echo hi")).await;
     let created = api
         .task(
             &board,
@@ -53,13 +46,7 @@ async fn one_request_gives_every_card_its_live_state() {
     assert_eq!(card(&plain)["execution"]["state"], "idle");
 
     // Started by hand, it runs like any other.
-    let start = api
-        .post(
-            &format!("/api/v1/orchestrator/tasks/{created}/start"),
-            json!({}),
-        )
-        .await;
-    assert_eq!(start.status, 200, "{}", start.body);
+    api.start_task(&created).await;
     api.wait_state(&created, &["COMPLETED"], 120).await;
     eventually(30, "the card to show the completed run", || async {
         let cards = api.get(&cards_path).await;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use kandev_e2e::{
-    Api, Options, Stack,
+    Api, Options, Stack, deployments,
     serde_json::{Value, json},
 };
 use tokio_tungstenite::tungstenite::{self as tg, client::IntoClientRequest};
@@ -64,17 +64,12 @@ async fn set_state(api: &Api, task: &str, state: &str) {
     assert_eq!(r.status, 200, "{}", r.body);
 }
 
+/// The admin's board watched while its card changes, and bob's changes
+/// to his own.
 async fn walk(name: &str, options: Options) {
     let stack = Stack::start(name, options).await;
     let admin = stack.admin().await;
-    let made = admin
-        .post(
-            "/api/v1/users",
-            json!({"username": "bob", "password": "correct horse battery"}),
-        )
-        .await;
-    assert_eq!(made.status, 201, "{}", made.body);
-    let bob = stack.login("bob", "correct horse battery").await;
+    let bob = stack.user(&admin, "bob", "correct horse battery").await;
     let board = admin.board("pushed").await;
     let task = admin.task(&board, json!({"title": "Pushed card"})).await;
     let bobs_board = bob.board("bob's").await;
@@ -150,10 +145,7 @@ async fn walk(name: &str, options: Options) {
             break;
         }
     }
-    let gone = admin
-        .send("DELETE", &format!("/api/v1/tasks/{added}"), None)
-        .await;
-    assert!(gone.status == 204 || gone.status == 200, "{}", gone.body);
+    admin.delete_task(&added).await;
     loop {
         let m = next(&mut ws, 10).await.expect("the removal");
         if m["type"] == "removed" && m["task_id"] == added.as_str() {
@@ -164,12 +156,8 @@ async fn walk(name: &str, options: Options) {
     stack.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn board_changes_are_pushed_to_its_viewers_only_four_services() {
-    walk("board_push", Options::default()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn board_changes_are_pushed_to_its_viewers_only_kandev_binary() {
-    walk("board_push_single", Options::single()).await;
+deployments! {
+    walk("board_push"),
+    four: board_changes_are_pushed_to_its_viewers_only_four_services,
+    single: board_changes_are_pushed_to_its_viewers_only_kandev_binary,
 }

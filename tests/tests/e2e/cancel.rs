@@ -1,45 +1,18 @@
 //! A running task moved to CANCELLED stops its agent; a cancelled turn
 //! leaves the task in progress.
 
-use kandev_e2e::{Feed, Options, Stack, eventually, is_turn_end, kind, serde_json::json};
+use kandev_e2e::{
+    Feed, Options, Stack, deployments, eventually, is_turn_end, mock_task, serde_json::json,
+};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_stops_the_agent_and_removes_its_container() {
-    cancel_stops_the_agent_and_removes_its_container_on("cancel", Options::default()).await;
-}
-
-/// The same with every service on SQLite, as the one-machine `kandev` keeps
-/// its state.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_stops_the_agent_and_removes_its_container_on_sqlite() {
-    cancel_stops_the_agent_and_removes_its_container_on("cancel_sqlite", Options::sqlite()).await;
-}
-
-/// The same through the `kandev` binary: the four services in one process.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_stops_the_agent_and_removes_its_container_single() {
-    cancel_stops_the_agent_and_removes_its_container_on("cancel_single", Options::single()).await;
-}
-
+/// A task waiting for `session/cancel`, moved to CANCELLED.
 async fn cancel_stops_the_agent_and_removes_its_container_on(test: &str, options: Options) {
-    let stack = Stack::start(test, options).await;
-    let api = stack.admin().await;
-    let board = api.board("cancel").await;
+    let (stack, api, board) = Stack::start_with_board(test, options, "cancel").await;
     let task = api
-        .task(
-            &board,
-            json!({"title": "Wait", "description": "scenario: wait-cancel",
-                   "agent_type": "mock-agent", "max_retries": 0}),
-        )
+        .task(&board, mock_task("Wait", "scenario: wait-cancel"))
         .await;
     let mut feed = Feed::open(&api, &task).await;
-    feed.wait_for(120, "the waiting message", |f| {
-        kind(f) == "message_chunk"
-            && f["event"]["data"]["text"]
-                .as_str()
-                .is_some_and(|t| t.contains("Waiting for session/cancel"))
-    })
-    .await;
+    feed.wait_for_chunk(120, "Waiting for session/cancel").await;
     let running = api.wait_state(&task, &["IN_PROGRESS"], 30).await;
     assert_eq!(stack.containers(Some(&task), true).await.len(), 1);
 
@@ -79,16 +52,10 @@ async fn cancel_stops_the_agent_and_removes_its_container_on(test: &str, options
 /// idle, and a follow-up continues the same session and completes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_turn_leaves_the_task_in_progress_for_a_follow_up() {
-    let stack = Stack::start("cancel_turn", Options::default()).await;
-    let api = stack.admin().await;
-    let board = api.board("cancel turn").await;
-    let task = api
-        .task(
-            &board,
-            json!({"title": "Wait", "description": "scenario: wait-cancel",
-                   "agent_type": "mock-agent", "max_retries": 0}),
-        )
-        .await;
+    let options = Options::default();
+    let (stack, api, board) = Stack::start_with_board("cancel_turn", options, "cancel turn").await;
+    let wait = mock_task("Wait", "scenario: wait-cancel");
+    let task = api.task(&board, wait).await;
     let mut feed = Feed::open(&api, &task).await;
     feed.wait_for(120, "the waiting message", |f| {
         f.to_string().contains("Waiting for session/cancel")
@@ -116,7 +83,14 @@ async fn a_cancelled_turn_leaves_the_task_in_progress_for_a_follow_up() {
     assert_eq!(ack["type"], "ack", "{ack}");
     let end = feed.wait_for(120, "the follow-up's end", is_turn_end).await;
     assert_eq!(end["event"]["data"]["stop_reason"], "end_turn", "{end}");
-    api.wait_state(&task, &["COMPLETED"], 60).await;
     feed.close().await;
+    api.wait_state(&task, &["COMPLETED"], 60).await;
     stack.stop().await;
+}
+
+deployments! {
+    cancel_stops_the_agent_and_removes_its_container_on("cancel"),
+    four: cancel_stops_the_agent_and_removes_its_container,
+    sqlite: cancel_stops_the_agent_and_removes_its_container_on_sqlite,
+    single: cancel_stops_the_agent_and_removes_its_container_single,
 }

@@ -2,27 +2,28 @@
 //! (files and diffs against the base) are read through the gateway.
 
 use kandev_e2e::{
-    Options, Stack, Svc,
+    Options, Stack, Svc, merged, mock_task, mock_type,
     serde_json::{Value, json},
+    trackers::{Forge, GITHUB_TOKEN},
 };
 use kandev_testkit::fake_github::FakeGithub;
 
+/// A mock-agent task that edits the README of the repository `repo`.
+fn code_task(title: &str, repo: &str) -> Value {
+    merged(
+        mock_task(title, "scenario: code"),
+        json!({"repository_url": repo}),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tasks_on_one_repository_get_their_own_branch_and_changes() {
-    let stack = Stack::start("changes", Options::default()).await;
-    let api = stack.admin().await;
-    let board = api.board("changes").await;
+    let (stack, api, board) =
+        Stack::start_with_board("changes", Options::default(), "changes").await;
     let repo = stack.git_repo("shared");
     let mut tasks = Vec::new();
     for title in ["Fix the readme", "Polish the readme"] {
-        tasks.push(
-            api.task(
-                &board,
-                json!({"title": title, "description": "scenario: code",
-                       "agent_type": "mock-agent", "repository_url": repo, "max_retries": 0}),
-            )
-            .await,
-        );
+        tasks.push(api.task(&board, code_task(title, &repo)).await);
     }
     let mut seen = Vec::new();
     for (task, slug) in tasks.iter().zip(["fix-the-readme", "polish-the-readme"]) {
@@ -68,17 +69,8 @@ async fn two_tasks_on_one_repository_get_their_own_branch_and_changes() {
 
     // A task that finished straight to COMPLETED is delivered as well: its
     // branch is committed and pushed, and it stays COMPLETED.
-    let approved = api
-        .post(
-            &format!("/api/v1/tasks/{}/review", tasks[0]),
-            json!({"action": "approve", "message": "Fix the readme"}),
-        )
-        .await;
-    assert_eq!(approved.status, 200, "{}", approved.body);
-    let commit = approved.body["delivery"]["commit"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let delivery = api.approve(&tasks[0], Some("Fix the readme")).await;
+    let commit = delivery["commit"].as_str().unwrap().to_string();
     let source = repo.trim_start_matches("file://");
     let pushed = std::process::Command::new("git")
         .args(["-C", source, "rev-parse", &seen[0].0])
@@ -94,8 +86,8 @@ async fn two_tasks_on_one_repository_get_their_own_branch_and_changes() {
         task.body
     );
     let rejected = api
-        .post(
-            &format!("/api/v1/tasks/{}/review", tasks[1]),
+        .review(
+            &tasks[1],
             json!({"action": "request_changes", "message": "more"}),
         )
         .await;
@@ -110,14 +102,7 @@ async fn two_tasks_on_one_repository_get_their_own_branch_and_changes() {
     let plain = api.task(&board, json!({"title": "No repository"})).await;
     let none = api.get(&format!("/api/v1/tasks/{plain}/changes")).await;
     assert_eq!(none.status, 404, "{}", none.body);
-    let made = api
-        .post(
-            "/api/v1/users",
-            json!({"username": "carol", "password": "correct horse battery"}),
-        )
-        .await;
-    assert_eq!(made.status, 201, "{}", made.body);
-    let carol = stack.login("carol", "correct horse battery").await;
+    let carol = stack.user(&api, "carol", "correct horse battery").await;
     let hidden = carol
         .get(&format!("/api/v1/tasks/{}/changes", tasks[0]))
         .await;
@@ -133,55 +118,26 @@ async fn request_changes_then_approve_pushes_the_branch() {
     // A forge for every file:// repository: approval opens a pull request
     // there (no real forge is reachable here).
     let forge = FakeGithub::start().await;
-    let forges = forge.forges_setting("t0ken");
-    let stack = Stack::start(
-        "review",
-        Options {
-            env: vec![
-                (
-                    Svc::Orchestrator,
-                    "KANDEV_COMPLETE_TO_REVIEW".into(),
-                    "true".into(),
-                ),
-                (Svc::Orchestrator, "KANDEV_FORGES".into(), forges),
-            ],
-            ..Options::default()
-        },
-    )
-    .await;
-    let api = stack.admin().await;
-    let board = api.board("review").await;
+    let options = Options::default()
+        .with(Svc::Orchestrator, "KANDEV_COMPLETE_TO_REVIEW", "true")
+        .with(Svc::Orchestrator, "KANDEV_FORGES", forge.forges());
+    let (stack, api, board) = Stack::start_with_board("review", options, "review").await;
     let bare = stack.bare_repo("review");
     forge.serve(&bare.repo, vec![]);
-    let remote = bare.url.clone();
-    let task = api
-        .task(
-            &board,
-            json!({"title": "Review me", "description": "scenario: code",
-                   "agent_type": "mock-agent", "repository_url": remote, "max_retries": 0}),
-        )
-        .await;
+    let task = api.task(&board, code_task("Review me", &bare.url)).await;
     api.wait_state(&task, &["REVIEW"], 180).await;
 
     // Outside REVIEW or with nothing to say: refused.
     let empty = api
-        .post(
-            &format!("/api/v1/tasks/{task}/review"),
-            json!({"action": "request_changes"}),
-        )
+        .review(&task, json!({"action": "request_changes"}))
         .await;
     assert_eq!(empty.status, 400, "{}", empty.body);
-    let bad = api
-        .post(
-            &format!("/api/v1/tasks/{task}/review"),
-            json!({"action": "merge"}),
-        )
-        .await;
+    let bad = api.review(&task, json!({"action": "merge"})).await;
     assert_eq!(bad.status, 400, "{}", bad.body);
 
     let asked = api
-        .post(
-            &format!("/api/v1/tasks/{task}/review"),
+        .review(
+            &task,
             json!({"action": "request_changes", "message": "scenario: code",
                    "comments": [{"path": "README.md", "line": 3, "body": "Say more here."}]}),
         )
@@ -189,22 +145,8 @@ async fn request_changes_then_approve_pushes_the_branch() {
     assert_eq!(asked.status, 200, "{}", asked.body);
     // The comments reached the agent as a prompt in its session, and its
     // second turn edited the file; the task is back in review.
-    kandev_e2e::eventually(120, "the review prompt in the feed", || {
-        let api = api.clone();
-        let task = task.clone();
-        async move {
-            let frames = kandev_e2e::replay(&api, &task).await;
-            frames
-                .iter()
-                .any(|f| {
-                    let raw = f["event"]["raw"].to_string();
-                    raw.contains("session/prompt")
-                        && raw.contains("README.md, line 3: Say more here.")
-                })
-                .then_some(())
-        }
-    })
-    .await;
+    api.wait_prompt(&task, 120, &["README.md, line 3: Say more here."])
+        .await;
     kandev_e2e::eventually(120, "the second turn's edit and REVIEW again", || {
         let api = api.clone();
         let task = task.clone();
@@ -218,14 +160,7 @@ async fn request_changes_then_approve_pushes_the_branch() {
     })
     .await;
 
-    let approved = api
-        .post(
-            &format!("/api/v1/tasks/{task}/review"),
-            json!({"action": "approve", "message": "Improve the readme"}),
-        )
-        .await;
-    assert_eq!(approved.status, 200, "{}", approved.body);
-    let delivery = &approved.body["delivery"];
+    let delivery = &api.approve(&task, Some("Improve the readme")).await;
     assert_eq!(delivery["committed"], true, "{delivery}");
     let branch = delivery["branch"].as_str().unwrap().to_string();
     assert!(
@@ -248,7 +183,7 @@ async fn request_changes_then_approve_pushes_the_branch() {
     );
     let asked = forge.forge().pulls.clone();
     assert_eq!(asked.len(), 1, "{asked:?}");
-    assert_eq!(asked[0].0, "Bearer t0ken");
+    assert_eq!(asked[0].0, format!("Bearer {GITHUB_TOKEN}"));
     assert_eq!(asked[0].1["head"], branch.as_str());
     assert_eq!(asked[0].1["base"], "main");
     assert_eq!(asked[0].1["title"], "Review me");
@@ -282,17 +217,12 @@ async fn request_changes_then_approve_pushes_the_branch() {
     );
     // Delivered: the clone was removed, so there is nothing to deliver
     // again, and a completed task takes no more comments.
-    let again = api
-        .post(
-            &format!("/api/v1/tasks/{task}/review"),
-            json!({"action": "approve"}),
-        )
-        .await;
+    let again = api.review(&task, json!({"action": "approve"})).await;
     assert_eq!(again.status, 404, "{}", again.body);
     assert!(!stack.workspace(&task).exists());
     let comments = api
-        .post(
-            &format!("/api/v1/tasks/{task}/review"),
+        .review(
+            &task,
             json!({"action": "request_changes", "message": "more"}),
         )
         .await;
@@ -305,37 +235,22 @@ async fn request_changes_then_approve_pushes_the_branch() {
 /// REVIEW) keeps its clone however old.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clones_are_removed_when_their_task_is_done_or_deleted() {
-    let env = [
+    let options = [
         ("KANDEV_COMPLETE_TO_REVIEW", "true"),
         ("KANDEV_WORKSPACE_RETENTION_SECS", "1"),
         ("KANDEV_WORKSPACE_SWEEP_SECS", "1"),
         ("KANDEV_REMOVE_WORKSPACE_AFTER_DELIVERY", "false"),
     ]
-    .map(|(k, v)| (Svc::Orchestrator, k.to_string(), v.to_string()))
-    .to_vec();
-    let stack = Stack::start(
-        "retention",
-        Options {
-            env,
-            ..Options::default()
-        },
-    )
-    .await;
-    let api = stack.admin().await;
-    let board = api.board("retention").await;
+    .into_iter()
+    .fold(Options::default(), |o, (k, v)| {
+        o.with(Svc::Orchestrator, k, v)
+    });
+    let (stack, api, board) = Stack::start_with_board("retention", options, "retention").await;
     let repo = stack.git_repo("retention");
     let task = |title: &'static str| {
-        let api = api.clone();
-        let board = board.clone();
-        let repo = repo.clone();
+        let (api, board, repo) = (api.clone(), board.clone(), repo.clone());
         async move {
-            let id = api
-                .task(
-                    &board,
-                    json!({"title": title, "description": "scenario: code",
-                           "agent_type": "mock-agent", "repository_url": repo, "max_retries": 0}),
-                )
-                .await;
+            let id = api.task(&board, code_task(title, &repo)).await;
             api.wait_state(&id, &["REVIEW"], 180).await;
             id
         }
@@ -344,13 +259,7 @@ async fn clones_are_removed_when_their_task_is_done_or_deleted() {
     // that finds the other one due has found it due too.
     let kept = task("Stay in review").await;
     let done = task("Approve me").await;
-    let approved = api
-        .post(
-            &format!("/api/v1/tasks/{done}/review"),
-            json!({"action": "approve"}),
-        )
-        .await;
-    assert_eq!(approved.status, 200, "{}", approved.body);
+    api.approve(&done, None).await;
     let done_dir = stack.workspace(&done);
     kandev_e2e::eventually(60, "the approved task's clone removed", || {
         let gone = !done_dir.exists();
@@ -370,14 +279,7 @@ async fn clones_are_removed_when_their_task_is_done_or_deleted() {
     );
 
     // Deleting the task removes its clone (and so its local branch).
-    let deleted = api
-        .send("DELETE", &format!("/api/v1/tasks/{kept}"), None)
-        .await;
-    assert!(
-        deleted.status == 204 || deleted.status == 200,
-        "{}",
-        deleted.body
-    );
+    api.delete_task(&kept).await;
     let kept_dir = stack.workspace(&kept);
     kandev_e2e::eventually(60, "the deleted task's clone removed", || {
         let gone = !kept_dir.exists();
@@ -392,9 +294,8 @@ async fn clones_are_removed_when_their_task_is_done_or_deleted() {
 /// (issue 37: such clones stayed on disk).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_task_removes_the_clone_of_a_direct_launch() {
-    let stack = Stack::start("direct_clone", Options::default()).await;
-    let api = stack.admin().await;
-    let board = api.board("direct").await;
+    let (stack, api, board) =
+        Stack::start_with_board("direct_clone", Options::default(), "direct").await;
     let task = api.task(&board, json!({"title": "Direct"})).await;
     let repo = stack.git_repo("direct-src");
     let launched = api
@@ -421,14 +322,7 @@ async fn deleting_a_task_removes_the_clone_of_a_direct_launch() {
         }
     })
     .await;
-    let deleted = api
-        .send("DELETE", &format!("/api/v1/tasks/{task}"), None)
-        .await;
-    assert!(
-        deleted.status == 204 || deleted.status == 200,
-        "{}",
-        deleted.body
-    );
+    api.delete_task(&task).await;
     kandev_e2e::eventually(60, "the direct launch's clone removed", || {
         let gone = !dir.exists();
         async move { gone.then_some(()) }
@@ -492,34 +386,22 @@ async fn an_approval_pushes_exactly_the_work_and_its_change_stays_readable() {
     // A mock agent that keeps its sessions in the workspace, declared as
     // its state.
     let made = api
-        .post(
-            "/api/v1/agent-types",
-            json!({"id": "mock-stateful", "name": "Mock agent (state in the workspace)",
-                   "image": "kandev/mock-agent:latest", "capabilities": ["acp", "fs"],
-                   "memory_mb": 256, "cpu_cores": 0.5, "pids_limit": 64, "timeout_seconds": 600,
-                   "network_mode": "none", "optional_env": ["KANDEV_MOCK_STATE_DIR"],
-                   "state_paths": [".kandev-mock/"]}),
-        )
+        .agent_type(mock_type(
+            "mock-stateful",
+            "Mock agent (state in the workspace)",
+            json!({"optional_env": ["KANDEV_MOCK_STATE_DIR"], "state_paths": [".kandev-mock/"]}),
+        ))
         .await;
-    assert_eq!(made.status, 201, "{}", made.body);
-    assert_eq!(made.body["state_paths"], json!([".kandev-mock/"]));
-    let set = api
-        .send(
-            "PUT",
-            "/api/v1/users/me/secrets/KANDEV_MOCK_STATE_DIR",
-            Some(json!({"value": ".kandev-mock"}).to_string()),
-        )
+    assert_eq!(made["state_paths"], json!([".kandev-mock/"]));
+    api.set_secret("KANDEV_MOCK_STATE_DIR", ".kandev-mock")
         .await;
-    assert_eq!(set.status, 200, "{}", set.body);
 
     let board = api.board("exact").await;
-    let task = api
-        .task(
-            &board,
-            json!({"title": "Exact work", "description": "scenario: code",
-                   "agent_type": "mock-stateful", "repository_url": remote, "max_retries": 0}),
-        )
-        .await;
+    let fields = merged(
+        code_task("Exact work", &remote),
+        json!({"agent_type": "mock-stateful"}),
+    );
+    let task = api.task(&board, fields).await;
     api.wait_state(&task, &["COMPLETED"], 180).await;
     let workspace = stack.workspace(&task);
     assert!(workspace.join(".kandev-mock/sessions").is_dir());
@@ -542,14 +424,7 @@ async fn an_approval_pushes_exactly_the_work_and_its_change_stays_readable() {
     assert_eq!(before.body["delivered"], Value::Null, "{}", before.body);
     assert_eq!(before.body["clone_removed"], false, "{}", before.body);
 
-    let approved = api
-        .post(
-            &format!("/api/v1/tasks/{task}/review"),
-            json!({"action": "approve", "message": "Exact work"}),
-        )
-        .await;
-    assert_eq!(approved.status, 200, "{}", approved.body);
-    let delivery = &approved.body["delivery"];
+    let delivery = &api.approve(&task, Some("Exact work")).await;
     let branch = delivery["branch"].as_str().unwrap().to_string();
     let commit = delivery["commit"].as_str().unwrap().to_string();
 
@@ -605,12 +480,7 @@ async fn an_approval_pushes_exactly_the_work_and_its_change_stays_readable() {
         .await;
     assert_eq!(ignored.status, 404, "{}", ignored.body);
     // Nothing is left to deliver again.
-    let again = api
-        .post(
-            &format!("/api/v1/tasks/{task}/review"),
-            json!({"action": "approve"}),
-        )
-        .await;
+    let again = api.review(&task, json!({"action": "approve"})).await;
     assert_eq!(again.status, 404, "{}", again.body);
     stack.stop().await;
 }

@@ -7,8 +7,9 @@
 //! a fresh clone of the pushed branch.
 
 use kandev_e2e::{
-    Options, Stack, Svc,
-    serde_json::{Value, json},
+    Options, Stack, Svc, check_named, is_prompt_with, merged, mock_task,
+    serde_json::json,
+    trackers::{Forge, GITHUB_TOKEN},
 };
 use kandev_testkit::fake_github::{BUILD_TAIL, FakeGithub, JOB_LOG_TAIL};
 
@@ -16,50 +17,29 @@ use kandev_testkit::fake_github::{BUILD_TAIL, FakeGithub, JOB_LOG_TAIL};
 /// agent in the same session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_red_check_shows_and_fix_ci_sends_it_to_the_agent() {
-    let forge = FakeGithub::red("t0ken").await;
-    let forges = forge.forges_setting("t0ken");
-    let stack = Stack::start(
-        "ci_checks",
-        Options {
-            env: vec![
-                (Svc::Orchestrator, "KANDEV_FORGES".into(), forges),
-                (
-                    Svc::Orchestrator,
-                    "KANDEV_CHECKS_POLL_MS".into(),
-                    "200".into(),
-                ),
-            ],
-            ..Options::default()
-        },
-    )
-    .await;
-    let api = stack.admin().await;
-    let board = api.board("ci").await;
+    let forge = FakeGithub::red(GITHUB_TOKEN).await;
+    let options = Options::default()
+        .with(Svc::Orchestrator, "KANDEV_FORGES", forge.forges())
+        .with(Svc::Orchestrator, "KANDEV_CHECKS_POLL_MS", "200");
+    let (stack, api, board) = Stack::start_with_board("ci_checks", options, "ci").await;
     let bare = stack.bare_repo("ci");
     forge.serve(&bare.repo, vec![]);
     let remote = bare.url;
-    let task = api
-        .task(
-            &board,
-            json!({"title": "Fix the login", "description": "scenario: code",
-                   "agent_type": "mock-agent", "repository_url": remote, "max_retries": 0}),
+    let fields = |title| {
+        merged(
+            mock_task(title, "scenario: code"),
+            json!({"repository_url": remote}),
         )
-        .await;
+    };
+    let task = api.task(&board, fields("Fix the login")).await;
     api.wait_state(&task, &["COMPLETED"], 180).await;
 
     // Nothing pushed yet: no checks, nothing to fix; a bad id is a 400.
-    let none = api
-        .get(&format!("/api/v1/orchestrator/tasks/{task}/checks"))
-        .await;
+    let none = api.checks(&task).await;
     assert_eq!(none.status, 200, "{}", none.body);
     assert_eq!(none.body["state"], "none", "{}", none.body);
     assert_eq!(none.body["sha"], "", "{}", none.body);
-    let nothing = api
-        .post(
-            &format!("/api/v1/orchestrator/tasks/{task}/fix-ci"),
-            json!({}),
-        )
-        .await;
+    let nothing = api.fix_ci(&task).await;
     assert_eq!(nothing.status, 409, "{}", nothing.body);
     let bad = api
         .get("/api/v1/orchestrator/tasks/not-a-uuid/checks")
@@ -69,57 +49,22 @@ async fn a_red_check_shows_and_fix_ci_sends_it_to_the_agent() {
         .post("/api/v1/orchestrator/tasks/not-a-uuid/fix-ci", json!({}))
         .await;
     assert_eq!(bad.status, 400, "{}", bad.body);
-    let unknown = api
-        .get(&format!(
-            "/api/v1/orchestrator/tasks/{}/checks",
-            uuid_like()
-        ))
-        .await;
+    let unknown = api.checks(&uuid_like()).await;
     assert_eq!(unknown.status, 404, "{}", unknown.body);
 
     // The approval pushes the branch and opens a pull request; the pushed
     // commit's checks are read: red.
-    let approved = api
-        .post(
-            &format!("/api/v1/tasks/{task}/review"),
-            json!({"action": "approve", "message": "Fix the login"}),
-        )
-        .await;
-    assert_eq!(approved.status, 200, "{}", approved.body);
-    let commit = approved.body["delivery"]["commit"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let branch = approved.body["delivery"]["branch"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let delivery = api.approve(&task, Some("Fix the login")).await;
+    let commit = delivery["commit"].as_str().unwrap().to_string();
+    let branch = delivery["branch"].as_str().unwrap().to_string();
     // Delivered: the task's clone is gone (the default settings).
     assert!(!stack.workspace(&task).exists());
-    let checks = kandev_e2e::eventually(60, "the red checks", || {
-        let api = api.clone();
-        let task = task.clone();
-        async move {
-            let r = api
-                .get(&format!("/api/v1/orchestrator/tasks/{task}/checks"))
-                .await;
-            (r.status == 200 && r.body["state"] == "failure").then_some(r.body)
-        }
-    })
-    .await;
+    let checks = api.wait_checks(&task, "failure").await;
     assert_eq!(checks["sha"], commit.as_str(), "{checks}");
     assert_eq!(checks["polling"], false, "{checks}");
     // Not sent by itself: the automation is off for this task.
     assert!(checks["fix_sent_at"].is_null(), "{checks}");
-    let by_name = |name: &str| -> Value {
-        checks["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["name"] == name)
-            .cloned()
-            .unwrap_or_else(|| panic!("{name} not in {checks}"))
-    };
+    let by_name = |name: &str| check_named(&checks, name);
     let build = by_name("build");
     assert_eq!(build["failed"], true, "{build}");
     assert_eq!(build["conclusion"], "failure", "{build}");
@@ -156,12 +101,7 @@ async fn a_red_check_shows_and_fix_ci_sends_it_to_the_agent() {
     assert!(!checks.to_string().contains("t0ken"));
 
     // Fix CI: the failing checks' names and log tails go to the agent.
-    let fixed = api
-        .post(
-            &format!("/api/v1/orchestrator/tasks/{task}/fix-ci"),
-            json!({}),
-        )
-        .await;
+    let fixed = api.fix_ci(&task).await;
     assert_eq!(fixed.status, 200, "{}", fixed.body);
     assert_eq!(
         fixed.body["checks"],
@@ -177,12 +117,8 @@ async fn a_red_check_shows_and_fix_ci_sends_it_to_the_agent() {
         async move {
             let frames = kandev_e2e::replay(&api, &task).await;
             let prompt = frames.iter().position(|f| {
-                let raw = f["event"]["raw"].to_string();
-                raw.contains("session/prompt")
-                    && raw.contains("- build (failure)")
-                    && raw.contains("- unit-tests (failure)")
-                    && raw.contains(BUILD_TAIL)
-                    && raw.contains(JOB_LOG_TAIL)
+                let failed = ["- build (failure)", "- unit-tests (failure)"];
+                is_prompt_with(f, &[failed[0], failed[1], BUILD_TAIL, JOB_LOG_TAIL])
             })?;
             frames[prompt..]
                 .iter()
@@ -200,47 +136,21 @@ async fn a_red_check_shows_and_fix_ci_sends_it_to_the_agent() {
     );
     let head = std::fs::read_to_string(workspace.join(".git/HEAD")).unwrap();
     assert_eq!(head.trim(), format!("ref: refs/heads/{branch}"));
-    let after = api
-        .get(&format!("/api/v1/orchestrator/tasks/{task}/checks"))
-        .await;
+    let after = api.checks(&task).await;
     assert!(after.body["fix_sent_at"].is_string(), "{}", after.body);
 
     // A task that asks for it (`metadata.auto_fix_ci`): the failure goes
     // to its agent by itself, once.
-    let auto = api
-        .task(
-            &board,
-            json!({"title": "Fix it alone", "description": "scenario: code",
-                   "agent_type": "mock-agent", "repository_url": remote, "max_retries": 0,
-                   "metadata": {"auto_fix_ci": true}}),
-        )
-        .await;
+    let auto = merged(
+        fields("Fix it alone"),
+        json!({"metadata": {"auto_fix_ci": true}}),
+    );
+    let auto = api.task(&board, auto).await;
     api.wait_state(&auto, &["COMPLETED"], 180).await;
-    let approved = api
-        .post(
-            &format!("/api/v1/tasks/{auto}/review"),
-            json!({"action": "approve", "message": "Fix it alone"}),
-        )
+    api.approve(&auto, Some("Fix it alone")).await;
+    api.wait_prompt(&auto, 120, &["- unit-tests (failure)"])
         .await;
-    assert_eq!(approved.status, 200, "{}", approved.body);
-    kandev_e2e::eventually(120, "the automatic Fix CI prompt in the feed", || {
-        let api = api.clone();
-        let auto = auto.clone();
-        async move {
-            let frames = kandev_e2e::replay(&api, &auto).await;
-            frames
-                .iter()
-                .any(|f| {
-                    let raw = f["event"]["raw"].to_string();
-                    raw.contains("session/prompt") && raw.contains("- unit-tests (failure)")
-                })
-                .then_some(())
-        }
-    })
-    .await;
-    let sent = api
-        .get(&format!("/api/v1/orchestrator/tasks/{auto}/checks"))
-        .await;
+    let sent = api.checks(&auto).await;
     assert_eq!(sent.body["state"], "failure", "{}", sent.body);
     assert!(sent.body["fix_sent_at"].is_string(), "{}", sent.body);
     stack.stop().await;

@@ -11,65 +11,37 @@
 //!   dead: its clients get the frames the other replica numbers) keep an
 //!   exact feed; the manager comes back and leaves no container.
 
-use std::{collections::BTreeSet, time::Duration};
+use std::{cell::RefCell, collections::BTreeSet, time::Duration};
 
 use futures::future::join_all;
 use kandev_e2e::{
-    Api, Feed, Options, Stack, Svc, assert_every_chunk_once, eventually, instances, on_engine,
-    own_engine, replay,
-    serde_json::{Value, json},
+    Feed, Options, Stack, Svc, assert_every_chunk_once, eventually, instances, mock_tasks_through,
+    on_engine, own_engine, replay, serde_json::Value,
 };
 use kandev_testkit::OwnDocker;
-use tokio::time::Instant;
 
 const CAPACITY: usize = 3;
 const CHUNKS: usize = 40;
-
-async fn completed(api: &Api, board: &str) -> usize {
-    let r = api
-        .get(&format!(
-            "/api/v1/boards/{board}/tasks?state=COMPLETED&page_size=100"
-        ))
-        .await;
-    r.body["tasks"].as_array().map_or(0, Vec::len)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_loses_a_manager_an_orchestrator_and_a_nats_node_and_nothing_else() {
     let engines = [own_engine().await, own_engine().await, own_engine().await];
     let hosts: Vec<String> = engines.iter().map(|e| e.lock().unwrap().host()).collect();
-    let mut stack = Stack::start(
-        "cluster",
-        Options {
-            max_concurrent: 9,
-            nats_nodes: 3,
-            env: vec![
-                (
-                    Svc::Orchestrator,
-                    "KANDEV_MANAGER_GRACE_MS".into(),
-                    "3000".into(),
-                ),
-                (
-                    Svc::Orchestrator,
-                    "KANDEV_LEADER_POLL_MS".into(),
-                    "200".into(),
-                ),
-                (
-                    Svc::AgentManager,
-                    "KANDEV_MAX_INSTANCES".into(),
-                    CAPACITY.to_string(),
-                ),
-                (Svc::AgentManager, "KANDEV_ANNOUNCE_MS".into(), "300".into()),
-                (
-                    Svc::AgentManager,
-                    "KANDEV_DOCKER_HOST".into(),
-                    hosts[0].clone(),
-                ),
-            ],
-            ..Options::default()
-        },
+    let options = Options {
+        max_concurrent: 9,
+        nats_nodes: 3,
+        ..Options::default()
+    }
+    .with(Svc::Orchestrator, "KANDEV_MANAGER_GRACE_MS", "3000")
+    .with(Svc::Orchestrator, "KANDEV_LEADER_POLL_MS", "200")
+    .with(
+        Svc::AgentManager,
+        "KANDEV_MAX_INSTANCES",
+        CAPACITY.to_string(),
     )
-    .await;
+    .with(Svc::AgentManager, "KANDEV_ANNOUNCE_MS", "300")
+    .with(Svc::AgentManager, "KANDEV_DOCKER_HOST", hosts[0].clone());
+    let mut stack = Stack::start("cluster", options).await;
     let base = stack.manager_id().to_string();
     let ids = [base.clone(), format!("{base}-1"), format!("{base}-2")];
     let mut managers = vec![0];
@@ -125,31 +97,20 @@ async fn a_cluster_loses_a_manager_an_orchestrator_and_a_nats_node_and_nothing_e
 
     // 30 tasks, created through both gateways; at most CAPACITY at once on
     // each manager.
-    let mut tasks = Vec::new();
-    for i in 0..30 {
-        tasks.push(
-            apis[i % 2]
-                .task(
-                    &board,
-                    json!({"title": format!("spread {i}"), "description": "scenario: slow 10 60",
-                           "agent_type": "mock-agent", "max_retries": 0}),
-                )
-                .await,
-        );
-    }
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let mut used = BTreeSet::new();
-    while completed(&apis[1], &board).await < tasks.len() {
-        for (id, host) in ids.iter().zip(&hosts) {
-            let running = stack.containers_of(id, Some(host), true).await.len();
-            assert!(running <= CAPACITY, "{running} runs at once on {id}");
-            if running > 0 {
-                used.insert(id.clone());
+    let tasks = mock_tasks_through(&apis, &board, 30, "spread", "scenario: slow 10 60").await;
+    let used = RefCell::new(BTreeSet::new());
+    apis[1]
+        .wait_completed(&board, tasks.len(), 300, || async {
+            for (id, host) in ids.iter().zip(&hosts) {
+                let running = stack.containers_of(id, Some(host), true).await.len();
+                assert!(running <= CAPACITY, "{running} runs at once on {id}");
+                if running > 0 {
+                    used.borrow_mut().insert(id.clone());
+                }
             }
-        }
-        assert!(Instant::now() < deadline, "30 runs did not finish in 300 s");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        })
+        .await;
+    let used = used.into_inner();
     assert_eq!(used.len(), 3, "every manager ran some: {used:?}");
     let replays = join_all(
         tasks
@@ -165,19 +126,8 @@ async fn a_cluster_loses_a_manager_an_orchestrator_and_a_nats_node_and_nothing_e
     }
 
     // Six long runs, watched on both gateways; then the faults.
-    let mut long = Vec::new();
-    for i in 0..6 {
-        long.push(
-            apis[i % 2]
-                .task(
-                    &board,
-                    json!({"title": format!("long {i}"),
-                           "description": format!("scenario: slow {CHUNKS} 100"),
-                           "agent_type": "mock-agent", "max_retries": 0}),
-                )
-                .await,
-        );
-    }
+    let slow = format!("scenario: slow {CHUNKS} 100");
+    let long = mock_tasks_through(&apis, &board, 6, "long", &slow).await;
     let mut feeds = Vec::new();
     for task in &long {
         for api in &apis {
@@ -185,12 +135,7 @@ async fn a_cluster_loses_a_manager_an_orchestrator_and_a_nats_node_and_nothing_e
         }
     }
     for feed in feeds.iter_mut() {
-        feed.wait_for(120, "chunk 3", |f| {
-            f["event"]["data"]["text"]
-                .as_str()
-                .is_some_and(|t| t.contains(&format!("chunk 3/{CHUNKS}")))
-        })
-        .await;
+        feed.wait_for_chunk(120, &format!("chunk 3/{CHUNKS}")).await;
     }
     // The manager with the most long runs dies with its engine.
     let mut victim = (1, 0);

@@ -3,9 +3,7 @@
 
 use std::process::Output;
 
-use kandev_e2e::{
-    ADMIN_PASSWORD, Api, Feed, Options, Stack, Svc, is_turn_end, replay, serde_json::json,
-};
+use kandev_e2e::{ADMIN_PASSWORD, Api, Feed, Options, Stack, Svc, is_turn_end, mock_task, replay};
 
 /// Runs `kandev export` on `stack`'s data directory.
 async fn export(stack: &Stack, url: &str, replace: bool) -> Output {
@@ -26,13 +24,7 @@ async fn export(stack: &Stack, url: &str, replace: bool) -> Output {
 
 /// A mock-agent task on `board`, run to its end; its id.
 async fn run_one(api: &Api, board: &str, title: &str) -> String {
-    let task = api
-        .task(
-            board,
-            json!({"title": title, "description": "scenario: echo hi",
-                   "agent_type": "mock-agent", "max_retries": 0}),
-        )
-        .await;
+    let task = api.task(board, mock_task(title, "scenario: echo hi")).await;
     let mut feed = Feed::open(api, &task).await;
     feed.wait_for(120, "the turn_end", is_turn_end).await;
     feed.close().await;
@@ -53,22 +45,8 @@ async fn kandev_export_moves_an_installation_to_the_four_services() {
     // One machine: a second user, a board, a task whose run completed.
     let mut one = Stack::start("export_single", Options::single()).await;
     let api = one.admin().await;
-    let r = api
-        .post(
-            "/api/v1/users",
-            json!({"username": "maria", "password": "maria-password-1", "is_admin": false}),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{}", r.body);
-    let maria = one.login("maria", "maria-password-1").await;
-    let set = maria
-        .send(
-            "PUT",
-            "/api/v1/users/me/secrets/MARIA_TOKEN",
-            Some(json!({"value": "maria-own-value"}).to_string()),
-        )
-        .await;
-    assert_eq!(set.status, 200, "{}", set.body);
+    let maria = one.user(&api, "maria", "maria-password-1").await;
+    maria.set_secret("MARIA_TOKEN", "maria-own-value").await;
     let secrets = maria.get("/api/v1/users/me/secrets").await.body;
     let board = api.board("moving").await;
     let task = run_one(&api, &board, "Before the move").await;

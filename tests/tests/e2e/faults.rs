@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use kandev_e2e::{
-    Feed, Options, Stack, Svc, assert_every_chunk_once, is_turn_end, replay,
-    serde_json::{Value, json},
+    Feed, Options, Stack, Svc, assert_every_chunk_once, deployments, is_turn_end, mock_task,
+    replay, serde_json::Value,
 };
 
 const CHUNKS: usize = 40;
@@ -26,11 +26,8 @@ enum Fault {
     NatsNode,
 }
 
-async fn survives(test: &str, fault: Fault) {
-    survives_on(test, fault, Options::default()).await;
-}
-
-async fn survives_on(test: &str, fault: Fault, options: Options) {
+/// A slow task while `fault` strikes mid-run.
+async fn survives_on(fault: Fault, test: &str, options: Options) {
     let options = Options {
         nats_nodes: if matches!(fault, Fault::NatsNode) {
             3
@@ -41,23 +38,11 @@ async fn survives_on(test: &str, fault: Fault, options: Options) {
     };
     // Killing `kandev` kills its agent manager too.
     let manager_restarted = matches!(fault, Fault::Kill(Svc::AgentManager)) || options.single;
-    let mut stack = Stack::start(test, options).await;
-    let api = stack.admin().await;
-    let board = api.board(test).await;
-    let task = api
-        .task(
-            &board,
-            json!({"title": "Slow", "description": format!("scenario: slow {CHUNKS} 150"),
-                   "agent_type": "mock-agent", "max_retries": 0}),
-        )
-        .await;
+    let (mut stack, api, board) = Stack::start_with_board(test, options, test).await;
+    let slow = mock_task("Slow", &format!("scenario: slow {CHUNKS} 150"));
+    let task = api.task(&board, slow).await;
     let mut feed = Feed::open(&api, &task).await;
-    feed.wait_for(120, "chunk 5", |f| {
-        f["event"]["data"]["text"]
-            .as_str()
-            .is_some_and(|t| t.contains(&format!("chunk 5/{CHUNKS}")))
-    })
-    .await;
+    feed.wait_for_chunk(120, &format!("chunk 5/{CHUNKS}")).await;
 
     match fault {
         Fault::Kill(svc) => {
@@ -126,60 +111,36 @@ async fn assert_streams_replicated(stack: &Stack, copies: usize) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fault_task_service_killed_mid_run() {
-    survives("fault_task_service", Fault::Kill(Svc::TaskService)).await;
+deployments! {
+    survives_on("fault_task_service", Fault::Kill(Svc::TaskService)),
+    four: fault_task_service_killed_mid_run,
+    sqlite: fault_task_service_killed_mid_run_on_sqlite,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fault_agent_manager_killed_mid_run() {
-    survives("fault_agent_manager", Fault::Kill(Svc::AgentManager)).await;
+deployments! {
+    survives_on("fault_agent_manager", Fault::Kill(Svc::AgentManager)),
+    four: fault_agent_manager_killed_mid_run,
+    sqlite: fault_agent_manager_killed_mid_run_on_sqlite,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fault_orchestrator_killed_mid_run() {
-    survives("fault_orchestrator", Fault::Kill(Svc::Orchestrator)).await;
+deployments! {
+    survives_on("fault_orchestrator", Fault::Kill(Svc::Orchestrator)),
+    four: fault_orchestrator_killed_mid_run,
+    sqlite: fault_orchestrator_killed_mid_run_on_sqlite,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fault_gateway_killed_mid_run() {
-    survives("fault_gateway", Fault::Kill(Svc::Gateway)).await;
+deployments! { survives_on("fault_gateway", Fault::Kill(Svc::Gateway)), four: fault_gateway_killed_mid_run }
+
+deployments! { survives_on("fault_nats", Fault::Nats), four: fault_nats_restarted_mid_run }
+
+deployments! {
+    survives_on("fault_nats_node", Fault::NatsNode),
+    four: fault_one_nats_cluster_node_killed_mid_run,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fault_nats_restarted_mid_run() {
-    survives("fault_nats", Fault::Nats).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fault_one_nats_cluster_node_killed_mid_run() {
-    survives("fault_nats_node", Fault::NatsNode).await;
-}
-
-/// The services on SQLite files (the one-machine `kandev`'s storage),
-/// each SIGKILLed mid-run in turn: the feed stays exact.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fault_orchestrator_killed_mid_run_on_sqlite() {
-    let fault = Fault::Kill(Svc::Orchestrator);
-    survives_on("fault_orchestrator_sqlite", fault, Options::sqlite()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fault_agent_manager_killed_mid_run_on_sqlite() {
-    let fault = Fault::Kill(Svc::AgentManager);
-    survives_on("fault_agent_manager_sqlite", fault, Options::sqlite()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fault_task_service_killed_mid_run_on_sqlite() {
-    let fault = Fault::Kill(Svc::TaskService);
-    survives_on("fault_task_service_sqlite", fault, Options::sqlite()).await;
-}
-
-/// The `kandev` binary (the four services in one process) SIGKILLed
-/// mid-run and started again: the run goes on and the feed stays exact.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fault_kandev_killed_mid_run_single() {
-    let fault = Fault::Kill(Svc::Gateway);
-    survives_on("fault_kandev_single", fault, Options::single()).await;
+// The `kandev` binary (the four services in one process) SIGKILLed
+// mid-run and started again: the run goes on and the feed stays exact.
+deployments! {
+    survives_on("fault_kandev", Fault::Kill(Svc::Gateway)),
+    single: fault_kandev_killed_mid_run_single,
 }

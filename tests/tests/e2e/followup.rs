@@ -5,41 +5,33 @@
 use std::time::Duration;
 
 use kandev_e2e::{
-    Api, Feed, Options, Stack, eventually, is_turn_end, kind, replay, serde_json::json,
+    Api, Feed, Options, Stack, deployments, eventually, is_turn_end, kind, merged, mock_task,
+    replay, serde_json::json,
 };
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn follow_up_prompt_resumes_the_session() {
-    follow_up_prompt_resumes_the_session_on("follow_up", Options::default()).await;
-}
-
-/// The same with every service on SQLite, as the one-machine `kandev` keeps
-/// its state.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn follow_up_prompt_resumes_the_session_on_sqlite() {
-    follow_up_prompt_resumes_the_session_on("follow_up_sqlite", Options::sqlite()).await;
-}
-
-/// The same through the `kandev` binary: the four services in one process.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn follow_up_prompt_resumes_the_session_single() {
-    follow_up_prompt_resumes_the_session_on("follow_up_single", Options::single()).await;
-}
-
-async fn follow_up_prompt_resumes_the_session_on(test: &str, options: Options) {
-    let stack = Stack::start(test, options).await;
-    let api = stack.admin().await;
-    let board = api.board("follow-up").await;
-    let repo = stack.git_repo("follow-up");
-    let task = api
-        .task(
-            &board,
-            json!({"title": "Edit twice", "description": "scenario: code",
-                   "agent_type": "mock-agent", "repository_url": repo, "max_retries": 0}),
-        )
-        .await;
+/// A task on a repository whose first turn completed, and its feed open
+/// since the start (the first turn's end read): the stack, the client,
+/// the task and its feed.
+async fn first_turn_done(
+    test: &str,
+    options: Options,
+    description: &str,
+) -> (Stack, Api, String, Feed) {
+    let (stack, api, board) = Stack::start_with_board(test, options, test).await;
+    let repo = stack.git_repo(test);
+    let fields = merged(
+        mock_task("Edit twice", description),
+        json!({"repository_url": repo}),
+    );
+    let task = api.task(&board, fields).await;
     let mut feed = Feed::open(&api, &task).await;
     feed.wait_for(120, "the first turn_end", is_turn_end).await;
+    (stack, api, task, feed)
+}
+
+/// A `code` turn, then a follow-up over the WebSocket.
+async fn follow_up_prompt_resumes_the_session_on(test: &str, options: Options) {
+    let (stack, api, task, mut feed) = first_turn_done(test, options, "scenario: code").await;
     let first = api.wait_state(&task, &["COMPLETED"], 60).await;
     let session = first["metadata"]["acp_session_id"]
         .as_str()
@@ -87,31 +79,8 @@ async fn follow_up_prompt_resumes_the_session_on(test: &str, options: Options) {
 /// `POST /agents/{instanceId}/prompt`: COMPLETED straight to IN_PROGRESS
 /// (no TODO between), then COMPLETED, its answer in the task's feed, on the
 /// same instance.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn both_follow_up_paths_move_the_task_alike() {
-    both_follow_up_paths_move_the_task_alike_on("follow_up_paths", Options::default()).await;
-}
-
-/// The same through the `kandev` binary.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn both_follow_up_paths_move_the_task_alike_single() {
-    both_follow_up_paths_move_the_task_alike_on("follow_up_paths_single", Options::single()).await;
-}
-
 async fn both_follow_up_paths_move_the_task_alike_on(test: &str, options: Options) {
-    let stack = Stack::start(test, options).await;
-    let api = stack.admin().await;
-    let board = api.board("follow-up-paths").await;
-    let repo = stack.git_repo("follow-up-paths");
-    let task = api
-        .task(
-            &board,
-            json!({"title": "Follow up twice", "description": "echo the first turn",
-                   "agent_type": "mock-agent", "repository_url": repo, "max_retries": 0}),
-        )
-        .await;
-    let mut feed = Feed::open(&api, &task).await;
-    feed.wait_for(120, "the first turn_end", is_turn_end).await;
+    let (stack, api, task, mut feed) = first_turn_done(test, options, "echo the first turn").await;
     api.wait_state(&task, &["COMPLETED"], 60).await;
     let exec = api.execution(&task).await;
     let instance = exec.body["instance_id"]
@@ -120,7 +89,7 @@ async fn both_follow_up_paths_move_the_task_alike_on(test: &str, options: Option
         .to_string();
 
     // The stream's prompt command, as the UI sends it.
-    let before = state_history(&api, &task).await;
+    let before = api.state_history(&task).await;
     let ack = feed
         .command(
             json!({"type": "prompt", "text": "echo answered on the stream"}),
@@ -138,7 +107,7 @@ async fn both_follow_up_paths_move_the_task_alike_on(test: &str, options: Option
     .await;
 
     // The seed's REST follow-up, to the finished run's instance.
-    let before = state_history(&api, &task).await;
+    let before = api.state_history(&task).await;
     let sent = api
         .post(
             &format!("/api/v1/agents/{instance}/prompt"),
@@ -157,41 +126,15 @@ async fn both_follow_up_paths_move_the_task_alike_on(test: &str, options: Option
     stack.stop().await;
 }
 
-/// The task's states, in the order its history recorded them.
-async fn state_history(api: &Api, task: &str) -> Vec<String> {
-    let history = api
-        .get(&format!("/api/v1/tasks/{task}/events?page_size=100"))
-        .await;
-    history.body["events"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{}", history.body))
-        .iter()
-        .filter(|e| e["kind"] == "state_changed")
-        .map(|e| {
-            e["new_value"]["state"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string()
-        })
-        .collect()
-}
-
 /// A follow-up sent after `from` recorded states: its answer in the feed,
 /// and the task moved COMPLETED → IN_PROGRESS → COMPLETED, nothing between.
 async fn follow_up_ran(api: &Api, feed: &mut Feed, task: &str, from: usize, answer: &str) {
-    let chunk = feed
-        .wait_for(120, answer, |f| {
-            kind(f) == "message_chunk"
-                && f["event"]["data"]["text"]
-                    .as_str()
-                    .is_some_and(|t| t.contains(answer))
-        })
-        .await;
+    let chunk = feed.wait_for_chunk(120, answer).await;
     assert!(chunk["seq"].as_i64().is_some(), "{chunk}");
     feed.wait_for(120, "the follow-up's turn_end", is_turn_end)
         .await;
     let states = eventually(60, "the follow-up's state changes", || async {
-        let states = state_history(api, task).await;
+        let states = api.state_history(task).await;
         (states.len() >= from + 2 && states.last().map(String::as_str) == Some("COMPLETED"))
             .then_some(states)
     })
@@ -207,27 +150,10 @@ async fn follow_up_ran(api: &Api, feed: &mut Feed, task: &str, from: usize, answ
 /// Issue 40: follow-ups sent over the stream while a turn runs are held by
 /// the orchestrator: listed, one cancelled, one edited, then the other goes
 /// to the agent when the turn ends, in the same session.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn follow_ups_sent_during_a_turn_are_held_until_it_ends() {
-    follow_ups_held_on("follow_up_held", Options::default()).await;
-}
-
-/// The same through the `kandev` binary.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn follow_ups_sent_during_a_turn_are_held_until_it_ends_single() {
-    follow_ups_held_on("follow_up_held_single", Options::single()).await;
-}
-
 async fn follow_ups_held_on(test: &str, options: Options) {
-    let stack = Stack::start(test, options).await;
-    let api = stack.admin().await;
-    let board = api.board("held").await;
+    let (stack, api, board) = Stack::start_with_board(test, options, "held").await;
     let task = api
-        .task(
-            &board,
-            json!({"title": "A long turn", "description": "scenario: slow 60 250",
-                   "agent_type": "mock-agent", "max_retries": 0}),
-        )
+        .task(&board, mock_task("A long turn", "scenario: slow 60 250"))
         .await;
     let mut feed = Feed::open(&api, &task).await;
     feed.wait_for(120, "the turn under way", |f| {
@@ -248,22 +174,12 @@ async fn follow_ups_held_on(test: &str, options: Options) {
     assert_eq!(texts, ["echo never sent", "echo held, then edited"]);
     assert!(list.iter().all(|p| p["author"] == "admin"), "{list:?}");
 
-    let cancelled = api
-        .send(
-            "DELETE",
-            &format!("{pending}/{}", list[0]["id"].as_str().unwrap()),
-            None,
-        )
-        .await;
-    assert_eq!(cancelled.status, 204, "{}", cancelled.body);
-    let again = api
-        .send(
-            "DELETE",
-            &format!("{pending}/{}", list[0]["id"].as_str().unwrap()),
-            None,
-        )
-        .await;
-    assert_eq!(again.status, 404, "{}", again.body);
+    // Cancelled, then gone.
+    let never_sent = format!("{pending}/{}", list[0]["id"].as_str().unwrap());
+    for status in [204, 404] {
+        let cancelled = api.send("DELETE", &never_sent, None).await;
+        assert_eq!(cancelled.status, status, "{}", cancelled.body);
+    }
     let edited = api
         .send(
             "PUT",
@@ -298,8 +214,27 @@ async fn follow_ups_held_on(test: &str, options: Options) {
             .any(|f| f.to_string().contains("never sent") && f["event"]["direction"] == "to_agent"),
         "the cancelled follow-up never reached the agent"
     );
+    feed.close().await;
     api.wait_state(&task, &["COMPLETED"], 60).await;
     assert_eq!(api.get(&pending).await.body, json!({"pending_prompts": []}));
-    feed.close().await;
     stack.stop().await;
+}
+
+deployments! {
+    follow_up_prompt_resumes_the_session_on("follow_up"),
+    four: follow_up_prompt_resumes_the_session,
+    sqlite: follow_up_prompt_resumes_the_session_on_sqlite,
+    single: follow_up_prompt_resumes_the_session_single,
+}
+
+deployments! {
+    both_follow_up_paths_move_the_task_alike_on("follow_up_paths"),
+    four: both_follow_up_paths_move_the_task_alike,
+    single: both_follow_up_paths_move_the_task_alike_single,
+}
+
+deployments! {
+    follow_ups_held_on("follow_up_held"),
+    four: follow_ups_sent_during_a_turn_are_held_until_it_ends,
+    single: follow_ups_sent_during_a_turn_are_held_until_it_ends_single,
 }

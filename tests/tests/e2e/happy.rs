@@ -3,41 +3,23 @@
 
 use std::time::Duration;
 
-use kandev_e2e::{Feed, Options, Stack, is_turn_end, kind, replay, serde_json::json};
+use kandev_e2e::{
+    Feed, Options, Stack, deployments, is_turn_end, kind, merged, mock_task, replay,
+    serde_json::json,
+};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn happy_path_code_task_completes_with_the_full_stream() {
-    happy_path_code_task_completes_with_the_full_stream_on("happy_path", Options::default()).await;
-}
-
-/// The same with every service on SQLite, as the one-machine `kandev` keeps
-/// its state.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn happy_path_code_task_completes_with_the_full_stream_on_sqlite() {
-    happy_path_code_task_completes_with_the_full_stream_on("happy_path_sqlite", Options::sqlite())
-        .await;
-}
-
-/// The same through the `kandev` binary: the four services in one process.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn happy_path_code_task_completes_with_the_full_stream_single() {
-    happy_path_code_task_completes_with_the_full_stream_on("happy_path_single", Options::single())
-        .await;
-}
-
+/// A `code` task on a fresh repository, watched from its creation.
 async fn happy_path_code_task_completes_with_the_full_stream_on(test: &str, options: Options) {
-    let stack = Stack::start(test, options).await;
-    let api = stack.admin().await;
+    let (stack, api, board) = Stack::start_with_board(test, options, "happy").await;
     let me = api.get("/api/v1/auth/me").await;
     assert_eq!(me.status, 200, "{}", me.body);
 
-    let board = api.board("happy").await;
     let repo = stack.git_repo("happy");
+    let fields = json!({"repository_url": repo});
     let task = api
         .task(
             &board,
-            json!({"title": "Edit the readme", "description": "scenario: code",
-                   "agent_type": "mock-agent", "repository_url": repo, "max_retries": 0}),
+            merged(mock_task("Edit the readme", "scenario: code"), fields),
         )
         .await;
 
@@ -108,4 +90,11 @@ async fn happy_path_code_task_completes_with_the_full_stream_on(test: &str, opti
     );
     assert!(stack.containers(Some(&task), false).await.is_empty());
     stack.stop().await;
+}
+
+deployments! {
+    happy_path_code_task_completes_with_the_full_stream_on("happy_path"),
+    four: happy_path_code_task_completes_with_the_full_stream,
+    sqlite: happy_path_code_task_completes_with_the_full_stream_on_sqlite,
+    single: happy_path_code_task_completes_with_the_full_stream_single,
 }

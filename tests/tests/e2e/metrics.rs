@@ -8,7 +8,9 @@
 use std::{net::SocketAddr, time::Duration};
 
 use kandev_common::metrics::{Sample, parse_text};
-use kandev_e2e::{Api, Feed, Options, Stack, Svc, eventually, is_turn_end, serde_json::json};
+use kandev_e2e::{
+    Api, Feed, Options, Stack, Svc, eventually, is_turn_end, mock_task, serde_json::json,
+};
 
 const SCRAPE_TOKEN: &str = "e2e-scrape-token-0123456789";
 
@@ -36,13 +38,9 @@ fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
 async fn every_service_exports_metrics_that_move_when_tasks_run() {
     let options = Options {
         max_concurrent: 1,
-        env: vec![(
-            Svc::Gateway,
-            "KANDEV_METRICS_TOKEN".into(),
-            SCRAPE_TOKEN.into(),
-        )],
         ..Options::default()
-    };
+    }
+    .with(Svc::Gateway, "KANDEV_METRICS_TOKEN", SCRAPE_TOKEN);
     let stack = Stack::start("metrics", options).await;
     let api = stack.admin().await;
 
@@ -51,21 +49,9 @@ async fn every_service_exports_metrics_that_move_when_tasks_run() {
     assert_eq!(anonymous.status, 401, "{}", anonymous.body);
 
     let board = api.board("metrics").await;
-    let first = api
-        .task(
-            &board,
-            json!({"title": "First", "description": "slow 40 50", "agent_type": "mock-agent",
-                   "max_retries": 0}),
-        )
-        .await;
+    let first = api.task(&board, mock_task("First", "slow 40 50")).await;
     let mut feed = Feed::open(&api, &first).await;
-    let second = api
-        .task(
-            &board,
-            json!({"title": "Second", "description": "slow 5 20", "agent_type": "mock-agent",
-                   "max_retries": 0}),
-        )
-        .await;
+    let second = api.task(&board, mock_task("Second", "slow 5 20")).await;
     // One slot: the second task waits in the queue, and a client watches.
     eventually(60, "the queue to hold the second task", || async {
         let o = scrape(&stack, Svc::Orchestrator).await;

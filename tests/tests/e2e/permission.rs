@@ -1,49 +1,21 @@
 //! The "ask" permission policy: the request reaches the WebSocket client,
 //! the task waits for input meanwhile, and the answer reaches the agent.
 
-use kandev_e2e::{Feed, Options, Stack, is_turn_end, kind, serde_json::json};
+use kandev_e2e::{
+    Feed, Options, Stack, deployments, is_turn_end, kind, merged, mock_task, mock_type,
+    serde_json::json,
+};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn permission_ask_is_answered_over_the_websocket() {
-    permission_ask_is_answered_over_the_websocket_on("permission", Options::default()).await;
-}
-
-/// The same with every service on SQLite, as the one-machine `kandev` keeps
-/// its state.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn permission_ask_is_answered_over_the_websocket_on_sqlite() {
-    permission_ask_is_answered_over_the_websocket_on("permission_sqlite", Options::sqlite()).await;
-}
-
-/// The same through the `kandev` binary: the four services in one process.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn permission_ask_is_answered_over_the_websocket_single() {
-    permission_ask_is_answered_over_the_websocket_on("permission_single", Options::single()).await;
-}
-
+/// A task of an agent type that asks before it writes a file.
 async fn permission_ask_is_answered_over_the_websocket_on(test: &str, options: Options) {
-    let stack = Stack::start(test, options).await;
-    let api = stack.admin().await;
-    let made = api
-        .post(
-            "/api/v1/agent-types",
-            json!({"id": "mock-ask", "name": "Mock agent (asks)",
-                   "image": "kandev/mock-agent:latest", "capabilities": ["acp", "fs"],
-                   "memory_mb": 256, "cpu_cores": 0.5, "pids_limit": 64, "timeout_seconds": 600,
-                   "network_mode": "none", "permission_policy": "ask"}),
-        )
+    let (stack, api, board) = Stack::start_with_board(test, options, "permission").await;
+    let ask = json!({"permission_policy": "ask"});
+    api.agent_type(mock_type("mock-ask", "Mock agent (asks)", ask))
         .await;
-    assert_eq!(made.status, 201, "{}", made.body);
-
-    let board = api.board("permission").await;
     let repo = stack.git_repo("permission");
-    let task = api
-        .task(
-            &board,
-            json!({"title": "Write a file", "description": "scenario: permission",
-                   "agent_type": "mock-ask", "repository_url": repo, "max_retries": 0}),
-        )
-        .await;
+    let fields = json!({"agent_type": "mock-ask", "repository_url": repo});
+    let fields = merged(mock_task("Write a file", "scenario: permission"), fields);
+    let task = api.task(&board, fields).await;
     let mut feed = Feed::open(&api, &task).await;
     let ask = feed
         .wait_for(120, "a permission request", |f| {
@@ -76,21 +48,7 @@ async fn permission_ask_is_answered_over_the_websocket_on(test: &str, options: O
     assert_eq!(end["event"]["data"]["stop_reason"], "end_turn", "{end}");
     api.wait_state(&task, &["COMPLETED"], 60).await;
     // It went back to work when answered, then completed.
-    let history = api
-        .get(&format!("/api/v1/tasks/{task}/events?page_size=100"))
-        .await;
-    let states: Vec<String> = history.body["events"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{}", history.body))
-        .iter()
-        .filter(|e| e["kind"] == "state_changed")
-        .map(|e| {
-            e["new_value"]["state"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string()
-        })
-        .collect();
+    let states = api.state_history(&task).await;
     let tail: Vec<&str> = states
         .iter()
         .rev()
@@ -103,12 +61,19 @@ async fn permission_ask_is_answered_over_the_websocket_on(test: &str, options: O
         ["WAITING_FOR_INPUT", "IN_PROGRESS", "COMPLETED"],
         "{states:?}"
     );
+    feed.close().await;
     let written = std::fs::read_to_string(stack.workspace(&task).join("permitted.txt"))
         .expect("the permitted file");
     assert!(
         written.contains("Written by kandev-mock-agent after permission was granted."),
         "{written}"
     );
-    feed.close().await;
     stack.stop().await;
+}
+
+deployments! {
+    permission_ask_is_answered_over_the_websocket_on("permission"),
+    four: permission_ask_is_answered_over_the_websocket,
+    sqlite: permission_ask_is_answered_over_the_websocket_on_sqlite,
+    single: permission_ask_is_answered_over_the_websocket_single,
 }

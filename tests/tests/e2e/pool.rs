@@ -4,40 +4,30 @@
 //! runs to the others within the grace, and their feeds stay exact; back,
 //! it leaves no orphan container.
 
-use std::{collections::BTreeSet, time::Duration};
+use std::{cell::RefCell, collections::BTreeSet, time::Duration};
 
 use kandev_e2e::{
-    Feed, Options, Stack, Svc, assert_every_chunk_once, chunk_text, eventually, instances,
-    on_engine, own_engine, replay, serde_json::json,
+    Feed, Options, Stack, Svc, assert_every_chunk_once, chunk_text, eventually, instances, merged,
+    mock_task, on_engine, own_engine, replay, serde_json::json,
 };
 use kandev_testkit::OwnDocker;
-use tokio::time::Instant;
 
 const CAPACITY: usize = 2;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_spread_over_a_pool_and_move_off_a_manager_that_dies() {
-    let mut stack = Stack::start(
-        "pool",
-        Options {
-            max_concurrent: 6,
-            env: vec![
-                (
-                    Svc::Orchestrator,
-                    "KANDEV_MANAGER_GRACE_MS".into(),
-                    "3000".into(),
-                ),
-                (
-                    Svc::AgentManager,
-                    "KANDEV_MAX_INSTANCES".into(),
-                    CAPACITY.to_string(),
-                ),
-                (Svc::AgentManager, "KANDEV_ANNOUNCE_MS".into(), "300".into()),
-            ],
-            ..Options::default()
-        },
+    let options = Options {
+        max_concurrent: 6,
+        ..Options::default()
+    }
+    .with(Svc::Orchestrator, "KANDEV_MANAGER_GRACE_MS", "3000")
+    .with(
+        Svc::AgentManager,
+        "KANDEV_MAX_INSTANCES",
+        CAPACITY.to_string(),
     )
-    .await;
+    .with(Svc::AgentManager, "KANDEV_ANNOUNCE_MS", "300");
+    let mut stack = Stack::start("pool", options).await;
     let (b_engine, c_engine) = (own_engine().await, own_engine().await);
     let b_host = b_engine.lock().unwrap().host();
     let c_host = c_engine.lock().unwrap().host();
@@ -48,27 +38,17 @@ async fn runs_spread_over_a_pool_and_move_off_a_manager_that_dies() {
         std::fs::create_dir_all(&dir).unwrap();
         dir.display().to_string()
     };
-    let (b_root, c_root) = (root("workspaces-b"), root("workspaces-c"));
-    let b = stack
-        .add_replica(
-            Svc::AgentManager,
-            &[
-                ("KANDEV_MANAGER_ID", b_id.clone()),
-                ("KANDEV_DOCKER_HOST", b_host.clone()),
-                ("KANDEV_WORKSPACES_ROOT", b_root),
-            ],
-        )
-        .await;
-    let c = stack
-        .add_replica(
-            Svc::AgentManager,
-            &[
-                ("KANDEV_MANAGER_ID", c_id.clone()),
-                ("KANDEV_DOCKER_HOST", c_host.clone()),
-                ("KANDEV_WORKSPACES_ROOT", c_root),
-            ],
-        )
-        .await;
+    let roots = [root("workspaces-b"), root("workspaces-c")];
+    let mut added = Vec::new();
+    for ((id, host), dir) in [(&b_id, &b_host), (&c_id, &c_host)].into_iter().zip(roots) {
+        let env = [
+            ("KANDEV_MANAGER_ID", id.clone()),
+            ("KANDEV_DOCKER_HOST", host.clone()),
+            ("KANDEV_WORKSPACES_ROOT", dir),
+        ];
+        added.push(stack.add_replica(Svc::AgentManager, &env).await);
+    }
+    let (b, c) = (added[0], added[1]);
     eventually(30, "the orchestrator hears the three managers", || async {
         (stack
             .log(Svc::Orchestrator)
@@ -87,41 +67,21 @@ async fn runs_spread_over_a_pool_and_move_off_a_manager_that_dies() {
     // Nine runs, six at a time, at most two per manager.
     let api = stack.admin().await;
     let board = api.board("pool").await;
-    let mut tasks = Vec::new();
-    for i in 0..9 {
-        tasks.push(
-            api.task(
-                &board,
-                json!({"title": format!("spread {i}"), "description": "scenario: slow 15 100",
-                       "agent_type": "mock-agent", "max_retries": 0}),
-            )
-            .await,
-        );
-    }
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let mut used = BTreeSet::new();
-    loop {
+    let tasks = api
+        .mock_tasks(&board, 9, "spread", "scenario: slow 15 100")
+        .await;
+    let used = RefCell::new(BTreeSet::new());
+    api.wait_completed(&board, tasks.len(), 300, || async {
         for (id, host) in &hosts {
             let running = stack.containers_of(id, host.as_deref(), true).await.len();
             assert!(running <= CAPACITY, "{running} runs at once on {id}");
             if running > 0 {
-                used.insert(id.clone());
+                used.borrow_mut().insert(id.clone());
             }
         }
-        let r = api
-            .get(&format!(
-                "/api/v1/boards/{board}/tasks?state=COMPLETED&page_size=100"
-            ))
-            .await;
-        if r.body["tasks"].as_array().map_or(0, Vec::len) == tasks.len() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the nine runs did not finish in 300 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
+    let used = used.into_inner();
     assert!(used.len() >= 2, "runs were spread: {used:?}");
     for task in &tasks {
         let e = api.execution(task).await;
@@ -135,14 +95,9 @@ async fn runs_spread_over_a_pool_and_move_off_a_manager_that_dies() {
     let repo = stack.git_repo("pool");
     let mut coded = Vec::new();
     for i in 0..6 {
-        coded.push(
-            api.task(
-                &board,
-                json!({"title": format!("code {i}"), "description": "scenario: code",
-                       "agent_type": "mock-agent", "repository_url": repo, "max_retries": 0}),
-            )
-            .await,
-        );
+        let fields = mock_task(&format!("code {i}"), "scenario: code");
+        let fields = merged(fields, json!({"repository_url": repo}));
+        coded.push(api.task(&board, fields).await);
     }
     for task in &coded {
         api.wait_state(task, &["COMPLETED"], 180).await;
@@ -162,26 +117,13 @@ async fn runs_spread_over_a_pool_and_move_off_a_manager_that_dies() {
 
     // Three long runs, spread least loaded first; then a manager dies with
     // its engine.
-    let mut long = Vec::new();
-    for i in 0..3 {
-        long.push(
-            api.task(
-                &board,
-                json!({"title": format!("long {i}"), "description": "scenario: slow 40 100",
-                       "agent_type": "mock-agent", "max_retries": 0}),
-            )
-            .await,
-        );
-    }
+    let long = api
+        .mock_tasks(&board, 3, "long", "scenario: slow 40 100")
+        .await;
     let mut feeds = Vec::new();
     for task in &long {
         let mut feed = Feed::open(&api, task).await;
-        feed.wait_for(120, "chunk 3", |f| {
-            f["event"]["data"]["text"]
-                .as_str()
-                .is_some_and(|t| t.contains("chunk 3/40"))
-        })
-        .await;
+        feed.wait_for_chunk(120, "chunk 3/40").await;
         feeds.push(feed);
     }
     // The victim: a manager on an engine of its own with a long run.

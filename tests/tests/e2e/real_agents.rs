@@ -22,39 +22,9 @@ use std::{
 use kandev_e2e::{
     Api, Feed, Options, Stack, Svc,
     agents::{self, GOOD_KEY, RealAgent},
-    chunk_text, is_turn_end, kind,
+    chunk_text, deployments, is_turn_end, kind,
     serde_json::{Value, json},
 };
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_code_completes_scripted_turns() {
-    scripted_turns_on(agents::CLAUDE, "claude", Options::default()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_code_completes_scripted_turns_single() {
-    scripted_turns_on(agents::CLAUDE, "claude_single", Options::single()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn codex_completes_scripted_turns() {
-    scripted_turns_on(agents::CODEX, "codex", Options::default()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn codex_completes_scripted_turns_single() {
-    scripted_turns_on(agents::CODEX, "codex_single", Options::single()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gemini_completes_scripted_turns() {
-    scripted_turns_on(agents::GEMINI, "gemini", Options::default()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gemini_completes_scripted_turns_single() {
-    scripted_turns_on(agents::GEMINI, "gemini_single", Options::single()).await;
-}
 
 /// One agent type's runs take turns across the two stacks of this file.
 /// Both log in as `admin` on one Docker engine, so both use the same home
@@ -71,6 +41,8 @@ fn home_turn(agent: &RealAgent) -> Arc<tokio::sync::Mutex<()>> {
         .clone()
 }
 
+/// The built-in type of `agent` picked, then its scripted copy through a
+/// permission, a follow-up, a cancel and a wrong key.
 async fn scripted_turns_on(agent: RealAgent, test: &str, mut options: Options) {
     let home = home_turn(&agent);
     let _turn = home.lock().await;
@@ -84,7 +56,7 @@ async fn scripted_turns_on(agent: RealAgent, test: &str, mut options: Options) {
     ));
     let stack = Stack::start(test, options).await;
     let api = stack.admin().await;
-    store_key(&api, &agent, GOOD_KEY).await;
+    api.set_secret(agent.key_env, GOOD_KEY).await;
     let board = api.board(test).await;
 
     the_built_in_type_builds_its_image_and_reaches_the_agent(&stack, &api, &board, &agent).await;
@@ -93,17 +65,6 @@ async fn scripted_turns_on(agent: RealAgent, test: &str, mut options: Options) {
     follow_up_resumes_then_cancel(&api, &task, &agent).await;
     wrong_key_fails_in_plain_words(&stack, &api, &agent, &scripted).await;
     stack.stop().await;
-}
-
-async fn store_key(api: &Api, agent: &RealAgent, value: &str) {
-    let set = api
-        .send(
-            "PUT",
-            &format!("/api/v1/users/me/secrets/{}", agent.key_env),
-            Some(json!({ "value": value }).to_string()),
-        )
-        .await;
-    assert_eq!(set.status, 200, "{}", set.body);
 }
 
 /// The built-in type, as the picker offers it: its image is built (or
@@ -322,15 +283,8 @@ async fn wrong_key_fails_in_plain_words(
     agent: &RealAgent,
     scripted: &str,
 ) {
-    let made = admin
-        .post(
-            "/api/v1/users",
-            json!({"username": "mallory", "password": "a-long-password", "is_admin": false}),
-        )
-        .await;
-    assert_eq!(made.status, 201, "{}", made.body);
-    let api = stack.login("mallory", "a-long-password").await;
-    store_key(&api, agent, "wrong-key").await;
+    let api = stack.user(admin, "mallory", "a-long-password").await;
+    api.set_secret(agent.key_env, "wrong-key").await;
     let board = api.board("wrong key").await;
     let repo = stack.git_repo(&format!("{scripted}-wrong-key"));
     let started = Instant::now();
@@ -357,4 +311,22 @@ fn no_unknown_frames(frames: &[Value]) {
     for f in frames {
         assert_ne!(kind(f), "protocol_error", "{f}");
     }
+}
+
+deployments! {
+    scripted_turns_on("claude", agents::CLAUDE),
+    four: claude_code_completes_scripted_turns,
+    single: claude_code_completes_scripted_turns_single,
+}
+
+deployments! {
+    scripted_turns_on("codex", agents::CODEX),
+    four: codex_completes_scripted_turns,
+    single: codex_completes_scripted_turns_single,
+}
+
+deployments! {
+    scripted_turns_on("gemini", agents::GEMINI),
+    four: gemini_completes_scripted_turns,
+    single: gemini_completes_scripted_turns_single,
 }

@@ -7,8 +7,7 @@
 use std::time::Duration;
 
 use kandev_e2e::{
-    Api, Feed, Options, Stack, Svc, replay,
-    serde_json::{Value, json},
+    Api, Feed, Options, Stack, Svc, deployments, mock_task, replay, serde_json::Value,
 };
 
 const CHUNKS: usize = 60;
@@ -79,6 +78,8 @@ fn assert_same_feed(items: &[Value], frames: &[Value], stored: &[Value]) {
     assert_eq!(next - 1, stored.len(), "the whole feed");
 }
 
+/// A slow task read live, by a reader that opened it mid-run (across the
+/// kill) and by one that opens it at the end.
 async fn reopen_on(test: &str, options: Options) {
     // The `kandev` binary is the whole stack: killing it kills everything.
     let svc = if options.single {
@@ -86,23 +87,12 @@ async fn reopen_on(test: &str, options: Options) {
     } else {
         Svc::Orchestrator
     };
-    let mut stack = Stack::start(test, options).await;
-    let api = stack.admin().await;
-    let board = api.board(test).await;
-    let task = api
-        .task(
-            &board,
-            json!({"title": "Slow", "description": format!("scenario: slow {CHUNKS} 150"),
-                   "agent_type": "mock-agent", "max_retries": 0}),
-        )
-        .await;
+    let (mut stack, api, board) = Stack::start_with_board(test, options, test).await;
+    let slow = mock_task("Slow", &format!("scenario: slow {CHUNKS} 150"));
+    let task = api.task(&board, slow).await;
     let mut live = Feed::open(&api, &task).await;
-    live.wait_for(120, "chunk 10", |f| {
-        f["event"]["data"]["text"]
-            .as_str()
-            .is_some_and(|t| t.contains(&format!("chunk 10/{CHUNKS}")))
-    })
-    .await;
+    live.wait_for_chunk(120, &format!("chunk 10/{CHUNKS}"))
+        .await;
 
     // A reader opens the task mid-run: pages, then the stream after them.
     let (early_items, covers_to) = pages(&api, &task).await;
@@ -136,18 +126,14 @@ async fn reopen_on(test: &str, options: Options) {
     let mut after = Feed::open_after(&api, &task, covers_to).await;
     after.drain(Duration::from_millis(1000)).await;
     assert_same_feed(&items, &after.frames, &stored);
+    after.close().await;
     reader.close().await;
     live.close().await;
-    after.close().await;
     stack.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reopen_pages_then_the_stream_are_the_feed_across_an_orchestrator_kill() {
-    reopen_on("reopen", Options::default()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reopen_pages_then_the_stream_are_the_feed_across_a_kandev_kill_single() {
-    reopen_on("reopen_single", Options::single()).await;
+deployments! {
+    reopen_on("reopen"),
+    four: reopen_pages_then_the_stream_are_the_feed_across_an_orchestrator_kill,
+    single: reopen_pages_then_the_stream_are_the_feed_across_a_kandev_kill_single,
 }

@@ -9,26 +9,19 @@
 use std::time::Duration;
 
 use kandev_e2e::{
-    Feed, Options, Stack, Svc, assert_every_chunk_once, instances, replay, serde_json::json,
+    Feed, Options, Stack, Svc, assert_every_chunk_once, instances, mock_task, replay,
 };
 
 const CHUNKS: usize = 30;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_orchestrator_takes_over_without_launching_twice() {
-    let mut stack = Stack::start(
-        "replicas",
-        Options {
-            max_concurrent: 2,
-            env: vec![(
-                Svc::Orchestrator,
-                "KANDEV_LEADER_POLL_MS".into(),
-                "200".into(),
-            )],
-            ..Options::default()
-        },
-    )
-    .await;
+    let options = Options {
+        max_concurrent: 2,
+        ..Options::default()
+    }
+    .with(Svc::Orchestrator, "KANDEV_LEADER_POLL_MS", "200");
+    let mut stack = Stack::start("replicas", options).await;
     stack.wait_log(Svc::Orchestrator, 0, "leading:", 30).await;
     let standby = stack.add_replica(Svc::Orchestrator, &[]).await;
     stack
@@ -45,20 +38,10 @@ async fn a_standby_orchestrator_takes_over_without_launching_twice() {
     // A task created and watched through gateway B, whose events the
     // leader (behind gateway A) handles: its frames arrive live.
     let board = api_b.board("replicas").await;
-    let first = api_b
-        .task(
-            &board,
-            json!({"title": "Through B", "description": "scenario: slow 5 50",
-                   "agent_type": "mock-agent", "max_retries": 0}),
-        )
-        .await;
+    let through_b = mock_task("Through B", "scenario: slow 5 50");
+    let first = api_b.task(&board, through_b).await;
     let mut feed = Feed::open(&api_b, &first).await;
-    feed.wait_for(120, "chunk 5 through gateway B", |f| {
-        f["event"]["data"]["text"]
-            .as_str()
-            .is_some_and(|t| t.contains("chunk 5/5"))
-    })
-    .await;
+    feed.wait_for_chunk(120, "chunk 5/5").await;
     api_b.wait_state(&first, &["COMPLETED"], 120).await;
     feed.close().await;
     assert!(
@@ -69,19 +52,8 @@ async fn a_standby_orchestrator_takes_over_without_launching_twice() {
     );
 
     // Four slow tasks, two at a time; each watched on both gateways.
-    let mut tasks = Vec::new();
-    for i in 0..4 {
-        tasks.push(
-            api_a
-                .task(
-                    &board,
-                    json!({"title": format!("slow {i}"),
-                           "description": format!("scenario: slow {CHUNKS} 150"),
-                           "agent_type": "mock-agent", "max_retries": 0}),
-                )
-                .await,
-        );
-    }
+    let slow = format!("scenario: slow {CHUNKS} 150");
+    let tasks = api_a.mock_tasks(&board, 4, "slow", &slow).await;
     let mut feeds = Vec::new();
     for task in &tasks {
         feeds.push(Feed::open(&api_a, task).await);
@@ -89,11 +61,7 @@ async fn a_standby_orchestrator_takes_over_without_launching_twice() {
     }
     // Two run, two wait; mid-run the leader dies.
     feeds[0]
-        .wait_for(120, "chunk 5 of the first slow task", |f| {
-            f["event"]["data"]["text"]
-                .as_str()
-                .is_some_and(|t| t.contains(&format!("chunk 5/{CHUNKS}")))
-        })
+        .wait_for_chunk(120, &format!("chunk 5/{CHUNKS}"))
         .await;
     stack.kill(Svc::Orchestrator);
     stack

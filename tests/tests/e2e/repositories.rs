@@ -13,27 +13,7 @@
 
 use std::process::Command;
 
-use kandev_e2e::{Api, Options, Stack, serde_json::json};
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_is_refused_a_repository_it_cannot_use() {
-    refusals_on("repo_refusals", Options::default()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_is_refused_a_repository_it_cannot_use_single() {
-    refusals_on("repo_refusals_single", Options::single()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_that_cannot_succeed_fails_once() {
-    fail_once_on("fail_once", Options::default()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_that_cannot_succeed_fails_once_single() {
-    fail_once_on("fail_once_single", Options::single()).await;
-}
+use kandev_e2e::{Api, Options, Stack, deployments, mock_type, serde_json::json};
 
 /// The stack's allowed repository root (where `Stack::git_repo` makes
 /// repositories).
@@ -62,46 +42,33 @@ async fn refused(api: &Api, board: &str, fields: kandev_e2e::serde_json::Value) 
     r.body["message"].as_str().unwrap_or_default().to_string()
 }
 
+/// Tasks made (and changed) with repositories the agent manager refuses.
 async fn refusals_on(test: &str, options: Options) {
-    let stack = Stack::start(test, options).await;
-    let api = stack.admin().await;
-    let board = api.board("repositories").await;
+    let (stack, api, board) = Stack::start_with_board(test, options, "repositories").await;
     let root = repos_root(&stack);
     let repo = stack.git_repo("good");
     std::fs::create_dir_all(format!("{root}/plain")).unwrap();
 
-    let message = refused(&api, &board, json!({"repository_url": "/etc"})).await;
-    assert_eq!(
-        message,
-        format!("/etc is outside the repositories Kandev may use: {root}")
-    );
-    let message = refused(
-        &api,
-        &board,
-        json!({"repository_url": format!("{root}/missing")}),
-    )
-    .await;
-    assert_eq!(
-        message,
-        format!("the repository {root}/missing does not exist")
-    );
-    let message = refused(
-        &api,
-        &board,
-        json!({"repository_url": format!("file://{root}/plain")}),
-    )
-    .await;
-    assert_eq!(message, format!("{root}/plain is not a git repository"));
-    let message = refused(
-        &api,
-        &board,
-        json!({"repository_url": repo.clone(), "branch": "nope"}),
-    )
-    .await;
-    assert_eq!(
-        message,
-        format!("the branch nope does not exist in the repository {root}/good")
-    );
+    for (fields, reason) in [
+        (
+            json!({"repository_url": "/etc"}),
+            format!("/etc is outside the repositories Kandev may use: {root}"),
+        ),
+        (
+            json!({"repository_url": format!("{root}/missing")}),
+            format!("the repository {root}/missing does not exist"),
+        ),
+        (
+            json!({"repository_url": format!("file://{root}/plain")}),
+            format!("{root}/plain is not a git repository"),
+        ),
+        (
+            json!({"repository_url": repo.clone(), "branch": "nope"}),
+            format!("the branch nope does not exist in the repository {root}/good"),
+        ),
+    ] {
+        assert_eq!(refused(&api, &board, fields).await, reason);
+    }
     let listed = api.get(&format!("/api/v1/boards/{board}/tasks")).await;
     assert_eq!(
         listed.body["tasks"],
@@ -142,13 +109,7 @@ async fn refusals_on(test: &str, options: Options) {
 /// Starts a task made with `autostart: false`; waits for FAILED and
 /// asserts one attempt that left no retry behind; the failure message.
 async fn fails_once(api: &Api, task: &str) -> String {
-    let started = api
-        .post(
-            &format!("/api/v1/orchestrator/tasks/{task}/start"),
-            json!({}),
-        )
-        .await;
-    assert_eq!(started.status, 200, "{}", started.body);
+    api.start_task(task).await;
     let failed = api.wait_state(task, &["FAILED"], 60).await;
     assert_eq!(failed["metadata"]["attempts"], 1, "{failed}");
     let exec = api.execution(task).await;
@@ -170,10 +131,10 @@ fn git(dir: &str, args: &[&str]) {
     assert!(status.success(), "git {args:?}");
 }
 
+/// Runs whose repository, branch or agent type went wrong after their
+/// task was made.
 async fn fail_once_on(test: &str, options: Options) {
-    let stack = Stack::start(test, options).await;
-    let api = stack.admin().await;
-    let board = api.board("fail once").await;
+    let (stack, api, board) = Stack::start_with_board(test, options, "fail once").await;
     let root = repos_root(&stack);
 
     // The repository goes away after the task was made.
@@ -222,16 +183,9 @@ async fn fail_once_on(test: &str, options: Options) {
     assert!(error.contains("no-such-agent"), "{error}");
 
     // An agent type that needs a secret nobody saved.
-    let made = api
-        .post(
-            "/api/v1/agent-types",
-            json!({"id": "needs-key", "name": "Needs a key", "image": "kandev/mock-agent:latest",
-                   "memory_mb": 256, "cpu_cores": 0.5, "pids_limit": 64,
-                   "timeout_seconds": 600, "network_mode": "none",
-                   "required_env": ["KANDEV_E2E_NEVER_SAVED"]}),
-        )
+    let needs = json!({"required_env": ["KANDEV_E2E_NEVER_SAVED"]});
+    api.agent_type(mock_type("needs-key", "Needs a key", needs))
         .await;
-    assert_eq!(made.status, 201, "{}", made.body);
     let task = api
         .task(
             &board,
@@ -241,4 +195,16 @@ async fn fail_once_on(test: &str, options: Options) {
     let error = fails_once(&api, &task).await;
     assert!(error.contains("KANDEV_E2E_NEVER_SAVED"), "{error}");
     stack.stop().await;
+}
+
+deployments! {
+    refusals_on("repo_refusals"),
+    four: a_task_is_refused_a_repository_it_cannot_use,
+    single: a_task_is_refused_a_repository_it_cannot_use_single,
+}
+
+deployments! {
+    fail_once_on("fail_once"),
+    four: a_run_that_cannot_succeed_fails_once,
+    single: a_run_that_cannot_succeed_fails_once_single,
 }

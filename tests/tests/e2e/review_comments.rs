@@ -6,47 +6,25 @@
 //! and the `kandev` binary on SQLite).
 
 use kandev_e2e::{
-    Api, Options, Stack, Svc,
+    Api, Options, Stack, Svc, deployments, merged, mock_task,
     serde_json::{Value, json},
 };
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn review_comments_are_kept_and_resolved() {
-    review_comments_are_kept_and_resolved_on("review_comments", Options::default()).await;
-}
-
-/// The same through the `kandev` binary: the four services in one process.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn review_comments_are_kept_and_resolved_single() {
-    review_comments_are_kept_and_resolved_on("review_comments_single", Options::single()).await;
-}
-
-async fn review_comments_are_kept_and_resolved_on(test: &str, mut options: Options) {
-    options.env.push((
-        Svc::Orchestrator,
-        "KANDEV_COMPLETE_TO_REVIEW".into(),
-        "true".into(),
-    ));
+/// Alice's task in review, commented on by her and the admin; carol, who
+/// cannot see it.
+async fn review_comments_are_kept_and_resolved_on(test: &str, options: Options) {
+    let options = options.with(Svc::Orchestrator, "KANDEV_COMPLETE_TO_REVIEW", "true");
     let stack = Stack::start(test, options).await;
     let admin = stack.admin().await;
-    for user in ["alice", "carol"] {
-        let made = admin
-            .post(
-                "/api/v1/users",
-                json!({"username": user, "password": "correct horse battery"}),
-            )
-            .await;
-        assert_eq!(made.status, 201, "{}", made.body);
-    }
-    let alice = stack.login("alice", "correct horse battery").await;
-    let carol = stack.login("carol", "correct horse battery").await;
+    let alice = stack.user(&admin, "alice", "correct horse battery").await;
+    let carol = stack.user(&admin, "carol", "correct horse battery").await;
     let board = alice.board("reviews").await;
     let repo = stack.git_repo("reviews");
+    let fields = json!({"repository_url": repo});
     let task = alice
         .task(
             &board,
-            json!({"title": "Review me", "description": "scenario: code",
-                   "agent_type": "mock-agent", "repository_url": repo, "max_retries": 0}),
+            merged(mock_task("Review me", "scenario: code"), fields),
         )
         .await;
     alice.wait_state(&task, &["REVIEW"], 180).await;
@@ -58,8 +36,8 @@ async fn review_comments_are_kept_and_resolved_on(test: &str, mut options: Optio
     alice.wait_state(&task, &["REVIEW"], 180).await;
     // The admin's round: kept after alice's, numbered 2.
     let asked = admin
-        .post(
-            &format!("/api/v1/tasks/{task}/review"),
+        .review(
+            &task,
             json!({"action": "request_changes",
                    "comments": [{"path": "README.md", "line": 5, "body": "And here."}]}),
         )
@@ -130,8 +108,8 @@ async fn bad_comments_are_refused(api: &Api, task: &str) {
         json!({"path": "README.md", "line": 4, "line_text": "y".repeat(2001), "body": "x"}),
     ] {
         let r = api
-            .post(
-                &format!("/api/v1/tasks/{task}/review"),
+            .review(
+                task,
                 json!({"action": "request_changes", "comments": [comment]}),
             )
             .await;
@@ -144,8 +122,8 @@ async fn bad_comments_are_refused(api: &Api, task: &str) {
 /// and one on the whole file; kept as round 1, the message first.
 async fn first_round(alice: &Api, task: &str) -> Vec<Value> {
     let asked = alice
-        .post(
-            &format!("/api/v1/tasks/{task}/review"),
+        .review(
+            task,
             json!({"action": "request_changes", "message": "scenario: code",
                    "comments": [
                        {"path": "README.md", "line": 4, "side": "new",
@@ -281,4 +259,10 @@ async fn board_owner_resolves_and_reopens(alice: &Api, path: &str, own: &str, ad
         states,
         [&json!(false), &json!(false), &json!(false), &json!(true)]
     );
+}
+
+deployments! {
+    review_comments_are_kept_and_resolved_on("review_comments"),
+    four: review_comments_are_kept_and_resolved,
+    single: review_comments_are_kept_and_resolved_single,
 }

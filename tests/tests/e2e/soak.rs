@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 
 use kandev_common::metrics::parse_text;
-use kandev_e2e::{Api, Options, Stack, Svc, eventually, serde_json::json};
+use kandev_e2e::{Api, Options, Stack, Svc, eventually};
 
 const SVCS: [Svc; 4] = [
     Svc::Gateway,
@@ -38,17 +38,7 @@ async fn usage(stack: &Stack, svc: Svc) -> (f64, f64) {
 
 /// Runs `n` quick tasks on `board` and waits until every one completed.
 async fn run_tasks(api: &Api, board: &str, n: usize) {
-    let mut ids = Vec::with_capacity(n);
-    for i in 0..n {
-        ids.push(
-            api.task(
-                board,
-                json!({"title": format!("soak {i}"), "description": "echo soak",
-                       "agent_type": "mock-agent", "max_retries": 0}),
-            )
-            .await,
-        );
-    }
+    let ids = api.mock_tasks(board, n, "soak", "echo soak").await;
     let cards = format!("/api/v1/boards/{board}/cards");
     eventually(600, "every soak task to complete", || async {
         let r = api.get(&cards).await;
@@ -64,11 +54,7 @@ async fn run_tasks(api: &Api, board: &str, n: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_few_hundred_tasks_leave_fds_and_memory_flat() {
-    let options = Options {
-        max_concurrent: 4,
-        env: vec![(Svc::Gateway, "KANDEV_METRICS_TOKEN".into(), TOKEN.into())],
-        ..Options::default()
-    };
+    let options = Options::default().with(Svc::Gateway, "KANDEV_METRICS_TOKEN", TOKEN);
     let stack = Stack::start("soak", options).await;
     let api = stack.admin().await;
     // Warm up: pools, caches and the first containers, then measure.

@@ -4,55 +4,26 @@
 //! ever the linking user's; a name the user has no secret of is refused on
 //! save, even when another user has one; the value is never returned.
 
-use kandev_e2e::{Api, Options, Stack, Svc, serde_json::json};
+use kandev_e2e::{
+    Options, Stack, Svc,
+    serde_json::json,
+    trackers::{Forge, task_of_issue},
+};
 use kandev_testkit::fake_github::{FakeGithub, issue};
 
 const ALICE_TOKEN: &str = "ghp-admins-own-4b1d";
 const BOB_TOKEN: &str = "ghp-bobs-own-77e0";
 
-async fn set_secret(api: &Api, name: &str, value: &str) {
-    let r = api
-        .send(
-            "PUT",
-            &format!("/api/v1/users/me/secrets/{name}"),
-            Some(json!({ "value": value }).to_string()),
-        )
-        .await;
-    assert_eq!(r.status, 200, "{}", r.body);
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_reads_the_forge_with_its_users_secret() {
     let forge = FakeGithub::start().await;
-    let forges = format!(
-        "[{{repository_prefix = \"file:///\", kind = \"github\", api_url = \"{}\", token = \"t0ken\"}}]",
-        forge.url
-    );
-    let stack = Stack::start(
-        "tracker_tokens",
-        Options {
-            env: vec![
-                (Svc::Orchestrator, "KANDEV_FORGES".into(), forges),
-                (
-                    Svc::Orchestrator,
-                    "KANDEV_TRACKER_RECONCILE_SECS".into(),
-                    "1".into(),
-                ),
-            ],
-            ..Options::default()
-        },
-    )
-    .await;
+    let options = Options::default()
+        .with(Svc::Orchestrator, "KANDEV_FORGES", forge.forges())
+        .with(Svc::Orchestrator, "KANDEV_TRACKER_RECONCILE_SECS", "1");
+    let stack = Stack::start("tracker_tokens", options).await;
     let admin = stack.admin().await;
-    let made = admin
-        .post(
-            "/api/v1/users",
-            json!({"username": "bob", "password": "correct horse battery"}),
-        )
-        .await;
-    assert_eq!(made.status, 201, "{}", made.body);
-    let bob = stack.login("bob", "correct horse battery").await;
-    set_secret(&bob, "GITHUB_TOKEN", BOB_TOKEN).await;
+    let bob = stack.user(&admin, "bob", "correct horse battery").await;
+    bob.set_secret("GITHUB_TOKEN", BOB_TOKEN).await;
 
     let repo_url = stack.git_repo("tokened");
     let repo = repo_url.trim_start_matches("file:///").to_string();
@@ -67,12 +38,7 @@ async fn a_link_reads_the_forge_with_its_users_secret() {
     };
 
     // The admin has no GITHUB_TOKEN: refused plainly, though bob has one.
-    let refused = admin
-        .post(
-            &format!("/api/v1/boards/{board}/tracker"),
-            link("GITHUB_TOKEN"),
-        )
-        .await;
+    let refused = admin.link_tracker(&board, link("GITHUB_TOKEN")).await;
     assert_eq!(refused.status, 400, "{}", refused.body);
     assert!(
         refused.body["message"]
@@ -83,22 +49,11 @@ async fn a_link_reads_the_forge_with_its_users_secret() {
         refused.body
     );
     assert!(!refused.body.to_string().contains(BOB_TOKEN));
-    assert_eq!(
-        admin
-            .get(&format!("/api/v1/boards/{board}/tracker"))
-            .await
-            .status,
-        404
-    );
+    assert_eq!(admin.tracker(&board).await.status, 404);
 
     // With the admin's own secret: the link names it, never shows it.
-    set_secret(&admin, "GITHUB_TOKEN", ALICE_TOKEN).await;
-    let linked = admin
-        .post(
-            &format!("/api/v1/boards/{board}/tracker"),
-            link("GITHUB_TOKEN"),
-        )
-        .await;
+    admin.set_secret("GITHUB_TOKEN", ALICE_TOKEN).await;
+    let linked = admin.link_tracker(&board, link("GITHUB_TOKEN")).await;
     assert_eq!(linked.status, 200, "{}", linked.body);
     assert_eq!(
         linked.body["token_secret"], "GITHUB_TOKEN",
@@ -109,18 +64,7 @@ async fn a_link_reads_the_forge_with_its_users_secret() {
 
     // The reconcile reads the issues with the admin's token: the issue
     // becomes a task; neither the forge's token nor bob's was sent.
-    kandev_e2e::eventually(60, "the issue's task", || {
-        let admin = admin.clone();
-        let board = board.clone();
-        async move {
-            let r = admin.get(&format!("/api/v1/boards/{board}/tasks")).await;
-            r.body["tasks"]
-                .as_array()
-                .and_then(|ts| ts.iter().find(|t| t["metadata"]["tracker"]["issue"] == 1))
-                .cloned()
-        }
-    })
-    .await;
+    task_of_issue(&admin, &board, 1).await;
     {
         let state = forge.state.lock().unwrap();
         let listing = format!("/repos/{repo}/issues");
@@ -136,7 +80,7 @@ async fn a_link_reads_the_forge_with_its_users_secret() {
             "{reads:?}"
         );
     }
-    let shown = admin.get(&format!("/api/v1/boards/{board}/tracker")).await;
+    let shown = admin.tracker(&board).await;
     assert_eq!(shown.body["last_error"], "", "{}", shown.body);
     assert!(!shown.body.to_string().contains(ALICE_TOKEN));
     // Neither token reached a service's log.

@@ -7,35 +7,14 @@
 
 use kandev_common::webhook::sign;
 use kandev_e2e::{
-    Api, Options, Stack, Svc,
+    Api, Options, Stack,
     serde_json::{Value, json},
+    trackers::{Tracked, tasks},
 };
 
 use kandev_testkit::fake_github::{FakeGithub, issue, issue_event};
 
 const SECRET: &str = "whsec-e2e-5f1c";
-
-/// The board's tasks.
-pub(crate) async fn tasks(api: &Api, board: &str) -> Vec<Value> {
-    let r = api.get(&format!("/api/v1/boards/{board}/tasks")).await;
-    assert_eq!(r.status, 200, "{}", r.body);
-    r.body["tasks"].as_array().cloned().unwrap_or_default()
-}
-
-/// The task made of issue `number`, once there is one.
-async fn task_of_issue(api: &Api, board: &str, number: i64) -> Value {
-    kandev_e2e::eventually(60, "the issue's task", || {
-        let api = api.clone();
-        let board = board.to_string();
-        async move {
-            tasks(&api, &board)
-                .await
-                .into_iter()
-                .find(|t| t["metadata"]["tracker"]["issue"] == number)
-        }
-    })
-    .await
-}
 
 /// Posts a webhook delivery signed with `secret`.
 async fn deliver(stack: &Stack, event: &str, payload: &Value, secret: &str) -> kandev_e2e::Resp {
@@ -60,69 +39,29 @@ async fn deliver(stack: &Stack, event: &str, payload: &Value, secret: &str) -> k
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_labelled_issue_becomes_a_task_whose_pull_request_closes_it() {
     let forge = FakeGithub::start().await;
-    let forges = forge.forges_setting("t0ken");
-    let stack = Stack::start(
-        "trackers",
-        Options {
-            env: vec![
-                (
-                    Svc::Orchestrator,
-                    "KANDEV_COMPLETE_TO_REVIEW".into(),
-                    "true".into(),
-                ),
-                (Svc::Orchestrator, "KANDEV_FORGES".into(), forges),
-                (
-                    Svc::Orchestrator,
-                    "KANDEV_TRACKER_RECONCILE_SECS".into(),
-                    "1".into(),
-                ),
-            ],
-            ..Options::default()
-        },
-    )
-    .await;
-    let api = stack.admin().await;
-    let tracked = stack.bare_repo("tracked");
-    let (url, repo) = (tracked.url, tracked.repo);
-    forge.serve(
-        &repo,
-        vec![
-            issue(
-                &repo,
-                1,
-                "Improve the readme",
-                "scenario: code",
-                &["kandev"],
-            ),
-            issue(&repo, 2, "Not for Kandev", "scenario: code", &["bug"]),
-        ],
-    );
+    let tracked = Tracked::start("trackers", forge, Options::default(), SECRET).await;
+    let Tracked {
+        stack,
+        api,
+        board,
+        url,
+        repo,
+        ..
+    } = &tracked;
 
     // Linked: the secret is stored, never shown.
-    let board = api.board("tracked").await;
-    let linked = api
-        .post(
-            &format!("/api/v1/boards/{board}/tracker"),
-            json!({"kind": "github", "repository_url": url, "label": "kandev",
-                   "agent_type": "mock-agent", "webhook_secret": SECRET}),
-        )
-        .await;
-    assert_eq!(linked.status, 200, "{}", linked.body);
-    assert_eq!(linked.body["repository"], repo.as_str());
-    assert_eq!(linked.body["has_webhook_secret"], true);
-    assert!(!linked.body.to_string().contains(SECRET), "{}", linked.body);
+    assert_eq!(tracked.linked["has_webhook_secret"], true);
     let bad = api
-        .post(
-            &format!("/api/v1/boards/{board}/tracker"),
+        .link_tracker(
+            board,
             json!({"kind": "github", "repository_url": "https://elsewhere.example/a/b"}),
         )
         .await;
     assert_eq!(bad.status, 400, "{}", bad.body);
 
     // The reconcile made the labelled issue a task (and only it), which runs.
-    let task = task_of_issue(&api, &board, 1).await;
+    let task = tracked.labelled_task_in_review().await;
     let task_id = task["id"].as_str().unwrap().to_string();
-    assert_eq!(task["title"], "Improve the readme");
     assert!(
         task["description"]
             .as_str()
@@ -130,10 +69,7 @@ async fn a_labelled_issue_becomes_a_task_whose_pull_request_closes_it() {
             .contains(&format!("https://github.example/{repo}/issues/1")),
         "{task}"
     );
-    api.wait_state(&task_id, &["REVIEW"], 180).await;
-    let listed = tasks(&api, &board).await;
-    assert_eq!(listed.len(), 1, "{listed:?}");
-    let got = api.get(&format!("/api/v1/boards/{board}/tracker")).await;
+    let got = api.tracker(board).await;
     assert_eq!(got.status, 200, "{}", got.body);
     assert_eq!(got.body["last_error"], "", "{}", got.body);
     assert!(!got.body.to_string().contains(SECRET));
@@ -141,10 +77,10 @@ async fn a_labelled_issue_becomes_a_task_whose_pull_request_closes_it() {
     // A delivery with a bad signature, or none, is refused; nothing changes.
     let opened = issue_event(
         "opened",
-        &repo,
-        issue(&repo, 3, "Forged", "scenario: code", &["kandev"]),
+        repo,
+        issue(repo, 3, "Forged", "scenario: code", &["kandev"]),
     );
-    let forged = deliver(&stack, "issues", &opened, "not-the-secret").await;
+    let forged = deliver(stack, "issues", &opened, "not-the-secret").await;
     assert_eq!(forged.status, 401, "{}", forged.body);
     let unsigned = stack
         .anonymous()
@@ -157,44 +93,17 @@ async fn a_labelled_issue_becomes_a_task_whose_pull_request_closes_it() {
         .await
         .unwrap();
     assert_eq!(unsigned.status, 401, "{}", unsigned.body);
-    assert_eq!(tasks(&api, &board).await.len(), 1);
+    assert_eq!(tasks(api, board).await.len(), 1);
 
     // The approval opens a pull request that closes the issue, and the
     // issue is told.
-    let approved = api
-        .post(
-            &format!("/api/v1/tasks/{task_id}/review"),
-            json!({"action": "approve"}),
-        )
-        .await;
-    assert_eq!(approved.status, 200, "{}", approved.body);
-    let pr_url = approved.body["delivery"]["pull_request_url"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    {
-        let seen = forge.forge();
-        assert_eq!(seen.pulls.len(), 1, "{:?}", seen.pulls);
-        let body = seen.pulls[0].1["body"].as_str().unwrap();
-        assert!(body.contains("Closes #1"), "{body}");
-        assert_eq!(seen.comments.len(), 1, "{:?}", seen.comments);
-        assert_eq!(
-            (seen.comments[0].0.as_str(), seen.comments[0].1),
-            (repo.as_str(), 1)
-        );
-        assert!(seen.comments[0].2.contains(&pr_url), "{:?}", seen.comments);
-    }
+    tracked.approve_closes_the_issue(&task_id).await;
 
-    closing_an_issue_cancels_its_task_not_started(&stack, &api, &url, &repo).await;
-    gone_repositories_are_a_plain_error(&stack, &api, &forge).await;
+    closing_an_issue_cancels_its_task_not_started(stack, api, url, repo).await;
+    gone_repositories_are_a_plain_error(stack, api, &tracked.forge).await;
 
-    for svc in [Svc::Gateway, Svc::Orchestrator] {
-        assert!(
-            !stack.log(svc).contains(SECRET),
-            "{svc:?} logged the secret"
-        );
-    }
-    stack.stop().await;
+    tracked.assert_not_logged(&[SECRET]);
+    tracked.stack.stop().await;
 }
 
 /// A second board on the same repository (its own label, no agent): a
@@ -208,8 +117,8 @@ async fn closing_an_issue_cancels_its_task_not_started(
 ) {
     let board = api.board("intake").await;
     let linked = api
-        .post(
-            &format!("/api/v1/boards/{board}/tracker"),
+        .link_tracker(
+            &board,
             json!({"kind": "github", "repository_url": url, "label": "later",
                    "webhook_secret": SECRET}),
         )
@@ -254,7 +163,7 @@ async fn closing_an_issue_cancels_its_task_not_started(
         .send("DELETE", &format!("/api/v1/boards/{board}/tracker"), None)
         .await;
     assert_eq!(unlinked.status, 204, "{}", unlinked.body);
-    let gone = api.get(&format!("/api/v1/boards/{board}/tracker")).await;
+    let gone = api.tracker(&board).await;
     assert_eq!(gone.status, 404, "{}", gone.body);
 }
 
@@ -270,17 +179,14 @@ async fn gone_repositories_are_a_plain_error(stack: &Stack, api: &Api, forge: &F
     ] {
         let board = api.board("gone").await;
         let linked = api
-            .post(
-                &format!("/api/v1/boards/{board}/tracker"),
-                json!({"kind": "github", "repository_url": url}),
-            )
+            .link_tracker(&board, json!({"kind": "github", "repository_url": url}))
             .await;
         assert_eq!(linked.status, 200, "{}", linked.body);
         let link = kandev_e2e::eventually(30, "the link's error", || {
             let api = api.clone();
             let board = board.clone();
             async move {
-                let r = api.get(&format!("/api/v1/boards/{board}/tracker")).await;
+                let r = api.tracker(&board).await;
                 (r.status == 200 && r.body["last_error"] != "").then_some(r.body)
             }
         })

@@ -25,21 +25,9 @@ fn columns(ids: &[String]) -> Value {
     ])
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_column_prompt_gets_the_diff_so_far_and_a_column_may_start_a_new_session() {
-    diff_and_sessions("workflow_diff", Options::default()).await;
-}
-
-/// The same on the one-process `kandev` (SQLite).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn single_a_column_prompt_gets_the_diff_so_far_and_a_column_may_start_a_new_session() {
-    diff_and_sessions("workflow_diff_single", Options::single()).await;
-}
-
+/// A task on a board of [`columns`], moved into Code.
 async fn diff_and_sessions(name: &str, options: Options) {
-    let stack = Stack::start(name, options).await;
-    let api = stack.admin().await;
-    let board = api.board("flow").await;
+    let (stack, api, board) = Stack::start_with_board(name, options, "flow").await;
     let ids: Vec<String> = (0..5).map(|_| uuid::Uuid::now_v7().to_string()).collect();
     let put = api
         .send(
@@ -117,4 +105,10 @@ fn instances_in_order(frames: &[Value]) -> Vec<String> {
         }
     }
     seen
+}
+
+deployments! {
+    diff_and_sessions("workflow_diff"),
+    four: a_column_prompt_gets_the_diff_so_far_and_a_column_may_start_a_new_session,
+    single: single_a_column_prompt_gets_the_diff_so_far_and_a_column_may_start_a_new_session,
 }
