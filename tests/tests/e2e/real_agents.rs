@@ -63,7 +63,10 @@ async fn scripted_turns_on(agent: RealAgent, test: &str, mut options: Options) {
     let scripted = register_scripted_type(&api, &agent).await;
     let task = edit_after_permission(&stack, &api, &board, &scripted).await;
     follow_up_resumes_then_cancel(&api, &task, &agent).await;
-    wrong_key_fails_in_plain_words(&stack, &api, &agent, &scripted).await;
+    // A user of this stack only: the other stack of this file must not
+    // find what this one's agent left in the user's home volume.
+    let mallory = format!("mallory-{test}");
+    wrong_key_fails_in_plain_words(&stack, &api, &agent, &scripted, &mallory).await;
     stack.stop().await;
 }
 
@@ -282,8 +285,9 @@ async fn wrong_key_fails_in_plain_words(
     admin: &Api,
     agent: &RealAgent,
     scripted: &str,
+    user: &str,
 ) {
-    let api = stack.user(admin, "mallory", "a-long-password").await;
+    let api = stack.user(admin, user, "a-long-password").await;
     api.set_secret(agent.key_env, "wrong-key").await;
     let board = api.board("wrong key").await;
     let repo = stack.git_repo(&format!("{scripted}-wrong-key"));
