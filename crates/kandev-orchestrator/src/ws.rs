@@ -30,7 +30,7 @@ use uuid::Uuid;
 use crate::{
     domain::{Orchestration, OrchestratorError, PermissionAnswer, merge_fields},
     feed,
-    http::{AppState, error_body},
+    http::state::{AppState, error_body},
 };
 
 /// Stored frames read per query while replaying.

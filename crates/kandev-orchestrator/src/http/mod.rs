@@ -11,8 +11,6 @@
 //!
 //! Errors have the shape `{"error","message","details","http_status"}`.
 
-use std::{sync::Arc, time::Duration};
-
 use axum::{
     Json, Router,
     body::Bytes,
@@ -20,26 +18,15 @@ use axum::{
     response::{IntoResponse, Response},
     routing::{get, post},
 };
-use kandev_common::{ErrorCode, ServiceError};
+use kandev_common::ServiceError;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::{
-    domain::{Orchestration, OrchestratorError},
-    feed::{self, FeedHub, store::FeedStore},
-    ws,
-};
+use crate::{domain::OrchestratorError, feed, ws};
 
-/// What the handlers share.
-#[derive(Clone)]
-pub struct AppState {
-    pub orchestration: Arc<dyn Orchestration>,
-    pub hub: Arc<FeedHub>,
-    /// The stored feed, for history.
-    pub feed: Arc<dyn FeedStore>,
-    /// How long a lagging client gets to take its close frame.
-    pub close_grace: Duration,
-}
+pub mod state;
+
+pub use state::{AppState, error_body};
 
 pub fn routes(state: AppState) -> Router {
     Router::new()
@@ -59,23 +46,6 @@ impl From<OrchestratorError> for ApiError {
     fn from(e: OrchestratorError) -> Self {
         ApiError(e)
     }
-}
-
-/// The JSON body of an error: `{"error","message","details","http_status"}`.
-pub fn error_body(err: &OrchestratorError) -> serde_json::Value {
-    let code = err.error_code();
-    let message = if code == ErrorCode::Internal {
-        tracing::error!(error = %err, "internal error");
-        "internal error".to_string()
-    } else {
-        err.to_string()
-    };
-    serde_json::json!({
-        "error": code.as_str(),
-        "message": message,
-        "details": null,
-        "http_status": code.http_status().as_u16(),
-    })
 }
 
 impl IntoResponse for ApiError {
