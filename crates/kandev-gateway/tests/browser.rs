@@ -22,7 +22,7 @@ use support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_ui_drives_agents_end_to_end() {
     // 1. Log in.
-    let Some((browser, stack)) = start_ui(start_stack()).await else {
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
     let c = &browser.client;
@@ -580,7 +580,7 @@ const BADGE_PROBLEMS: &str = "
 /// page, notifications and a board that fits an 800 px window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_board_tells_the_truth_at_a_glance() {
-    let Some((browser, stack)) = start_ui(start_stack()).await else {
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
     let c = &browser.client;
@@ -1138,7 +1138,7 @@ async fn the_board_tells_the_truth_at_a_glance() {
 /// side by side on a wide window), refreshed when a turn ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_changes_tab_shows_the_agents_edits() {
-    let Some((browser, stack)) = start_ui(start_stack_with(true)).await else {
+    let Some((browser, stack)) = start_ui(true).await else {
         return;
     };
     let c = &browser.client;
@@ -1316,7 +1316,7 @@ async fn the_changes_tab_shows_the_agents_edits() {
 /// writes values and never shows one back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_user_keeps_secrets_for_their_agents() {
-    let Some((browser, stack)) = start_ui(start_stack()).await else {
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
     let c = &browser.client;

@@ -32,7 +32,7 @@ const SHOWN: &str = "
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_approved_task_still_shows_its_approved_change() {
-    let Some((browser, stack)) = start_ui(start_stack_with(true)).await else {
+    let Some((browser, stack)) = start_ui(true).await else {
         return;
     };
     let c = &browser.client;
@@ -112,7 +112,7 @@ async fn an_approved_task_still_shows_its_approved_change() {
 /// when the type is edited (a save sends the whole type).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_admin_form_keeps_an_agent_types_state_paths() {
-    let Some((browser, stack)) = start_ui(start_stack()).await else {
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
     let c = &browser.client;

@@ -24,7 +24,7 @@ const ALLOW: &str = "[data-kind=permission_request][data-state=open] [data-testi
 /// The stack (finished runs go to review with `review`) and a logged-in
 /// browser with the pickable mock agent types.
 async fn setup(review: bool) -> Option<(Browser, Stack)> {
-    let (browser, stack) = start_ui(start_stack_with(review)).await?;
+    let (browser, stack) = start_ui(review).await?;
     register_mock_types(&browser.client).await;
     set_viewport(&browser.client, DESKTOP.0, DESKTOP.1).await;
     Some((browser, stack))

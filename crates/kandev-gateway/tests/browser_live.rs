@@ -68,7 +68,7 @@ fn visible_cards_script() -> &'static str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_board_is_pushed_filtered_and_needs_you_lists_a_waiting_permission() {
-    let Some((browser, stack)) = start_ui(start_stack()).await else {
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
     let c = &browser.client;
@@ -234,7 +234,7 @@ async fn the_board_is_pushed_filtered_and_needs_you_lists_a_waiting_permission()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_column_of_many_cards_scrolls_and_every_card_is_reachable() {
-    let Some((browser, stack)) = start_ui(start_stack()).await else {
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
     let c = &browser.client;

@@ -34,7 +34,7 @@ const FEED_STATE: &str = "
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_long_session_opens_at_its_end_and_scrolls_back_to_its_start() {
-    let Some((browser, stack)) = start_ui(start_stack_with(false)).await else {
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
     let c = &browser.client;

@@ -19,7 +19,7 @@ use support::*;
 /// The stack (a finished run leaves its task in REVIEW) and a logged-in
 /// browser.
 async fn setup() -> Option<(Browser, Stack)> {
-    start_ui(start_stack_with(true)).await
+    start_ui(true).await
 }
 
 /// A `scenario: code` task on `repo`, run to REVIEW, its Changes tab open

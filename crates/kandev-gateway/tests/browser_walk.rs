@@ -34,7 +34,7 @@ const REJECT: &str = "[data-kind=permission_request][data-state=open] [data-test
 
 /// The stack and a logged-in browser with the pickable mock agent types.
 async fn setup() -> Option<(Browser, Stack)> {
-    let (browser, stack) = start_ui(start_stack()).await?;
+    let (browser, stack) = start_ui(false).await?;
     register_mock_types(&browser.client).await;
     Some((browser, stack))
 }
@@ -672,7 +672,7 @@ const PICKER: &str = "
 /// `GET /agent-types`, checked on the picker's own functions).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_new_task_picker_starts_with_the_demo() {
-    let Some((browser, stack)) = start_ui(start_stack()).await else {
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
     let c = &browser.client;

@@ -73,7 +73,7 @@ async fn move_with_dialog(c: &Client, task: &str, column: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_three_step_workflow_is_drawn_runs_cards_on_by_itself_and_queues_at_its_limit() {
-    let Some((browser, stack)) = start_ui(start_stack()).await else {
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
     let c = &browser.client;
@@ -187,7 +187,7 @@ async fn a_three_step_workflow_is_drawn_runs_cards_on_by_itself_and_queues_at_it
 /// (none: the field is hidden), and the one picked goes with the task.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_new_task_dialog_picks_an_agent_profile_of_the_chosen_type() {
-    let Some((browser, stack)) = start_ui(start_stack()).await else {
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
     let c = &browser.client;
@@ -270,7 +270,7 @@ async fn the_new_task_dialog_picks_an_agent_profile_of_the_chosen_type() {
 /// reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_card_blocked_by_two_says_why_until_both_complete() {
-    let Some((browser, stack)) = start_ui(start_stack()).await else {
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
     let c = &browser.client;

@@ -572,11 +572,12 @@ pub async fn login(c: &Client, base: &str) {
     .await;
 }
 
-/// Starts the browser, then the stack `stack` makes, and logs in as the
-/// admin; `None` without a browser (the test then passes with a notice).
-pub async fn start_ui(stack: impl std::future::Future<Output = Stack>) -> Option<(Browser, Stack)> {
+/// Starts the browser, then the stack (see [`start_stack_with`] for
+/// `complete_to_review`), and logs in as the admin; `None` without a
+/// browser (the test then passes with a notice).
+pub async fn start_ui(complete_to_review: bool) -> Option<(Browser, Stack)> {
     let browser = start_browser().await?;
-    let stack = stack.await;
+    let stack = Box::pin(start_stack_with(complete_to_review)).await;
     login(&browser.client, &stack.base).await;
     Some((browser, stack))
 }
