@@ -1144,10 +1144,7 @@ async fn the_changes_tab_shows_the_agents_edits() {
     let c = &browser.client;
     let repo = stack.git_repo("changes");
     let task_id = new_code_task(c, "Changes", "Edit the readme", &repo).await;
-    c.goto(&format!("{}/#/tasks/{task_id}", stack.base))
-        .await
-        .expect("open the task");
-    wait_js(c, "the task in review", 120, IN_REVIEW, vec![]).await;
+    open_in_review(c, &stack.base, &task_id).await;
 
     click(c, "[data-testid=tab-changes]").await;
     wait_js(

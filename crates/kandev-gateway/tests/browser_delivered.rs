@@ -103,9 +103,7 @@ async fn an_approved_task_still_shows_its_approved_change() {
         assert_eq!(wide, Value::Null, "{width} px: the page scrolls sideways");
         screenshot(c, &format!("delivered-{width}.png")).await;
     }
-    let errors = browser.console_errors().await;
-    assert!(errors.is_empty(), "console errors: {errors:#?}");
-    finish(browser, stack).await;
+    finish_clean(browser, stack).await;
 }
 
 /// The agent-type admin form shows a type's state paths and keeps them
@@ -162,7 +160,5 @@ async fn the_admin_form_keeps_an_agent_types_state_paths() {
         json!([".kandev-mock/", "notes/*.tmp"]),
         "{saved}"
     );
-    let errors = browser.console_errors().await;
-    assert!(errors.is_empty(), "console errors: {errors:#?}");
-    finish(browser, stack).await;
+    finish_clean(browser, stack).await;
 }

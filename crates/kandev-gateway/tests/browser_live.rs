@@ -72,7 +72,7 @@ async fn the_board_is_pushed_filtered_and_needs_you_lists_a_waiting_permission()
         return;
     };
     let c = &browser.client;
-    set_viewport(c, 1440, 900).await;
+    set_viewport(c, DESKTOP.0, DESKTOP.1).await;
     register_mock_type(
         c,
         "mock-agent-ask",
@@ -238,7 +238,7 @@ async fn a_column_of_many_cards_scrolls_and_every_card_is_reachable() {
         return;
     };
     let c = &browser.client;
-    set_viewport(c, 1440, 900).await;
+    set_viewport(c, DESKTOP.0, DESKTOP.1).await;
     let board = new_board(c, "Many cards").await;
     let mut last = String::new();
     for i in 0..24 {

@@ -26,10 +26,7 @@ async fn setup() -> Option<(Browser, Stack)> {
 /// on README.md; its id.
 async fn task_in_review(c: &Client, stack: &Stack, repo: &str, title: &str) -> String {
     let task_id = new_code_task(c, title, title, repo).await;
-    c.goto(&format!("{}/#/tasks/{task_id}", stack.base))
-        .await
-        .expect("open the task");
-    wait_js(c, "the task in review", 120, IN_REVIEW, vec![]).await;
+    open_in_review(c, &stack.base, &task_id).await;
     click(c, "[data-testid=tab-changes]").await;
     wait_js(
         c,

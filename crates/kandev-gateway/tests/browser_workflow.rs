@@ -77,7 +77,7 @@ async fn a_three_step_workflow_is_drawn_runs_cards_on_by_itself_and_queues_at_it
         return;
     };
     let c = &browser.client;
-    set_viewport(c, 1440, 900).await;
+    set_viewport(c, DESKTOP.0, DESKTOP.1).await;
     let board = new_board(c, "Flow board").await;
     let ids: Vec<String> = (0..4).map(|_| uuid::Uuid::now_v7().to_string()).collect();
     let put = api(
@@ -178,9 +178,7 @@ async fn a_three_step_workflow_is_drawn_runs_cards_on_by_itself_and_queues_at_it
     .await;
     assert_eq!(queued_left, 0);
     screenshot(c, "workflow-done.png").await;
-    let errors = browser.console_errors().await;
-    assert!(errors.is_empty(), "console errors: {errors:#?}");
-    finish(browser, stack).await;
+    finish_clean(browser, stack).await;
 }
 
 /// Issue 42: the new-task dialog offers the chosen agent type's profiles
@@ -191,7 +189,7 @@ async fn the_new_task_dialog_picks_an_agent_profile_of_the_chosen_type() {
         return;
     };
     let c = &browser.client;
-    set_viewport(c, 1440, 900).await;
+    set_viewport(c, DESKTOP.0, DESKTOP.1).await;
     register_mock_type(c, "mock-plain", "Mock agent (plain)", json!({})).await;
     register_mock_type(c, "mock-profiled", "Mock agent (profiled)", json!({})).await;
     let made = api(
@@ -259,9 +257,7 @@ async fn the_new_task_dialog_picks_an_agent_profile_of_the_chosen_type() {
         task["body"]["metadata"]["agent_profile_id"], profile,
         "{task}"
     );
-    let errors = browser.console_errors().await;
-    assert!(errors.is_empty(), "console errors: {errors:#?}");
-    finish(browser, stack).await;
+    finish_clean(browser, stack).await;
 }
 
 /// Issue 41: "Blocked by…" on a card chooses the tasks it waits for; the
@@ -274,7 +270,7 @@ async fn a_card_blocked_by_two_says_why_until_both_complete() {
         return;
     };
     let c = &browser.client;
-    set_viewport(c, 1440, 900).await;
+    set_viewport(c, DESKTOP.0, DESKTOP.1).await;
     let board = new_board(c, "Blockers").await;
     let build = new_task(c, &board, task("Build", "")).await;
     let lint = new_task(c, &board, task("Lint", "")).await;

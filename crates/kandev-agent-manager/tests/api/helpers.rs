@@ -227,6 +227,18 @@ impl TestApp {
         }
     }
 
+    /// [`TestApp::launch_watched`], returning once the agent has said
+    /// something (its turn is under way).
+    pub async fn launch_until_it_speaks(
+        &mut self,
+        agent_type: &str,
+        prompt: &str,
+    ) -> (TaskWatch, pb::AgentInstance) {
+        let (mut watch, instance) = self.launch_watched(agent_type, prompt).await.split();
+        watch.until_agent_speaks().await;
+        (watch, instance)
+    }
+
     /// Registers `agent_type`, a mock agent that needs
     /// `KANDEV_MOCK_QUIRKS`, and launches it as
     /// [`TestApp::launch_watched`] does with `quirks` (comma-separated: see
@@ -339,16 +351,18 @@ impl TestApp {
             .into_inner()
     }
 
-    /// Registers a copy of `mock-agent` under `id`, changed by `edit`.
-    pub async fn mock_type(&mut self, id: &str, edit: impl FnOnce(&mut pb::AgentType)) {
-        let mut t = self
-            .client
-            .get_agent_type(pb::GetAgentTypeRequest {
-                id: "mock-agent".into(),
-            })
+    /// The registered agent type `id`.
+    pub async fn agent_type(&mut self, id: &str) -> pb::AgentType {
+        self.client
+            .get_agent_type(pb::GetAgentTypeRequest { id: id.into() })
             .await
             .unwrap()
-            .into_inner();
+            .into_inner()
+    }
+
+    /// Registers a copy of `mock-agent` under `id`, changed by `edit`.
+    pub async fn mock_type(&mut self, id: &str, edit: impl FnOnce(&mut pb::AgentType)) {
+        let mut t = self.agent_type("mock-agent").await;
         t.id = id.into();
         edit(&mut t);
         self.client

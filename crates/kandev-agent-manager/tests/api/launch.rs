@@ -130,10 +130,8 @@ async fn follow_up_prompt_continues_the_session() {
 async fn cancel_ends_the_turn_cancelled() {
     let mut app = spawn_app().await;
     let (mut watch, instance) = app
-        .launch_watched("mock-agent", "wait-cancel")
-        .await
-        .split();
-    watch.until_agent_speaks().await;
+        .launch_until_it_speaks("mock-agent", "wait-cancel")
+        .await;
     // A prompt sent mid-turn is queued; cancelling the turn drops it.
     app.send_prompt(&instance.id, "echo never sent").await;
     assert!(app.cancel(&instance.id).await);
@@ -159,10 +157,8 @@ async fn follow_ups_beyond_the_cap_are_refused_until_the_turn_is_cancelled() {
     use kandev_agent_manager::runner::{MAX_PROMPT_BYTES, MAX_QUEUED_PROMPTS};
     let mut app = spawn_app().await;
     let (mut watch, instance) = app
-        .launch_watched("mock-agent", "wait-cancel")
-        .await
-        .split();
-    watch.until_agent_speaks().await;
+        .launch_until_it_speaks("mock-agent", "wait-cancel")
+        .await;
     let prompt = |text: String| pb::SendPromptRequest {
         instance_id: instance.id.clone(),
         prompt: text,
@@ -235,10 +231,8 @@ async fn follow_ups_beyond_the_cap_are_refused_until_the_turn_is_cancelled() {
 async fn a_prompt_sent_mid_turn_runs_when_the_current_prompt_ends() {
     let mut app = spawn_app().await;
     let (mut watch, instance) = app
-        .launch_watched("mock-agent", "slow 10 200")
-        .await
-        .split();
-    watch.until_agent_speaks().await;
+        .launch_until_it_speaks("mock-agent", "slow 10 200")
+        .await;
     // The seed's "mid-execution" follow-up: accepted while the turn runs.
     for text in ["echo queued one", "echo queued two"] {
         app.client

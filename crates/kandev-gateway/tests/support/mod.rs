@@ -718,6 +718,15 @@ pub async fn new_code_task(c: &Client, board: &str, title: &str, repo: &str) -> 
     .await
 }
 
+/// Opens the task's page afresh (a page load) and waits (up to two
+/// minutes) until its run has left it in REVIEW.
+pub async fn open_in_review(c: &Client, base: &str, task: &str) {
+    c.goto(&format!("{base}/#/tasks/{task}"))
+        .await
+        .expect("open the task");
+    wait_js(c, "the task in review", 120, IN_REVIEW, vec![]).await;
+}
+
 /// A script that is true once the task page shows the task in REVIEW.
 pub const IN_REVIEW: &str =
     "return document.querySelector('[data-testid=task-state]')?.dataset.state === 'REVIEW';";
