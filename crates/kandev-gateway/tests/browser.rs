@@ -21,7 +21,7 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_ui_drives_agents_end_to_end() {
-    // 1. Log in.
+    // 1. Log in (start_ui opens the UI as the admin).
     let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
