@@ -21,28 +21,17 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_ui_drives_agents_end_to_end() {
-    let Some(browser) = start_browser().await else {
+    // 1. Log in (start_ui opens the UI as the admin).
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
-    let stack = start_stack().await;
     let c = &browser.client;
-    let base = stack.base.clone();
-
-    // 1. Log in.
-    login(c, &base).await;
     // Marks this page load: it must survive everything below (no reload).
     js(c, "window.__kandevPageLoad = 'first'; return true;", vec![]).await;
 
     // Pickable copies of the internal mock agent: one asks the browser for
     // permissions, one approves by itself.
-    register_mock_type(
-        c,
-        "mock-agent-ask",
-        "Mock agent (asks)",
-        json!({"permission_policy": "ask"}),
-    )
-    .await;
-    register_mock_type(c, "mock-agent-auto", "Mock agent", json!({})).await;
+    register_mock_types(c).await;
 
     // Boards: create, rename and delete one.
     type_into(c, "[data-testid=new-board-name]", "Scratch").await;
@@ -176,7 +165,13 @@ async fn the_ui_drives_agents_end_to_end() {
         vec![],
     )
     .await;
-    wait_js(c, "the end of the first turn", 60, "return !!document.querySelector('[data-testid=feed-item][data-kind=turn_end][data-stop-reason=end_turn]');", vec![]).await;
+    wait_for(
+        c,
+        "the end of the first turn",
+        "[data-testid=feed-item][data-kind=turn_end][data-stop-reason=end_turn]",
+        60,
+    )
+    .await;
     wait_js(
         c,
         "a thought collapsed by default",
@@ -213,14 +208,7 @@ async fn the_ui_drives_agents_end_to_end() {
     wait_js(c, "the permission marked answered", 30, "const all = [...document.querySelectorAll('[data-kind=permission_request]')]; const p = all[all.length - 1]; return p.dataset.state === 'answered' && p.querySelector('[data-testid=permission-status]').textContent.includes('Allow');", vec![]).await;
     wait_js(c, "the agent's message after the grant", 60, "return [...document.querySelectorAll('[data-kind=message]')].some(m => m.textContent.includes('Permission granted; I wrote permitted.txt.'));", vec![]).await;
     wait_js(c, "the end of the second turn", 60, &turn_ends(2), vec![]).await;
-    wait_js(
-        c,
-        "the second run to finish",
-        60,
-        "const b = document.querySelector('[data-testid=btn-start]'); return b && !b.disabled;",
-        vec![],
-    )
-    .await;
+    wait_enabled(c, "the second run to finish", "[data-testid=btn-start]", 60).await;
 
     // 8. A streamed follow-up; the socket is cut in the middle of it.
     type_into(c, "[data-testid=prompt-input]", "scenario: slow 30 100").await;
@@ -351,43 +339,32 @@ async fn the_ui_drives_agents_end_to_end() {
         vec![json!(board_id)],
     )
     .await;
-    let task_b = create_task(
+    let task_b = start_task(
         c,
-        NewTask::new(
-            "Wait to be cancelled",
-            "scenario: wait-cancel",
-            "mock-agent-auto",
-        ),
+        "Wait to be cancelled",
+        "scenario: wait-cancel",
+        "mock-agent-auto",
     )
     .await;
     click(c, &format!("{} [data-testid=card-link]", card(&task_b))).await;
     let waiting = "return [...document.querySelectorAll('[data-kind=message]')].filter(m => m.textContent.includes('Waiting for session/cancel.')).length;";
     wait_js(c, "the agent waiting", 90, waiting, vec![]).await;
-    wait_js(
+    wait_enabled(
         c,
         "an enabled cancel button",
+        "[data-testid=btn-cancel]",
         20,
-        "const b = document.querySelector('[data-testid=btn-cancel]'); return b && !b.disabled;",
-        vec![],
     )
     .await;
     click(c, "[data-testid=btn-cancel]").await;
-    wait_js(
+    wait_for(
         c,
         "the cancelled turn",
+        "[data-kind=turn_end][data-stop-reason=cancelled]",
         60,
-        "return !!document.querySelector('[data-kind=turn_end][data-stop-reason=cancelled]');",
-        vec![],
     )
     .await;
-    wait_js(
-        c,
-        "an enabled start button",
-        60,
-        "const b = document.querySelector('[data-testid=btn-start]'); return b && !b.disabled;",
-        vec![],
-    )
-    .await;
+    wait_enabled(c, "an enabled start button", "[data-testid=btn-start]", 60).await;
     click(c, "[data-testid=btn-start]").await;
     wait_js(
         c,
@@ -397,14 +374,7 @@ async fn the_ui_drives_agents_end_to_end() {
         vec![],
     )
     .await;
-    wait_js(
-        c,
-        "an enabled stop button",
-        20,
-        "const b = document.querySelector('[data-testid=btn-stop]'); return b && !b.disabled;",
-        vec![],
-    )
-    .await;
+    wait_enabled(c, "an enabled stop button", "[data-testid=btn-stop]", 20).await;
     click(c, "[data-testid=btn-stop]").await;
     click(c, "[data-testid=confirm-submit]").await;
     wait_js(c, "the run stopped", 60, "const e = document.querySelector('[data-testid=exec-status]'); const b = document.querySelector('[data-testid=btn-start]'); return e && e.dataset.exec === 'stopped' && !b.disabled;", vec![]).await;
@@ -417,14 +387,7 @@ async fn the_ui_drives_agents_end_to_end() {
         vec![json!(board_id)],
     )
     .await;
-    wait_js(
-        c,
-        "card A in COMPLETED",
-        20,
-        &in_column("COMPLETED", &task_a),
-        vec![],
-    )
-    .await;
+    wait_in_column(c, "card A in COMPLETED", "COMPLETED", &task_a, 20).await;
 
     // The keyboard alternative to drag and drop: a refused transition snaps
     // back with the server's message; an allowed one sticks (task C has no
@@ -446,12 +409,12 @@ async fn the_ui_drives_agents_end_to_end() {
         vec![],
     )
     .await;
-    wait_js(
+    wait_in_column(
         c,
         "card A snapped back to COMPLETED",
+        "COMPLETED",
+        &task_a,
         10,
-        &in_column("COMPLETED", &task_a),
-        vec![],
     )
     .await;
     let task_c = create_task(
@@ -469,14 +432,7 @@ async fn the_ui_drives_agents_end_to_end() {
     )
     .await;
     tokio::time::sleep(Duration::from_millis(2500)).await; // a poll confirms it
-    wait_js(
-        c,
-        "card C in BLOCKED",
-        10,
-        &in_column("BLOCKED", &task_c),
-        vec![],
-    )
-    .await;
+    wait_in_column(c, "card C in BLOCKED", "BLOCKED", &task_c, 10).await;
     // Drag and drop (synthetic drag events: WebDriver cannot drive native
     // HTML5 drag and drop): card C goes back to TODO.
     js(
@@ -491,14 +447,7 @@ async fn the_ui_drives_agents_end_to_end() {
     )
     .await;
     tokio::time::sleep(Duration::from_millis(2500)).await; // a poll confirms it
-    wait_js(
-        c,
-        "card C dragged to TODO",
-        10,
-        &in_column("TODO", &task_c),
-        vec![],
-    )
-    .await;
+    wait_in_column(c, "card C dragged to TODO", "TODO", &task_c, 10).await;
 
     let started = api(
         c,
@@ -508,12 +457,12 @@ async fn the_ui_drives_agents_end_to_end() {
     )
     .await;
     assert_eq!(started["status"], 200, "start from elsewhere: {started}");
-    wait_js(
+    wait_in_column(
         c,
         "card A moving to IN_PROGRESS by itself",
+        "IN_PROGRESS",
+        &task_a,
         60,
-        &in_column("IN_PROGRESS", &task_a),
-        vec![],
     )
     .await;
     wait_js(
@@ -524,12 +473,12 @@ async fn the_ui_drives_agents_end_to_end() {
         vec![json!(task_a)],
     )
     .await;
-    wait_js(
+    wait_in_column(
         c,
         "card A back in COMPLETED by itself",
+        "COMPLETED",
+        &task_a,
         90,
-        &in_column("COMPLETED", &task_a),
-        vec![],
     )
     .await;
     assert_eq!(
@@ -585,8 +534,7 @@ async fn the_ui_drives_agents_end_to_end() {
     )
     .await;
 
-    browser.close().await;
-    stack.shutdown().await;
+    finish(browser, stack).await;
 }
 
 /// A stand-in for the browser's `Notification`: counts permission requests
@@ -632,20 +580,11 @@ const BADGE_PROBLEMS: &str = "
 /// page, notifications and a board that fits an 800 px window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_board_tells_the_truth_at_a_glance() {
-    let Some(browser) = start_browser().await else {
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
-    let stack = start_stack().await;
     let c = &browser.client;
-    login(c, &stack.base).await;
-    register_mock_type(
-        c,
-        "mock-agent-ask",
-        "Mock agent (asks)",
-        json!({"permission_policy": "ask"}),
-    )
-    .await;
-    register_mock_type(c, "mock-agent-auto", "Mock agent", json!({})).await;
+    register_mock_types(c).await;
 
     // Notifications are opt-in: the button asks the browser.
     js(c, STUB_NOTIFICATION, vec![]).await;
@@ -741,17 +680,7 @@ async fn the_board_tells_the_truth_at_a_glance() {
     screenshot(c, "admin-agent-types.png").await;
 
     // A board, named in the breadcrumb of its tasks.
-    let board = api(c, "POST", "/boards", json!({"name": "Truth board"})).await;
-    let board_id = board["body"]["id"].as_str().unwrap().to_string();
-    go(c, &format!("#/boards/{board_id}")).await;
-    wait_js(
-        c,
-        "the board's columns",
-        20,
-        "return document.querySelectorAll('[data-testid=column][data-state]').length === 8;",
-        vec![],
-    )
-    .await;
+    let board_id = open_new_board(c, "Truth board").await;
 
     // Create without start: the task waits in TO DO with no execution.
     // Everything created after it is a barrier: once those run, the
@@ -764,27 +693,25 @@ async fn the_board_tells_the_truth_at_a_glance() {
         },
     )
     .await;
-    let asks = create_task(
+    let asks = start_task(
         c,
-        NewTask::new(
-            "Ask for permission",
-            "scenario: permission",
-            "mock-agent-ask",
-        ),
+        "Ask for permission",
+        "scenario: permission",
+        "mock-agent-ask",
     )
     .await;
-    let cancels = create_task(
+    let cancels = start_task(
         c,
-        NewTask::new(
-            "Wait for a cancel",
-            "scenario: wait-cancel",
-            "mock-agent-auto",
-        ),
+        "Wait for a cancel",
+        "scenario: wait-cancel",
+        "mock-agent-auto",
     )
     .await;
-    let broken = create_task(
+    let broken = start_task(
         c,
-        NewTask::new("Launch a missing image", "scenario: code", "broken-image"),
+        "Launch a missing image",
+        "scenario: code",
+        "broken-image",
     )
     .await;
     let errs = create_task(
@@ -800,23 +727,21 @@ async fn the_board_tells_the_truth_at_a_glance() {
     )
     .await;
 
-    let approves = create_task(
+    let approves = start_task(
         c,
-        NewTask::new(
-            "Approve by policy",
-            "scenario: permission",
-            "mock-agent-auto",
-        ),
+        "Approve by policy",
+        "scenario: permission",
+        "mock-agent-auto",
     )
     .await;
 
     // Permission pending: the card is in Waiting for input.
-    wait_js(
+    wait_in_column(
         c,
         "the permission task in Waiting for input",
+        "WAITING_FOR_INPUT",
+        &asks,
         90,
-        &in_column("WAITING_FOR_INPUT", &asks),
-        vec![],
     )
     .await;
     // A failing launch and the agent's own error: Failed, with the reason
@@ -956,14 +881,7 @@ async fn the_board_tells_the_truth_at_a_glance() {
     )
     .await;
     let pushed = pushed["body"]["id"].as_str().unwrap().to_string();
-    wait_js(
-        c,
-        "the new card, pushed",
-        20,
-        &in_column("TODO", &pushed),
-        vec![],
-    )
-    .await;
+    wait_in_column(c, "the new card, pushed", "TODO", &pushed, 20).await;
     let seen = js(
         c,
         "return performance.getEntriesByType('resource')
@@ -988,16 +906,7 @@ async fn the_board_tells_the_truth_at_a_glance() {
 
     // Cancelling the turn leaves the task in progress.
     go(c, &format!("#/tasks/{cancels}")).await;
-    wait_js(
-        c,
-        "the agent waiting for a cancel",
-        90,
-        "return [...document.querySelectorAll('[data-kind=message]')].some(m => m.textContent.includes('Waiting for session/cancel.'))
-           && document.querySelector('[data-testid=btn-cancel]')?.disabled === false;",
-        vec![],
-    )
-    .await;
-    click(c, "[data-testid=btn-cancel]").await;
+    cancel_waiting_turn(c).await;
     wait_js(
         c,
         "the cancelled turn, the task still in progress",
@@ -1032,14 +941,7 @@ async fn the_board_tells_the_truth_at_a_glance() {
         vec![],
     )
     .await;
-    wait_js(
-        c,
-        "the permission task completed",
-        60,
-        "return document.querySelector('[data-testid=task-state]')?.dataset.state === 'COMPLETED';",
-        vec![],
-    )
-    .await;
+    wait_page_state(c, "the permission task completed", "COMPLETED", 60).await;
     // An answer nobody here gave: the auto-approve policy's.
     go(c, &format!("#/tasks/{approves}")).await;
     wait_js(
@@ -1165,14 +1067,7 @@ async fn the_board_tells_the_truth_at_a_glance() {
     go(c, &format!("#/boards/{board_id}")).await;
 
     // The task created without a start is still TO DO and never ran.
-    wait_js(
-        c,
-        "the idle task in To do",
-        10,
-        &in_column("TODO", &idle),
-        vec![],
-    )
-    .await;
+    wait_in_column(c, "the idle task in To do", "TODO", &idle, 10).await;
     let never = api(
         c,
         "GET",
@@ -1235,8 +1130,7 @@ async fn the_board_tells_the_truth_at_a_glance() {
     wait_js(c, "the Completed column still folded", 20, folded, vec![]).await;
     screenshot(c, "board-800-folded.png").await;
 
-    browser.close().await;
-    stack.shutdown().await;
+    finish(browser, stack).await;
 }
 
 /// Issue 17: the Changes tab shows where the task's work lives and the
@@ -1244,36 +1138,13 @@ async fn the_board_tells_the_truth_at_a_glance() {
 /// side by side on a wide window), refreshed when a turn ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_changes_tab_shows_the_agents_edits() {
-    let Some(browser) = start_browser().await else {
+    let Some((browser, stack)) = start_ui(true).await else {
         return;
     };
-    let stack = start_stack_with(true).await;
     let c = &browser.client;
-    login(c, &stack.base).await;
     let repo = stack.git_repo("changes");
-    let board = api(c, "POST", "/boards", json!({"name": "Changes"})).await;
-    let board_id = board["body"]["id"].as_str().unwrap().to_string();
-    let task = api(
-        c,
-        "POST",
-        &format!("/boards/{board_id}/tasks"),
-        json!({"title": "Edit the readme", "description": "scenario: code",
-               "agent_type": "mock-agent", "repository_url": repo, "max_retries": 0}),
-    )
-    .await;
-    assert_eq!(task["status"], 201, "{task}");
-    let task_id = task["body"]["id"].as_str().unwrap().to_string();
-    c.goto(&format!("{}/#/tasks/{task_id}", stack.base))
-        .await
-        .expect("open the task");
-    wait_js(
-        c,
-        "the task in review",
-        120,
-        "return document.querySelector('[data-testid=task-state]')?.dataset.state === 'REVIEW';",
-        vec![],
-    )
-    .await;
+    let task_id = new_code_task(c, "Changes", "Edit the readme", &repo).await;
+    open_in_review(c, &stack.base, &task_id).await;
 
     click(c, "[data-testid=tab-changes]").await;
     wait_js(
@@ -1435,29 +1306,19 @@ async fn the_changes_tab_shows_the_agents_edits() {
         "the approved commit is on the remote's {branch}"
     );
 
-    browser.close().await;
-    stack.shutdown().await;
+    finish(browser, stack).await;
 }
 
 /// Issue 14: each user keeps their own secrets for their agents; the page
 /// writes values and never shows one back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_user_keeps_secrets_for_their_agents() {
-    let Some(browser) = start_browser().await else {
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
-    let stack = start_stack().await;
     let c = &browser.client;
-    login(c, &stack.base).await;
     click(c, "[data-testid=nav-secrets]").await;
-    wait_js(
-        c,
-        "the empty list",
-        20,
-        "return !!document.querySelector('[data-testid=secrets-empty]');",
-        vec![],
-    )
-    .await;
+    wait_for(c, "the empty list", "[data-testid=secrets-empty]", 20).await;
 
     click(c, "[data-testid=secret-new]").await;
     type_into(c, "[data-testid=secret-name]", "bad-name").await;
@@ -1479,14 +1340,6 @@ async fn a_user_keeps_secrets_for_their_agents() {
 
     click(c, "[data-testid=secret-delete]").await;
     click(c, "[data-testid=confirm-submit]").await;
-    wait_js(
-        c,
-        "the list empty again",
-        20,
-        "return !!document.querySelector('[data-testid=secrets-empty]');",
-        vec![],
-    )
-    .await;
-    browser.close().await;
-    stack.shutdown().await;
+    wait_for(c, "the list empty again", "[data-testid=secrets-empty]", 20).await;
+    finish(browser, stack).await;
 }

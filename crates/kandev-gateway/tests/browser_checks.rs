@@ -62,14 +62,7 @@ async fn a_red_check_shows_and_fix_ci_sends_it_to_the_agent() {
     )
     .await;
     go(c, &format!("#/boards/{board}")).await;
-    wait_js(
-        c,
-        "the task in review",
-        120,
-        &in_column("REVIEW", &task),
-        vec![],
-    )
-    .await;
+    wait_in_column(c, "the task in review", "REVIEW", &task, 120).await;
     let approved = api(
         c,
         "POST",
@@ -138,10 +131,7 @@ async fn a_red_check_shows_and_fix_ci_sends_it_to_the_agent() {
     )
     .await;
     screenshot(c, "checks-fixed.png").await;
-    let errors = browser.console_errors().await;
-    assert!(errors.is_empty(), "console errors: {errors:#?}");
-    browser.close().await;
-    stack.shutdown().await;
+    finish_clean(browser, stack).await;
 }
 
 /// A board's tracker link in the UI, against a fake GitHub: the board's
@@ -300,6 +290,5 @@ async fn a_boards_tracker_link_and_its_error_show() {
         })
         .collect();
     assert!(errors.is_empty(), "console errors: {errors:#?}");
-    browser.close().await;
-    stack.shutdown().await;
+    finish(browser, stack).await;
 }

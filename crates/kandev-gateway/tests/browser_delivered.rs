@@ -32,34 +32,14 @@ const SHOWN: &str = "
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_approved_task_still_shows_its_approved_change() {
-    let Some(browser) = start_browser().await else {
+    let Some((browser, stack)) = start_ui(true).await else {
         return;
     };
-    let stack = start_stack_with(true).await;
     let c = &browser.client;
-    login(c, &stack.base).await;
     let repo = stack.git_repo("delivered");
-    let board = api(c, "POST", "/boards", json!({"name": "Delivered"})).await;
-    let board_id = board["body"]["id"].as_str().unwrap().to_string();
-    let task = api(
-        c,
-        "POST",
-        &format!("/boards/{board_id}/tasks"),
-        json!({"title": "Approve me", "description": "scenario: code",
-               "agent_type": "mock-agent", "repository_url": repo, "max_retries": 0}),
-    )
-    .await;
-    assert_eq!(task["status"], 201, "{task}");
-    let task_id = task["body"]["id"].as_str().unwrap().to_string();
+    let task_id = new_code_task(c, "Delivered", "Approve me", &repo).await;
     go(c, &format!("#/tasks/{task_id}")).await;
-    wait_js(
-        c,
-        "the task in review",
-        120,
-        "return document.querySelector('[data-testid=task-state]')?.dataset.state === 'REVIEW';",
-        vec![],
-    )
-    .await;
+    wait_js(c, "the task in review", 120, IN_REVIEW, vec![]).await;
     click(c, "[data-testid=tab-changes]").await;
     wait_js(
         c,
@@ -123,22 +103,17 @@ async fn an_approved_task_still_shows_its_approved_change() {
         assert_eq!(wide, Value::Null, "{width} px: the page scrolls sideways");
         screenshot(c, &format!("delivered-{width}.png")).await;
     }
-    let errors = browser.console_errors().await;
-    assert!(errors.is_empty(), "console errors: {errors:#?}");
-    browser.close().await;
-    stack.shutdown().await;
+    finish_clean(browser, stack).await;
 }
 
 /// The agent-type admin form shows a type's state paths and keeps them
 /// when the type is edited (a save sends the whole type).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_admin_form_keeps_an_agent_types_state_paths() {
-    let Some(browser) = start_browser().await else {
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
-    let stack = start_stack().await;
     let c = &browser.client;
-    login(c, &stack.base).await;
     go(c, "#/admin/agent-types").await;
     let edit = "[data-testid=agent-type-row][data-id=mock-agent] [data-testid=agent-type-edit]";
     wait_js(
@@ -185,8 +160,5 @@ async fn the_admin_form_keeps_an_agent_types_state_paths() {
         json!([".kandev-mock/", "notes/*.tmp"]),
         "{saved}"
     );
-    let errors = browser.console_errors().await;
-    assert!(errors.is_empty(), "console errors: {errors:#?}");
-    browser.close().await;
-    stack.shutdown().await;
+    finish_clean(browser, stack).await;
 }

@@ -18,44 +18,16 @@ use fantoccini::{Client, Locator};
 use serde_json::{Value, json};
 use support::*;
 
-const PHONE: (u32, u32) = (390, 844);
-const SMALL: (u32, u32) = (800, 900);
-const DESKTOP: (u32, u32) = (1440, 900);
-
 /// The open permission request's Allow button.
 const ALLOW: &str = "[data-kind=permission_request][data-state=open] [data-testid=permission-option][data-option-id=allow-once]";
 
 /// The stack (finished runs go to review with `review`) and a logged-in
 /// browser with the pickable mock agent types.
 async fn setup(review: bool) -> Option<(Browser, Stack)> {
-    let browser = start_browser().await?;
-    let stack = start_stack_with(review).await;
-    let c = &browser.client;
-    login(c, &stack.base).await;
-    register_mock_type(
-        c,
-        "mock-agent-ask",
-        "Mock agent (asks)",
-        json!({"permission_policy": "ask"}),
-    )
-    .await;
-    register_mock_type(c, "mock-agent-auto", "Mock agent", json!({})).await;
-    set_viewport(c, DESKTOP.0, DESKTOP.1).await;
+    let (browser, stack) = start_ui(review).await?;
+    register_mock_types(&browser.client).await;
+    set_viewport(&browser.client, DESKTOP.0, DESKTOP.1).await;
     Some((browser, stack))
-}
-
-/// A new board of the logged-in user; its id.
-async fn new_board(c: &Client, name: &str) -> String {
-    let board = api(c, "POST", "/boards", json!({ "name": name })).await;
-    assert_eq!(board["status"], 201, "{board}");
-    board["body"]["id"].as_str().unwrap().to_string()
-}
-
-/// A new task on `board` (started at once when it names an agent type).
-async fn new_task(c: &Client, board: &str, body: Value) -> String {
-    let task = api(c, "POST", &format!("/boards/{board}/tasks"), body).await;
-    assert_eq!(task["status"], 201, "{task}");
-    task["body"]["id"].as_str().unwrap().to_string()
 }
 
 /// Shows the task's page, once its title is there.
@@ -80,11 +52,6 @@ async fn fits_at_every_size(c: &Client, name: &str) {
         assert_eq!(wide, Value::Null, "{name} at {width} px scrolls sideways");
         screenshot(c, &format!("flow-{name}-{width}.png")).await;
     }
-}
-
-async fn assert_no_console_errors(browser: &Browser) {
-    let errors = browser.console_errors().await;
-    assert!(errors.is_empty(), "console errors: {errors:#?}");
 }
 
 /// A fetch in the page as another user (logged in with `password`); the
@@ -193,9 +160,7 @@ async fn a_finished_run_notifies_and_counts_in_the_title() {
         vec![],
     )
     .await;
-    assert_no_console_errors(&browser).await;
-    browser.close().await;
-    stack.shutdown().await;
+    finish_clean(browser, stack).await;
 }
 
 // ------------------------------------------------ item 4, permission prompt
@@ -315,9 +280,7 @@ async fn permission_prompts_show_the_write_and_who_answered() {
     let by = wait_js(c, "the answer, by Bob", 60, ANSWERED_BY, vec![]).await;
     assert_eq!(by, json!(["person", " — by bob"]));
     screenshot(c, "flow-permission-by-bob.png").await;
-    assert_no_console_errors(&browser).await;
-    browser.close().await;
-    stack.shutdown().await;
+    finish_clean(browser, stack).await;
 }
 
 // ---------------------------------------------------------------- item 6
@@ -482,17 +445,8 @@ async fn a_follow_up_sent_during_a_turn_is_queued_until_it_ends() {
         "the cancelled one never went: {prompts}"
     );
     assert_eq!(queued(c).await, json!([]));
-    wait_js(
-        c,
-        "the task completed",
-        60,
-        "return document.querySelector('[data-testid=task-state]')?.dataset.state === 'COMPLETED';",
-        vec![],
-    )
-    .await;
-    assert_no_console_errors(&browser).await;
-    browser.close().await;
-    stack.shutdown().await;
+    wait_page_state(c, "the task completed", "COMPLETED", 60).await;
+    finish_clean(browser, stack).await;
 }
 
 // --------------------------------------------------------------- item 10
@@ -571,7 +525,5 @@ async fn a_task_in_review_with_nothing_to_review_is_marked_done() {
     )
     .await;
     assert_eq!(task_state(c, &bare).await, "COMPLETED");
-    assert_no_console_errors(&browser).await;
-    browser.close().await;
-    stack.shutdown().await;
+    finish_clean(browser, stack).await;
 }

@@ -68,13 +68,11 @@ fn visible_cards_script() -> &'static str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_board_is_pushed_filtered_and_needs_you_lists_a_waiting_permission() {
-    let Some(browser) = start_browser().await else {
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
-    let stack = start_stack().await;
     let c = &browser.client;
-    login(c, &stack.base).await;
-    set_viewport(c, 1440, 900).await;
+    set_viewport(c, DESKTOP.0, DESKTOP.1).await;
     register_mock_type(
         c,
         "mock-agent-ask",
@@ -85,14 +83,7 @@ async fn the_board_is_pushed_filtered_and_needs_you_lists_a_waiting_permission()
     let board = new_board(c, "Live board").await;
     let card_id = new_task(c, &board, json!({"title": "Alpha card"})).await;
     go(c, &format!("#/boards/{board}")).await;
-    wait_js(
-        c,
-        "the card, pushed",
-        20,
-        &in_column("TODO", &card_id),
-        vec![],
-    )
-    .await;
+    wait_in_column(c, "the card, pushed", "TODO", &card_id, 20).await;
     wait_js(
         c,
         "the board live",
@@ -128,7 +119,7 @@ async fn the_board_is_pushed_filtered_and_needs_you_lists_a_waiting_permission()
     // A new card arrives by itself; a task started with an agent that asks
     // goes to Waiting for input, pushed.
     let beta = new_task(c, &board, json!({"title": "Beta card"})).await;
-    wait_js(c, "the new card", 20, &in_column("TODO", &beta), vec![]).await;
+    wait_in_column(c, "the new card", "TODO", &beta, 20).await;
     let asks = new_task(
         c,
         &board,
@@ -136,12 +127,12 @@ async fn the_board_is_pushed_filtered_and_needs_you_lists_a_waiting_permission()
                "agent_type": "mock-agent-ask"}),
     )
     .await;
-    wait_js(
+    wait_in_column(
         c,
         "the asking card waiting for input",
+        "WAITING_FOR_INPUT",
+        &asks,
         120,
-        &in_column("WAITING_FOR_INPUT", &asks),
-        vec![],
     )
     .await;
     let reads = js(c, BOARD_READS, vec![json!(board)]).await;
@@ -159,14 +150,7 @@ async fn the_board_is_pushed_filtered_and_needs_you_lists_a_waiting_permission()
     )
     .await;
     assert_eq!(moved["status"], 200, "{moved}");
-    wait_js(
-        c,
-        "the change made while away",
-        20,
-        &in_column("CANCELLED", &beta),
-        vec![],
-    )
-    .await;
+    wait_in_column(c, "the change made while away", "CANCELLED", &beta, 20).await;
     wait_js(
         c,
         "a second connection",
@@ -245,20 +229,16 @@ async fn the_board_is_pushed_filtered_and_needs_you_lists_a_waiting_permission()
         vec![],
     )
     .await;
-    assert_no_console_errors(&browser).await;
-    browser.close().await;
-    stack.shutdown().await;
+    finish_clean(browser, stack).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_column_of_many_cards_scrolls_and_every_card_is_reachable() {
-    let Some(browser) = start_browser().await else {
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
-    let stack = start_stack().await;
     let c = &browser.client;
-    login(c, &stack.base).await;
-    set_viewport(c, 1440, 900).await;
+    set_viewport(c, DESKTOP.0, DESKTOP.1).await;
     let board = new_board(c, "Many cards").await;
     let mut last = String::new();
     for i in 0..24 {
@@ -329,12 +309,5 @@ async fn a_column_of_many_cards_scrolls_and_every_card_is_reachable() {
     .await;
     assert_eq!(focused, true, "Tab from the list reaches its cards");
     screenshot(c, "live-board-many-cards.png").await;
-    assert_no_console_errors(&browser).await;
-    browser.close().await;
-    stack.shutdown().await;
-}
-
-async fn assert_no_console_errors(browser: &Browser) {
-    let errors = browser.console_errors().await;
-    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    finish_clean(browser, stack).await;
 }

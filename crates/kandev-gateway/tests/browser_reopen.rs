@@ -34,12 +34,10 @@ const FEED_STATE: &str = "
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_long_session_opens_at_its_end_and_scrolls_back_to_its_start() {
-    let Some(browser) = start_browser().await else {
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
-    let stack = start_stack_with(false).await;
     let c = &browser.client;
-    login(c, &stack.base).await;
     register_mock_type(c, "mock-agent-auto", "Mock agent", json!({})).await;
     let board = api(c, "POST", "/boards", json!({ "name": "Long" })).await;
     let board = board["body"]["id"].as_str().unwrap().to_string();
@@ -131,10 +129,7 @@ async fn a_long_session_opens_at_its_end_and_scrolls_back_to_its_start() {
         "back to the first message: {all}"
     );
     screenshot(c, "reopen-start.png").await;
-    let errors = browser.console_errors().await;
-    assert!(errors.is_empty(), "console errors: {errors:#?}");
-    browser.close().await;
-    stack.shutdown().await;
+    finish_clean(browser, stack).await;
 }
 
 /// The agent's message chunks and their text bytes, as the compacted

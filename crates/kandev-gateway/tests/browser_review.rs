@@ -16,49 +16,17 @@ use fantoccini::Client;
 use serde_json::{Value, json};
 use support::*;
 
-const PHONE: (u32, u32) = (390, 844);
-const SMALL: (u32, u32) = (800, 900);
-const DESKTOP: (u32, u32) = (1440, 900);
-
 /// The stack (a finished run leaves its task in REVIEW) and a logged-in
 /// browser.
 async fn setup() -> Option<(Browser, Stack)> {
-    let browser = start_browser().await?;
-    let stack = start_stack_with(true).await;
-    login(&browser.client, &stack.base).await;
-    Some((browser, stack))
-}
-
-/// Nothing sticks out of the window sideways on this page.
-async fn assert_fits(c: &Client, page: &str) {
-    let wide = js(c, OVERFLOW_X, vec![]).await;
-    assert_eq!(wide, Value::Null, "{page}: the page scrolls sideways");
-}
-
-async fn assert_no_console_errors(browser: &Browser) {
-    let errors = browser.console_errors().await;
-    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    start_ui(true).await
 }
 
 /// A `scenario: code` task on `repo`, run to REVIEW, its Changes tab open
 /// on README.md; its id.
 async fn task_in_review(c: &Client, stack: &Stack, repo: &str, title: &str) -> String {
-    let board = api(c, "POST", "/boards", json!({"name": title})).await;
-    let board_id = board["body"]["id"].as_str().unwrap().to_string();
-    let task = api(
-        c,
-        "POST",
-        &format!("/boards/{board_id}/tasks"),
-        json!({"title": title, "description": "scenario: code",
-               "agent_type": "mock-agent", "repository_url": repo, "max_retries": 0}),
-    )
-    .await;
-    assert_eq!(task["status"], 201, "{task}");
-    let task_id = task["body"]["id"].as_str().unwrap().to_string();
-    c.goto(&format!("{}/#/tasks/{task_id}", stack.base))
-        .await
-        .expect("open the task");
-    wait_js(c, "the task in review", 120, IN_REVIEW, vec![]).await;
+    let task_id = new_code_task(c, title, title, repo).await;
+    open_in_review(c, &stack.base, &task_id).await;
     click(c, "[data-testid=tab-changes]").await;
     wait_js(
         c,
@@ -71,9 +39,6 @@ async fn task_in_review(c: &Client, stack: &Stack, repo: &str, title: &str) -> S
     .await;
     task_id
 }
-
-const IN_REVIEW: &str =
-    "return document.querySelector('[data-testid=task-state]')?.dataset.state === 'REVIEW';";
 
 /// What has the focus: its test id, the diff line it is and its view.
 const FOCUSED: &str = "
@@ -152,9 +117,7 @@ async fn a_review_written_from_the_keyboard_is_kept_and_resolved() {
         js(c, &format!("{MARK_RESOLVE} document.querySelector('[data-walk=resolve]').scrollIntoView({{block: 'center'}}); return true;"), vec![]).await;
         screenshot(c, &format!("review-kept-{width}.png")).await;
     }
-    assert_no_console_errors(&browser).await;
-    browser.close().await;
-    stack.shutdown().await;
+    finish_clean(browser, stack).await;
 }
 
 /// Tab reaches the diff's first line, ↓ goes down line by line, C opens
@@ -496,9 +459,7 @@ async fn the_diff_view_switch_is_remembered_and_narrow_windows_get_unified() {
         view["split"], true,
         "the choice is back on a wide window: {view}"
     );
-    assert_no_console_errors(&browser).await;
-    browser.close().await;
-    stack.shutdown().await;
+    finish_clean(browser, stack).await;
 }
 
 /// Side by side chosen, a small window and a phone show the unified diff;
@@ -640,7 +601,5 @@ async fn the_card_shows_the_repository_branch_and_pull_request() {
         }
         screenshot(c, &format!("review-cards-{width}.png")).await;
     }
-    assert_no_console_errors(&browser).await;
-    browser.close().await;
-    stack.shutdown().await;
+    finish_clean(browser, stack).await;
 }

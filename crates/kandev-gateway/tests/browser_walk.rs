@@ -12,10 +12,6 @@ use fantoccini::Client;
 use serde_json::{Value, json};
 use support::*;
 
-const PHONE: (u32, u32) = (390, 844);
-const SMALL: (u32, u32) = (800, 900);
-const DESKTOP: (u32, u32) = (1440, 900);
-
 /// True once the element `arguments[0]` is whole in the window and on top
 /// there (nothing, a toast say, covers its middle).
 const IN_VIEW: &str = "
@@ -26,52 +22,21 @@ const IN_VIEW: &str = "
     const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
     return !!hit && (hit === e || e.contains(hit));";
 
+/// Waits (up to `secs`) until the element `css` is whole in the window
+/// and on top there.
+async fn wait_in_view(c: &Client, what: &str, css: &str, secs: u64) {
+    wait_js(c, what, secs, IN_VIEW, vec![json!(css)]).await;
+}
+
 /// The open permission request's Allow and Reject buttons.
 const ALLOW: &str = "[data-kind=permission_request][data-state=open] [data-testid=permission-option][data-option-id=allow-once]";
 const REJECT: &str = "[data-kind=permission_request][data-state=open] [data-testid=permission-option][data-option-id=reject-once]";
 
 /// The stack and a logged-in browser with the pickable mock agent types.
 async fn setup() -> Option<(Browser, Stack)> {
-    let browser = start_browser().await?;
-    let stack = start_stack().await;
-    let c = &browser.client;
-    login(c, &stack.base).await;
-    register_mock_type(
-        c,
-        "mock-agent-ask",
-        "Mock agent (asks)",
-        json!({"permission_policy": "ask"}),
-    )
-    .await;
-    register_mock_type(c, "mock-agent-auto", "Mock agent", json!({})).await;
+    let (browser, stack) = start_ui(false).await?;
+    register_mock_types(&browser.client).await;
     Some((browser, stack))
-}
-
-/// A new board, shown; its id.
-async fn open_new_board(c: &Client, name: &str) -> String {
-    let board = api(c, "POST", "/boards", json!({ "name": name })).await;
-    let id = board["body"]["id"].as_str().unwrap().to_string();
-    go(c, &format!("#/boards/{id}")).await;
-    wait_js(
-        c,
-        "the board's columns",
-        20,
-        "return document.querySelectorAll('[data-testid=column][data-state]').length === 8;",
-        vec![],
-    )
-    .await;
-    id
-}
-
-/// Nothing sticks out of the window sideways on this page.
-async fn assert_fits(c: &Client, page: &str) {
-    let wide = js(c, OVERFLOW_X, vec![]).await;
-    assert_eq!(wide, Value::Null, "{page}: the page scrolls sideways");
-}
-
-async fn assert_no_console_errors(browser: &Browser) {
-    let errors = browser.console_errors().await;
-    assert!(errors.is_empty(), "console errors: {errors:#?}");
 }
 
 // ---------------------------------------------------------------- item 1
@@ -115,9 +80,7 @@ async fn a_blank_title_keeps_the_new_task_dialog_open() {
         screenshot(c, &format!("walk-blank-title-{width}.png")).await;
         create_once_titled(c, &format!("Titled at {width}")).await;
     }
-    assert_no_console_errors(&browser).await;
-    browser.close().await;
-    stack.shutdown().await;
+    finish_clean(browser, stack).await;
 }
 
 /// The New task dialog, still open after a refusal: where the title's
@@ -180,22 +143,18 @@ async fn cards_say_what_the_agent_waits_for() {
     let c = &browser.client;
     set_viewport(c, DESKTOP.0, DESKTOP.1).await;
     let board = open_new_board(c, "Waiting board").await;
-    let asks = create_task(
+    let asks = start_task(
         c,
-        NewTask::new(
-            "Ask before writing",
-            "scenario: permission",
-            "mock-agent-ask",
-        ),
+        "Ask before writing",
+        "scenario: permission",
+        "mock-agent-ask",
     )
     .await;
-    let cancels = create_task(
+    let cancels = start_task(
         c,
-        NewTask::new(
-            "Wait for a cancel",
-            "scenario: wait-cancel",
-            "mock-agent-auto",
-        ),
+        "Wait for a cancel",
+        "scenario: wait-cancel",
+        "mock-agent-auto",
     )
     .await;
     wait_js(
@@ -232,17 +191,8 @@ async fn cards_say_what_the_agent_waits_for() {
         question_in_view(c, &board, &asks, width).await;
     }
     click(c, ALLOW).await;
-    wait_js(
-        c,
-        "the task completed",
-        60,
-        "return document.querySelector('[data-testid=task-state]')?.dataset.state === 'COMPLETED';",
-        vec![],
-    )
-    .await;
-    assert_no_console_errors(&browser).await;
-    browser.close().await;
-    stack.shutdown().await;
+    wait_page_state(c, "the task completed", "COMPLETED", 60).await;
+    finish_clean(browser, stack).await;
 }
 
 /// The task asking for permission, opened from its board: its Allow and
@@ -280,16 +230,7 @@ async fn question_in_view(c: &Client, board: &str, asks: &str, width: u32) {
 /// Opens the task, waits for its agent to wait, and cancels the turn.
 async fn cancel_the_turn(c: &Client, task: &str) {
     go(c, &format!("#/tasks/{task}")).await;
-    wait_js(
-        c,
-        "the agent waiting for a cancel",
-        90,
-        "return [...document.querySelectorAll('[data-kind=message]')].some(m => m.textContent.includes('Waiting for session/cancel.'))
-           && document.querySelector('[data-testid=btn-cancel]')?.disabled === false;",
-        vec![],
-    )
-    .await;
-    click(c, "[data-testid=btn-cancel]").await;
+    cancel_waiting_turn(c).await;
     wait_js(
         c,
         "the cancelled turn, said in words",
@@ -304,14 +245,7 @@ async fn cancel_the_turn(c: &Client, task: &str) {
 
 async fn buttons_in_view(c: &Client, when: &str) {
     for button in [ALLOW, REJECT] {
-        wait_js(
-            c,
-            &format!("{button} in view {when}"),
-            30,
-            IN_VIEW,
-            vec![json!(button)],
-        )
-        .await;
+        wait_in_view(c, &format!("{button} in view {when}"), button, 30).await;
     }
 }
 
@@ -360,12 +294,11 @@ async fn a_saved_secret_reaches_the_agent_picker() {
     type_into(c, "[data-testid=secret-name]", "KANDEV_WALK_KEY").await;
     type_into(c, "[data-testid=secret-value]", "a-walk-value").await;
     click(c, "[data-testid=secret-dialog-submit]").await;
-    wait_js(
+    wait_for(
         c,
         "the secret listed",
+        "[data-testid=secret-row][data-name=KANDEV_WALK_KEY]",
         20,
-        "return !!document.querySelector('[data-testid=secret-row][data-name=KANDEV_WALK_KEY]');",
-        vec![],
     )
     .await;
     click(c, "[data-testid=nav-home]").await;
@@ -375,14 +308,7 @@ async fn a_saved_secret_reaches_the_agent_picker() {
     click(c, "[data-testid=nav-secrets]").await;
     click(c, "[data-testid=secret-delete]").await;
     click(c, "[data-testid=confirm-submit]").await;
-    wait_js(
-        c,
-        "the list empty",
-        20,
-        "return !!document.querySelector('[data-testid=secrets-empty]');",
-        vec![],
-    )
-    .await;
+    wait_for(c, "the list empty", "[data-testid=secrets-empty]", 20).await;
     go(c, &format!("#/boards/{board}")).await;
     assert_eq!(
         picker_text(c).await,
@@ -393,9 +319,7 @@ async fn a_saved_secret_reaches_the_agent_picker() {
         json!("first"),
         "no page reload happened"
     );
-    assert_no_console_errors(&browser).await;
-    browser.close().await;
-    stack.shutdown().await;
+    finish_clean(browser, stack).await;
 }
 
 /// The keyed type's line in a fresh New task dialog (closed again).
@@ -436,23 +360,14 @@ async fn pages_fit_a_phone_a_small_window_and_a_desktop() {
     .await;
     let board = open_new_board(c, "A board with a rather long name for the breadcrumb").await;
     let title = "Please append a paragraph to the project README file, and explain the change";
-    let task = create_task(c, NewTask::new(title, "scenario: code", "mock-agent-auto")).await;
-    wait_js(
-        c,
-        "the task completed",
-        90,
-        &in_column("COMPLETED", &task),
-        vec![],
-    )
-    .await;
+    let task = start_task(c, title, "scenario: code", "mock-agent-auto").await;
+    wait_in_column(c, "the task completed", "COMPLETED", &task, 90).await;
     for (width, height) in [PHONE, SMALL, DESKTOP] {
         set_viewport(c, width, height).await;
         walk_the_pages(c, &board, width).await;
         walk_the_task(c, &task, width, height).await;
     }
-    assert_no_console_errors(&browser).await;
-    browser.close().await;
-    stack.shutdown().await;
+    finish_clean(browser, stack).await;
 }
 
 /// The boards list, the board, the Secrets and Agent types pages and the
@@ -479,12 +394,11 @@ async fn walk_the_pages(c: &Client, board: &str, width: u32) {
         assert_fits(c, &format!("{name} at {width} px")).await;
         // The header's last button is whole and on top.
         // (A toast may cover it for the few seconds it shows.)
-        wait_js(
+        wait_in_view(
             c,
             &format!("Log out in view on {name} at {width} px"),
+            "[data-testid=logout]",
             15,
-            IN_VIEW,
-            vec![json!("[data-testid=logout]")],
         )
         .await;
         screenshot(c, &format!("walk-{name}-{width}.png")).await;
@@ -518,21 +432,13 @@ async fn walk_the_pages(c: &Client, board: &str, width: u32) {
 /// desktop and the toasts after a follow-up on a phone.
 async fn walk_the_task(c: &Client, task: &str, width: u32, height: u32) {
     go(c, &format!("#/tasks/{task}")).await;
-    wait_js(
-        c,
-        "the task's feed",
-        30,
-        "return !!document.querySelector('[data-kind=turn_end]');",
-        vec![],
-    )
-    .await;
+    wait_for(c, "the task's feed", "[data-kind=turn_end]", 30).await;
     assert_fits(c, &format!("the task at {width} px")).await;
-    wait_js(
+    wait_in_view(
         c,
         &format!("Log out in view on the task at {width} px"),
+        "[data-testid=logout]",
         15,
-        IN_VIEW,
-        vec![json!("[data-testid=logout]")],
     )
     .await;
     // The page's own name in the breadcrumb: readable, cut with an
@@ -640,11 +546,7 @@ async fn the_task_page_speaks_plain_words() {
     };
     let c = &browser.client;
     open_new_board(c, "Words board").await;
-    let task = create_task(
-        c,
-        NewTask::new("Say it plainly", "scenario: code", "mock-agent-auto"),
-    )
-    .await;
+    let task = start_task(c, "Say it plainly", "scenario: code", "mock-agent-auto").await;
     click(c, &format!("{} [data-testid=card-link]", card(&task))).await;
     wait_js(c, "the first turn's end", 90, &turn_ends(1), vec![]).await;
     for (n, prompt) in [
@@ -658,9 +560,7 @@ async fn the_task_page_speaks_plain_words() {
     cancel_the_turn_here(c).await;
     feed_in_words(c).await;
     history_in_words(c).await;
-    assert_no_console_errors(&browser).await;
-    browser.close().await;
-    stack.shutdown().await;
+    finish_clean(browser, stack).await;
 }
 
 /// How the turns ended, the thoughts, the agent's exits and the connection.
@@ -727,29 +627,13 @@ async fn history_in_words(c: &Client) {
 
 /// Sends a follow-up once the agent can take one.
 async fn follow_up(c: &Client, prompt: &str) {
-    wait_js(
-        c,
-        "the follow-up box",
-        60,
-        "const b = document.querySelector('[data-testid=btn-start]'); return b && !b.disabled;",
-        vec![],
-    )
-    .await;
+    wait_enabled(c, "the follow-up box", "[data-testid=btn-start]", 60).await;
     type_into(c, "[data-testid=prompt-input]", prompt).await;
     click(c, "[data-testid=prompt-send]").await;
 }
 
 async fn cancel_the_turn_here(c: &Client) {
-    wait_js(
-        c,
-        "the agent waiting for a cancel",
-        90,
-        "return [...document.querySelectorAll('[data-kind=message]')].some(m => m.textContent.includes('Waiting for session/cancel.'))
-           && document.querySelector('[data-testid=btn-cancel]')?.disabled === false;",
-        vec![],
-    )
-    .await;
-    click(c, "[data-testid=btn-cancel]").await;
+    cancel_waiting_turn(c).await;
     wait_js(c, "the cancelled turn", 60, &turn_ends(4), vec![]).await;
 }
 
@@ -788,12 +672,10 @@ const PICKER: &str = "
 /// `GET /agent-types`, checked on the picker's own functions).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_new_task_picker_starts_with_the_demo() {
-    let Some(browser) = start_browser().await else {
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
-    let stack = start_stack().await;
     let c = &browser.client;
-    login(c, &stack.base).await;
     set_viewport(c, DESKTOP.0, DESKTOP.1).await;
     open_new_board(c, "Picker board").await;
     click(c, "[data-testid=new-task]").await;
@@ -885,7 +767,5 @@ async fn the_new_task_picker_starts_with_the_demo() {
             ""
         ])
     );
-    assert_no_console_errors(&browser).await;
-    browser.close().await;
-    stack.shutdown().await;
+    finish_clean(browser, stack).await;
 }

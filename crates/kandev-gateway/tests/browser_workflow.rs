@@ -73,13 +73,11 @@ async fn move_with_dialog(c: &Client, task: &str, column: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_three_step_workflow_is_drawn_runs_cards_on_by_itself_and_queues_at_its_limit() {
-    let Some(browser) = start_browser().await else {
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
-    let stack = start_stack().await;
     let c = &browser.client;
-    login(c, &stack.base).await;
-    set_viewport(c, 1440, 900).await;
+    set_viewport(c, DESKTOP.0, DESKTOP.1).await;
     let board = new_board(c, "Flow board").await;
     let ids: Vec<String> = (0..4).map(|_| uuid::Uuid::now_v7().to_string()).collect();
     let put = api(
@@ -180,23 +178,18 @@ async fn a_three_step_workflow_is_drawn_runs_cards_on_by_itself_and_queues_at_it
     .await;
     assert_eq!(queued_left, 0);
     screenshot(c, "workflow-done.png").await;
-    let errors = browser.console_errors().await;
-    assert!(errors.is_empty(), "console errors: {errors:#?}");
-    browser.close().await;
-    stack.shutdown().await;
+    finish_clean(browser, stack).await;
 }
 
 /// Issue 42: the new-task dialog offers the chosen agent type's profiles
 /// (none: the field is hidden), and the one picked goes with the task.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_new_task_dialog_picks_an_agent_profile_of_the_chosen_type() {
-    let Some(browser) = start_browser().await else {
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
-    let stack = start_stack().await;
     let c = &browser.client;
-    login(c, &stack.base).await;
-    set_viewport(c, 1440, 900).await;
+    set_viewport(c, DESKTOP.0, DESKTOP.1).await;
     register_mock_type(c, "mock-plain", "Mock agent (plain)", json!({})).await;
     register_mock_type(c, "mock-profiled", "Mock agent (profiled)", json!({})).await;
     let made = api(
@@ -211,14 +204,7 @@ async fn the_new_task_dialog_picks_an_agent_profile_of_the_chosen_type() {
     let profile = made["body"]["id"].as_str().unwrap().to_string();
     let board = new_board(c, "Profiles").await;
     go(c, &format!("#/boards/{board}")).await;
-    wait_js(
-        c,
-        "the board",
-        20,
-        "return !!document.querySelector('[data-testid=new-task]');",
-        vec![],
-    )
-    .await;
+    wait_for(c, "the board", "[data-testid=new-task]", 20).await;
 
     click(c, "[data-testid=new-task]").await;
     type_into(c, "[data-testid=task-title]", "With a profile").await;
@@ -271,10 +257,7 @@ async fn the_new_task_dialog_picks_an_agent_profile_of_the_chosen_type() {
         task["body"]["metadata"]["agent_profile_id"], profile,
         "{task}"
     );
-    let errors = browser.console_errors().await;
-    assert!(errors.is_empty(), "console errors: {errors:#?}");
-    browser.close().await;
-    stack.shutdown().await;
+    finish_clean(browser, stack).await;
 }
 
 /// Issue 41: "Blocked by…" on a card chooses the tasks it waits for; the
@@ -283,13 +266,11 @@ async fn the_new_task_dialog_picks_an_agent_profile_of_the_chosen_type() {
 /// reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_card_blocked_by_two_says_why_until_both_complete() {
-    let Some(browser) = start_browser().await else {
+    let Some((browser, stack)) = start_ui(false).await else {
         return;
     };
-    let stack = start_stack().await;
     let c = &browser.client;
-    login(c, &stack.base).await;
-    set_viewport(c, 1440, 900).await;
+    set_viewport(c, DESKTOP.0, DESKTOP.1).await;
     let board = new_board(c, "Blockers").await;
     let build = new_task(c, &board, task("Build", "")).await;
     let lint = new_task(c, &board, task("Lint", "")).await;
@@ -423,6 +404,5 @@ async fn a_card_blocked_by_two_says_why_until_both_complete() {
         })
         .collect();
     assert!(errors.is_empty(), "console errors: {errors:#?}");
-    browser.close().await;
-    stack.shutdown().await;
+    finish(browser, stack).await;
 }

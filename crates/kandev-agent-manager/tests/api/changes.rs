@@ -633,15 +633,7 @@ async fn a_runs_own_state_is_not_its_work_and_the_delivery_outlives_the_clone() 
     assert_eq!(delivered.pushed_to, delivery.pushed_to);
     assert_eq!(paths(&after), ["README.md"]);
     assert!(after.disk_bytes > 0);
-    let diff = app
-        .client
-        .get_file_diff(pb::GetFileDiffRequest {
-            task_id: task.to_string(),
-            path: "README.md".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let diff = app.file_diff(task, "README.md").await;
     assert!(
         diff.diff.contains("+Edited by kandev-mock-agent (turn 1)"),
         "{}",

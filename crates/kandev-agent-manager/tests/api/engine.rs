@@ -126,8 +126,7 @@ async fn an_engine_restart_fails_the_turn_cleanly_and_the_next_launch_works() {
     assert_eq!(status.error, error);
     until_no_container(&engine, &instance.id).await;
     // Nothing after the failure: the stream up to it is contiguous.
-    let seqs = watch.seqs();
-    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    watch.assert_contiguous();
 
     // The manager goes on with the restarted engine.
     let (mut next_watch, instance) = launch_watched(&mut app, &repo, "scenario: code").await;

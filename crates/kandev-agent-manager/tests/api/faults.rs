@@ -22,11 +22,7 @@ async fn only_instance(app: &mut crate::helpers::TestApp, task: Uuid) -> pb::Age
 #[tokio::test]
 async fn crash_mid_turn_fails_with_the_exit_code() {
     let mut app = spawn_app().await;
-    let Launched {
-        mut watch,
-        instance,
-        ..
-    } = app.launch_watched("mock-agent", "crash 3").await;
+    let (mut watch, instance) = app.launch_watched("mock-agent", "crash 3").await.split();
     let failed = watch.until("agent.failed", 0).await;
     assert!(
         failed["error"]
@@ -47,11 +43,7 @@ async fn crash_mid_turn_fails_with_the_exit_code() {
 async fn the_type_timeout_kills_the_container() {
     let mut app = spawn_app().await;
     app.mock_type("mock-quick", |t| t.timeout_seconds = 2).await;
-    let Launched {
-        mut watch,
-        instance,
-        ..
-    } = app.launch_watched("mock-quick", "hang").await;
+    let (mut watch, instance) = app.launch_watched("mock-quick", "hang").await.split();
     let failed = watch.until("agent.failed", 0).await;
     assert_eq!(failed["error"], "timed out after 2 s");
     assert_eq!(
@@ -84,28 +76,15 @@ async fn auth_required_names_the_credential() {
         t.required_env = vec!["KANDEV_MOCK_AUTH".into()];
     })
     .await;
-    let repo = git_repo(app.dir.path());
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    let instance = app
-        .client
-        .launch_agent(pb::LaunchAgentRequest {
-            task_id: task.to_string(),
-            agent_type: "mock-auth".into(),
-            workspace: Some(pb::launch_agent_request::Workspace::Repository(
-                pb::GitWorkspace {
-                    repository_url: repo,
-                    branch: "main".into(),
-                    title: String::new(),
-                },
-            )),
-            env: [("KANDEV_MOCK_AUTH".to_string(), "agent".to_string())].into(),
-            prompt: "echo hi".into(),
-            ..Default::default()
+    let Launched {
+        mut watch,
+        instance,
+        ..
+    } = app
+        .launch_watched_with("mock-auth", "echo hi", |r| {
+            r.env = [("KANDEV_MOCK_AUTH".to_string(), "agent".to_string())].into();
         })
-        .await
-        .unwrap()
-        .into_inner();
+        .await;
     let failed = watch.until("agent.failed", 0).await;
     let error = failed["error"].as_str().unwrap();
     assert!(error.contains("requires authentication"), "{error}");
@@ -117,36 +96,14 @@ async fn auth_required_names_the_credential() {
 #[tokio::test]
 async fn an_agent_that_never_answers_initialize_fails_cleanly() {
     let mut app = spawn_app().await;
-    app.mock_type("mock-silent", |t| {
-        t.required_env = vec!["KANDEV_MOCK_QUIRKS".into()];
-    })
-    .await;
-    let repo = git_repo(app.dir.path());
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
-    let instance = app
-        .client
-        .launch_agent(pb::LaunchAgentRequest {
-            task_id: task.to_string(),
-            agent_type: "mock-silent".into(),
-            workspace: Some(pb::launch_agent_request::Workspace::Repository(
-                pb::GitWorkspace {
-                    repository_url: repo,
-                    branch: "main".into(),
-                    title: String::new(),
-                },
-            )),
-            env: [(
-                "KANDEV_MOCK_QUIRKS".to_string(),
-                "silent-initialize".to_string(),
-            )]
-            .into(),
-            prompt: "echo hi".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let Launched {
+        task,
+        mut watch,
+        instance,
+        ..
+    } = app
+        .launch_quirky("mock-silent", "silent-initialize", "echo hi")
+        .await;
     let failed = watch.until("agent.failed", 0).await;
     let error = failed["error"].as_str().unwrap();
     assert!(error.contains("did not answer initialize"), "{error}");
@@ -166,11 +123,7 @@ async fn a_container_that_cannot_start_fails_cleanly() {
         t.command = vec!["/no/such/binary".into()];
     })
     .await;
-    let Launched {
-        mut watch,
-        instance,
-        ..
-    } = app.launch_watched("mock-broken", "echo hi").await;
+    let (mut watch, instance) = app.launch_watched("mock-broken", "echo hi").await.split();
     let failed = watch.until("agent.failed", 0).await;
     assert!(
         failed["error"]

@@ -202,16 +202,132 @@ impl TestApp {
     /// repository under the test's directory, watching the task's events
     /// from before the launch.
     pub async fn launch_watched(&mut self, agent_type: &str, prompt: &str) -> Launched {
+        self.launch_watched_with(agent_type, prompt, |_| {}).await
+    }
+
+    /// [`TestApp::launch_watched`], with the request changed by `edit`
+    /// (more env, a session to resume…) before it is sent.
+    pub async fn launch_watched_with(
+        &mut self,
+        agent_type: &str,
+        prompt: &str,
+        edit: impl FnOnce(&mut pb::LaunchAgentRequest),
+    ) -> Launched {
         let repo = git_repo(self.dir.path());
         let task = Uuid::new_v4();
         let watch = TaskWatch::start(task).await;
-        let instance = self.launch(task, agent_type, &repo, prompt).await.unwrap();
+        let mut request = launch_request(task, agent_type, &repo, prompt);
+        edit(&mut request);
+        let instance = self.launch_agent(request).await;
         Launched {
             repo,
             task,
             watch,
             instance,
         }
+    }
+
+    /// [`TestApp::launch_watched`], returning once the agent has said
+    /// something (its turn is under way).
+    pub async fn launch_until_it_speaks(
+        &mut self,
+        agent_type: &str,
+        prompt: &str,
+    ) -> (TaskWatch, pb::AgentInstance) {
+        let (mut watch, instance) = self.launch_watched(agent_type, prompt).await.split();
+        watch.until_agent_speaks().await;
+        (watch, instance)
+    }
+
+    /// Registers `agent_type`, a mock agent that needs
+    /// `KANDEV_MOCK_QUIRKS`, and launches it as
+    /// [`TestApp::launch_watched`] does with `quirks` (comma-separated: see
+    /// the mock agent) in that variable.
+    pub async fn launch_quirky(
+        &mut self,
+        agent_type: &str,
+        quirks: &str,
+        prompt: &str,
+    ) -> Launched {
+        self.mock_type(agent_type, |t| {
+            t.required_env = vec!["KANDEV_MOCK_QUIRKS".into()];
+        })
+        .await;
+        self.launch_watched_with(agent_type, prompt, |r| {
+            r.env = [("KANDEV_MOCK_QUIRKS".to_string(), quirks.to_string())].into();
+        })
+        .await
+    }
+
+    /// Sends `request`; the launched (pending) instance.
+    pub async fn launch_agent(&mut self, request: pb::LaunchAgentRequest) -> pb::AgentInstance {
+        self.client
+            .launch_agent(request)
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    /// Cancels the current turn of `instance_id` as the user; whether a
+    /// turn was cancelled.
+    pub async fn cancel(&mut self, instance_id: &str) -> bool {
+        self.client
+            .cancel_agent(pb::CancelAgentRequest {
+                instance_id: instance_id.into(),
+                reason: "user".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .cancelled
+    }
+
+    /// The last `tail` log lines kept for `instance_id` (0: the service's
+    /// default number).
+    pub async fn logs(&mut self, instance_id: &str, tail: i32) -> Vec<pb::LogLine> {
+        self.client
+            .get_logs(pb::GetLogsRequest {
+                instance_id: instance_id.into(),
+                tail,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .lines
+    }
+
+    /// The task's changes on its branch.
+    pub async fn changes(&mut self, task: Uuid) -> pb::Changes {
+        self.client
+            .get_changes(pb::GetChangesRequest {
+                task_id: task.to_string(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    /// The diff of one file of the task's changes.
+    pub async fn file_diff(&mut self, task: Uuid, path: &str) -> pb::FileDiff {
+        self.client
+            .get_file_diff(pb::GetFileDiffRequest {
+                task_id: task.to_string(),
+                path: path.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    /// The ACP session `instance_id` holds now.
+    pub async fn session(&mut self, instance_id: &str) -> pb::AgentSession {
+        self.client
+            .get_session(pb::GetSessionRequest {
+                instance_id: instance_id.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
     }
 
     /// Sends a follow-up `prompt` to `instance_id`.
@@ -235,16 +351,18 @@ impl TestApp {
             .into_inner()
     }
 
-    /// Registers a copy of `mock-agent` under `id`, changed by `edit`.
-    pub async fn mock_type(&mut self, id: &str, edit: impl FnOnce(&mut pb::AgentType)) {
-        let mut t = self
-            .client
-            .get_agent_type(pb::GetAgentTypeRequest {
-                id: "mock-agent".into(),
-            })
+    /// The registered agent type `id`.
+    pub async fn agent_type(&mut self, id: &str) -> pb::AgentType {
+        self.client
+            .get_agent_type(pb::GetAgentTypeRequest { id: id.into() })
             .await
             .unwrap()
-            .into_inner();
+            .into_inner()
+    }
+
+    /// Registers a copy of `mock-agent` under `id`, changed by `edit`.
+    pub async fn mock_type(&mut self, id: &str, edit: impl FnOnce(&mut pb::AgentType)) {
+        let mut t = self.agent_type("mock-agent").await;
         t.id = id.into();
         edit(&mut t);
         self.client
@@ -317,6 +435,14 @@ pub struct Launched {
     pub task: Uuid,
     pub watch: TaskWatch,
     pub instance: pb::AgentInstance,
+}
+
+impl Launched {
+    /// The watch on the task and the launched instance, for tests that need
+    /// nothing else.
+    pub fn split(self) -> (TaskWatch, pb::AgentInstance) {
+        (self.watch, self.instance)
+    }
 }
 
 /// Everything published about one task: `acp.message.<task>` and `agent.*`.
@@ -414,6 +540,29 @@ impl TaskWatch {
         while let Ok(Some(msg)) = tokio::time::timeout(quiet, self.acp.next()).await {
             self.add_batch(&msg.payload);
         }
+    }
+
+    /// Collects ACP events until the agent has said something.
+    pub async fn until_agent_speaks(&mut self) {
+        self.until_event(|e| e["kind"] == "message_chunk" && e["data"]["role"] == "agent")
+            .await;
+    }
+
+    /// Asserts that the events seen so far are numbered 1, 2, 3… with no
+    /// gap.
+    pub fn assert_contiguous(&self) {
+        let seqs = self.seqs();
+        assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    }
+
+    /// Asserts that the task's lifecycle was exactly one run that started,
+    /// ran and completed.
+    pub fn assert_one_completed_run(&self) {
+        let subjects: Vec<&str> = self.lifecycle.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(
+            subjects,
+            ["agent.started", "agent.running", "agent.completed"]
+        );
     }
 
     pub fn kinds(&self) -> Vec<String> {

@@ -31,14 +31,7 @@ fn image_id() -> Option<String> {
 /// `augment-agent` under another id, without a network (this engine has no
 /// bridge), so it starts here.
 async fn built_type(app: &mut TestApp) -> &'static str {
-    let mut t = app
-        .client
-        .get_agent_type(pb::GetAgentTypeRequest {
-            id: "augment-agent".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut t = app.agent_type("augment-agent").await;
     t.id = "augment-built".into();
     t.network_mode = "none".into();
     app.client
@@ -73,14 +66,6 @@ async fn stop(app: TestApp) {
         .unwrap();
 }
 
-async fn served(app: &mut TestApp, id: &str) -> pb::AgentType {
-    app.client
-        .get_agent_type(pb::GetAgentTypeRequest { id: id.into() })
-        .await
-        .unwrap()
-        .into_inner()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_agent_image_is_built_from_its_recipe_once_for_concurrent_launches() {
     let base = tokio::task::spawn_blocking(kandev_testkit::ensure_agent_base)
@@ -102,7 +87,7 @@ async fn a_missing_agent_image_is_built_from_its_recipe_once_for_concurrent_laun
     );
     assert!(error.contains("kandev/no-such-base:latest"), "{error}");
     assert!(error.contains("dockerfiles/agent-base/build.sh"), "{error}");
-    let t = served(&mut app, agent_type).await;
+    let t = app.agent_type(agent_type).await;
     assert_eq!(t.image_status, "failed");
     assert!(t.image_error.unwrap().contains("no-such-base"));
     stop(app).await;
@@ -111,7 +96,7 @@ async fn a_missing_agent_image_is_built_from_its_recipe_once_for_concurrent_laun
     let mut app = spawn_app_with(|s| s.agent_base_image = base.into()).await;
     let repo = git_repo(app.dir.path());
     let agent_type = built_type(&mut app).await;
-    assert_eq!(served(&mut app, agent_type).await.image_status, "missing");
+    assert_eq!(app.agent_type(agent_type).await.image_status, "missing");
     let (_, mut first) = launch(&mut app, agent_type, &repo).await;
     let (_, mut second) = launch(&mut app, agent_type, &repo).await;
     let mut built = Vec::new();
@@ -140,7 +125,7 @@ async fn a_missing_agent_image_is_built_from_its_recipe_once_for_concurrent_laun
     // One build: both heard the same end.
     assert_eq!(built[0], built[1]);
     assert!(image_id().is_some());
-    let t = served(&mut app, agent_type).await;
+    let t = app.agent_type(agent_type).await;
     assert_eq!(t.image_status, "present");
     assert!(t.image_build_seconds.is_some_and(|s| s >= 0.0));
     assert!(t.image_error.is_none());

@@ -22,15 +22,11 @@ async fn coding_turn_streams_in_order_and_edits_the_workspace() {
         done["summary"].as_str().unwrap().contains("README.md"),
         "summary: {done}"
     );
-    let subjects: Vec<&str> = watch.lifecycle.iter().map(|(s, _)| s.as_str()).collect();
-    assert_eq!(
-        subjects,
-        ["agent.started", "agent.running", "agent.completed"]
-    );
+    watch.assert_one_completed_run();
 
     // Every event, in order, with contiguous seq from 1.
+    watch.assert_contiguous();
     let seqs = watch.seqs();
-    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
     let kinds = watch.kinds();
     for kind in [
         "lifecycle",
@@ -55,14 +51,7 @@ async fn coding_turn_streams_in_order_and_edits_the_workspace() {
     );
 
     // The task worked on its own branch; its changes are the agent's edit.
-    let changes = app
-        .client
-        .get_changes(pb::GetChangesRequest {
-            task_id: task.to_string(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let changes = app.changes(task).await;
     let short = &task.simple().to_string()[24..];
     assert_eq!(changes.branch, format!("kandev/{short}-edit-the-readme"));
     assert_eq!(changes.base_branch, "main");
@@ -74,15 +63,7 @@ async fn coding_turn_streams_in_order_and_edits_the_workspace() {
         .unwrap_or_else(|| panic!("README.md not in {:?}", changes.files));
     assert_eq!(readme.status, "modified");
     assert!(readme.additions >= 1, "{readme:?}");
-    let diff = app
-        .client
-        .get_file_diff(pb::GetFileDiffRequest {
-            task_id: task.to_string(),
-            path: "README.md".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let diff = app.file_diff(task, "README.md").await;
     assert!(
         diff.diff.contains("+Edited by kandev-mock-agent (turn 1)"),
         "{}",
@@ -113,13 +94,10 @@ async fn coding_turn_streams_in_order_and_edits_the_workspace() {
 #[tokio::test]
 async fn follow_up_prompt_continues_the_session() {
     let mut app = spawn_app().await;
-    let Launched {
-        mut watch,
-        instance,
-        ..
-    } = app
+    let (mut watch, instance) = app
         .launch_watched("mock-agent", "echo first question")
-        .await;
+        .await
+        .split();
     let first = watch.until("agent.completed", 0).await;
     let first_count = watch.events.len();
     app.send_prompt(&instance.id, "echo second question").await;
@@ -132,8 +110,7 @@ async fn follow_up_prompt_continues_the_session() {
             .contains("second question")
     );
     // The session was loaded (its history replayed), and numbering went on.
-    let seqs = watch.seqs();
-    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    watch.assert_contiguous();
     let later = &watch.events[first_count..];
     assert!(
         later
@@ -141,14 +118,7 @@ async fn follow_up_prompt_continues_the_session() {
             .any(|e| e["kind"] == "lifecycle" && e["data"]["phase"] == "session_loaded"),
         "no session_loaded in {later:?}"
     );
-    let session = app
-        .client
-        .get_session(pb::GetSessionRequest {
-            instance_id: instance.id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let session = app.session(&instance.id).await;
     assert_eq!(
         session.session_id,
         first["acp_session_id"].as_str().unwrap()
@@ -159,26 +129,12 @@ async fn follow_up_prompt_continues_the_session() {
 #[tokio::test]
 async fn cancel_ends_the_turn_cancelled() {
     let mut app = spawn_app().await;
-    let Launched {
-        mut watch,
-        instance,
-        ..
-    } = app.launch_watched("mock-agent", "wait-cancel").await;
-    watch
-        .until_event(|e| e["kind"] == "message_chunk" && e["data"]["role"] == "agent")
+    let (mut watch, instance) = app
+        .launch_until_it_speaks("mock-agent", "wait-cancel")
         .await;
     // A prompt sent mid-turn is queued; cancelling the turn drops it.
     app.send_prompt(&instance.id, "echo never sent").await;
-    let cancelled = app
-        .client
-        .cancel_agent(pb::CancelAgentRequest {
-            instance_id: instance.id.clone(),
-            reason: "user".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(cancelled.cancelled);
+    assert!(app.cancel(&instance.id).await);
     let done = watch.until("agent.completed", 0).await;
     assert_eq!(done["stop_reason"], "cancelled");
     assert!(containers_of(&instance.id).is_empty());
@@ -200,13 +156,8 @@ async fn cancel_ends_the_turn_cancelled() {
 async fn follow_ups_beyond_the_cap_are_refused_until_the_turn_is_cancelled() {
     use kandev_agent_manager::runner::{MAX_PROMPT_BYTES, MAX_QUEUED_PROMPTS};
     let mut app = spawn_app().await;
-    let Launched {
-        mut watch,
-        instance,
-        ..
-    } = app.launch_watched("mock-agent", "wait-cancel").await;
-    watch
-        .until_event(|e| e["kind"] == "message_chunk" && e["data"]["role"] == "agent")
+    let (mut watch, instance) = app
+        .launch_until_it_speaks("mock-agent", "wait-cancel")
         .await;
     let prompt = |text: String| pb::SendPromptRequest {
         instance_id: instance.id.clone(),
@@ -241,16 +192,7 @@ async fn follow_ups_beyond_the_cap_are_refused_until_the_turn_is_cancelled() {
         .unwrap_err();
     assert_eq!(huge.code(), tonic::Code::InvalidArgument, "{huge:?}");
 
-    let cancelled = app
-        .client
-        .cancel_agent(pb::CancelAgentRequest {
-            instance_id: instance.id.clone(),
-            reason: "user".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(cancelled.cancelled);
+    assert!(app.cancel(&instance.id).await);
     // The queue went with the cancel: a follow-up is taken again, and runs
     // as the next turn once the cancelled one ended.
     app.client
@@ -288,13 +230,8 @@ async fn follow_ups_beyond_the_cap_are_refused_until_the_turn_is_cancelled() {
 #[tokio::test]
 async fn a_prompt_sent_mid_turn_runs_when_the_current_prompt_ends() {
     let mut app = spawn_app().await;
-    let Launched {
-        mut watch,
-        instance,
-        ..
-    } = app.launch_watched("mock-agent", "slow 10 200").await;
-    watch
-        .until_event(|e| e["kind"] == "message_chunk" && e["data"]["role"] == "agent")
+    let (mut watch, instance) = app
+        .launch_until_it_speaks("mock-agent", "slow 10 200")
         .await;
     // The seed's "mid-execution" follow-up: accepted while the turn runs.
     for text in ["echo queued one", "echo queued two"] {
@@ -319,13 +256,8 @@ async fn a_prompt_sent_mid_turn_runs_when_the_current_prompt_ends() {
     let one = text.find("queued one").expect("first queued prompt ran");
     let two = text.find("queued two").expect("second queued prompt ran");
     assert!(one < two, "{text}");
-    let subjects: Vec<&str> = watch.lifecycle.iter().map(|(s, _)| s.as_str()).collect();
-    assert_eq!(
-        subjects,
-        ["agent.started", "agent.running", "agent.completed"]
-    );
-    let seqs = watch.seqs();
-    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    watch.assert_one_completed_run();
+    watch.assert_contiguous();
     assert!(containers_of(&instance.id).is_empty());
     app.stop().await;
 }
@@ -538,11 +470,7 @@ async fn permission_ask_waits_for_respond_permission() {
 #[tokio::test]
 async fn stderr_lines_become_logs_and_log_events() {
     let mut app = spawn_app().await;
-    let Launched {
-        mut watch,
-        instance,
-        ..
-    } = app.launch_watched("mock-agent", "stderr 3").await;
+    let (mut watch, instance) = app.launch_watched("mock-agent", "stderr 3").await.split();
     watch.until("agent.completed", 0).await;
     let log_events = watch
         .events
@@ -550,16 +478,7 @@ async fn stderr_lines_become_logs_and_log_events() {
         .filter(|e| e["kind"] == "log" && e["data"]["source"] == "stderr")
         .count();
     assert!(log_events >= 3, "{:?}", watch.kinds());
-    let logs = app
-        .client
-        .get_logs(pb::GetLogsRequest {
-            instance_id: instance.id.clone(),
-            tail: 100,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .lines;
+    let logs = app.logs(&instance.id, 100).await;
     assert!(logs.len() >= 3, "{logs:?}");
     assert!(logs.iter().all(|l| l.stream == "stderr"));
     app.stop().await;
@@ -614,22 +533,9 @@ async fn terminal_requests_run_as_docker_exec_in_the_agent_container() {
 #[tokio::test]
 async fn agent_logs_are_bounded_per_instance() {
     let mut app = spawn_app_with(|s| s.max_log_lines = 2).await;
-    let Launched {
-        mut watch,
-        instance,
-        ..
-    } = app.launch_watched("mock-agent", "stderr 6").await;
+    let (mut watch, instance) = app.launch_watched("mock-agent", "stderr 6").await.split();
     watch.until("agent.completed", 0).await;
-    let logs = app
-        .client
-        .get_logs(pb::GetLogsRequest {
-            instance_id: instance.id.clone(),
-            tail: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .lines;
+    let logs = app.logs(&instance.id, 0).await;
     assert_eq!(logs.len(), 2, "{logs:?}");
     // The newest lines are the ones kept, oldest first.
     let all: Vec<String> = watch
@@ -656,14 +562,11 @@ async fn launch_can_resume_an_earlier_session() {
     let session = first["acp_session_id"].as_str().unwrap().to_string();
     // A new instance for the same task (same workspace) resumes the session.
     let second = app
-        .client
         .launch_agent(pb::LaunchAgentRequest {
             resume_session_id: Some(session.clone()),
             ..launch_request(task, "mock-agent", &repo, "echo and now")
         })
-        .await
-        .unwrap()
-        .into_inner();
+        .await;
     let done = watch.until("agent.completed", 1).await;
     assert_eq!(done["instance_id"], second.id.as_str());
     assert_eq!(done["acp_session_id"], session.as_str());
@@ -684,14 +587,11 @@ async fn launch_can_resume_an_earlier_session() {
 
     // The seed's way: the session id in `env.AUGGIE_SESSION_ID`.
     let third = app
-        .client
         .launch_agent(pb::LaunchAgentRequest {
             env: [("AUGGIE_SESSION_ID".to_string(), session.clone())].into(),
             ..launch_request(task, "mock-agent", &repo, "echo once more")
         })
-        .await
-        .unwrap()
-        .into_inner();
+        .await;
     let done = watch.until("agent.completed", 2).await;
     assert_eq!(done["instance_id"], third.id.as_str());
     assert_eq!(done["acp_session_id"], session.as_str());
@@ -722,14 +622,11 @@ async fn a_launch_without_a_prompt_runs_the_task_description() {
     // The seed's body: the task comes through env.TASK_DESCRIPTION.
     let mut watch = TaskWatch::start(task).await;
     let instance = app
-        .client
         .launch_agent(request(&[(
             "TASK_DESCRIPTION",
             "echo from the description",
         )]))
-        .await
-        .unwrap()
-        .into_inner();
+        .await;
     let done = watch.until("agent.completed", 0).await;
     assert_eq!(done["instance_id"], instance.id.as_str());
     assert!(

@@ -77,14 +77,7 @@ async fn a_follow_up_after_the_clone_was_removed_runs_in_a_clone_of_the_pushed_b
 
     // The task's Changes are the clone's again, still against the base the
     // task started from; the next delivery pushes on top of the branch.
-    let changes = app
-        .client
-        .get_changes(pb::GetChangesRequest {
-            task_id: task.to_string(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let changes = app.changes(task).await;
     assert!(!changes.clone_removed, "{changes:?}");
     assert_eq!(changes.base_branch, "main", "{changes:?}");
     let mut files: Vec<&str> = changes.files.iter().map(|f| f.path.as_str()).collect();

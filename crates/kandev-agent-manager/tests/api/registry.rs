@@ -101,14 +101,7 @@ async fn seeded_agent_types_and_upsert() {
 #[tokio::test]
 async fn state_paths_are_gitignore_patterns() {
     let mut app = spawn_app().await;
-    let mut t = app
-        .client
-        .get_agent_type(pb::GetAgentTypeRequest {
-            id: "mock-agent".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut t = app.agent_type("mock-agent").await;
     t.id = "stateful".into();
     t.state_paths = vec![".agent/".into(), "notes/*.tmp".into()];
     let saved = app

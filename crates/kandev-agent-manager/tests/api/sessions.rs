@@ -3,17 +3,8 @@
 //! is read; a follow-up whose session the agent no longer has starts a new
 //! session with the conversation so far summarised before the prompt.
 
+use crate::helpers::{Launched, containers_of, spawn_app};
 use kandev_proto::v1 as pb;
-use uuid::Uuid;
-
-use crate::helpers::{TaskWatch, containers_of, git_repo, launch_request, spawn_app};
-
-fn with_quirks(request: pb::LaunchAgentRequest, quirks: &str) -> pb::LaunchAgentRequest {
-    pb::LaunchAgentRequest {
-        env: [("KANDEV_MOCK_QUIRKS".to_string(), quirks.to_string())].into(),
-        ..request
-    }
-}
 
 fn timestamp(value: &serde_json::Value) -> chrono::DateTime<chrono::Utc> {
     value
@@ -26,20 +17,19 @@ fn timestamp(value: &serde_json::Value) -> chrono::DateTime<chrono::Utc> {
 #[tokio::test]
 async fn an_agent_that_ignores_end_of_input_is_stopped_once_its_turn_ended() {
     let mut app = spawn_app().await;
-    app.mock_type("mock-lingering", |t| {
-        t.required_env = vec!["KANDEV_MOCK_QUIRKS".into()];
-    })
-    .await;
-    let repo = git_repo(app.dir.path());
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
     // Like claude-agent-acp and codex-acp: neither the end of its input nor
     // SIGTERM ends it; and it writes once more after the prompt's response.
-    let request = with_quirks(
-        launch_request(task, "mock-lingering", &repo, "slow 5 20"),
-        "ignore-eof,ignore-sigterm,late-updates",
-    );
-    let instance = app.client.launch_agent(request).await.unwrap().into_inner();
+    let Launched {
+        mut watch,
+        instance,
+        ..
+    } = app
+        .launch_quirky(
+            "mock-lingering",
+            "ignore-eof,ignore-sigterm,late-updates",
+            "slow 5 20",
+        )
+        .await;
     let done = watch.until("agent.completed", 0).await;
     assert_eq!(done["stop_reason"], "end_turn");
 
@@ -56,8 +46,8 @@ async fn an_agent_that_ignores_end_of_input_is_stopped_once_its_turn_ended() {
     );
 
     // Nothing lost, in order: the late update after the response too.
+    watch.assert_contiguous();
     let seqs = watch.seqs();
-    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
     let late = watch
         .events
         .iter()
@@ -107,20 +97,15 @@ fn last_prompt_text(events: &[serde_json::Value]) -> String {
 #[tokio::test]
 async fn a_follow_up_whose_session_is_gone_starts_a_new_one_with_the_conversation() {
     let mut app = spawn_app().await;
-    app.mock_type("mock-forgetful", |t| {
-        t.required_env = vec!["KANDEV_MOCK_QUIRKS".into()];
-    })
-    .await;
-    let repo = git_repo(app.dir.path());
-    let task = Uuid::new_v4();
-    let mut watch = TaskWatch::start(task).await;
     // The agent answers every session/load "Session not found", as a real
     // agent does when its session store went with the earlier container.
-    let request = with_quirks(
-        launch_request(task, "mock-forgetful", &repo, "echo the first question"),
-        "lose-sessions",
-    );
-    let instance = app.client.launch_agent(request).await.unwrap().into_inner();
+    let Launched {
+        mut watch,
+        instance,
+        ..
+    } = app
+        .launch_quirky("mock-forgetful", "lose-sessions", "echo the first question")
+        .await;
     let first = watch.until("agent.completed", 0).await;
     let first_session = first["acp_session_id"].as_str().unwrap().to_string();
     assert!(!first_session.is_empty());
@@ -139,14 +124,7 @@ async fn a_follow_up_whose_session_is_gone_starts_a_new_one_with_the_conversatio
     assert_ne!(second_session, first_session, "a new session");
 
     // The new session is the instance's now.
-    let session = app
-        .client
-        .get_session(pb::GetSessionRequest {
-            instance_id: instance.id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let session = app.session(&instance.id).await;
     assert_eq!(session.session_id, second_session);
     let status = app.status(&instance.id).await;
     assert_eq!(status.status, pb::AgentStatus::Completed as i32);

@@ -4,7 +4,7 @@ use axum::http::{Method, StatusCode};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::json;
 
-use crate::helpers::{ADMIN, ADMIN_PASSWORD, JWT_SECRET, spawn_app};
+use crate::helpers::{ADMIN, ADMIN_PASSWORD, JWT_SECRET, Resp, TestApp, spawn_app};
 
 fn b64url(bytes: &[u8]) -> String {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -27,6 +27,29 @@ fn claims(sub: &str, admin: bool, exp: u64) -> serde_json::Value {
 
 fn far_future() -> u64 {
     4_000_000_000
+}
+
+/// A JWT for Alice (an admin with `admin`), signed with `alg` and `secret`.
+fn signed(alg: Algorithm, admin: bool, exp: u64, secret: &[u8]) -> String {
+    let header = Header::new(alg);
+    let key = EncodingKey::from_secret(secret);
+    jsonwebtoken::encode(&header, &claims("alice", admin, exp), &key).unwrap()
+}
+
+/// Asks the gateway to create the user `username`.
+async fn create_user(app: &TestApp, token: &str, username: &str, password: &str) -> Resp {
+    let body = json!({"username": username, "password": password});
+    app.post("/api/v1/users", token, body).await
+}
+
+/// The ids of the boards `token`'s user lists.
+async fn board_ids(app: &TestApp, token: &str) -> Vec<String> {
+    let list = app.get("/api/v1/boards", token).await;
+    let boards = list.body["boards"].as_array().unwrap();
+    boards
+        .iter()
+        .map(|b| b["id"].as_str().unwrap().to_string())
+        .collect()
 }
 
 #[tokio::test]
@@ -71,43 +94,32 @@ async fn login_refusals_share_one_message() {
 async fn admins_create_users_who_can_log_in() {
     let app = spawn_app().await;
     let admin = app.token(ADMIN, true);
-    let created = app
-        .post(
-            "/api/v1/users",
-            &admin,
-            json!({"username": "bob", "password": "bob-password"}),
-        )
-        .await;
+    let created = create_user(&app, &admin, "bob", "bob-password").await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
     assert_eq!(created.body["is_admin"], false);
 
-    let dup = app
-        .post(
-            "/api/v1/users",
-            &admin,
-            json!({"username": "bob", "password": "bob-password"}),
-        )
-        .await;
-    assert_eq!(dup.status, StatusCode::CONFLICT);
-    assert_eq!(dup.error(), "conflict");
-
-    let short = app
-        .post(
-            "/api/v1/users",
-            &admin,
-            json!({"username": "carol", "password": "short"}),
-        )
-        .await;
-    assert_eq!(short.status, StatusCode::BAD_REQUEST);
-    assert_eq!(short.error(), "validation_error");
-    let bad_name = app
-        .post(
-            "/api/v1/users",
-            &admin,
-            json!({"username": "a b", "password": "long-enough"}),
-        )
-        .await;
-    assert_eq!(bad_name.status, StatusCode::BAD_REQUEST);
+    // A taken name, a short password and a name with a space are refused.
+    for (username, password, status, error) in [
+        (
+            "bob",
+            "bob-password",
+            StatusCode::CONFLICT,
+            Some("conflict"),
+        ),
+        (
+            "carol",
+            "short",
+            StatusCode::BAD_REQUEST,
+            Some("validation_error"),
+        ),
+        ("a b", "long-enough", StatusCode::BAD_REQUEST, None),
+    ] {
+        let refused = create_user(&app, &admin, username, password).await;
+        assert_eq!(refused.status, status, "{username}");
+        if let Some(error) = error {
+            assert_eq!(refused.error(), error, "{username}");
+        }
+    }
 
     let login = app.login("bob", "bob-password").await;
     assert_eq!(login.status, StatusCode::OK);
@@ -116,13 +128,7 @@ async fn admins_create_users_who_can_log_in() {
     assert_eq!(me.body["username"], "bob");
     assert_eq!(me.body["is_admin"], false);
 
-    let forbidden = app
-        .post(
-            "/api/v1/users",
-            &bob,
-            json!({"username": "eve", "password": "eve-password"}),
-        )
-        .await;
+    let forbidden = create_user(&app, &bob, "eve", "eve-password").await;
     assert_eq!(forbidden.status, StatusCode::FORBIDDEN);
     assert_eq!(forbidden.error(), "forbidden");
     app.stop().await;
@@ -140,59 +146,42 @@ async fn bad_tokens_get_401() {
     let garbage = app.get(path, "not.a.jwt").await;
     assert_eq!(garbage.status, StatusCode::UNAUTHORIZED);
 
-    let key = EncodingKey::from_secret(JWT_SECRET.as_bytes());
-    let expired = jsonwebtoken::encode(
-        &Header::new(Algorithm::HS256),
-        &claims("alice", false, 1_000),
-        &key,
-    )
-    .unwrap();
+    let key = JWT_SECRET.as_bytes();
+    let expired = signed(Algorithm::HS256, false, 1_000, key);
     let resp = app.get(path, &expired).await;
     assert_eq!(resp.status, StatusCode::UNAUTHORIZED);
     assert!(resp.body["message"].as_str().unwrap().contains("expired"));
 
-    let forged = jsonwebtoken::encode(
-        &Header::new(Algorithm::HS256),
-        &claims("alice", true, far_future()),
-        &EncodingKey::from_secret(b"another-secret-another-secret-another"),
-    )
-    .unwrap();
-    assert_eq!(
-        app.get(path, &forged).await.status,
-        StatusCode::UNAUTHORIZED
-    );
-
-    let hs512 = jsonwebtoken::encode(
-        &Header::new(Algorithm::HS512),
-        &claims("alice", true, far_future()),
-        &key,
-    )
-    .unwrap();
-    assert_eq!(app.get(path, &hs512).await.status, StatusCode::UNAUTHORIZED);
-
-    let alg_none = format!(
-        "{}.{}.",
-        b64url(br#"{"alg":"none","typ":"JWT"}"#),
-        b64url(claims("alice", true, far_future()).to_string().as_bytes())
-    );
-    assert_eq!(
-        app.get(path, &alg_none).await.status,
-        StatusCode::UNAUTHORIZED
-    );
-
+    let admin_claims = b64url(claims("alice", true, far_future()).to_string().as_bytes());
     // A valid token with its payload swapped for an admin one.
     let valid = app.token("alice", false);
     let parts: Vec<&str> = valid.split('.').collect();
-    let tampered = format!(
-        "{}.{}.{}",
-        parts[0],
-        b64url(claims("alice", true, far_future()).to_string().as_bytes()),
-        parts[2]
-    );
-    assert_eq!(
-        app.get(path, &tampered).await.status,
-        StatusCode::UNAUTHORIZED
-    );
+    for (what, token) in [
+        (
+            "forged",
+            signed(
+                Algorithm::HS256,
+                true,
+                far_future(),
+                b"another-secret-another-secret-another",
+            ),
+        ),
+        ("hs512", signed(Algorithm::HS512, true, far_future(), key)),
+        (
+            "alg none",
+            format!(
+                "{}.{admin_claims}.",
+                b64url(br#"{"alg":"none","typ":"JWT"}"#)
+            ),
+        ),
+        (
+            "tampered",
+            format!("{}.{admin_claims}.{}", parts[0], parts[2]),
+        ),
+    ] {
+        let resp = app.get(path, &token).await;
+        assert_eq!(resp.status, StatusCode::UNAUTHORIZED, "{what}");
+    }
 
     let basic = app
         .send(
@@ -232,72 +221,48 @@ async fn users_see_only_their_boards_and_admins_see_all() {
         assert_eq!(resp.status, StatusCode::NOT_FOUND, "{path}");
         assert_eq!(resp.error(), "not_found");
     }
-    let resp = app
-        .patch(
-            &format!("/api/v1/boards/{a_board}"),
-            &bob,
-            json!({"name": "mine"}),
-        )
-        .await;
-    assert_eq!(resp.status, StatusCode::NOT_FOUND);
-    let resp = app.delete(&format!("/api/v1/boards/{a_board}"), &bob).await;
-    assert_eq!(resp.status, StatusCode::NOT_FOUND);
-    let resp = app
-        .post(
-            &format!("/api/v1/boards/{a_board}/tasks"),
-            &bob,
-            json!({"title": "x"}),
-        )
-        .await;
-    assert_eq!(resp.status, StatusCode::NOT_FOUND);
-    let resp = app
-        .patch(
-            &format!("/api/v1/tasks/{a_task}"),
-            &bob,
-            json!({"title": "x"}),
-        )
-        .await;
-    assert_eq!(resp.status, StatusCode::NOT_FOUND);
-    let resp = app
-        .patch(
-            &format!("/api/v1/tasks/{a_task}/state"),
-            &bob,
-            json!({"state": "IN_PROGRESS"}),
-        )
-        .await;
-    assert_eq!(resp.status, StatusCode::NOT_FOUND);
-    let resp = app.delete(&format!("/api/v1/tasks/{a_task}"), &bob).await;
-    assert_eq!(resp.status, StatusCode::NOT_FOUND);
+    for (method, path, body) in [
+        (
+            Method::PATCH,
+            format!("/api/v1/boards/{a_board}"),
+            Some(json!({"name": "mine"})),
+        ),
+        (Method::DELETE, format!("/api/v1/boards/{a_board}"), None),
+        (
+            Method::POST,
+            format!("/api/v1/boards/{a_board}/tasks"),
+            Some(json!({"title": "x"})),
+        ),
+        (
+            Method::PATCH,
+            format!("/api/v1/tasks/{a_task}"),
+            Some(json!({"title": "x"})),
+        ),
+        (
+            Method::PATCH,
+            format!("/api/v1/tasks/{a_task}/state"),
+            Some(json!({"state": "IN_PROGRESS"})),
+        ),
+        (Method::DELETE, format!("/api/v1/tasks/{a_task}"), None),
+    ] {
+        let resp = app.call(method.clone(), &path, Some(&bob), body).await;
+        assert_eq!(resp.status, StatusCode::NOT_FOUND, "{method} {path}");
+    }
 
     // Each lists only their own; the admin lists both and reads Alice's task.
-    let list = app.get("/api/v1/boards", &bob).await;
-    let ids: Vec<&str> = list.body["boards"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| b["id"].as_str().unwrap())
-        .collect();
-    assert_eq!(ids, vec![b_board.as_str()]);
-    let list = app.get("/api/v1/boards", &admin).await;
-    let ids: Vec<&str> = list.body["boards"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| b["id"].as_str().unwrap())
-        .collect();
-    assert!(ids.contains(&a_board.as_str()) && ids.contains(&b_board.as_str()));
-    assert_eq!(
-        app.get(&format!("/api/v1/tasks/{a_task}"), &admin)
-            .await
-            .status,
-        StatusCode::OK
-    );
-    assert_eq!(
-        app.get(&format!("/api/v1/boards/{a_board}"), &admin)
-            .await
-            .status,
-        StatusCode::OK
-    );
+    assert_eq!(board_ids(&app, &bob).await, vec![b_board.clone()]);
+    let ids = board_ids(&app, &admin).await;
+    assert!(ids.contains(&a_board) && ids.contains(&b_board));
+    for path in [
+        format!("/api/v1/tasks/{a_task}"),
+        format!("/api/v1/boards/{a_board}"),
+    ] {
+        assert_eq!(
+            app.get(&path, &admin).await.status,
+            StatusCode::OK,
+            "{path}"
+        );
+    }
     app.stop().await;
 }
 

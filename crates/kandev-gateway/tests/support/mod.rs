@@ -572,6 +572,30 @@ pub async fn login(c: &Client, base: &str) {
     .await;
 }
 
+/// Starts the browser, then the stack (see [`start_stack_with`] for
+/// `complete_to_review`), and logs in as the admin; `None` without a
+/// browser (the test then passes with a notice).
+pub async fn start_ui(complete_to_review: bool) -> Option<(Browser, Stack)> {
+    let browser = start_browser().await?;
+    let stack = Box::pin(start_stack_with(complete_to_review)).await;
+    login(&browser.client, &stack.base).await;
+    Some((browser, stack))
+}
+
+/// Registers the two pickable copies of the mock agent most tests use:
+/// `mock-agent-ask` (asks the browser for permissions) and
+/// `mock-agent-auto` (approves by itself).
+pub async fn register_mock_types(c: &Client) {
+    register_mock_type(
+        c,
+        "mock-agent-ask",
+        "Mock agent (asks)",
+        json!({"permission_policy": "ask"}),
+    )
+    .await;
+    register_mock_type(c, "mock-agent-auto", "Mock agent", json!({})).await;
+}
+
 /// Registers a copy of the built-in (internal) `mock-agent` type as a
 /// pickable one, with `changes` (e.g. `{"permission_policy": "ask"}`) on top.
 pub async fn register_mock_type(c: &Client, id: &str, name: &str, changes: Value) {
@@ -660,6 +684,12 @@ pub async fn create_task(c: &Client, t: NewTask<'_>) -> String {
     id.as_str().unwrap().to_string()
 }
 
+/// Creates and starts a task through the board's dialog with the default
+/// fields (see [`NewTask::new`]); its id once its card shows.
+pub async fn start_task(c: &Client, title: &str, description: &str, agent: &str) -> String {
+    create_task(c, NewTask::new(title, description, agent)).await
+}
+
 /// Creates a board through the API; its id.
 pub async fn new_board(c: &Client, name: &str) -> String {
     let made = api(c, "POST", "/boards", json!({ "name": name })).await;
@@ -673,6 +703,33 @@ pub async fn new_task(c: &Client, board: &str, body: Value) -> String {
     assert_eq!(made["status"], 201, "{made}");
     made["body"]["id"].as_str().unwrap().to_string()
 }
+
+/// A new board `board` with a task `title` that the mock agent runs as
+/// `scenario: code` on the git repository `repo`, with no retries; the
+/// task's id.
+pub async fn new_code_task(c: &Client, board: &str, title: &str, repo: &str) -> String {
+    let board_id = new_board(c, board).await;
+    new_task(
+        c,
+        &board_id,
+        json!({"title": title, "description": "scenario: code",
+               "agent_type": "mock-agent", "repository_url": repo, "max_retries": 0}),
+    )
+    .await
+}
+
+/// Opens the task's page afresh (a page load) and waits (up to two
+/// minutes) until its run has left it in REVIEW.
+pub async fn open_in_review(c: &Client, base: &str, task: &str) {
+    c.goto(&format!("{base}/#/tasks/{task}"))
+        .await
+        .expect("open the task");
+    wait_js(c, "the task in review", 120, IN_REVIEW, vec![]).await;
+}
+
+/// A script that is true once the task page shows the task in REVIEW.
+pub const IN_REVIEW: &str =
+    "return document.querySelector('[data-testid=task-state]')?.dataset.state === 'REVIEW';";
 
 /// The CSS selector of a task's card.
 pub fn card(id: &str) -> String {
@@ -694,6 +751,115 @@ pub async fn go(c: &Client, hash: &str) {
         vec![json!(hash)],
     )
     .await;
+}
+
+/// Creates a board through the API and shows it; its id.
+pub async fn open_new_board(c: &Client, name: &str) -> String {
+    let board = api(c, "POST", "/boards", json!({ "name": name })).await;
+    let id = board["body"]["id"].as_str().unwrap().to_string();
+    open_board(c, &id).await;
+    id
+}
+
+/// Waits for the agent of the open task to wait for a cancel (the mock
+/// agent's `scenario: wait-cancel`), then presses Cancel.
+pub async fn cancel_waiting_turn(c: &Client) {
+    wait_js(
+        c,
+        "the agent waiting for a cancel",
+        90,
+        "return [...document.querySelectorAll('[data-kind=message]')].some(m => m.textContent.includes('Waiting for session/cancel.'))
+           && document.querySelector('[data-testid=btn-cancel]')?.disabled === false;",
+        vec![],
+    )
+    .await;
+    click(c, "[data-testid=btn-cancel]").await;
+}
+
+/// Shows the board `id`, once its eight columns are there.
+pub async fn open_board(c: &Client, id: &str) {
+    go(c, &format!("#/boards/{id}")).await;
+    wait_js(
+        c,
+        "the board's columns",
+        20,
+        "return document.querySelectorAll('[data-testid=column][data-state]').length === 8;",
+        vec![],
+    )
+    .await;
+}
+
+/// Waits (up to `secs`) until the task's card is in the `state` column.
+pub async fn wait_in_column(c: &Client, what: &str, state: &str, id: &str, secs: u64) {
+    wait_js(c, what, secs, &in_column(state, id), vec![]).await;
+}
+
+/// Waits (up to `secs`) until the button `css` is there and enabled.
+pub async fn wait_enabled(c: &Client, what: &str, css: &str, secs: u64) {
+    wait_js(
+        c,
+        what,
+        secs,
+        "const b = document.querySelector(arguments[0]); return !!b && !b.disabled;",
+        vec![json!(css)],
+    )
+    .await;
+}
+
+/// Waits (up to `secs`) until an element matches `css`.
+pub async fn wait_for(c: &Client, what: &str, css: &str, secs: u64) {
+    wait_js(
+        c,
+        what,
+        secs,
+        "return !!document.querySelector(arguments[0]);",
+        vec![json!(css)],
+    )
+    .await;
+}
+
+/// Waits (up to `secs`) until the task page shows the task in `state`.
+pub async fn wait_page_state(c: &Client, what: &str, state: &str, secs: u64) {
+    wait_js(
+        c,
+        what,
+        secs,
+        "return document.querySelector('[data-testid=task-state]')?.dataset.state === arguments[0];",
+        vec![json!(state)],
+    )
+    .await;
+}
+
+// ------------------------------------------------------------- checks
+
+/// Window sizes the layout tests use: a phone, a small window, a desktop.
+pub const PHONE: (u32, u32) = (390, 844);
+pub const SMALL: (u32, u32) = (800, 900);
+pub const DESKTOP: (u32, u32) = (1440, 900);
+
+/// Nothing sticks out of the window sideways on this page.
+pub async fn assert_fits(c: &Client, page: &str) {
+    let wide = js(c, OVERFLOW_X, vec![]).await;
+    assert_eq!(wide, Value::Null, "{page}: the page scrolls sideways");
+}
+
+/// The page logged no error to the browser's console.
+pub async fn assert_no_console_errors(browser: &Browser) {
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+}
+
+/// Asserts that the page logged no console error, then closes the browser
+/// and stops the stack: the end of a test.
+pub async fn finish_clean(browser: Browser, stack: Stack) {
+    assert_no_console_errors(&browser).await;
+    finish(browser, stack).await;
+}
+
+/// Closes the browser and stops the stack: the end of a test.
+pub async fn finish(browser: Browser, stack: Stack) {
+    browser.close().await;
+    stack.shutdown().await;
 }
 
 // ------------------------------------------------------------- keyboard

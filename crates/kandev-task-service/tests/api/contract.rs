@@ -70,23 +70,17 @@ impl Backend {
 /// Runs each named check against both databases.
 macro_rules! contract {
     ($($check:ident),* $(,)?) => {
-        mod postgres {
+        contract!(@on postgres; $($check),*);
+        contract!(@on sqlite; $($check),*);
+    };
+    // The checks as tests of one backend, in a module named after it.
+    (@on $kind:ident; $($check:ident),*) => {
+        mod $kind {
             $(
                 #[tokio::test]
                 async fn $check() {
-                    let backend = super::Backend::postgres().await;
-                    assert_eq!(backend.storage.kind, "postgres");
-                    super::$check(&backend.storage).await;
-                    backend.remove().await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test]
-                async fn $check() {
-                    let backend = super::Backend::sqlite().await;
-                    assert_eq!(backend.storage.kind, "sqlite");
+                    let backend = super::Backend::$kind().await;
+                    assert_eq!(backend.storage.kind, stringify!($kind));
                     super::$check(&backend.storage).await;
                     backend.remove().await;
                 }
@@ -764,6 +758,15 @@ async fn a_claimed_batch_keeps_other_relays_out(storage: &Storage) {
     .await;
 }
 
+/// What the spawned `tasks` returned, as a set (each must not panic).
+async fn joined(tasks: impl Iterator<Item = tokio::task::JoinHandle<i64>>) -> HashSet<i64> {
+    futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect()
+}
+
 async fn concurrent_writers_of_one_task_serialise(storage: &Storage) {
     let task = a_task(storage).await;
     const WRITERS: i32 = 12;
@@ -809,11 +812,7 @@ async fn concurrent_writers_of_one_task_serialise(storage: &Storage) {
                 .version
         })
     });
-    let versions: HashSet<i64> = futures::future::join_all(changes)
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let versions = joined(changes).await;
     assert_eq!(versions, (3..3 + WRITERS as i64).collect());
     let last = storage.tasks.get_task(task.id).await.unwrap();
     assert_eq!(last.version, 2 + WRITERS as i64);
@@ -830,11 +829,7 @@ async fn concurrent_writers_of_one_task_serialise(storage: &Storage) {
                 .position
         })
     });
-    let positions: HashSet<i64> = futures::future::join_all(adds)
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let positions = joined(adds).await;
     assert_eq!(positions, (2..2 + WRITERS as i64).collect());
     assert_eq!(
         storage.outbox.pending().await.unwrap(),

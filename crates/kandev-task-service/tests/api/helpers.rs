@@ -106,6 +106,42 @@ impl TestApp {
             .map(|r| r.into_inner())
     }
 
+    /// Applies `request` (a patch of the task) as given.
+    pub async fn update(
+        &mut self,
+        request: pb::UpdateTaskRequest,
+    ) -> Result<pb::Task, tonic::Status> {
+        self.client
+            .update_task(request)
+            .await
+            .map(|r| r.into_inner())
+    }
+
+    /// The board's tasks, only those in `states` unless it is empty.
+    pub async fn list_tasks(
+        &mut self,
+        board_id: &str,
+        states: &[pb::TaskState],
+    ) -> Result<Vec<pb::Task>, tonic::Status> {
+        let request = pb::ListTasksRequest {
+            board_id: board_id.into(),
+            states: states.iter().map(|s| *s as i32).collect(),
+            ..Default::default()
+        };
+        let list = self.client.list_tasks(request).await?;
+        Ok(list.into_inner().tasks)
+    }
+
+    /// The task's audit log, oldest first.
+    pub async fn history(&mut self, task_id: &str) -> Result<Vec<pb::TaskEvent>, tonic::Status> {
+        let request = pb::ListTaskEventsRequest {
+            task_id: task_id.into(),
+            ..Default::default()
+        };
+        let history = self.client.list_task_events(request).await?;
+        Ok(history.into_inner().events)
+    }
+
     pub async fn set_state(
         &mut self,
         id: &str,

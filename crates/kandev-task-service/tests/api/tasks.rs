@@ -25,8 +25,7 @@ async fn task_crud_and_history() {
     assert_eq!(got, task);
 
     let updated = app
-        .client
-        .update_task(pb::UpdateTaskRequest {
+        .update(pb::UpdateTaskRequest {
             id: task.id.clone(),
             title: Some("Fix login bug for email users".into()),
             priority: Some(7),
@@ -35,8 +34,7 @@ async fn task_crud_and_history() {
             ..Default::default()
         })
         .await
-        .unwrap()
-        .into_inner();
+        .unwrap();
     assert_eq!(updated.version, 2);
     assert_eq!(updated.priority, 7);
     assert_eq!(updated.description, "do the thing");
@@ -47,54 +45,36 @@ async fn task_crud_and_history() {
 
     // A no-op update changes nothing and records nothing.
     let same = app
-        .client
-        .update_task(pb::UpdateTaskRequest {
+        .update(pb::UpdateTaskRequest {
             id: task.id.clone(),
             priority: Some(7),
             ..Default::default()
         })
         .await
-        .unwrap()
-        .into_inner();
+        .unwrap();
     assert_eq!(same.version, 2);
 
     let cleared = app
-        .client
-        .update_task(pb::UpdateTaskRequest {
+        .update(pb::UpdateTaskRequest {
             id: task.id.clone(),
             clear_agent_type: true,
             ..Default::default()
         })
         .await
-        .unwrap()
-        .into_inner();
+        .unwrap();
     assert_eq!(cleared.agent_type, None);
 
-    let list = app
-        .client
-        .list_tasks(pb::ListTasksRequest {
-            board_id: board.id.clone(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(list.tasks.len(), 2);
+    let list = app.list_tasks(&board.id, &[]).await.unwrap();
+    assert_eq!(list.len(), 2);
     app.set_state(&second.id, pb::TaskState::InProgress)
         .await
         .unwrap();
     let todo = app
-        .client
-        .list_tasks(pb::ListTasksRequest {
-            board_id: board.id.clone(),
-            states: vec![pb::TaskState::Todo as i32],
-            ..Default::default()
-        })
+        .list_tasks(&board.id, &[pb::TaskState::Todo])
         .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(todo.tasks.len(), 1);
-    assert_eq!(todo.tasks[0].id, task.id);
+        .unwrap();
+    assert_eq!(todo.len(), 1);
+    assert_eq!(todo[0].id, task.id);
 
     app.client
         .delete_task(pb::DeleteTaskRequest {
@@ -108,18 +88,10 @@ async fn task_crud_and_history() {
     assert_eq!(err.code(), Code::NotFound);
 
     // The audit log outlives the task: created, 2 updates, deleted.
-    let history = app
-        .client
-        .list_task_events(pb::ListTaskEventsRequest {
-            task_id: task.id.clone(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let kinds: Vec<_> = history.events.iter().map(|e| e.kind.as_str()).collect();
+    let history = app.history(&task.id).await.unwrap();
+    let kinds: Vec<_> = history.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(kinds, ["created", "updated", "updated", "deleted"]);
-    let first_update = &history.events[1];
+    let first_update = &history[1];
     assert_eq!(first_update.actor, "bob");
     let old: serde_json::Value = serde_json::from_str(&first_update.old_value_json).unwrap();
     let new: serde_json::Value = serde_json::from_str(&first_update.new_value_json).unwrap();
@@ -300,16 +272,8 @@ async fn task_bad_input_writes_nothing() {
         assert_eq!(err.code(), code, "{name}: {}", err.message());
         assert!(!err.message().is_empty(), "{name}: a clear message");
     }
-    let list = app
-        .client
-        .list_tasks(pb::ListTasksRequest {
-            board_id: board.id.clone(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(list.tasks.is_empty(), "nothing half-written");
+    let list = app.list_tasks(&board.id, &[]).await.unwrap();
+    assert!(list.is_empty(), "nothing half-written");
 
     let task = app.task(&board.id, "valid").await;
     let bad_updates: Vec<(&str, pb::UpdateTaskRequest, Code)> = vec![
@@ -363,43 +327,19 @@ async fn task_bad_input_writes_nothing() {
         let err = app.client.update_task(request).await.unwrap_err();
         assert_eq!(err.code(), code, "{name}: {}", err.message());
     }
-    let err = app
-        .client
-        .change_task_state(pb::ChangeTaskStateRequest {
+    for state in [42, pb::TaskState::Unspecified as i32] {
+        let request = pb::ChangeTaskStateRequest {
             id: task.id.clone(),
-            state: 42,
+            state,
             ..Default::default()
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), Code::InvalidArgument);
-    let err = app
-        .client
-        .change_task_state(pb::ChangeTaskStateRequest {
-            id: task.id.clone(),
-            state: pb::TaskState::Unspecified as i32,
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), Code::InvalidArgument);
-    let err = app
-        .client
-        .list_tasks(pb::ListTasksRequest {
-            board_id: Uuid::new_v4().to_string(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+        };
+        let err = app.client.change_task_state(request).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "state {state}");
+    }
+    let unknown = Uuid::new_v4().to_string();
+    let err = app.list_tasks(&unknown, &[]).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
-    let err = app
-        .client
-        .list_task_events(pb::ListTaskEventsRequest {
-            task_id: Uuid::new_v4().to_string(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let err = app.history(&unknown).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
 
     let unchanged = app.get_task(&task.id).await.unwrap();

@@ -84,16 +84,8 @@ async fn state_change_moves_card_to_end_of_column_and_is_audited() {
         .into_inner();
     assert_eq!((b.position, a.position), (1, 2));
     assert!(a.metadata_json.contains("i-1"));
-    let history = app
-        .client
-        .list_task_events(pb::ListTaskEventsRequest {
-            task_id: a.id.clone(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let last = history.events.last().unwrap();
+    let history = app.history(&a.id).await.unwrap();
+    let last = history.last().unwrap();
     assert_eq!(last.kind, "state_changed");
     assert_eq!(last.actor, "orchestrator");
     assert_eq!(
