@@ -21,6 +21,7 @@
 
 mod items;
 mod pg;
+mod reads;
 mod sqlite;
 
 use std::sync::Arc;

@@ -12,7 +12,8 @@ use uuid::Uuid;
 
 use super::{
     CHUNK_COLUMNS, ChunkRow, FeedStore, Result, appended, chunk_starts, chunks, frames_of,
-    items::{self, FeedPage, ItemsTx, Row, RowTuple, sql},
+    items::{self, FeedPage, ItemsTx, Row, sql},
+    reads,
 };
 use crate::feed::Frame;
 
@@ -38,53 +39,19 @@ impl FeedStore for PgFeedStore {
         if before.is_none() {
             self.repair(task_id).await?;
         }
-        let heads: Vec<(i64, i64)> = sqlx::query_as(sql::PAGE_HEADS)
-            .bind(task_id)
-            .bind(before.unwrap_or(i64::MAX))
-            .bind(limit + 1)
-            .fetch_all(&self.pool)
-            .await?;
-        let Some((lo, hi, more)) = items::page_bounds(&heads, limit) else {
-            return Ok(FeedPage::default());
-        };
-        let rows: Vec<RowTuple> = sqlx::query_as(sql::PAGE_ROWS)
-            .bind(task_id)
-            .bind(lo)
-            .bind(hi)
-            .fetch_all(&self.pool)
-            .await?;
-        let rows = rows
-            .into_iter()
-            .map(|r| Row::read(task_id, r))
-            .collect::<Result<Vec<_>>>()?;
-        items::page(rows, more)
+        reads::page::<sqlx::Postgres>(&self.pool, task_id, before, limit).await
     }
 
     async fn moved_instances(&self) -> Result<Vec<Uuid>> {
-        sqlx::query_scalar("SELECT instance_id FROM moved_instances")
-            .fetch_all(&self.pool)
-            .await
+        reads::moved_instances::<sqlx::Postgres>(&self.pool).await
     }
 
     async fn last_seq(&self, task_id: Uuid) -> Result<i64> {
-        let last: Option<(i64,)> = sqlx::query_as(
-            "SELECT last_seq FROM feed_chunks WHERE task_id = $1 ORDER BY first_seq DESC LIMIT 1",
-        )
-        .bind(task_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(last.map_or(0, |(l,)| l))
+        reads::last_seq::<sqlx::Postgres>(&self.pool, task_id).await
     }
 
     async fn instance_last_seq(&self, instance_id: Uuid) -> Result<i64> {
-        let last: Option<(i64,)> = sqlx::query_as(
-            "SELECT first_instance_seq + (last_seq - first_seq) FROM feed_chunks
-             WHERE instance_id = $1 ORDER BY first_instance_seq DESC LIMIT 1",
-        )
-        .bind(instance_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(last.map_or(0, |(l,)| l))
+        reads::instance_last_seq::<sqlx::Postgres>(&self.pool, instance_id).await
     }
 
     async fn append(&self, frames: &[Arc<Frame>]) -> Result<()> {
