@@ -17,20 +17,7 @@ use crate::domain::{TaskError, TaskState};
 /// At most this many blockers per task.
 pub const MAX_BLOCKERS: usize = 100;
 
-/// One task a task waits for, as the task shows it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Blocker {
-    pub id: Uuid,
-    pub title: String,
-    pub state: TaskState,
-}
-
-impl Blocker {
-    /// Whether it still holds its task back.
-    pub fn holds(&self) -> bool {
-        self.state != TaskState::Completed
-    }
-}
+pub use crate::domain::Blocker;
 
 /// Why a task with these blockers is blocked, e.g. `waiting for 'build'
 /// (IN_PROGRESS); blocker 'lint' FAILED`; empty when it is not.

@@ -99,7 +99,7 @@ pub struct Task {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// The tasks it waits for (filled in by reads; empty in events).
-    pub blockers: Vec<crate::deps::Blocker>,
+    pub blockers: Vec<Blocker>,
     /// Its subtasks, oldest first (filled in by reads; empty in events).
     pub subtasks: Vec<Uuid>,
 }
@@ -352,6 +352,21 @@ impl Page {
         } else {
             String::new()
         }
+    }
+}
+
+/// One task a task waits for, as the task shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Blocker {
+    pub id: Uuid,
+    pub title: String,
+    pub state: TaskState,
+}
+
+impl Blocker {
+    /// Whether it still holds its task back.
+    pub fn holds(&self) -> bool {
+        self.state != TaskState::Completed
     }
 }
 

@@ -13,7 +13,7 @@ use super::{
     ChangeRecord, Diff, TaskRow, check_version,
     dialect::{Dialect, Stmt, execute, fetch_one, fetch_optional},
     now, queries as q,
-    tasks::{SqlTaskStore, Tx},
+    sql::{SqlTaskStore, Tx},
 };
 use crate::{
     deps::{Blocker, check_blockers, cycle_error, find_cycle},

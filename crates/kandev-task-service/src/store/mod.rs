@@ -25,6 +25,7 @@ mod deps;
 mod dialect;
 mod pg;
 mod queries;
+mod sql;
 mod sqlite;
 mod tasks;
 mod workflow;
@@ -41,8 +42,8 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 pub use pg::PgTaskStore;
+pub use sql::SqlTaskStore;
 pub use sqlite::SqliteTaskStore;
-pub use tasks::SqlTaskStore;
 
 use crate::{
     domain::{

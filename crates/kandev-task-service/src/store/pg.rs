@@ -16,7 +16,7 @@ use super::{
     OutboxBatch, OutboxEvent,
     dialect::{Dialect, Stmt},
     queries,
-    tasks::SqlTaskStore,
+    sql::SqlTaskStore,
 };
 
 /// The store on Postgres.

@@ -23,7 +23,7 @@ use super::{
     OutboxBatch, OutboxEvent,
     dialect::{Dialect, Stmt},
     queries,
-    tasks::SqlTaskStore,
+    sql::SqlTaskStore,
 };
 
 /// The store on SQLite.

@@ -13,15 +13,17 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sqlx::{Pool, Transaction};
-use tokio::sync::{Mutex, Notify};
+use sqlx::Pool;
+use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::{
     BoardRow, ChangeRecord, EventRow, OutboxBatch, OutboxStore, TaskRow, TaskStore, Update,
     check_version,
     dialect::{Dialect, Rows, Stmt, execute, fetch_one, fetch_optional, for_update},
-    new_task, now, queries as q, state_change,
+    new_task, now, queries as q,
+    sql::{SqlTaskStore, Tx},
+    state_change,
     workflow::{no_column, without_prompt},
 };
 use crate::{
@@ -31,36 +33,6 @@ use crate::{
     },
     workflow::{Column, WORKFLOW_ACTOR, column_of_state, default_columns},
 };
-
-/// Boards, tasks, their history and outbox in database `D`. `outbox_wake`
-/// is poked after every commit that wrote an event, so the relay publishes
-/// without waiting for its next poll; `relay` is this process's claim on
-/// the outbox.
-pub struct SqlTaskStore<D: Dialect> {
-    pool: Pool<D>,
-    outbox_wake: Arc<Notify>,
-    relay: Arc<Mutex<()>>,
-}
-
-impl<D: Dialect> Clone for SqlTaskStore<D> {
-    fn clone(&self) -> Self {
-        SqlTaskStore {
-            pool: self.pool.clone(),
-            outbox_wake: self.outbox_wake.clone(),
-            relay: self.relay.clone(),
-        }
-    }
-}
-
-impl<D: Dialect> std::fmt::Debug for SqlTaskStore<D> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqlTaskStore")
-            .field("database", &D::NAME)
-            .finish_non_exhaustive()
-    }
-}
-
-pub(super) type Tx<D> = Transaction<'static, D>;
 
 /// Binds the fields a patch may change, last, in the order
 /// [`q::INSERT_TASK`] and [`q::UPDATE_TASK`] number them.

@@ -11,7 +11,7 @@ use super::{
     ChangeRecord, TaskRow,
     dialect::{Dialect, Stmt, execute, fetch_one, fetch_optional, for_update},
     diff, now, queries as q, snapshot,
-    tasks::{SqlTaskStore, Tx},
+    sql::{SqlTaskStore, Tx},
 };
 use crate::{
     domain::{Result, StateChange, Task, TaskError, TaskState, parse_state},
