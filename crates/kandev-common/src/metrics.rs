@@ -393,26 +393,51 @@ impl Sample {
     }
 }
 
-/// The metric names a crate's `metric_names.rs` (its `source`) declares
-/// (`pub const X: &str = "name";`) that `docs` (the operators' page,
-/// `docs/operations.md`) has no table row for: each crate's test that
-/// every metric it records is documented.
-pub fn undocumented<'a>(source: &'a str, docs: &str) -> Vec<&'a str> {
-    source
-        .lines()
-        .filter_map(|line| {
-            let line = line.trim();
-            line.strip_prefix("pub const ")?;
-            let (_, value) = line.split_once(": &str = \"")?;
-            value.strip_suffix("\";")
-        })
-        .filter(|name| !docs.contains(&format!("| `{name}` |")))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The metric names a crate's `metric_names.rs` (its `source`)
+    /// declares (`pub const X: &str = "name";`) that `docs` has no table
+    /// row for.
+    fn undocumented<'a>(source: &'a str, docs: &str) -> Vec<&'a str> {
+        source
+            .lines()
+            .filter_map(|line| {
+                let line = line.trim();
+                line.strip_prefix("pub const ")?;
+                let (_, value) = line.split_once(": &str = \"")?;
+                value.strip_suffix("\";")
+            })
+            .filter(|name| !docs.contains(&format!("| `{name}` |")))
+            .collect()
+    }
+
+    /// Every metric a crate names in its `metric_names.rs` has a row in
+    /// the operators' page.
+    #[test]
+    fn every_metric_is_documented_for_operators() {
+        let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let docs = std::fs::read_to_string(crates.join("../docs/operations.md")).unwrap();
+        let mut read = 0;
+        for entry in std::fs::read_dir(&crates).unwrap() {
+            let path = entry.unwrap().path().join("src/metric_names.rs");
+            let Ok(source) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            read += 1;
+            let missing = undocumented(&source, &docs);
+            assert!(
+                missing.is_empty(),
+                "{}: not in docs/operations.md: {missing:?}",
+                path.display()
+            );
+        }
+        assert!(
+            read >= 5,
+            "every service's metric_names.rs was read ({read})"
+        );
+    }
 
     #[test]
     fn a_metric_without_a_table_row_is_undocumented() {

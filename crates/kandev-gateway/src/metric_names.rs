@@ -24,13 +24,3 @@ pub fn describe() {
         "Clients too slow to keep up with their feed, closed with code 1008"
     );
 }
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn every_metric_is_documented_for_operators() {
-        let docs = include_str!("../../../docs/operations.md");
-        let missing = kandev_common::metrics::undocumented(include_str!("metric_names.rs"), docs);
-        assert!(missing.is_empty(), "not in docs/operations.md: {missing:?}");
-    }
-}

@@ -71,13 +71,3 @@ pub fn describe() {
         "CI statuses a forge sent that Kandev does not know, by forge"
     );
 }
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn every_metric_is_documented_for_operators() {
-        let docs = include_str!("../../../docs/operations.md");
-        let missing = kandev_common::metrics::undocumented(include_str!("metric_names.rs"), docs);
-        assert!(missing.is_empty(), "not in docs/operations.md: {missing:?}");
-    }
-}
