@@ -109,29 +109,33 @@ impl Committer {
                 return;
             }
         };
+        // Kept in memory as they are (moved, not copied), then announced;
+        // the publishers are answered once consumers can read them.
         let mut newest = 0;
+        let mut answers = Vec::with_capacity(group.len());
         {
             let mut recent = lock(&self.recent);
-            for (p, seq) in group.iter().zip(&stored) {
-                if let Some(seq) = *seq {
+            for (p, seq) in group.into_iter().zip(stored) {
+                if let Some(seq) = seq {
                     newest = newest.max(seq);
                     recent.keep(
                         p.stream,
                         Stored {
                             seq,
-                            subject: p.subject.clone(),
-                            headers: p.headers.clone(),
-                            payload: p.payload.clone(),
+                            subject: p.subject,
+                            headers: p.headers,
+                            payload: p.payload,
                         },
                     );
                 }
+                answers.push(p.done);
             }
         }
         if newest > 0 {
             self.stored.send_replace(newest);
         }
-        for p in group {
-            let _ = p.done.send(Ok(()));
+        for done in answers {
+            let _ = done.send(Ok(()));
         }
     }
 
