@@ -35,7 +35,7 @@ use crate::{
     domain::{AgentError, Result},
     git::Repo,
     mirror,
-    workspace::TaskPaths,
+    paths::TaskPaths,
 };
 
 mod excludes;

@@ -1,13 +1,6 @@
-//! What a run's container is given: its environment and credential mounts,
-//! and each user's own secrets for it.
-//!
-//! A variable a type lists (required or optional env) takes its value from,
-//! in order: the launch request, the user's stored secrets, the operator's
-//! `KANDEV_AGENT_ENV__*` configuration, and, only for types an admin opted in
-//! with `host_credentials`, the host's own tokens. The operator's files
-//! (`~/.ssh`, `~/.gitconfig`, `~/.git-credentials`) are mounted only for
-//! opted-in types too: nobody's agent gets the operator's identity by
-//! default.
+//! Each user's own secrets for their agents' runs: stored sealed, opened
+//! only to build a run's container ([`crate::container`]) or for a call
+//! made on the user's behalf.
 //!
 //! Users' secrets are stored encrypted with AES-256-GCM under a key derived
 //! (HKDF-SHA256) from `KANDEV_SECRETS_KEY`; the user and the name are bound
@@ -15,14 +8,13 @@
 //! open. Values are decrypted only to build a container's environment and
 //! never leave the service otherwise.
 
-use std::{collections::BTreeMap, path::Path};
+use std::collections::BTreeMap;
 
 use ring::{aead, hkdf, rand::SecureRandom as _};
 use secrecy::{ExposeSecret as _, SecretString};
 
 use crate::{
-    config::Settings,
-    domain::{AgentError, AgentType, Result, invalid},
+    domain::{AgentError, Result, invalid},
     store::Store,
 };
 
@@ -215,90 +207,6 @@ impl UserSecrets {
     }
 }
 
-/// `KEY=VALUE` for a container: each variable the type lists, from the
-/// first source that has it (see the module's documentation), then the
-/// request's own variables. A required variable with no value is an error
-/// that names it.
-pub fn container_env(
-    settings: &Settings,
-    agent_type: &AgentType,
-    request_env: &BTreeMap<String, String>,
-    user_env: &BTreeMap<String, SecretString>,
-) -> Result<Vec<String>> {
-    let lookup = |name: &str| -> Option<String> {
-        let configured = || {
-            settings
-                .agent_env_value(name)
-                .or_else(|| {
-                    agent_type
-                        .host_credentials
-                        .then(|| settings.host_env_value(name))
-                        .flatten()
-                })
-                .map(|s| s.expose_secret().to_string())
-        };
-        let nonempty = |v: &String| !v.is_empty();
-        request_env
-            .get(name)
-            .cloned()
-            .filter(nonempty)
-            .or_else(|| {
-                user_env
-                    .get(name)
-                    .map(|s| s.expose_secret().to_string())
-                    .filter(nonempty)
-            })
-            .or_else(|| configured().filter(nonempty))
-    };
-    let mut env = BTreeMap::new();
-    for name in &agent_type.required_env {
-        let value = lookup(name).ok_or_else(|| {
-            AgentError::FailedPrecondition(format!(
-                "agent type {:?} requires the environment variable {name}: set it as one of \
-                 your secrets, or ask the operator to configure it",
-                agent_type.id
-            ))
-        })?;
-        env.insert(name.clone(), value);
-    }
-    for name in &agent_type.optional_env {
-        if let Some(value) = lookup(name) {
-            env.insert(name.clone(), value);
-        }
-    }
-    for (k, v) in request_env {
-        env.entry(k.clone()).or_insert_with(|| v.clone());
-    }
-    Ok(env.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
-}
-
-/// Read-only binds of the operator's credential files, for types an admin
-/// opted in to them; files that do not exist are skipped.
-pub fn credential_binds(settings: &Settings, agent_type: &AgentType) -> Vec<String> {
-    if !agent_type.host_credentials || settings.credentials_home.is_empty() {
-        return vec![];
-    }
-    let home = Path::new(&settings.credentials_home);
-    let mounts = agent_type.credential_mounts;
-    [
-        (mounts.ssh, ".ssh"),
-        (mounts.gitconfig, ".gitconfig"),
-        (mounts.git_credentials, ".git-credentials"),
-    ]
-    .into_iter()
-    .filter(|(wanted, _)| *wanted)
-    .map(|(_, name)| (home.join(name), name))
-    .filter(|(source, _)| source.exists())
-    .map(|(source, name)| {
-        format!(
-            "{}:{}/{name}:ro",
-            source.display(),
-            settings.container_home.trim_end_matches('/')
-        )
-    })
-    .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -362,94 +270,5 @@ mod tests {
         assert!(check_value("a\0b").is_err());
         assert!(check_value(&"v".repeat(MAX_SECRET_BYTES + 1)).is_err());
         check_value(&"v".repeat(MAX_SECRET_BYTES)).unwrap();
-    }
-
-    fn agent_type(host_credentials: bool) -> AgentType {
-        AgentType {
-            id: "t".into(),
-            name: "t".into(),
-            description: String::new(),
-            image: "i".into(),
-            command: vec![],
-            working_dir: "/workspace".into(),
-            memory_mb: 64,
-            cpu_cores: 1.0,
-            pids_limit: 10,
-            timeout_seconds: 10,
-            capabilities: vec![],
-            required_env: vec!["API_KEY".into()],
-            optional_env: vec!["GITHUB_TOKEN".into(), "EXTRA".into()],
-            credential_mounts: crate::domain::CredentialMounts {
-                ssh: true,
-                gitconfig: true,
-                git_credentials: true,
-            },
-            network_mode: "none".into(),
-            permission_policy: crate::domain::PermissionPolicyKind::AutoApprove,
-            enabled: true,
-            home_volume: String::new(),
-            state_paths: vec![],
-            internal: false,
-            host_credentials,
-        }
-    }
-
-    #[test]
-    fn the_environment_takes_the_request_then_the_user_then_the_operator() {
-        let mut settings = Settings::default();
-        settings
-            .agent_env
-            .insert("API_KEY".into(), key("operator-api-key"));
-        settings
-            .host_env
-            .insert("GITHUB_TOKEN".into(), key("operator-github"));
-        let none = BTreeMap::new();
-        let nobody = BTreeMap::new();
-        let shared = container_env(&settings, &agent_type(false), &none, &nobody).unwrap();
-        // The operator's configured key is shared; the host's token is not.
-        assert_eq!(shared, vec!["API_KEY=operator-api-key"]);
-        let opted_in = container_env(&settings, &agent_type(true), &none, &nobody).unwrap();
-        assert_eq!(
-            opted_in,
-            vec!["API_KEY=operator-api-key", "GITHUB_TOKEN=operator-github"]
-        );
-        let user = BTreeMap::from([
-            ("API_KEY".to_string(), key("user-api-key")),
-            ("GITHUB_TOKEN".to_string(), key("user-github")),
-            ("UNLISTED".to_string(), key("never-given")),
-        ]);
-        let own = container_env(&settings, &agent_type(true), &none, &user).unwrap();
-        assert_eq!(
-            own,
-            vec!["API_KEY=user-api-key", "GITHUB_TOKEN=user-github"]
-        );
-        let request = BTreeMap::from([("API_KEY".to_string(), "from-request".to_string())]);
-        let asked = container_env(&settings, &agent_type(false), &request, &user).unwrap();
-        assert_eq!(
-            asked,
-            vec!["API_KEY=from-request", "GITHUB_TOKEN=user-github"]
-        );
-        settings.agent_env.clear();
-        let err = container_env(&settings, &agent_type(false), &none, &nobody).unwrap_err();
-        assert!(err.to_string().contains("API_KEY"), "{err}");
-    }
-
-    #[test]
-    fn the_operators_files_are_mounted_only_for_opted_in_types() {
-        let home = tempfile::tempdir().unwrap();
-        std::fs::create_dir(home.path().join(".ssh")).unwrap();
-        std::fs::write(home.path().join(".gitconfig"), "").unwrap();
-        let settings = Settings {
-            credentials_home: home.path().display().to_string(),
-            ..Settings::default()
-        };
-        assert!(credential_binds(&settings, &agent_type(false)).is_empty());
-        let binds = credential_binds(&settings, &agent_type(true));
-        assert_eq!(binds.len(), 2, "{binds:?}");
-        assert!(binds[0].ends_with(":/home/agent/.ssh:ro"), "{binds:?}");
-        assert!(
-            binds[1].ends_with(":/home/agent/.gitconfig:ro"),
-            "{binds:?}"
-        );
     }
 }

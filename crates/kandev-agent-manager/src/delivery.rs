@@ -86,10 +86,10 @@ pub async fn deliver(
         if let Err(reason) = push_ref(&pusher, &url, &protocols, refspec).await? {
             return Err(AgentError::FailedPrecondition(format!(
                 "pushing {branch} to {} was refused: {reason}",
-                crate::workspace::redact_url(&url),
+                crate::repository::redact_url(&url),
             )));
         }
-        pushed_to = Some(crate::workspace::redact_url(&url));
+        pushed_to = Some(crate::repository::redact_url(&url));
         if how == Ship::Merge {
             merge_into_base(&pusher, &url, &protocols, &branch, &base_branch, author).await?;
         }
@@ -176,7 +176,7 @@ async fn push_ref(
         .map(str::to_string)
         .or_else(|| crate::git::failure_line(&stderr).map(str::to_string))
         .unwrap_or_else(|| "git push failed".into())
-        .replace(url, &crate::workspace::redact_url(url));
+        .replace(url, &crate::repository::redact_url(url));
     Ok(Err(reason))
 }
 
@@ -242,7 +242,7 @@ async fn merge_into_base(
             "the clone has no recorded base branch to merge into".into(),
         ));
     }
-    let redacted = crate::workspace::redact_url(url);
+    let redacted = crate::repository::redact_url(url);
     let mut fetch = crate::repository::protocol_args(protocols);
     fetch.extend([
         "fetch".into(),

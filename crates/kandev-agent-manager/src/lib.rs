@@ -15,22 +15,26 @@
 //! - [`exec`]: `terminal/*` as `docker exec` in the agent's container.
 //! - [`workspace`]: a task's clone: Kandev's own repository under
 //!   `<workspaces_root>/.kandev/<task_id>` and the agent's copy at
-//!   `<workspaces_root>/<task_id>`, or an allowed host directory;
-//!   [`repository`]: which repository URLs may be cloned; [`preflight`]:
+//!   `<workspaces_root>/<task_id>`, or an allowed host directory, and a
+//!   follow-up's workspace; [`paths`]: where those two repositories live;
+//!   [`repository`]: which repository URLs may be cloned, and URLs
+//!   redacted for messages; [`preflight`]:
 //!   whether a task may use its repository, asked before it is taken.
 //! - [`mirror`]: copying the agent's work tree into Kandev's own without
 //!   following or interpreting anything the agent wrote.
 //! - [`git`]: git on the host, only ever in Kandev's own repository;
 //!   [`changes`]: a task's branch and its changes against the base;
-//!   [`delivery`]: committing and pushing them; [`reclone`]: a delivered
-//!   task's clone made again from its pushed branch for a follow-up.
+//!   [`delivery`]: committing and pushing them; [`reclone`]: what a
+//!   delivered task's repository recorded, to clone it again on its pushed
+//!   branch for a follow-up.
 //! - [`runner`]: one prompt turn in one container, and the event pipeline.
 //! - [`manager`]: the domain API ([`AgentManager`]) and reconciliation.
 //! - [`grpc`]: the thin tonic adapter.
 //! - [`announce`]: announcing this manager (load, capacity, images) to the
 //!   orchestrators' pool on NATS.
-//! - [`credentials`]: what a run's container is given: its environment and
-//!   credential mounts, and each user's own secrets for it.
+//! - [`container`]: the container a turn runs in, built in one place (its
+//!   environment for the run's user, profile, mounts, home volume, limits);
+//!   [`credentials`]: each user's own secrets, stored sealed.
 //! - [`profiles`]: agent profiles (model, mode, instructions, secrets' env,
 //!   MCP servers) chosen per task.
 //! - [`startup`]: `build(settings)` then `run_until_stopped(shutdown)`.
@@ -40,6 +44,7 @@
 pub mod announce;
 pub mod changes;
 pub mod config;
+pub mod container;
 pub mod credentials;
 pub mod delivery;
 pub mod docker;
@@ -51,6 +56,7 @@ pub mod images;
 pub mod manager;
 pub mod metric_names;
 pub mod mirror;
+pub mod paths;
 pub mod preflight;
 pub mod profiles;
 pub mod reclone;

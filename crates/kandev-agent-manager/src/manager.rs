@@ -3,7 +3,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    path::Path,
+    path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -21,17 +21,14 @@ mod recovery;
 use crate::{
     changes,
     config::{Settings, WorkspacePolicy},
-    credentials::{self, UserSecrets},
-    docker::{
-        ContainerSpec, Docker, HomeVolume, LABEL_HOME, LABEL_INSTANCE, LABEL_MANAGER, LABEL_TASK,
-        LABEL_TURN, LABEL_TYPE,
-    },
+    container::{self, RunEnv, RunFor},
+    credentials::UserSecrets,
+    docker::Docker,
     domain::{
-        AgentError, AgentInstance, AgentType, InstanceStatus, LogLine, Result, env_name_ok,
-        home_volume_name, invalid,
+        AgentError, AgentInstance, AgentType, InstanceStatus, LogLine, Result, env_name_ok, invalid,
     },
     images::{BuildSettings, ImageBuilder, ImageStatus},
-    runner::{self, CONTAINER_WORKSPACE, RunHandle, Shared, TurnSpec},
+    runner::{self, RunHandle, Shared, TurnSpec},
     store::{LaunchFields, Outcome, Store},
     workspace::{self, Prepared, PreparedWorkspace, WorkspaceSource},
 };
@@ -74,6 +71,50 @@ impl std::fmt::Debug for LaunchRequest {
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
+}
+
+impl LaunchRequest {
+    /// Checks the request and fills in what the seed lets it leave out:
+    /// the prompt from `env.TASK_DESCRIPTION`, the session to resume from
+    /// `env.AUGGIE_SESSION_ID`.
+    fn complete(&mut self) -> Result<()> {
+        if self.agent_type.trim().is_empty() {
+            return Err(invalid("agent_type is required"));
+        }
+        if self.prompt.trim().is_empty() {
+            self.prompt = self.env.get(TASK_DESCRIPTION).cloned().unwrap_or_default();
+        }
+        if self.prompt.trim().is_empty() {
+            return Err(invalid(format!(
+                "prompt (or env.{TASK_DESCRIPTION}) is required"
+            )));
+        }
+        // The seed's resumption: `env.AUGGIE_SESSION_ID` continues that
+        // session (through `session/load`) unless the request names one.
+        if self.resume_session_id.is_none() {
+            self.resume_session_id = self
+                .env
+                .get(AUGGIE_SESSION_ID)
+                .filter(|id| !id.trim().is_empty())
+                .cloned();
+        }
+        if let Some(bad) = self.env.keys().find(|k| !env_name_ok(k)) {
+            return Err(invalid(format!(
+                "{bad:?} is not an environment variable name"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A turn about to start: its type, its run's environment and profile,
+/// and what it sends.
+#[derive(Debug)]
+struct NextTurn {
+    agent_type: AgentType,
+    run_env: RunEnv,
+    prompt: String,
+    resume_session: Option<String>,
 }
 
 /// The service; cheap to clone.
@@ -222,46 +263,13 @@ impl AgentManager {
     ///
     /// Without a prompt, the first turn is the task as the seed gives it to
     /// the agent: `env.TASK_DESCRIPTION`.
+    #[tracing::instrument(skip_all, fields(task_id = %request.task_id, agent_type = %request.agent_type))]
     pub async fn launch(&self, mut request: LaunchRequest) -> Result<AgentInstance> {
-        if request.agent_type.trim().is_empty() {
-            return Err(invalid("agent_type is required"));
-        }
-        if request.prompt.trim().is_empty() {
-            request.prompt = request
-                .env
-                .get(TASK_DESCRIPTION)
-                .cloned()
-                .unwrap_or_default();
-        }
-        if request.prompt.trim().is_empty() {
-            return Err(invalid(format!(
-                "prompt (or env.{TASK_DESCRIPTION}) is required"
-            )));
-        }
-        // The seed's resumption: `env.AUGGIE_SESSION_ID` continues that
-        // session (through `session/load`) unless the request names one.
-        if request.resume_session_id.is_none() {
-            request.resume_session_id = request
-                .env
-                .get(AUGGIE_SESSION_ID)
-                .filter(|id| !id.trim().is_empty())
-                .cloned();
-        }
+        request.complete()?;
         if request.fill_diff {
             request.prompt = self.with_diff(request.task_id, &request.prompt).await;
         }
-        if let Some(bad) = request.env.keys().find(|k| !env_name_ok(k)) {
-            return Err(invalid(format!(
-                "{bad:?} is not an environment variable name"
-            )));
-        }
-        let capacity = self.settings().max_instances;
-        if capacity > 0 && self.store().count_active().await? >= i64::from(capacity) {
-            return Err(AgentError::Unavailable(format!(
-                "agent manager {} is at its capacity of {capacity} instances",
-                self.settings().manager_id
-            )));
-        }
+        self.check_capacity().await?;
         let instance = self
             .store()
             .create_instance(
@@ -275,49 +283,50 @@ impl AgentManager {
                 },
             )
             .await?;
-        let (agent_type, workspace, build) = match self.prepare(&request).await {
-            Ok(prepared) => prepared,
+        let request_env = request.env.clone();
+        let work = match self.prepare(request).await {
+            Ok(work) => work,
             Err(err) => {
                 self.fail_early(&instance, &err).await;
                 return Err(err);
             }
         };
-        lock(&self.inner.envs).insert(instance.id, request.env.clone());
-        match (workspace, build) {
-            (Prepared::Ready(ready), false) => {
+        // Kept for the follow-up turns' environment.
+        lock(&self.inner.envs).insert(instance.id, request_env);
+        match work.workspace {
+            Prepared::Ready(ready) if !work.build_image => {
                 if let Err(err) = self.set_workspace(&instance, &ready).await {
                     self.fail_early(&instance, &err).await;
                     return Err(err);
                 }
-                self.start_turn(
-                    instance.id,
-                    agent_type,
-                    ready.host_path,
-                    request.prompt,
-                    request.resume_session_id,
-                )
-                .await
+                self.start_turn(instance.id, work.turn, ready.host_path)
+                    .await
             }
-            (workspace, build_image) => {
+            _ => {
                 // A clone or an image build can take long: answer now, with
                 // the instance `pending`; its end (or failure) is published
                 // as usual.
                 let this = self.clone();
                 let pending = instance.clone();
-                let work = preparing::Work {
-                    workspace,
-                    build_image,
-                };
                 self.inner.tasks.spawn(
-                    async move {
-                        this.prepare_then_start(pending, agent_type, work, request)
-                            .await;
-                    }
-                    .instrument(tracing::info_span!("prepare", instance = %instance.id)),
+                    async move { this.prepare_then_start(pending, work).await }
+                        .instrument(tracing::info_span!("prepare", instance = %instance.id)),
                 );
                 Ok(instance)
             }
         }
+    }
+
+    /// Refuses a launch beyond the manager's capacity.
+    async fn check_capacity(&self) -> Result<()> {
+        let capacity = self.settings().max_instances;
+        if capacity > 0 && self.store().count_active().await? >= i64::from(capacity) {
+            return Err(AgentError::Unavailable(format!(
+                "agent manager {} is at its capacity of {capacity} instances",
+                self.settings().manager_id
+            )));
+        }
+        Ok(())
     }
 
     /// `prompt` with each `{diff}` replaced by the task's changes so far,
@@ -355,9 +364,10 @@ impl AgentManager {
             .await
     }
 
-    /// Checks type, env, image and workspace; a clone and an image build
-    /// (`true`: the image is built from its recipe) are left to run.
-    async fn prepare(&self, request: &LaunchRequest) -> Result<(AgentType, Prepared, bool)> {
+    /// Checks the type, builds the run's environment (the user's secrets
+    /// and profile), checks the image and starts on the workspace; a clone
+    /// and an image build are left to run.
+    async fn prepare(&self, request: LaunchRequest) -> Result<preparing::Work> {
         let agent_type = match self.store().get_type(&request.agent_type).await {
             Ok(t) => t,
             Err(AgentError::NotFound(_)) => {
@@ -374,21 +384,34 @@ impl AgentManager {
                 agent_type.id
             )));
         }
-        self.container_env(&agent_type, &request.env, &request.home_scope)
+        let run_env = self
+            .run_env(RunFor {
+                agent_type: &agent_type,
+                request_env: &request.env,
+                metadata: &request.metadata,
+                scope: &request.home_scope,
+            })
             .await?;
-        self.resolve_profile(&request.metadata, &request.home_scope, &agent_type.id)
-            .await?;
-        let build = self.inner.images.needs_build(&agent_type.image).await;
-        if !build {
+        let build_image = self.inner.images.needs_build(&agent_type.image).await;
+        if !build_image {
             self.inner
                 .shared
                 .docker
                 .ensure_image(&agent_type.image, self.settings().pull_images)
                 .await?;
         }
-        let prepared =
-            workspace::prepare(self.settings(), request.task_id, request.workspace.clone()).await?;
-        Ok((agent_type, prepared, build))
+        let workspace =
+            workspace::prepare(self.settings(), request.task_id, request.workspace).await?;
+        Ok(preparing::Work {
+            workspace,
+            build_image,
+            turn: NextTurn {
+                agent_type,
+                run_env,
+                prompt: request.prompt,
+                resume_session: request.resume_session_id,
+            },
+        })
     }
 
     /// Ends an instance that failed before its agent ran, publishing
@@ -424,97 +447,35 @@ impl AgentManager {
         .await;
     }
 
-    /// `KEY=VALUE` for a container of the type, for the user the run is
-    /// for ([`credentials::container_env`]).
-    async fn container_env(
-        &self,
-        agent_type: &AgentType,
-        request_env: &BTreeMap<String, String>,
-        scope: &str,
-    ) -> Result<Vec<String>> {
-        let user_env = self.inner.secrets.env_for(scope).await?;
-        credentials::container_env(self.settings(), agent_type, request_env, &user_env)
+    /// The environment and profile of a run ([`container::run_env`]).
+    async fn run_env(&self, run: RunFor<'_>) -> Result<RunEnv> {
+        container::run_env(&self.inner.secrets, &self.profiles(), self.settings(), run).await
     }
 
-    /// The task's agent profile for a run of `scope` (see
-    /// [`crate::profiles::Profiles::for_launch`]), its secrets opened.
-    async fn resolve_profile(
-        &self,
-        metadata: &serde_json::Map<String, serde_json::Value>,
-        scope: &str,
-        agent_type: &str,
-    ) -> Result<Option<Arc<crate::profiles::ResolvedProfile>>> {
-        let profiles = self.profiles();
-        let Some(profile) = profiles.for_launch(metadata, scope, agent_type).await? else {
-            return Ok(None);
-        };
-        let secrets = self.inner.secrets.env_for(scope).await?;
-        let resolved = crate::profiles::resolve::resolve(&profile, &secrets)?;
-        tracing::info!(profile = ?resolved, "the run uses an agent profile");
-        Ok(Some(Arc::new(resolved)))
-    }
-
-    fn container_spec(
-        &self,
-        instance: &AgentInstance,
-        agent_type: &AgentType,
-        host_path: &Path,
-        env: Vec<String>,
-    ) -> ContainerSpec {
-        let settings = self.settings();
-        // Checked when the settings were loaded; a bad value never runs as
-        // root either way.
-        let (uid, gid) = settings.agent_owner().unwrap_or((1000, 1000));
-        let mut binds = vec![format!("{}:{CONTAINER_WORKSPACE}:rw", host_path.display())];
-        binds.extend(credentials::credential_binds(settings, agent_type));
-        let home = (!agent_type.home_volume.is_empty()).then(|| HomeVolume {
-            name: home_volume_name(&agent_type.id, &instance.home_scope),
-            target: agent_type.home_volume.trim_end_matches('/').to_string(),
-            labels: HashMap::from([(LABEL_HOME.to_string(), agent_type.id.clone())]),
-        });
-        let labels = HashMap::from([
-            (LABEL_TASK.to_string(), instance.task_id.to_string()),
-            (LABEL_INSTANCE.to_string(), instance.id.to_string()),
-            (LABEL_TYPE.to_string(), agent_type.id.clone()),
-            (LABEL_MANAGER.to_string(), settings.manager_id.clone()),
-            (LABEL_TURN.to_string(), instance.turns.to_string()),
-        ]);
-        ContainerSpec {
-            name: format!("kandev-{}-{}", instance.id, instance.turns),
-            image: agent_type.image.clone(),
-            command: agent_type.command.clone(),
-            working_dir: agent_type.working_dir.clone(),
-            user: format!("{uid}:{gid}"),
-            env,
-            binds,
-            home,
-            labels,
-            memory_bytes: agent_type.memory_mb.saturating_mul(1024 * 1024),
-            nano_cpus: (agent_type.cpu_cores * 1e9) as i64,
-            pids_limit: agent_type.pids_limit,
-            network_mode: agent_type.network_mode.clone(),
+    /// Registers a run for the instance: `None` when one is registered.
+    fn register_run(&self, instance_id: Uuid) -> Option<Arc<RunHandle>> {
+        let mut runs = lock(&self.inner.runs);
+        if runs.contains_key(&instance_id) {
+            return None;
         }
+        let handle = Arc::new(RunHandle::default());
+        runs.insert(instance_id, handle.clone());
+        Some(handle)
     }
 
-    /// Registers a run for the instance and spawns it.
+    /// Starts the instance's next turn in `workspace`, in a container built
+    /// from `turn` ([`container::spec`]), and spawns it.
     async fn start_turn(
         &self,
         instance_id: Uuid,
-        agent_type: AgentType,
-        host_path: std::path::PathBuf,
-        prompt: String,
-        resume_session: Option<String>,
+        turn: NextTurn,
+        workspace: PathBuf,
     ) -> Result<AgentInstance> {
-        let handle = Arc::new(RunHandle::default());
-        {
-            let mut runs = lock(&self.inner.runs);
-            if runs.contains_key(&instance_id) {
-                return Err(AgentError::FailedPrecondition(
-                    "a turn is already running for this instance".into(),
-                ));
-            }
-            runs.insert(instance_id, handle.clone());
-        }
+        let Some(handle) = self.register_run(instance_id) else {
+            return Err(AgentError::FailedPrecondition(
+                "a turn is already running for this instance".into(),
+            ));
+        };
         let instance = match self.store().begin_turn(instance_id).await {
             Ok(i) => i,
             Err(e) => {
@@ -522,44 +483,35 @@ impl AgentManager {
                 return Err(e);
             }
         };
-        let request_env = lock(&self.inner.envs)
-            .get(&instance_id)
-            .cloned()
-            .unwrap_or_default();
-        let prepared = match self
-            .container_env(&agent_type, &request_env, &instance.home_scope)
-            .await
-        {
-            Ok(env) => self
-                .resolve_profile(&instance.metadata, &instance.home_scope, &agent_type.id)
-                .await
-                .map(|profile| (env, profile)),
-            Err(e) => Err(e),
-        };
-        let (env, profile) = match prepared {
-            Ok((env, profile)) => (with_profile_env(env, profile.as_deref()), profile),
-            Err(e) => {
-                lock(&self.inner.runs).remove(&instance_id);
-                self.fail_early(&instance, &e).await;
-                return Err(e);
-            }
-        };
         let root = Path::new(&self.settings().workspaces_root);
         if let Err(e) =
-            crate::changes::exclude_state(root, instance.task_id, &agent_type.state_paths).await
+            crate::changes::exclude_state(root, instance.task_id, &turn.agent_type.state_paths)
+                .await
         {
             tracing::warn!(task = %instance.task_id, error = %e, "cannot declare the agent's state paths");
         }
-        let container = self.container_spec(&instance, &agent_type, &host_path, env);
+        let NextTurn {
+            agent_type,
+            run_env,
+            prompt,
+            resume_session,
+        } = turn;
+        let container = container::spec(
+            self.settings(),
+            &instance,
+            &agent_type,
+            &workspace,
+            run_env.env,
+        );
         let spec = TurnSpec {
             instance: instance.clone(),
             agent_type,
             container,
-            workspace: host_path,
+            workspace,
             prompt,
             resume_session,
             reattach: None,
-            profile,
+            profile: run_env.profile,
         };
         self.spawn_turn(&instance, spec, handle);
         Ok(instance)
@@ -637,15 +589,23 @@ impl AgentManager {
             ));
         }
         let agent_type = self.store().get_type(&instance.agent_type).await?;
-        let workspace = crate::reclone::workspace_for_turn(self.settings(), &instance).await?;
-        self.start_turn(
-            id,
+        let workspace = workspace::workspace_for_turn(self.settings(), &instance).await?;
+        let request_env = lock(&self.inner.envs).get(&id).cloned().unwrap_or_default();
+        let run_env = self
+            .run_env(RunFor {
+                agent_type: &agent_type,
+                request_env: &request_env,
+                metadata: &instance.metadata,
+                scope: &instance.home_scope,
+            })
+            .await?;
+        let turn = NextTurn {
             agent_type,
-            workspace,
+            run_env,
             prompt,
-            Some(instance.acp_session_id.clone()),
-        )
-        .await
+            resume_session: Some(instance.acp_session_id.clone()),
+        };
+        self.start_turn(id, turn, workspace).await
     }
 
     fn run(&self, id: Uuid) -> Option<Arc<RunHandle>> {
@@ -746,23 +706,4 @@ impl AgentManager {
             ))),
         }
     }
-}
-
-/// The container's environment with the profile's variables added (a
-/// variable the type or the request already sets keeps its value).
-fn with_profile_env(
-    mut env: Vec<String>,
-    profile: Option<&crate::profiles::ResolvedProfile>,
-) -> Vec<String> {
-    let Some(profile) = profile else { return env };
-    let name = |pair: &String| pair.split_once('=').map(|(n, _)| n.to_string());
-    let set: std::collections::BTreeSet<String> = env.iter().filter_map(name).collect();
-    env.extend(
-        profile
-            .env
-            .iter()
-            .filter(|pair| name(pair).is_some_and(|n| !set.contains(&n)))
-            .cloned(),
-    );
-    env
 }

@@ -73,7 +73,7 @@ impl From<Refusal> for AgentError {
 
 /// The check before a task is taken: `None` when it may use the
 /// repository, else why not. An error says the check could not be made.
-#[tracing::instrument(skip_all, fields(url = %crate::workspace::redact_url(url), branch = %branch))]
+#[tracing::instrument(skip_all, fields(url = %crate::repository::redact_url(url), branch = %branch))]
 pub async fn check(settings: &Settings, url: &str, branch: &str) -> Result<Option<Refusal>> {
     let remote = match check_written(settings, url, branch) {
         Ok(remote) => remote,
@@ -219,7 +219,7 @@ async fn ls_remote(url: &str, patterns: &[String]) -> Result<Output> {
         Ok(Err(e)) => Err(AgentError::Internal(format!("cannot run git: {e}"))),
         Err(_) => Err(AgentError::Unavailable(format!(
             "reading the repository {} took over {} s",
-            crate::workspace::redact_url(url),
+            crate::repository::redact_url(url),
             LS_REMOTE_TIMEOUT.as_secs()
         ))),
     }

@@ -18,11 +18,9 @@ use crate::{
     changes::{
         BASE_BRANCH, BASE_COMMIT, DELIVERED_COMMIT, DELIVERED_TO, URL, current_branch, recorded,
     },
-    config::Settings,
-    domain::AgentInstance,
     domain::{AgentError, Result},
     git::Repo,
-    workspace::{self, TaskPaths},
+    paths::TaskPaths,
 };
 
 /// What Kandev's repository of a delivered task recorded.
@@ -81,30 +79,4 @@ pub async fn resume_branch(repo: &Repo, records: &Records) -> Result<()> {
     }
     repo.run(["read-tree", "HEAD"], None).await?;
     Ok(())
-}
-
-/// The instance's workspace for a follow-up turn. A delivered clone
-/// removed after its push is made again from the pushed branch; any other
-/// workspace that is gone is refused.
-pub async fn workspace_for_turn(
-    settings: &Settings,
-    instance: &AgentInstance,
-) -> Result<std::path::PathBuf> {
-    let path = std::path::PathBuf::from(&instance.workspace_path);
-    if path.exists() {
-        return Ok(path);
-    }
-    let clone = if instance.workspace_owned {
-        workspace::plan_reclone(settings, instance.task_id).await?
-    } else {
-        None
-    };
-    let Some(clone) = clone else {
-        return Err(AgentError::FailedPrecondition(
-            "the instance's workspace was removed; start a new run".into(),
-        ));
-    };
-    let ready = clone.run().await?;
-    tracing::info!(task = %instance.task_id, "delivered clone made again from its pushed branch");
-    Ok(ready.host_path)
 }

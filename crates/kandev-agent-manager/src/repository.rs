@@ -697,6 +697,17 @@ pub fn protocol_args(config: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// Drops the user part of a URL so credentials never reach a message.
+pub fn redact_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('@') {
+            Some((userinfo, host)) if !userinfo.contains('/') => format!("{scheme}://***@{host}"),
+            _ => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

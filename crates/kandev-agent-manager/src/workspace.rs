@@ -22,48 +22,14 @@ use std::{
 use tokio::process::Command;
 use uuid::Uuid;
 
+use crate::paths::repo_in;
+pub use crate::paths::{KANDEV_DIR, TaskPaths};
 use crate::{
     config::Settings,
-    domain::{AgentError, Result, invalid},
-    preflight, repository,
+    domain::{AgentError, AgentInstance, Result, invalid},
+    preflight,
+    repository::{self, redact_url},
 };
-
-/// The directory under the workspaces root holding Kandev's own
-/// repositories of tasks.
-pub const KANDEV_DIR: &str = ".kandev";
-
-/// Where the two repositories of a task's clone live (see the module's
-/// docs).
-#[derive(Debug, Clone)]
-pub struct TaskPaths {
-    /// The agent's work tree, mounted at `/workspace`.
-    pub workspace: PathBuf,
-    /// Kandev's own: `git/`, `tree/` (the mirror), `staging/`.
-    pub kandev: PathBuf,
-}
-
-impl TaskPaths {
-    pub fn new(workspaces_root: &Path, task_id: Uuid) -> TaskPaths {
-        TaskPaths {
-            workspace: workspaces_root.join(task_id.to_string()),
-            kandev: workspaces_root.join(KANDEV_DIR).join(task_id.to_string()),
-        }
-    }
-
-    /// Kandev's repository of the task.
-    pub fn repo(&self) -> crate::git::Repo {
-        repo_in(&self.kandev)
-    }
-
-    /// The mirror's scratch directory (see [`crate::mirror::sync`]).
-    pub fn staging(&self) -> PathBuf {
-        self.kandev.join("staging")
-    }
-}
-
-fn repo_in(kandev: &Path) -> crate::git::Repo {
-    crate::git::Repo::new(kandev.join("git"), kandev.join("tree"))
-}
 
 /// The workspaces root mounted on itself `nosuid,nodev` by a manager
 /// running as root, unmounted when dropped: nothing an agent leaves in a
@@ -157,17 +123,6 @@ pub struct PreparedWorkspace {
     pub host_path: PathBuf,
     /// Whether the manager created it (and may delete it).
     pub owned: bool,
-}
-
-/// Drops the user part of a URL so credentials never reach a message.
-pub fn redact_url(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => match rest.split_once('@') {
-            Some((userinfo, host)) if !userinfo.contains('/') => format!("{scheme}://***@{host}"),
-            _ => url.to_string(),
-        },
-        None => url.to_string(),
-    }
 }
 
 /// A workspace checked and, unless a clone is still to run, ready.
@@ -366,6 +321,32 @@ pub async fn plan_reclone(settings: &Settings, task_id: Uuid) -> Result<Option<P
         timeout: Duration::from_secs(settings.clone_timeout_secs),
         resume: Some(Box::new(records)),
     }))
+}
+
+/// The instance's workspace for a follow-up turn. A delivered clone
+/// removed after its push is made again from the pushed branch; any other
+/// workspace that is gone is refused.
+pub async fn workspace_for_turn(
+    settings: &Settings,
+    instance: &AgentInstance,
+) -> Result<std::path::PathBuf> {
+    let path = std::path::PathBuf::from(&instance.workspace_path);
+    if path.exists() {
+        return Ok(path);
+    }
+    let clone = if instance.workspace_owned {
+        plan_reclone(settings, instance.task_id).await?
+    } else {
+        None
+    };
+    let Some(clone) = clone else {
+        return Err(AgentError::FailedPrecondition(
+            "the instance's workspace was removed; start a new run".into(),
+        ));
+    };
+    let ready = clone.run().await?;
+    tracing::info!(task = %instance.task_id, "delivered clone made again from its pushed branch");
+    Ok(ready.host_path)
 }
 
 /// A clone that passed the policy, to run in the background.

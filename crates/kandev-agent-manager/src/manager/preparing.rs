@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use kandev_events::agent::AgentEventKind;
 
-use super::{AgentManager, LaunchRequest};
+use super::{AgentManager, NextTurn};
 use crate::{
     domain::{AgentError, AgentInstance, AgentType},
     images::Progress,
@@ -24,28 +24,23 @@ use crate::{
 /// The fewest seconds between two published build steps.
 const STEP_EVERY: Duration = Duration::from_secs(2);
 
-/// What is left to prepare.
+/// What is left to prepare, and the first turn once it is.
 #[derive(Debug)]
 pub(super) struct Work {
     pub workspace: Prepared,
     /// The agent's image is built from its recipe first.
     pub build_image: bool,
+    pub turn: NextTurn,
 }
 
 impl AgentManager {
     /// Runs a launch's clone and image build, then its first turn; a
     /// failure ends the instance `failed` with `agent.failed`. An instance
     /// stopped meanwhile stays stopped.
-    pub(super) async fn prepare_then_start(
-        &self,
-        instance: AgentInstance,
-        agent_type: AgentType,
-        work: Work,
-        request: LaunchRequest,
-    ) {
+    pub(super) async fn prepare_then_start(&self, instance: AgentInstance, work: Work) {
         let image = async {
             if work.build_image {
-                self.build_image(&instance, &agent_type).await
+                self.build_image(&instance, &work.turn.agent_type).await
             } else {
                 Ok(())
             }
@@ -72,13 +67,7 @@ impl AgentManager {
             _ => {}
         }
         if let Err(err) = self
-            .start_turn(
-                instance.id,
-                agent_type,
-                ready.host_path,
-                request.prompt,
-                request.resume_session_id,
-            )
+            .start_turn(instance.id, work.turn, ready.host_path)
             .await
         {
             tracing::warn!(error = %err, "cannot start the first turn after preparing");

@@ -2,18 +2,18 @@
 //! after the Docker engine comes back, watching the engine, and
 //! re-attaching to the agents that outlived this process.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use futures::StreamExt as _;
 use kandev_common::CancellationToken;
 use kandev_events::agent::AgentEventKind;
 use uuid::Uuid;
 
-use super::{AgentManager, lock};
+use super::AgentManager;
 use crate::{
     docker::{LABEL_INSTANCE, LABEL_TURN},
     domain::{AgentInstance, InstanceStatus},
-    runner::{self, RunHandle, TurnSpec},
+    runner::{self, TurnSpec},
     store::Outcome,
 };
 
@@ -211,19 +211,16 @@ impl AgentManager {
         let Ok(agent_type) = self.store().get_type(&instance.agent_type).await else {
             return Reattach::Impossible;
         };
-        let handle = Arc::new(RunHandle::default());
-        {
-            let mut runs = lock(&self.inner.runs);
-            if runs.contains_key(&instance.id) {
-                return Reattach::Owned;
-            }
-            runs.insert(instance.id, handle.clone());
-        }
+        let Some(handle) = self.register_run(instance.id) else {
+            return Reattach::Owned;
+        };
         let mut instance = instance.clone();
         instance.container_id = container_id.to_string();
         runner::resume_point(self.inner.shared.bus.as_ref(), &mut instance).await;
         let host_path = std::path::PathBuf::from(&instance.workspace_path);
-        let container = self.container_spec(&instance, &agent_type, &host_path, vec![]);
+        // The container exists: its spec only names it.
+        let container =
+            crate::container::spec(self.settings(), &instance, &agent_type, &host_path, vec![]);
         let spec = TurnSpec {
             instance: instance.clone(),
             agent_type,
