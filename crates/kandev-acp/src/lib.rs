@@ -52,6 +52,7 @@ pub mod event;
 pub mod framing;
 mod normalize;
 pub mod permission;
+mod sync;
 pub mod terminal;
 pub mod workspace;
 

@@ -230,7 +230,7 @@ impl PermissionPolicy for AskDecider {
         match tokio::time::timeout(self.timeout, asked).await {
             Ok(Some((decision, by))) => {
                 if let Some(by) = by {
-                    crate::client::lock(&self.answerers).insert(request_id.to_string(), by);
+                    crate::sync::lock(&self.answerers).insert(request_id.to_string(), by);
                 }
                 decision
             }
@@ -243,7 +243,7 @@ impl PermissionPolicy for AskDecider {
     }
 
     fn answered_by(&self, request_id: &Value) -> Option<String> {
-        crate::client::lock(&self.answerers).remove(&request_id.to_string())
+        crate::sync::lock(&self.answerers).remove(&request_id.to_string())
     }
 }
 

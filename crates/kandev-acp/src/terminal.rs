@@ -22,8 +22,8 @@ use tokio::{
 };
 
 use crate::{
-    client::lock,
     error::{RpcError, codes},
+    sync::lock,
     workspace::Workspace,
 };
 

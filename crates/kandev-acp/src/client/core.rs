@@ -4,6 +4,7 @@
 
 use std::{
     collections::HashMap,
+    panic::AssertUnwindSafe,
     pin::Pin,
     sync::{
         Arc, Mutex,
@@ -14,6 +15,7 @@ use std::{
 
 use agent_client_protocol::v1::schema::InitializeResponse;
 use chrono::Utc;
+use futures::FutureExt as _;
 use serde_json::{Value, json};
 use tokio::{
     io::{AsyncWrite, AsyncWriteExt},
@@ -21,11 +23,16 @@ use tokio::{
 };
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-use super::{ClientOptions, Dialect, lifecycle, lock, other};
+use super::{
+    grants::WriteGrants,
+    options::{ClientOptions, Dialect},
+    wire::{Handled, lifecycle, other},
+};
 use crate::{
-    error::{AcpError, RpcError},
+    error::{AcpError, RpcError, codes},
     event::{AcpEvent, Direction, EventKind, LifecyclePhase, PermissionResponseData, RawJson},
     normalize::TurnSignal,
+    sync::lock,
 };
 
 /// Why a pending request did not get a result.
@@ -62,7 +69,7 @@ pub(super) struct State {
     pub(super) turn_waiter: Option<oneshot::Sender<TurnResult>>,
     pub(super) stashed_turn: Option<TurnSignal>,
     pub(super) cancel_requested: bool,
-    pub(super) write_grants: super::fs_permission::WriteGrants,
+    pub(super) write_grants: WriteGrants,
     /// Who answered a permission request the client is about to answer
     /// (its id as JSON text), when the policy named a person: the answer's
     /// `permission_response` event carries it.
@@ -312,4 +319,32 @@ impl Inner {
             None => state.stashed_turn = Some(signal),
         }
     }
+}
+
+/// Runs a handler in a tracked task and answers exactly once: with its
+/// result, with -32603 if it panics, or -32800 when the client shuts down.
+pub(super) async fn spawn_handler(
+    inner: &Arc<Inner>,
+    id: Value,
+    method: String,
+    handler: impl Future<Output = Handled> + Send + 'static,
+) {
+    // Waiting for a slot applies backpressure to the reader.
+    let Ok(permit) = inner.handler_slots.clone().acquire_owned().await else {
+        return;
+    };
+    let task_inner = inner.clone();
+    inner.tasks.spawn(async move {
+        let _permit = permit;
+        let shutdown = task_inner.shutdown.clone();
+        let result = tokio::select! {
+            result = AssertUnwindSafe(handler).catch_unwind() => result.unwrap_or_else(|_| {
+                Err(RpcError::new(codes::INTERNAL_ERROR, "handler panicked"))
+            }),
+            () = shutdown.cancelled() => {
+                Err(RpcError::new(codes::REQUEST_CANCELLED, "client shut down"))
+            }
+        };
+        task_inner.respond(id, &method, result).await;
+    });
 }

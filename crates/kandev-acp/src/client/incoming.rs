@@ -2,10 +2,7 @@
 //! its event (in wire order), completes pending requests, and runs a
 //! handler task for every request from the agent.
 
-use std::{
-    panic::AssertUnwindSafe,
-    sync::{Arc, atomic::Ordering},
-};
+use std::sync::{Arc, atomic::Ordering};
 
 use agent_client_protocol::v1::schema::{
     CreateTerminalRequest, CreateTerminalResponse, KillTerminalRequest, ReadTextFileRequest,
@@ -13,7 +10,6 @@ use agent_client_protocol::v1::schema::{
     RequestPermissionResponse, TerminalOutputRequest, WaitForTerminalExitRequest,
     WaitForTerminalExitResponse,
 };
-use futures::FutureExt;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::io::AsyncBufRead;
@@ -21,9 +17,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::instrument;
 
 use super::{
-    Dialect, EARLY_RESPONSES,
-    core::{Failure, Inner, Reply},
-    fs_permission, lifecycle, lock, other, preview, protocol_error, to_params,
+    core::{Failure, Inner, Reply, spawn_handler},
+    fs_permission,
+    options::{Dialect, EARLY_RESPONSES},
+    wire::{
+        Handled, invalid_params, lifecycle, method_not_found, other, preview, protocol_error,
+        to_params,
+    },
 };
 use crate::{
     error::{RpcError, codes},
@@ -31,6 +31,7 @@ use crate::{
     framing::{Frame, LineReader},
     normalize,
     permission::PermissionDecision,
+    sync::lock,
     terminal::TerminalExecutor,
     workspace::Workspace,
 };
@@ -283,19 +284,6 @@ async fn emit_from_agent(
     }
 }
 
-pub(super) type Handled = Result<Value, RpcError>;
-
-pub(super) fn invalid_params(e: serde_json::Error) -> RpcError {
-    RpcError::new(codes::INVALID_PARAMS, format!("invalid params: {e}"))
-}
-
-pub(super) fn method_not_found(method: &str) -> RpcError {
-    RpcError::new(
-        codes::METHOD_NOT_FOUND,
-        format!("method not found: {method}"),
-    )
-}
-
 fn parse_params<T: DeserializeOwned>(params: &Value) -> Result<T, RpcError> {
     serde_json::from_value(params.clone()).map_err(invalid_params)
 }
@@ -464,32 +452,4 @@ async fn handle_capability(
         }
         _ => Err(no_capability()),
     }
-}
-
-/// Runs a handler in a tracked task and answers exactly once: with its
-/// result, with -32603 if it panics, or -32800 when the client shuts down.
-pub(super) async fn spawn_handler(
-    inner: &Arc<Inner>,
-    id: Value,
-    method: String,
-    handler: impl Future<Output = Handled> + Send + 'static,
-) {
-    // Waiting for a slot applies backpressure to the reader.
-    let Ok(permit) = inner.handler_slots.clone().acquire_owned().await else {
-        return;
-    };
-    let task_inner = inner.clone();
-    inner.tasks.spawn(async move {
-        let _permit = permit;
-        let shutdown = task_inner.shutdown.clone();
-        let result = tokio::select! {
-            result = AssertUnwindSafe(handler).catch_unwind() => result.unwrap_or_else(|_| {
-                Err(RpcError::new(codes::INTERNAL_ERROR, "handler panicked"))
-            }),
-            () = shutdown.cancelled() => {
-                Err(RpcError::new(codes::REQUEST_CANCELLED, "client shut down"))
-            }
-        };
-        task_inner.respond(id, &method, result).await;
-    });
 }

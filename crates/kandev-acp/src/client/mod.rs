@@ -11,29 +11,31 @@
 //! - this module: the client's types and its handle, [`AcpClient`].
 //! - `core`: shared state, pending requests, the emitter and the writer.
 //! - `incoming`: the reader task and the handlers of what the agent sends.
-//! - `fs_permission`: `fs/write_text_file` put to the permission policy,
-//!   and the writes the agent already has permission for.
+//! - `options`: [`ClientOptions`] and [`Dialect`]; `wire`: the helpers
+//!   the parts build messages and events from.
+//! - `fs_permission`: `fs/write_text_file` put to the permission policy;
+//!   `grants`: the writes the agent already has permission for.
 //! - `session`: the protocol calls (`initialize`, sessions, prompts,
 //!   cancel, modes and config options).
 
 mod core;
 mod fs_permission;
+mod grants;
 mod incoming;
+mod options;
 mod session;
+mod wire;
+
+pub use options::{ClientOptions, Dialect};
 
 use std::{
-    collections::BTreeSet,
     pin::Pin,
     sync::{Arc, Mutex, atomic::AtomicU64},
     task::{Context, Poll},
-    time::Duration,
 };
 
-use agent_client_protocol::v1::schema::{
-    ContentBlock, EmbeddedResourceResource, InitializeResponse,
-};
+use agent_client_protocol::v1::schema::InitializeResponse;
 use futures::Stream;
-use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::Value;
 use tokio::{
     io::{AsyncBufRead, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader},
@@ -47,123 +49,10 @@ use tokio_util::{
 use self::core::{Emitter, Inner, State};
 use crate::{
     error::AcpError,
-    event::{
-        AcpEvent, Direction, EventKind, LifecycleData, LifecyclePhase, LogData, LogSource,
-        OtherData, ProtocolErrorData,
-    },
-    framing::{DEFAULT_MAX_LINE_BYTES, Frame, LineReader},
-    permission::{AutoApprove, PermissionPolicy},
-    terminal::TerminalExecutor,
-    workspace::Workspace,
+    event::{AcpEvent, Direction, EventKind, LogData, LogSource},
+    framing::{Frame, LineReader},
+    sync::lock,
 };
-
-/// The protocol dialect spoken by the agent, detected from its output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Dialect {
-    /// ACP protocol v1 (integer `protocolVersion: 1`).
-    V1,
-    /// The seed's AGENTS.md dialect (string `protocolVersion`, e.g. `"1.0"`).
-    Seed,
-    /// The legacy `{type: progress|log|result|...}` lines (not JSON-RPC).
-    Legacy,
-}
-
-/// How much of an unparsable line is kept in its event's `raw`.
-pub(crate) const BAD_LINE_PREVIEW: usize = 4096;
-/// How many responses that arrive before their request was sent are kept.
-pub(crate) const EARLY_RESPONSES: usize = 16;
-
-/// Client configuration. `Default` gives the documented defaults.
-#[derive(Clone)]
-pub struct ClientOptions {
-    /// `clientInfo.name` sent in `initialize`.
-    pub client_name: String,
-    /// `clientInfo.version`.
-    pub client_version: String,
-    /// The largest accepted line from the agent (default 8 MiB).
-    pub max_line_bytes: usize,
-    /// Timeout of `initialize` (default 30 s).
-    pub initialize_timeout: Duration,
-    /// Timeout of other control requests: `session/new`, `authenticate`,
-    /// `session/load`, `session/set_*` (default 60 s).
-    pub request_timeout: Duration,
-    /// Timeout of a whole prompt turn (default none).
-    pub prompt_timeout: Option<Duration>,
-    /// Capacity of the event channel (default 1024). When it is full the
-    /// reader stops reading: backpressure, never drops.
-    pub event_capacity: usize,
-    /// The first sequence number (default 1), to resume numbering after a
-    /// restart.
-    pub start_seq: u64,
-    /// Decides `session/request_permission`, and `fs/write_text_file` the
-    /// agent has no permission for yet (default [`AutoApprove`]).
-    pub permission: Arc<dyn PermissionPolicy>,
-    /// Enables `fs/*` confined to this workspace (and advertises `fs`).
-    pub workspace: Option<Workspace>,
-    /// Enables `terminal/*` (and advertises `terminal`).
-    pub terminal: Option<Arc<dyn TerminalExecutor>>,
-    /// Auth method ids the client may pass to `authenticate` by itself when
-    /// `session/new` answers `auth_required`.
-    pub allowed_auth_methods: Vec<String>,
-    /// Names of the environment variables set in the agent's environment.
-    /// When `session/new` answers `auth_required`, a method that reads one
-    /// of them (see [`crate::auth`]) is used to `authenticate` by itself.
-    pub auth_env: BTreeSet<String>,
-    /// Auth method id → a variable it reads, for methods that do not name
-    /// their variable themselves (default [`crate::auth::KNOWN_AUTH_ENV`]).
-    pub auth_method_env: Vec<(String, String)>,
-    /// At most this many agent requests are handled at once (default 64);
-    /// more make the reader wait.
-    pub max_concurrent_agent_requests: usize,
-    /// Whether every event's `raw` holds the parsed message (default true).
-    /// Off, the agent's text chunks (what it sends most) are read without
-    /// building a JSON tree: their `raw` is null and the message is in
-    /// `raw_json`, which is what serializing the event writes anyway. For a
-    /// consumer that forwards events rather than inspecting them.
-    pub parse_raw: bool,
-}
-
-impl std::fmt::Debug for ClientOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientOptions")
-            .field("client_name", &self.client_name)
-            .field("max_line_bytes", &self.max_line_bytes)
-            .field("initialize_timeout", &self.initialize_timeout)
-            .field("request_timeout", &self.request_timeout)
-            .field("prompt_timeout", &self.prompt_timeout)
-            .field("event_capacity", &self.event_capacity)
-            .field("start_seq", &self.start_seq)
-            .field("workspace", &self.workspace)
-            .field("terminal", &self.terminal.is_some())
-            .field("allowed_auth_methods", &self.allowed_auth_methods)
-            .field("auth_env", &self.auth_env)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Default for ClientOptions {
-    fn default() -> Self {
-        Self {
-            client_name: "kandev".to_owned(),
-            client_version: env!("CARGO_PKG_VERSION").to_owned(),
-            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
-            initialize_timeout: Duration::from_secs(30),
-            request_timeout: Duration::from_secs(60),
-            prompt_timeout: None,
-            event_capacity: 1024,
-            start_seq: 1,
-            permission: Arc::new(AutoApprove),
-            workspace: None,
-            terminal: None,
-            allowed_auth_methods: Vec::new(),
-            auth_env: BTreeSet::new(),
-            auth_method_env: crate::auth::known_auth_env(),
-            max_concurrent_agent_requests: 64,
-            parse_raw: true,
-        }
-    }
-}
 
 /// What `initialize` learned about the agent.
 #[derive(Debug, Clone)]
@@ -225,70 +114,6 @@ impl std::fmt::Debug for AcpClient {
             .field("session_id", &self.session_id())
             .finish_non_exhaustive()
     }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-pub(crate) fn preview(bytes: &[u8]) -> Value {
-    let cut = bytes.len().min(BAD_LINE_PREVIEW);
-    Value::String(String::from_utf8_lossy(&bytes[..cut]).into_owned())
-}
-
-pub(crate) fn protocol_error(message: impl Into<String>, code: Option<i64>) -> EventKind {
-    EventKind::ProtocolError(ProtocolErrorData {
-        message: message.into(),
-        code,
-    })
-}
-
-pub(crate) fn other(method: Option<&str>, id: Option<&Value>) -> EventKind {
-    EventKind::Other(OtherData {
-        method: method.map(str::to_owned),
-        update: None,
-        id: id.cloned(),
-    })
-}
-
-pub(crate) fn lifecycle(
-    phase: LifecyclePhase,
-    dialect: Option<Dialect>,
-    detail: Option<String>,
-) -> EventKind {
-    EventKind::Lifecycle(LifecycleData {
-        phase,
-        dialect,
-        detail,
-    })
-}
-
-pub(crate) fn to_params<T: Serialize>(value: &T) -> Value {
-    serde_json::to_value(value).unwrap_or(Value::Null)
-}
-
-pub(crate) fn parse_result<T: DeserializeOwned>(method: &str, value: Value) -> Result<T, AcpError> {
-    serde_json::from_value(value).map_err(|e| AcpError::InvalidResponse {
-        method: method.to_owned(),
-        message: e.to_string(),
-    })
-}
-
-/// The plain text of a prompt, for dialects that take a string.
-pub(crate) fn prompt_text(prompt: &[ContentBlock]) -> String {
-    prompt
-        .iter()
-        .filter_map(|b| match b {
-            ContentBlock::Text(t) => Some(t.text.clone()),
-            ContentBlock::ResourceLink(l) => Some(l.uri.clone()),
-            ContentBlock::Resource(r) => match &r.resource {
-                EmbeddedResourceResource::TextResourceContents(t) => Some(t.text.clone()),
-                _ => None,
-            },
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 impl AcpClient {

@@ -18,14 +18,16 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    AcpClient, Dialect, Handshake, SessionInfo, core::TurnResult, lifecycle, lock, parse_result,
-    prompt_text, to_params,
+    AcpClient, Dialect, Handshake, SessionInfo,
+    core::TurnResult,
+    wire::{lifecycle, parse_result, prompt_text, to_params},
 };
 use crate::{
     auth,
     error::{AcpError, RpcError, codes},
     event::{ConfigChangeData, Direction, EventKind, LifecyclePhase, ModeChangeData},
     normalize::TurnSignal,
+    sync::lock,
 };
 
 impl AcpClient {
