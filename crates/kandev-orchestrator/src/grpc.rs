@@ -13,9 +13,10 @@ use crate::engine::followups::{parse_prompt_id, pending_to_proto};
 use crate::engine::review::{Review, comment_to_proto};
 use crate::engine::trackers::link_to_proto;
 use crate::{
-    domain::{ExecutionView, Orchestration, OrchestratorError, PermissionAnswer},
+    domain::{ExecutionView, OrchestratorError},
     feed::FeedReader,
     http::{PageQuery, parse_task_id},
+    orchestration::{Orchestration, PermissionAnswer},
 };
 
 /// The most frames one `ReadFeed` returns.

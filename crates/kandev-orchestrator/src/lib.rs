@@ -6,8 +6,9 @@
 //!
 //! # Layout
 //! - [`config`]: the service's typed settings.
-//! - [`domain`]: execution states, the [`Orchestration`] trait the adapters
-//!   call, and [`OrchestratorError`] with its place in the error table.
+//! - [`domain`]: execution states and views, and [`OrchestratorError`] with
+//!   its place in the error table; [`orchestration`]: the [`Orchestration`]
+//!   port the adapters call, which the engine implements.
 //! - [`engine`]: the queue, limits, launching, retries and event reactions.
 //! - [`clients`]: the [`AgentControl`] trait over the agent manager, its gRPC
 //!   implementation, and the task service client.
@@ -40,6 +41,7 @@ pub mod grpc;
 pub mod http;
 pub mod leader;
 pub mod metric_names;
+pub mod orchestration;
 pub mod pool;
 pub mod startup;
 pub mod tracker;
@@ -47,6 +49,7 @@ pub mod ws;
 
 pub use clients::{AgentControl, GrpcAgentControl};
 pub use config::Settings;
-pub use domain::{ExecState, ExecutionView, Orchestration, OrchestratorError};
+pub use domain::{ExecState, ExecutionView, OrchestratorError};
 pub use feed::FeedHub;
+pub use orchestration::Orchestration;
 pub use startup::Application;

@@ -21,7 +21,6 @@ use crate::{
     clients::{self, AgentControl},
     config::Settings,
     consumers::{self, Source},
-    domain::Orchestration,
     engine::{
         Engine,
         store::{ExecutionStore, PgExecStore, SqliteExecStore},
@@ -33,6 +32,7 @@ use crate::{
     grpc::GrpcOrchestratorAdapter,
     http::{self, AppState},
     leader::{self, DecisionLock},
+    orchestration::Orchestration,
     pool::ManagerPool,
 };
 

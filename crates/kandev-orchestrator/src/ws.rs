@@ -28,9 +28,10 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::{
-    domain::{Orchestration, OrchestratorError, PermissionAnswer, merge_fields},
+    domain::{OrchestratorError, merge_fields},
     feed,
     http::state::{AppState, error_body},
+    orchestration::{Orchestration, PermissionAnswer},
 };
 
 /// Stored frames read per query while replaying.

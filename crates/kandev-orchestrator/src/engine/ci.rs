@@ -21,7 +21,7 @@ use uuid::Uuid;
 use super::{ACTOR, Engine};
 use crate::{
     checks::{Check, CheckState, read_checks},
-    domain::{ExecutionView, Orchestration, OrchestratorError, Result},
+    domain::{ExecutionView, OrchestratorError, Result},
     engine::store::{ChecksPoll, TaskChecksRow},
     forge::forge_for,
 };
@@ -219,7 +219,7 @@ impl Engine {
                 return;
             }
         }
-        match self.prompt(task_id, prompt, ACTOR).await {
+        match self.follow_up(task_id, prompt, ACTOR).await {
             Ok(_) => tracing::info!(%task_id, sha, "failing checks sent to the agent (automatic)"),
             Err(err) => tracing::warn!(%task_id, %err, "the automatic Fix CI could not be sent"),
         }
@@ -254,7 +254,7 @@ impl Engine {
                 row.state.as_str()
             ))
         })?;
-        let execution = self.prompt(task_id, prompt, actor).await?;
+        let execution = self.follow_up(task_id, prompt, actor).await?;
         self.store
             .fix_sent(task_id, &row.sha, Utc::now(), false)
             .await?;

@@ -14,8 +14,9 @@ use super::{
     store::TrackerLinkRow,
     task_state, trackers,
 };
-use crate::domain::{
-    ExecState, ExecutionView, Orchestration, OrchestratorError, PermissionAnswer, Result,
+use crate::{
+    domain::{ExecState, ExecutionView, OrchestratorError, Result},
+    orchestration::{Orchestration, PermissionAnswer},
 };
 
 #[async_trait]
@@ -26,49 +27,7 @@ impl Orchestration for Engine {
         prompt: Option<String>,
         actor: &str,
     ) -> Result<ExecutionView> {
-        let prompt = prompt.filter(|p| !p.trim().is_empty());
-        let guard = self.lock.lock().await?;
-        match self.execution(task_id).await? {
-            Some(exec) if exec.state().is_active() => {
-                let Some(text) = prompt else {
-                    return Err(OrchestratorError::FailedPrecondition(
-                        "the task is already running".into(),
-                    ));
-                };
-                // Held until the turn ends (see `followups`).
-                check_prompter(&exec, actor)?;
-                self.hold_follow_up(&exec, actor, &text).await?;
-                drop(guard);
-            }
-            Some(exec) if matches!(exec.state(), ExecState::Queued | ExecState::RetryWait) => {
-                if let Some(text) = prompt {
-                    self.store.set_prompt(task_id, &text).await?;
-                }
-                if is_person(actor) {
-                    // Started by a person: the run is theirs.
-                    self.store.set_run_as(task_id, actor).await?;
-                }
-                drop(guard);
-            }
-            Some(exec)
-                if exec.state() == ExecState::Completed
-                    && prompt.is_some()
-                    && exec.instance_id.is_some() =>
-            {
-                self.follow_up_completed(exec, prompt, actor).await?;
-                drop(guard);
-            }
-            _ => {
-                let task = self.get_task(task_id).await?;
-                let run_as = self.run_as(actor, &task.board_id).await?;
-                let held = self.held_for(task_id, &run_as).await?;
-                self.new_run(task_id, &task, with_held(&held, prompt), &run_as)
-                    .await?;
-                self.forget_held(task_id, &held).await;
-                drop(guard);
-            }
-        }
-        self.get_execution(task_id).await
+        self.start(task_id, prompt, actor).await
     }
 
     async fn stop_task(&self, task_id: Uuid, reason: &str) -> Result<ExecutionView> {
@@ -113,17 +72,11 @@ impl Orchestration for Engine {
             }
             self.dispatch().await?;
         }
-        self.get_execution(task_id).await
+        self.execution_view(task_id).await
     }
 
     async fn get_execution(&self, task_id: Uuid) -> Result<ExecutionView> {
-        let exec = self.execution(task_id).await?;
-        let view = self.view(task_id, exec.clone()).await?;
-        if exec.is_none() && view.last_seq == 0 {
-            // Unknown here: say whether the task exists at all.
-            self.get_task(task_id).await?;
-        }
-        Ok(view)
+        self.execution_view(task_id).await
     }
 
     async fn list_executions(&self, task_ids: &[Uuid]) -> Result<Vec<ExecutionView>> {
@@ -137,12 +90,7 @@ impl Orchestration for Engine {
     }
 
     async fn prompt(&self, task_id: Uuid, text: String, actor: &str) -> Result<ExecutionView> {
-        if text.trim().is_empty() {
-            return Err(OrchestratorError::Validation(
-                "the prompt must not be empty".into(),
-            ));
-        }
-        self.start_task(task_id, Some(text), actor).await
+        self.follow_up(task_id, text, actor).await
     }
 
     async fn cancel_turn(&self, task_id: Uuid) -> Result<()> {
@@ -252,6 +200,85 @@ impl Orchestration for Engine {
 }
 
 impl Engine {
+    /// Queues a run, or sends `prompt` as a follow-up while one runs
+    /// ([`Orchestration::start_task`]).
+    pub(crate) async fn start(
+        &self,
+        task_id: Uuid,
+        prompt: Option<String>,
+        actor: &str,
+    ) -> Result<ExecutionView> {
+        let prompt = prompt.filter(|p| !p.trim().is_empty());
+        let guard = self.lock.lock().await?;
+        match self.execution(task_id).await? {
+            Some(exec) if exec.state().is_active() => {
+                let Some(text) = prompt else {
+                    return Err(OrchestratorError::FailedPrecondition(
+                        "the task is already running".into(),
+                    ));
+                };
+                // Held until the turn ends (see `followups`).
+                check_prompter(&exec, actor)?;
+                self.hold_follow_up(&exec, actor, &text).await?;
+                drop(guard);
+            }
+            Some(exec) if matches!(exec.state(), ExecState::Queued | ExecState::RetryWait) => {
+                if let Some(text) = prompt {
+                    self.store.set_prompt(task_id, &text).await?;
+                }
+                if is_person(actor) {
+                    // Started by a person: the run is theirs.
+                    self.store.set_run_as(task_id, actor).await?;
+                }
+                drop(guard);
+            }
+            Some(exec)
+                if exec.state() == ExecState::Completed
+                    && prompt.is_some()
+                    && exec.instance_id.is_some() =>
+            {
+                self.follow_up_completed(exec, prompt, actor).await?;
+                drop(guard);
+            }
+            _ => {
+                let task = self.get_task(task_id).await?;
+                let run_as = self.run_as(actor, &task.board_id).await?;
+                let held = self.held_for(task_id, &run_as).await?;
+                self.new_run(task_id, &task, with_held(&held, prompt), &run_as)
+                    .await?;
+                self.forget_held(task_id, &held).await;
+                drop(guard);
+            }
+        }
+        self.execution_view(task_id).await
+    }
+
+    /// The task's execution ([`Orchestration::get_execution`]).
+    pub(crate) async fn execution_view(&self, task_id: Uuid) -> Result<ExecutionView> {
+        let exec = self.execution(task_id).await?;
+        let view = self.view(task_id, exec.clone()).await?;
+        if exec.is_none() && view.last_seq == 0 {
+            // Unknown here: say whether the task exists at all.
+            self.get_task(task_id).await?;
+        }
+        Ok(view)
+    }
+
+    /// A follow-up prompt ([`Orchestration::prompt`]).
+    pub(crate) async fn follow_up(
+        &self,
+        task_id: Uuid,
+        text: String,
+        actor: &str,
+    ) -> Result<ExecutionView> {
+        if text.trim().is_empty() {
+            return Err(OrchestratorError::Validation(
+                "the prompt must not be empty".into(),
+            ));
+        }
+        self.start(task_id, Some(text), actor).await
+    }
+
     /// A follow-up of a completed run, from the stream's prompt command or
     /// the REST prompt of its instance alike: a turn on the same instance
     /// (the agent manager resumes its session), the task straight back to

@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 pub use super::store::{NewReviewComment as ReviewComment, ReviewCommentRow, Side};
 use super::{Engine, task_state};
-use crate::domain::{ExecutionView, Orchestration, OrchestratorError, Result};
+use crate::domain::{ExecutionView, OrchestratorError, Result};
 
 /// What the reviewer decided.
 #[derive(Debug, Clone)]
@@ -286,7 +286,7 @@ impl Engine {
         let kept = kept_comments(comments, message);
         let round = self.store.add_review_round(task_id, actor, &kept).await?;
         tracing::info!(%task_id, round, comments = kept.len(), "changes requested");
-        let execution = match self.start_task(task_id, Some(prompt), actor).await {
+        let execution = match self.start(task_id, Some(prompt), actor).await {
             Ok(execution) => execution,
             Err(err) => {
                 if let Err(e) = self.store.forget_review_round(task_id, round).await {
@@ -353,7 +353,7 @@ impl Engine {
             self.remove_delivered_clone(task_id).await;
         }
         Ok(ReviewOutcome {
-            execution: self.get_execution(task_id).await?,
+            execution: self.execution_view(task_id).await?,
             delivery: Some(delivery),
             pull_request,
         })

@@ -6,8 +6,9 @@ use std::{sync::Arc, time::Duration};
 use kandev_common::{ErrorCode, ServiceError};
 
 use crate::{
-    domain::{Orchestration, OrchestratorError},
+    domain::OrchestratorError,
     feed::{FeedHub, store::FeedStore},
+    orchestration::Orchestration,
 };
 
 /// What the handlers share.
