@@ -6,8 +6,10 @@
 //! - [`config`]: the gateway's typed settings (`KANDEV_*`).
 //! - [`startup`]: `Application::build(settings)`, `port()`,
 //!   `run_until_stopped(shutdown)`.
-//! - [`routes`]: the router and one module per resource; [`routes::access`]
-//!   holds the ownership checks.
+//! - [`app`]: the whole application: routes, health, UI and the layers
+//!   around them.
+//! - [`routes`]: the `/api/v1` routes, one module per resource;
+//!   [`routes::access`] holds the ownership checks.
 //! - [`api`]: REST request and response types (with OpenAPI schemas) and
 //!   their conversions from the proto messages.
 //! - [`auth`]: JWTs, password hashes, the auth middleware; [`users`] is the
@@ -27,6 +29,7 @@
 //!   key and first admin password generated on a first start.
 
 pub mod api;
+pub mod app;
 pub mod auth;
 pub mod body_deadline;
 pub mod clients;

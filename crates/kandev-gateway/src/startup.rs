@@ -15,7 +15,6 @@ use crate::{
     config::{Settings, given},
     first_start,
     rate_limit::RateLimiter,
-    routes,
     state::{AppState, Limits},
     stream::live::LiveFeeds,
     users::{PgUserStore, SqliteUserStore, UserStore, Users},
@@ -208,7 +207,7 @@ impl Application {
         );
         let mut checks = readiness(&users, settings.uses_sqlite(), &downstream);
         checks.push(bus);
-        let router = routes::router(state.clone(), &settings, checks);
+        let router = crate::app::router(state.clone(), &settings, checks);
 
         let listener = TcpListener::bind(&settings.listen_addr)
             .await
