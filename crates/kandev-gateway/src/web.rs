@@ -1,7 +1,8 @@
 //! The browser UI, embedded from `crates/kandev-gateway/web/` at build time
 //! (read from disk in debug builds). Unknown paths without a file extension
 //! get `index.html`, so client-side routes work. `/js/states.js` is
-//! generated from [`kandev_events::TaskState`], the one task-state contract.
+//! generated from [`kandev_events::TaskState`], the one task-state contract,
+//! and [`crate::api::exec_state_name`], the execution states the API reports.
 
 use axum::{
     body::Body,
@@ -34,7 +35,7 @@ fn file(path: &str) -> Option<Response> {
     )
 }
 
-/// The task states for the UI, generated from the shared contract.
+/// The task and execution states for the UI, generated from the contracts.
 const STATES_MODULE: &str = "js/states.js";
 
 fn states_module() -> Response {
@@ -43,7 +44,11 @@ fn states_module() -> Response {
             (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
             (header::CACHE_CONTROL, "no-cache"),
         ],
-        kandev_events::TaskState::es_module(),
+        format!(
+            "{}{}",
+            kandev_events::TaskState::es_module(),
+            crate::api::exec_states_es_module()
+        ),
     )
         .into_response()
 }

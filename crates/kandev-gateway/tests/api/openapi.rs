@@ -102,6 +102,13 @@ async fn openapi_json_and_the_ui_are_served() {
         "{module}"
     );
     assert!(module.contains("export const TRANSITIONS"), "{module}");
+    // The execution states too, every name the API's `state` takes.
+    assert!(
+        module.contains(
+            r#"export const EXEC_STATES = Object.freeze(["unknown","idle","queued","launching","running","retry_wait","completed","failed","stopped"]);"#
+        ),
+        "{module}"
+    );
     let missing = app.call(Method::GET, "/missing.js", None, None).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
     app.stop().await;

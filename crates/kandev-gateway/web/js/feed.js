@@ -1,5 +1,6 @@
 // The live agent feed: a model of normalized ACP events plus a renderer that
-// batches DOM work per animation frame and keeps the DOM bounded.
+// batches DOM work per animation frame and keeps the DOM bounded. What each
+// kind of item is made of and how it shows: feeditems.js.
 //
 // - Frames are deduped by their per-task `seq`: anything <= the last seq
 //   seen is ignored (counted in `duplicatesIgnored`).
@@ -10,127 +11,7 @@
 //   scrolling to the top) widens it, then loads earlier pages (feedpages.js).
 
 import { h, clear, timeEl } from './dom.js';
-import { auth } from './api.js';
-import { renderMarkdown } from './markdown.js';
-import { lineDiff, hunks } from './diff.js';
-
-const MD_LIMIT = 64 * 1024;      // above this, a message renders as plain text
-const TEXT_LIMIT = 256 * 1024;   // above this, only the tail is shown until expanded
-// A message or thought keeps at most this much at each end: a session's
-// one long message (a million chunks) does not fill the tab's memory.
-const KEEP_CHARS = 256 * 1024;
-
-/**
- * Drops the middle of a long message's text, keeping `KEEP_CHARS` at each
- * end: `it.cut` is where the kept head ends, `it.elided` counts what went.
- * A cut made before lies inside what is dropped again (the tail after it
- * is never shorter than `KEEP_CHARS`).
- */
-export function clipText(it) {
-  if (it.text.length <= 3 * KEEP_CHARS) return;
-  it.elided = (it.elided || 0) + it.text.length - 2 * KEEP_CHARS;
-  it.text = it.text.slice(0, KEEP_CHARS) + it.text.slice(it.text.length - KEEP_CHARS);
-  it.cut = KEEP_CHARS;
-}
-// A permission prompt shows this much of the write it asks for.
-const WRITE_PREVIEW_LINES = 12;
-const WRITE_LINE_CHARS = 400;
-
-/** What the feed says for each way a turn ends (docs/ui.md lists them). */
-export const STOP_WORDS = Object.freeze({
-  end_turn: 'Finished',
-  cancelled: 'Cancelled by you',
-  max_tokens: 'Stopped: the reply was too long',
-  max_turn_requests: 'Stopped: too many steps in one turn',
-  refusal: 'The agent refused',
-});
-export function stopWords(reason) { return STOP_WORDS[reason] || 'Ended'; }
-
-// What the feed says when the agent's program goes away, by the reason the
-// connection gives; the reason itself is the tooltip.
-const EXIT_WORDS = [
-  [/^agent closed its output/, 'The agent stopped running.'],
-  [/^client shut down/, 'The agent was shut down.'],
-  [/^reading from the agent failed/, 'Lost the connection to the agent.'],
-];
-export function exitWords(detail) {
-  const hit = EXIT_WORDS.find(([re]) => re.test(String(detail || '')));
-  return hit ? hit[1] : 'The agent stopped running.';
-}
-
-// A tool call's status, in words.
-const TOOL_WORDS = { pending: 'Waiting', in_progress: 'Working', completed: 'Done', failed: 'Failed' };
-
-export function requestIdText(id) {
-  return typeof id === 'string' ? id : JSON.stringify(id);
-}
-
-function updateOf(ev) {
-  const p = ev.raw && typeof ev.raw === 'object' ? ev.raw.params : null;
-  if (!p || typeof p !== 'object') return {};
-  return (p.update && typeof p.update === 'object' ? p.update : null)
-    || (p.data && typeof p.data === 'object' ? p.data : null) || {};
-}
-
-/**
- * The file a permission request asks to write, as {path, oldText, newText}
- * (oldText null: a new file; undefined: not known), or null. From the tool
- * call's ACP `diff` content (in the request, else in the tool call's own
- * updates), its rawInput (path + content, or old_string/new_string), or
- * the agent's `fs/write_text_file` the client asks about itself.
- */
-function writeOf(ev, d, feed) {
-  const raw = ev.raw && typeof ev.raw === 'object' ? ev.raw : {};
-  const call = (raw.params && raw.params.toolCall) || raw.toolCall || {};
-  const tool = feed.tools.get(d.tool_call_id);
-  const content = Array.isArray(call.content) ? call.content : tool ? tool.content : [];
-  const diff = content.find((c) => c && c.type === 'diff' && typeof c.path === 'string');
-  if (diff) return { path: diff.path, oldText: diff.oldText ?? null, newText: String(diff.newText ?? '') };
-  const input = call.rawInput && typeof call.rawInput === 'object' ? call.rawInput : {};
-  const path = input.path ?? input.file_path;
-  const text = input.content ?? input.new_string ?? input.newText;
-  if (typeof path === 'string' && typeof text === 'string') {
-    return { path, oldText: typeof input.old_string === 'string' ? input.old_string : undefined, newText: text };
-  }
-  return feed.writes.get(requestIdText(d.request_id)) || null;
-}
-
-/** The lines a write preview shows: a diff when the old text is known, else the new text. */
-function writeLines(w) {
-  if (w.oldText !== undefined) return hunks(lineDiff(w.oldText, w.newText));
-  const text = String(w.newText).replace(/\n$/, '');
-  return (text ? text.split('\n') : []).map((t, i) => ({ op: '+', text: t, oldNo: null, newNo: i + 1 }));
-}
-
-/** The write a permission prompt asks for: its path and its first lines, as text. */
-function renderWrite(w) {
-  w.lines = w.lines || writeLines(w);
-  const shown = w.lines.slice(0, WRITE_PREVIEW_LINES);
-  const body = h('div', { class: 'diff-body', role: 'table', 'aria-label': `What would be written to ${w.path}` });
-  for (const l of shown) {
-    const cls = l.op === '+' ? 'add' : l.op === '-' ? 'del' : l.op === '…' ? 'skip' : 'ctx';
-    const text = l.text.length > WRITE_LINE_CHARS ? `${l.text.slice(0, WRITE_LINE_CHARS)}…` : l.text;
-    body.append(cls === 'skip' ? h('div', { class: 'diff-line diff-skip' }, text)
-      : h('div', { class: `diff-line diff-${cls}`, role: 'row', testid: 'permission-write-line', dataset: { op: l.op } },
-        h('span', { class: 'ln', role: 'cell' }, l.oldNo ?? ''), h('span', { class: 'ln', role: 'cell' }, l.newNo ?? ''),
-        h('span', { class: 'op', role: 'cell', 'aria-hidden': 'true' }, l.op), h('span', { class: 'code', role: 'cell' }, text)));
-  }
-  const more = w.lines.length - shown.length;
-  if (more > 0) body.append(h('div', { class: 'diff-line diff-skip', testid: 'permission-write-more' }, `… ${more} more line${more === 1 ? '' : 's'}`));
-  return h('div', { class: 'diff perm-write', testid: 'permission-write' },
-    h('div', { class: 'diff-head' }, 'Writes', h('code', { testid: 'permission-write-path' }, w.path),
-      w.oldText === null ? h('span', { class: 'badge' }, 'new file') : null),
-    body);
-}
-
-function promptText(ev) {
-  const p = ev.raw && ev.raw.params;
-  if (!p) return '';
-  if (Array.isArray(p.prompt)) {
-    return p.prompt.map((b) => (b && b.type === 'text' ? b.text : b && b.uri ? `[${b.uri}]` : '')).filter(Boolean).join('\n');
-  }
-  return typeof p.message === 'string' ? p.message : '';
-}
+import { KINDS, HANDLERS, renderNote } from './feeditems.js';
 
 export class Feed {
   constructor(root, { onPermission, onEvent, windowSize = 300 } = {}) {
@@ -281,126 +162,27 @@ export class Feed {
   apply(frame) {
     const ev = frame.event || {};
     const seq = Number(frame.seq);
-    const d = ev.data || {};
     // A page's message item stands for `span` frames.
     const span = frame.span || 1;
     this.applied += span;
     this.curTs = ev.timestamp || frame.timestamp || null;
-    // Each agent run (a retry, a rerun) is its own instance: number them,
-    // so the attempts of a failing task are told apart.
-    if (frame.instance_id && frame.instance_id !== this.instance) {
-      this.runs = (this.runs || 0) + 1;
-      if (this.runs > 1) {
-        this.closeOpen();
-        const which = this.olderUnknown ? 'Another run' : `Run ${this.runs}`;
-        this.addItem({ kind: 'note', seq, testid: 'run-start', message: `${which}: a new agent container.` });
-      }
-      this.instance = frame.instance_id;
-    }
-    switch (ev.kind) {
-      case 'message_chunk':
-      case 'thought_chunk': {
-        if (this.replaying) { this.replayCount++; break; }
-        const kind = ev.kind === 'message_chunk' ? 'message' : 'thought';
-        const role = d.role || 'agent';
-        const text = d.text != null ? d.text : d.content_type && d.content_type !== 'text' ? `[${d.content_type}]` : '';
-        const last = this.last();
-        if (last && last.kind === kind && last.role === role && !last.closed
-            && (last.messageId == null || d.message_id == null || last.messageId === d.message_id)) {
-          last.text += text;
-          clipText(last);
-          if (d.message_id != null) last.messageId = d.message_id;
-          this.touch(last, seq, span);
-        } else {
-          this.addItem({ kind, seq, span, role, text, messageId: d.message_id ?? null });
-        }
-        break;
-      }
-      case 'tool_call':
-      case 'tool_call_update': {
-        const id = d.tool_call_id || `tool-${seq}`;
-        const u = updateOf(ev);
-        let item = this.tools.get(id);
-        if (!item) {
-          item = this.addItem({ kind: 'tool_call', seq, toolCallId: id, title: '', toolKind: '', status: '', locations: [], content: [] });
-          this.tools.set(id, item);
-        } else this.touch(item, seq);
-        if (d.title != null) item.title = d.title;
-        if (d.tool_kind != null) item.toolKind = d.tool_kind;
-        if (d.status != null) item.status = d.status;
-        if (Array.isArray(u.locations)) item.locations = u.locations;
-        if (Array.isArray(u.content)) item.content = u.content;
-        if (u.rawInput !== undefined) item.rawInput = u.rawInput;
-        if (u.rawOutput !== undefined) item.rawOutput = u.rawOutput;
-        break;
-      }
-      case 'plan': {
-        const entries = Array.isArray(d.entries) ? d.entries : [];
-        if (!this.plan) this.plan = this.addItem({ kind: 'plan', seq, entries });
-        else { this.plan.entries = entries; this.touch(this.plan, seq); }
-        break;
-      }
-      case 'permission_request': {
-        const rid = requestIdText(d.request_id);
-        const item = this.addItem({ kind: 'permission_request', seq, requestId: rid, toolCallId: d.tool_call_id,
-          title: d.title || (this.tools.get(d.tool_call_id) || {}).title || d.tool_call_id || 'a tool call',
-          options: Array.isArray(d.options) ? d.options : [], answered: null, sent: null, expired: false,
-          write: writeOf(ev, d, this) });
-        this.perms.set(rid, item);
-        break;
-      }
-      case 'permission_response': {
-        const rid = requestIdText(d.request_id);
-        const answer = { outcome: d.outcome, optionId: d.option_id, by: d.answered_by || d.by || null };
-        const item = this.perms.get(rid);
-        if (item) { item.answered = answer; this.touch(item, seq); } else this.orphanAnswers.set(rid, answer);
-        break;
-      }
-      case 'turn_end': {
-        for (const p of this.perms.values()) if (!p.answered && !p.expired) { p.expired = true; this.dirty.add(p); }
-        this.sawEnd = true;
-        this.closeOpen();
-        this.addItem({ kind: 'turn_end', seq, stopReason: d.stop_reason || 'unknown', message: d.message || '' });
-        break;
-      }
-      case 'protocol_error':
-        this.addItem({ kind: 'protocol_error', seq, message: d.message || 'protocol error', code: d.code });
-        break;
-      case 'progress':
-        this.addItem({ kind: 'progress', seq, message: `${d.percent != null ? `${d.percent}% ` : ''}${d.message || ''}`.trim() || 'progress' });
-        break;
-      case 'mode_change':
-        this.addItem({ kind: 'mode_change', seq, message: `Mode: ${d.mode_id}` });
-        break;
-      case 'other': {
-        if (ev.direction === 'to_agent' && d.method === 'session/prompt') {
-          const text = promptText(ev);
-          this.closeOpen();
-          if (text) this.addItem({ kind: 'prompt', seq, text });
-        } else if (ev.direction === 'to_agent' && d.method === 'session/load') {
-          this.replaying = true; this.replayCount = 0;
-        } else if (ev.direction === 'from_agent' && d.method === 'fs/write_text_file' && d.id != null) {
-          const p = ev.raw && ev.raw.params;
-          if (p && typeof p.path === 'string' && typeof p.content === 'string') {
-            this.writes.set(requestIdText(d.id), { path: p.path, oldText: undefined, newText: p.content });
-          }
-        }
-        break;
-      }
-      case 'lifecycle': {
-        if (d.phase === 'session_loaded' || d.phase === 'closed') {
-          if (this.replaying && this.replayCount) this.addItem({ kind: 'note', seq, message: 'The agent picked up the earlier conversation.' });
-          this.replaying = false;
-        }
-        if (d.phase === 'closed') { this.sawEnd = true; this.closeOpen(); this.addItem({ kind: 'lifecycle', seq, message: exitWords(d.detail), detail: d.detail || '' }); }
-        if (d.phase === 'prompt_queued') this.addItem({ kind: 'note', seq, message: `Follow-up queued, sent when this turn ends: ${d.detail ?? ''}` });
-        if (d.phase === 'queue_dropped') this.addItem({ kind: 'note', seq, message: `Queued follow-ups dropped: ${d.detail ?? ''}` });
-        break;
-      }
-      default:
-        break; // usage, log, config_change... are shown elsewhere
-    }
+    this.noteRun(frame, seq);
+    const event = { ev, d: ev.data || {}, seq, span };
+    for (const on of HANDLERS[ev.kind] || []) on(this, event);
     this.onEvent(ev, frame);
+  }
+
+  // Each agent run (a retry, a rerun) is its own instance: number them,
+  // so the attempts of a failing task are told apart.
+  noteRun(frame, seq) {
+    if (!frame.instance_id || frame.instance_id === this.instance) return;
+    this.runs = (this.runs || 0) + 1;
+    if (this.runs > 1) {
+      this.closeOpen();
+      const which = this.olderUnknown ? 'Another run' : `Run ${this.runs}`;
+      this.addItem({ kind: 'note', seq, testid: 'run-start', message: `${which}: a new agent container.` });
+    }
+    this.instance = frame.instance_id;
   }
 
   closeOpen() { const l = this.last(); if (l && (l.kind === 'message' || l.kind === 'thought')) l.closed = true; }
@@ -500,207 +282,11 @@ export class Feed {
       else it.el.dataset.local = String(++this.controlCounter);
     }
     it.el.dataset.seqs = String(it.nseq);
-    const fn = this[`render_${it.kind}`] || this.render_note;
-    fn.call(this, it, it.el);
+    (KINDS[it.kind]?.render || renderNote)(this, it, it.el);
     // When it happened: the frame's own timestamp, as local time.
     if (it.ts && it.tsEl !== null) {
       if (!it.tsEl) it.tsEl = timeEl(it.ts, 'feed-time');
       if (it.tsEl && it.tsEl.parentNode !== it.el) it.el.prepend(it.tsEl);
     }
   }
-
-  render_message(it, el) {
-    el.classList.toggle('from-user', it.role === 'user');
-    let body = el.querySelector('.msg-body');
-    if (!body) {
-      el.append(h('div', { class: 'item-label' }, it.role === 'user' ? 'You' : 'Agent'), body = h('div', { class: 'msg-body md' }));
-    }
-    let text = it.text;
-    if (it.elided) {
-      const gone = `\n\n[… ${it.elided.toLocaleString()} characters of this message are not shown …]\n\n`;
-      text = text.slice(0, it.cut) + gone + text.slice(it.cut);
-    }
-    if (text.length > TEXT_LIMIT && !it.expanded) {
-      const cut = text.length - TEXT_LIMIT;
-      text = text.slice(cut);
-      if (!el.querySelector('.msg-expand')) {
-        el.insertBefore(h('button', { type: 'button', class: 'btn btn-small msg-expand', onclick: () => { it.expanded = true; el.querySelector('.msg-expand').remove(); this.dirty.add(it); this.schedule(); } },
-          'Show the whole message'), body);
-      }
-    }
-    if (text.length > MD_LIMIT) { body.classList.add('plain'); body.textContent = text; }
-    else { body.classList.remove('plain'); body.innerHTML = renderMarkdown(text); } // escaped by renderMarkdown
-  }
-
-  render_prompt(it, el) {
-    clear(el).append(h('div', { class: 'item-label' }, 'Prompt'), h('div', { class: 'msg-body plain' }, it.text));
-  }
-
-  render_thought(it, el) {
-    let det = el.querySelector('details');
-    if (!det) {
-      det = h('details', { class: 'thought' }, h('summary', null, 'Thinking…'), h('div', { class: 'thought-body plain' }));
-      el.append(det);
-    }
-    det.querySelector('.thought-body').textContent = it.text;
-    det.querySelector('summary').textContent = 'Thinking';
-  }
-
-  render_tool_call(it, el) {
-    const open = el.querySelector('details.tool-raw')?.open;
-    const status = it.status || 'pending';
-    el.dataset.status = status;
-    el.dataset.toolCallId = it.toolCallId;
-    const head = h('div', { class: 'tool-head' },
-      h('span', { class: `tool-kind kind-${(it.toolKind || 'other').replace(/\W/g, '')}` }, it.toolKind || 'tool'),
-      h('span', { class: 'tool-title' }, it.title || it.toolCallId),
-      h('span', { class: `badge status-${status.replace(/\W/g, '')}`, testid: 'tool-status', dataset: { status } }, TOOL_WORDS[status] || status));
-    const parts = [head];
-    if (it.locations.length) {
-      parts.push(h('ul', { class: 'tool-locations', testid: 'tool-locations' },
-        it.locations.map((l) => h('li', null, h('code', null, `${l.path || ''}${l.line != null ? `:${l.line}` : ''}`)))));
-    }
-    for (const c of it.content) {
-      if (!c || typeof c !== 'object') continue;
-      if (c.type === 'diff') parts.push(renderDiff(c));
-      else if (c.type === 'content' && c.content) {
-        const t = c.content.type === 'text' ? c.content.text : `[${c.content.type}]`;
-        if (t) parts.push(h('pre', { class: 'tool-output' }, t.length > 4000 ? `${t.slice(0, 4000)}\n… (${t.length - 4000} more characters)` : t));
-      } else if (c.type === 'terminal') parts.push(h('p', { class: 'muted' }, `Terminal ${c.terminalId || ''}`));
-    }
-    if (it.rawInput !== undefined || it.rawOutput !== undefined) {
-      const det = h('details', { class: 'tool-raw' }, h('summary', null, 'Input / output'),
-        it.rawInput !== undefined ? h('pre', null, `input: ${safeJson(it.rawInput)}`) : null,
-        it.rawOutput !== undefined ? h('pre', null, `output: ${safeJson(it.rawOutput)}`) : null);
-      if (open) det.open = true;
-      parts.push(det);
-    }
-    clear(el).append(...parts);
-  }
-
-  render_plan(it, el) {
-    clear(el).append(h('div', { class: 'item-label' }, 'Plan'), renderPlan(it.entries));
-  }
-
-  render_permission_request(it, el) {
-    const state = it.answered ? 'answered' : it.expired ? 'expired' : it.sent ? 'sent' : 'open';
-    el.dataset.state = state;
-    el.dataset.requestId = it.requestId;
-    const buttons = it.options.map((o) => h('button', {
-      type: 'button',
-      class: `btn ${/^allow/.test(o.option_kind) ? 'btn-primary' : /^reject/.test(o.option_kind) ? 'btn-danger' : ''}`,
-      testid: 'permission-option',
-      dataset: { optionId: o.option_id, optionKind: o.option_kind },
-      disabled: state !== 'open',
-      'aria-pressed': (it.answered?.optionId || it.sent) === o.option_id ? 'true' : undefined,
-      onclick: () => this.answer(it, o.option_id),
-    }, o.name || o.option_id));
-    let status = '';
-    let by = null;
-    if (it.answered) {
-      const opt = it.options.find((o) => o.option_id === it.answered.optionId);
-      status = it.answered.outcome === 'selected' ? `Answered: ${opt ? opt.name : it.answered.optionId}` : 'Answered: cancelled';
-      by = this.answeredBy(it);
-      if (by) el.dataset.answeredBy = by.who;
-    } else if (it.expired) status = 'No longer pending.';
-    else if (it.sent) status = 'Answer sent…';
-    else if (it.error) status = `Could not answer: ${it.error}`;
-    clear(el).append(
-      h('div', { class: 'item-label' }, 'Permission requested'),
-      h('p', { class: 'perm-title' }, it.title),
-      it.write ? renderWrite(it.write) : null,
-      h('div', { class: 'perm-options', role: 'group', 'aria-label': 'Permission options' }, buttons),
-      h('p', { class: 'perm-status', testid: 'permission-status', hidden: !status }, status,
-        by ? h('span', { class: 'perm-by', testid: 'permission-by' }, ` — ${by.text}`) : null));
-  }
-
-  /**
-   * Who answered a permission request: {who: you|person|policy|turn|unknown,
-   * text}. The answer event names the person who answered (answered_by):
-   * the logged-in user is "you", anyone else by name.
-   */
-  answeredBy(it) {
-    const a = it.answered;
-    if (a.by) return a.by === auth.user ? { who: 'you', text: 'by you' } : { who: 'person', text: `by ${a.by}` };
-    if (it.sent) return { who: 'you', text: 'by you' };
-    if (a.outcome !== 'selected') return { who: 'turn', text: 'the turn ended before an answer' };
-    if (this.policy && this.policy !== 'ask') {
-      const name = this.policy === 'auto_approve' ? 'auto-approve' : this.policy;
-      return { who: 'policy', text: `automatically, by the agent type’s ${name} policy (nobody was asked)` };
-    }
-    if (this.policy === 'ask') return { who: 'unknown', text: 'by someone Kandev did not record' };
-    return null;
-  }
-
-  answer(it, optionId) {
-    if (it.answered || it.sent) return;
-    it.sent = optionId;
-    it.error = '';
-    this.dirty.add(it);
-    this.schedule();
-    Promise.resolve(this.onPermission(it.requestId, optionId)).then((ok) => {
-      if (ok === false) { it.sent = null; this.dirty.add(it); this.schedule(); }
-    }, (e) => {
-      it.sent = null;
-      it.error = e && e.message ? e.message : String(e);
-      this.dirty.add(it);
-      this.schedule();
-    });
-  }
-
-  render_turn_end(it, el) {
-    el.dataset.stopReason = it.stopReason;
-    clear(el).append(
-      h('div', { class: 'item-label' }, 'End of the agent’s turn'),
-      h('p', null, h('span', { class: `badge stop-${it.stopReason.replace(/\W/g, '')}`, testid: 'stop-reason', title: `Stop reason: ${it.stopReason}` }, stopWords(it.stopReason)),
-        it.message ? ' ' : '', it.message ? h('span', { class: 'turn-message' }, it.message) : null));
-  }
-
-  render_protocol_error(it, el) {
-    clear(el).append(h('div', { class: 'item-label' }, 'Error'),
-      h('p', { class: 'plain', title: it.code != null ? `Error code ${it.code}` : undefined }, it.message));
-  }
-
-  render_error(it, el) { this.render_protocol_error(it, el); }
-
-  render_note(it, el) { clear(el).append(h('p', { class: 'muted plain', title: it.detail || undefined }, it.message || it.kind)); }
-}
-
-function safeJson(v) {
-  try {
-    const s = JSON.stringify(v, null, 2);
-    return s.length > 4000 ? `${s.slice(0, 4000)}…` : s;
-  } catch { return String(v); }
-}
-
-export function renderPlan(entries) {
-  return h('ul', { class: 'plan', testid: 'plan-list' }, entries.map((e) => {
-    const st = e.status || 'pending';
-    const box = h('input', { type: 'checkbox', disabled: true, 'aria-label': st });
-    box.checked = st === 'completed';
-    box.indeterminate = st === 'in_progress';
-    return h('li', { class: `plan-entry plan-${st}`, testid: 'plan-entry', dataset: { status: st } },
-      box, h('span', { class: 'plan-text' }, e.content), h('span', { class: `prio prio-${e.priority}` }, e.priority));
-  }));
-}
-
-export function renderDiff(c) {
-  const lines = hunks(lineDiff(c.oldText, c.newText));
-  const added = lines.filter((l) => l.op === '+').length;
-  const removed = lines.filter((l) => l.op === '-').length;
-  const body = h('div', { class: 'diff-body', role: 'table', 'aria-label': `Diff of ${c.path || 'file'}` });
-  const shown = lines.slice(0, 800);
-  for (const l of shown) {
-    const cls = l.op === '+' ? 'add' : l.op === '-' ? 'del' : l.op === '…' ? 'skip' : 'ctx';
-    body.append(h('div', { class: `diff-line diff-${cls}`, role: 'row' },
-      h('span', { class: 'ln', role: 'cell' }, l.oldNo ?? ''),
-      h('span', { class: 'ln', role: 'cell' }, l.newNo ?? ''),
-      h('span', { class: 'op', role: 'cell', 'aria-hidden': 'true' }, l.op === '…' ? '' : l.op),
-      h('span', { class: 'code', role: 'cell' }, l.text)));
-  }
-  if (lines.length > shown.length) body.append(h('div', { class: 'diff-line diff-skip' }, `… ${lines.length - shown.length} more lines`));
-  return h('div', { class: 'diff', testid: 'diff' },
-    h('div', { class: 'diff-head' }, h('code', null, c.path || ''), c.oldText == null ? h('span', { class: 'badge' }, 'new file') : null,
-      h('span', { class: 'diff-stat' }, h('span', { class: 'add' }, `+${added}`), ' ', h('span', { class: 'del' }, `−${removed}`))),
-    body);
 }

@@ -13,7 +13,8 @@
 //   ended has expired; a message cut by the page boundary is one message.
 
 import { request } from './api.js';
-import { Feed, clipText } from './feed.js';
+import { Feed } from './feed.js';
+import { clipText } from './feeditems.js';
 
 /** Items a page asks for (the server also bounds a page's bytes). */
 const PAGE_ITEMS = 50;
