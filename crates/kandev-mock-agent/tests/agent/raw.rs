@@ -508,19 +508,11 @@ async fn code_scenario_edits_files_on_disk_without_client_fs() {
 #[tokio::test]
 async fn modes_and_config_options() {
     let (mut agent, sid) = RawAgent::start(&[], &[]).await;
-    let resp = agent
-        .answer(
-            "session/set_mode",
-            json!({ "sessionId": sid, "modeId": "plan" }),
-        )
-        .await;
+    let mode = |id: &str| json!({ "sessionId": sid, "modeId": id });
+    let model = |value: &str| json!({ "sessionId": sid, "configId": "model", "value": value });
+    let resp = agent.answer("session/set_mode", mode("plan")).await;
     assert_eq!(resp["result"], json!({}));
-    let resp = agent
-        .answer(
-            "session/set_mode",
-            json!({ "sessionId": sid, "modeId": "warp" }),
-        )
-        .await;
+    let resp = agent.answer("session/set_mode", mode("warp")).await;
     assert_eq!(resp["error"]["code"], -32602);
     agent.prompt(&sid, "code").await;
     assert!(
@@ -529,20 +521,14 @@ async fn modes_and_config_options() {
     );
 
     let resp = agent
-        .answer(
-            "session/set_config_option",
-            json!({ "sessionId": sid, "configId": "model", "value": "mock-smart" }),
-        )
+        .answer("session/set_config_option", model("mock-smart"))
         .await;
     assert_eq!(
         resp["result"]["configOptions"][0]["currentValue"],
         "mock-smart"
     );
     let resp = agent
-        .answer(
-            "session/set_config_option",
-            json!({ "sessionId": sid, "configId": "model", "value": "gpt-9" }),
-        )
+        .answer("session/set_config_option", model("gpt-9"))
         .await;
     assert_eq!(resp["error"]["code"], -32602);
 }

@@ -33,7 +33,7 @@ async fn app_with(gitlab: &FakeGitlab) -> TestApp {
 }
 
 async fn linked_board(app: &TestApp, kind: &str, project: &str) -> Result<String, tonic::Status> {
-    let board = board_of(&app, "Tracked", "alice").await;
+    let board = board_of(app, "Tracked", "alice").await;
     orchestrator(app)
         .set_tracker_link(pb::SetTrackerLinkRequest {
             board_id: board.clone(),
