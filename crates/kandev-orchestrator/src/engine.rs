@@ -551,7 +551,7 @@ impl Engine {
         } else {
             0
         };
-        Ok(self.execution_view(exec, last_seq, queue_position))
+        Ok(self.view_of(exec, last_seq, queue_position))
     }
 
     /// Queues a new run of the task for `run_as` (its session is resumed

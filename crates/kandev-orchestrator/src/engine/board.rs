@@ -32,7 +32,7 @@ impl Engine {
                         } else {
                             0
                         };
-                        self.execution_view(exec, last_seq, position)
+                        self.view_of(exec, last_seq, position)
                     }
                     None => ExecutionView::idle(task_id, last_seq),
                 }
@@ -42,7 +42,7 @@ impl Engine {
 
     /// The view of a task's execution, `queue_position` in the queue (0:
     /// not queued), its feed at `last_seq`.
-    pub(super) fn execution_view(
+    pub(super) fn view_of(
         &self,
         exec: Execution,
         last_seq: i64,
