@@ -227,17 +227,10 @@ fn v1_session_update(params: &Value) -> Normalized {
             return Normalized::new(kind, session_id);
         }
     };
-    let raw_content = raw_update.get("content");
+    if let Some(kind) = chunk_event(&notification.update, raw_update.get("content")) {
+        return Normalized::new(kind, session_id);
+    }
     let kind = match &notification.update {
-        SessionUpdate::AgentMessageChunk(c) => {
-            EventKind::MessageChunk(chunk(ChunkRole::Agent, c, raw_content))
-        }
-        SessionUpdate::UserMessageChunk(c) => {
-            EventKind::MessageChunk(chunk(ChunkRole::User, c, raw_content))
-        }
-        SessionUpdate::AgentThoughtChunk(c) => {
-            EventKind::ThoughtChunk(chunk(ChunkRole::Agent, c, raw_content))
-        }
         SessionUpdate::ToolCall(tc) => EventKind::ToolCall(ToolCallData {
             tool_call_id: tc.tool_call_id.0.to_string(),
             title: Some(tc.title.clone()),
@@ -275,6 +268,22 @@ fn v1_session_update(params: &Value) -> Normalized {
         _ => other_update(variant),
     };
     Normalized::new(kind, session_id)
+}
+
+/// A message or thought chunk as its event; `None` for another update.
+fn chunk_event(update: &SessionUpdate, raw_content: Option<&Value>) -> Option<EventKind> {
+    Some(match update {
+        SessionUpdate::AgentMessageChunk(c) => {
+            EventKind::MessageChunk(chunk(ChunkRole::Agent, c, raw_content))
+        }
+        SessionUpdate::UserMessageChunk(c) => {
+            EventKind::MessageChunk(chunk(ChunkRole::User, c, raw_content))
+        }
+        SessionUpdate::AgentThoughtChunk(c) => {
+            EventKind::ThoughtChunk(chunk(ChunkRole::Agent, c, raw_content))
+        }
+        _ => return None,
+    })
 }
 
 /// Every stable v1 `sessionUpdate` name (schema 1.17.0).
@@ -560,19 +569,8 @@ mod tests {
             let variant = update["sessionUpdate"].as_str().unwrap();
             let direct = text_chunk(variant, &update).expect("read directly");
             let typed: SessionNotification = serde_json::from_value(params.clone()).unwrap();
-            let raw_content = update.get("content");
-            let expected = match &typed.update {
-                SessionUpdate::AgentMessageChunk(c) => {
-                    EventKind::MessageChunk(chunk(ChunkRole::Agent, c, raw_content))
-                }
-                SessionUpdate::UserMessageChunk(c) => {
-                    EventKind::MessageChunk(chunk(ChunkRole::User, c, raw_content))
-                }
-                SessionUpdate::AgentThoughtChunk(c) => {
-                    EventKind::ThoughtChunk(chunk(ChunkRole::Agent, c, raw_content))
-                }
-                other => panic!("{other:?}"),
-            };
+            let expected = chunk_event(&typed.update, update.get("content"))
+                .unwrap_or_else(|| panic!("{:?}", typed.update));
             assert_eq!(direct, expected);
             assert_eq!(session_update(&params).kind, expected);
             let line =

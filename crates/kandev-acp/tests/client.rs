@@ -44,6 +44,14 @@ impl FakeAgent {
         self.output.flush().await.expect("flush");
     }
 
+    /// Ends the turn of the `session/prompt` `request` with `stop_reason`.
+    async fn end_turn(&mut self, request: &Value, stop_reason: &str) {
+        self.send(
+            json!({"jsonrpc": "2.0", "id": request["id"], "result": {"stopReason": stop_reason}}),
+        )
+        .await;
+    }
+
     async fn answer_v1_initialize(&mut self, extra: Value) -> Value {
         let request = self.recv().await;
         assert_eq!(request["method"], "initialize");
@@ -152,6 +160,16 @@ async fn v1_session(options: ClientOptions) -> (AcpClient, Events, FakeAgent) {
     (client, events, agent)
 }
 
+/// A prompt of `text` sent in the background: its stop reason when joined.
+fn prompt_in_background(
+    client: &AcpClient,
+    text: &str,
+) -> JoinHandle<Result<StopReason, AcpError>> {
+    let client = client.clone();
+    let text = text.to_owned();
+    tokio::spawn(async move { client.prompt(vec![text.into()]).await })
+}
+
 fn update(session: &str, update: Value) -> Value {
     json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":session,"update":update}})
 }
@@ -211,9 +229,7 @@ async fn v1_turn_keeps_early_and_late_updates_in_order() {
     assert_eq!(prompt["method"], "session/prompt");
     assert_eq!(prompt["params"]["prompt"][0]["text"], "hello");
     agent.send(text_chunk("s1", "working")).await;
-    agent
-        .send(json!({"jsonrpc":"2.0","id":prompt["id"],"result":{"stopReason":"end_turn"}}))
-        .await;
+    agent.end_turn(&prompt, "end_turn").await;
     // And one after the prompt response.
     agent.send(text_chunk("s1", "late")).await;
 
@@ -290,10 +306,7 @@ async fn bad_lines_become_protocol_errors_and_the_client_keeps_going() {
         ..ClientOptions::default()
     };
     let (client, mut events, mut agent) = v1_session(options).await;
-    let prompt = tokio::spawn({
-        let client = client.clone();
-        async move { client.prompt(vec!["go".into()]).await }
-    });
+    let prompt = prompt_in_background(&client, "go");
     let request = agent.recv().await;
     // Oversized (5000 bytes, more than the 1024 limit).
     let mut huge = serde_json::to_vec(&text_chunk("s1", &"x".repeat(5000))).expect("json");
@@ -307,9 +320,7 @@ async fn bad_lines_become_protocol_errors_and_the_client_keeps_going() {
             json!({"sessionUpdate":"future_variant","stuff":[1,2]}),
         ))
         .await;
-    agent
-        .send(json!({"jsonrpc":"2.0","id":request["id"],"result":{"stopReason":"end_turn"}}))
-        .await;
+    agent.end_turn(&request, "end_turn").await;
     assert_eq!(
         prompt.await.expect("join").expect("prompt"),
         StopReason::EndTurn
@@ -364,10 +375,7 @@ async fn unknown_agent_method_gets_method_not_found() {
 #[tokio::test]
 async fn agent_exit_fails_pending_requests_at_once() {
     let (client, mut events, mut agent) = v1_session(ClientOptions::default()).await;
-    let prompt = tokio::spawn({
-        let client = client.clone();
-        async move { client.prompt(vec!["go".into()]).await }
-    });
+    let prompt = prompt_in_background(&client, "go");
     agent.recv().await;
     drop(agent);
     let result = tokio::time::timeout(Duration::from_secs(2), prompt)
@@ -391,10 +399,7 @@ async fn agent_exit_fails_pending_requests_at_once() {
 async fn cancel_answers_open_permission_requests_with_cancelled() {
     let (options, mut asks) = ask_options();
     let (client, mut events, mut agent) = v1_session(options).await;
-    let prompt = tokio::spawn({
-        let client = client.clone();
-        async move { client.prompt(vec!["go".into()]).await }
-    });
+    let prompt = prompt_in_background(&client, "go");
     let request = agent.recv().await;
     let options = json!([
         {"optionId":"allow","name":"Allow","kind":"allow_once"},
@@ -438,9 +443,7 @@ async fn cancel_answers_open_permission_requests_with_cancelled() {
     }
     // The decider's late answer is refused.
     assert!(!first.respond(PermissionDecision::Select("allow".into())));
-    agent
-        .send(json!({"jsonrpc":"2.0","id":request["id"],"result":{"stopReason":"cancelled"}}))
-        .await;
+    agent.end_turn(&request, "cancelled").await;
     assert_eq!(
         prompt.await.expect("join").expect("prompt"),
         StopReason::Cancelled
@@ -812,10 +815,7 @@ async fn seed_dialect_is_detected_and_its_turn_completes() {
     assert!(matches!(&end.kind, EventKind::TurnEnd(t) if t.stop_reason == "end_turn"));
 
     // A failing turn: `{type: error}` fails the prompt.
-    let flow = tokio::spawn({
-        let client = client.clone();
-        async move { client.prompt(vec!["again".into()]).await }
-    });
+    let flow = prompt_in_background(&client, "again");
     let prompt = agent.recv().await;
     agent
         .send(json!({"jsonrpc":"2.0","id":prompt["id"],"result":{"accepted":true}}))
@@ -1024,10 +1024,7 @@ async fn load_session_replays_history_before_returning() {
 async fn shutdown_ends_the_stream_and_a_successor_continues_the_numbering() {
     let (options, mut asks) = ask_options();
     let (client, mut events, mut agent) = v1_session(options).await;
-    let prompt = tokio::spawn({
-        let client = client.clone();
-        async move { client.prompt(vec!["go".into()]).await }
-    });
+    let prompt = prompt_in_background(&client, "go");
     agent.recv().await;
     agent.send(text_chunk("s1", "before")).await;
     // A permission request that nobody answers keeps a handler open.

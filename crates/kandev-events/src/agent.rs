@@ -333,6 +333,27 @@ pub struct AgentLifecycle {
 }
 
 impl AgentLifecycle {
+    /// An event of `kind` about the instance, now, before any output
+    /// (`last_seq` 0) and with none of the optional fields.
+    pub fn new(kind: AgentEventKind, task_id: Uuid, instance_id: Uuid, agent_type: &str) -> Self {
+        AgentLifecycle {
+            kind,
+            task_id,
+            instance_id,
+            agent_type: agent_type.to_owned(),
+            container_id: None,
+            acp_session_id: None,
+            stop_reason: None,
+            summary: None,
+            error: None,
+            exit_code: None,
+            request_id: None,
+            retryable: None,
+            last_seq: 0,
+            at: Utc::now(),
+        }
+    }
+
     /// The envelope id: one per (instance, kind, turn), stable across
     /// republishing. `turn` tells apart the completions of follow-up turns.
     pub fn event_id(&self, turn: u64) -> Uuid {

@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 use kandev_model_stub::anthropic;
 use serde_json::{Value, json};
 
+mod common;
+use common::{fixture, json_of, read_until, send, serve, sse_body, sse_events as events};
+
 /// Claude Code's main request after its `Read` of `notes.txt` for the prompt
 /// `kandev: edit notes.txt => changed by claude` (12 tools offered).
 const EDIT_AFTER_READ: &str = include_str!("fixtures/anthropic/claude_code_edit_after_read.json");
@@ -16,10 +19,6 @@ const EDIT_AFTER_READ: &str = include_str!("fixtures/anthropic/claude_code_edit_
 const TITLE: &str = include_str!("fixtures/anthropic/claude_code_title.json");
 /// The working directory the fixtures name.
 const CWD: &str = "/tmp/kandev-fixture/repo";
-
-fn fixture(text: &str) -> Value {
-    serde_json::from_str(text).expect("fixture is JSON")
-}
 
 /// The main fixture cut back to its first `keep` messages (the first user
 /// message and Claude Code's `system` message are 2).
@@ -41,19 +40,6 @@ fn prompt_request(prompt: &str) -> Value {
     body
 }
 
-async fn serve() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        axum::serve(listener, kandev_model_stub::router())
-            .await
-            .expect("serve");
-    });
-    format!("http://{addr}")
-}
-
 async fn post(base: &str, body: &Value, key: &str) -> reqwest::Response {
     reqwest::Client::new()
         .post(format!("{base}/v1/messages?beta=true"))
@@ -65,35 +51,10 @@ async fn post(base: &str, body: &Value, key: &str) -> reqwest::Response {
         .expect("request")
 }
 
-/// The `event:` names and `data:` JSON of a Server-Sent Events body.
-fn events(text: &str) -> Vec<(String, Value)> {
-    text.split("\n\n")
-        .filter(|frame| !frame.trim().is_empty())
-        .map(|frame| {
-            let field = |name: &str| {
-                frame
-                    .lines()
-                    .find_map(|l| l.strip_prefix(name))
-                    .map(str::trim)
-                    .unwrap_or_default()
-                    .to_string()
-            };
-            let data = serde_json::from_str(&field("data:")).expect("data is JSON");
-            (field("event:"), data)
-        })
-        .collect()
-}
-
 async fn stream_of(body: &Value) -> Vec<(String, Value)> {
     let base = serve().await;
     let response = post(&base, body, "kandev-test-key").await;
-    assert_eq!(response.status(), 200);
-    let content_type = response.headers()["content-type"].to_str().expect("ascii");
-    assert!(
-        content_type.starts_with("text/event-stream"),
-        "{content_type}"
-    );
-    events(&response.text().await.expect("body"))
+    events(&sse_body(response).await)
 }
 
 fn names(events: &[(String, Value)]) -> Vec<&str> {
@@ -289,22 +250,16 @@ async fn a_wrong_or_missing_key_gets_anthropics_401() {
         body,
         json!({"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}})
     );
-    let missing = reqwest::Client::new()
-        .post(format!("{base}/v1/messages"))
-        .json(&edit_request(2))
-        .send()
-        .await
-        .expect("request");
+    let unsigned = || {
+        reqwest::Client::new()
+            .post(format!("{base}/v1/messages"))
+            .json(&edit_request(2))
+    };
+    let missing = send(unsigned()).await;
     assert_eq!(missing.status(), 401);
     let body: Value = missing.json().await.expect("JSON");
     assert_eq!(body["error"]["type"], "authentication_error");
-    let bearer = reqwest::Client::new()
-        .post(format!("{base}/v1/messages"))
-        .bearer_auth("kandev-test-token")
-        .json(&edit_request(2))
-        .send()
-        .await
-        .expect("request");
+    let bearer = send(unsigned().bearer_auth("kandev-test-token")).await;
     assert_eq!(bearer.status(), 200);
 }
 
@@ -312,32 +267,22 @@ async fn a_wrong_or_missing_key_gets_anthropics_401() {
 async fn count_tokens_models_and_the_reachability_probe() {
     let base = serve().await;
     let client = reqwest::Client::new();
-    let count: Value = client
-        .post(format!("{base}/v1/messages/count_tokens?beta=true"))
-        .header("x-api-key", "kandev-test-key")
-        .json(&edit_request(2))
-        .send()
-        .await
-        .expect("request")
-        .json()
-        .await
-        .expect("JSON");
+    let count = json_of(
+        client
+            .post(format!("{base}/v1/messages/count_tokens?beta=true"))
+            .header("x-api-key", "kandev-test-key")
+            .json(&edit_request(2)),
+    )
+    .await;
     assert!(count["input_tokens"].as_u64().is_some_and(|n| n > 0));
-    let models: Value = client
-        .get(format!("{base}/v1/models"))
-        .header("x-api-key", "kandev-test-key")
-        .send()
-        .await
-        .expect("request")
-        .json()
-        .await
-        .expect("JSON");
+    let models = json_of(
+        client
+            .get(format!("{base}/v1/models"))
+            .header("x-api-key", "kandev-test-key"),
+    )
+    .await;
     assert_eq!(models["data"][0]["type"], "model");
-    let hello = client
-        .head(format!("{base}/api/hello"))
-        .send()
-        .await
-        .expect("request");
+    let hello = send(client.head(format!("{base}/api/hello"))).await;
     assert_eq!(hello.status(), 200);
 }
 
@@ -347,11 +292,10 @@ async fn slow_streams_every_slow_every_and_stops_when_the_client_goes() {
     let mut response = post(&base, &prompt_request("kandev: slow"), "kandev-test-key").await;
     assert_eq!(response.status(), 200);
     let started = Instant::now();
-    let mut seen = String::new();
-    while seen.matches("text_delta").count() < 3 {
-        let chunk = response.chunk().await.expect("read").expect("more");
-        seen.push_str(&String::from_utf8_lossy(&chunk));
-    }
+    let seen = read_until(&mut response, |seen| {
+        seen.matches("text_delta").count() >= 3
+    })
+    .await;
     // Three chunks: the first at once, then two pauses.
     assert!(started.elapsed() >= kandev_model_stub::script::SLOW_EVERY * 2);
     assert!(!seen.contains("message_stop"));

@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 use kandev_model_stub::script;
 use serde_json::{Value, json};
 
+mod common;
+use common::{fixture, json_of, read_until, serve, sse_body, sse_events};
+
 /// Gemini CLI's first main request of the turn (15 tools offered, the
 /// `<session_context>` part before the prompt in the same user message).
 const EDIT_FIRST: &str = include_str!("fixtures/gemini/edit_first_request.json");
@@ -21,28 +24,11 @@ const ROUTER: &str = include_str!("fixtures/gemini/router_request.json");
 const CWD: &str = "/tmp/gemini-drive/h-fix/repo";
 const KEY: &str = "kandev-test-key";
 
-fn fixture(text: &str) -> Value {
-    serde_json::from_str(text).expect("fixture is JSON")
-}
-
 /// The first request with the user's prompt replaced.
 fn prompt_request(prompt: &str) -> Value {
     let mut body = fixture(EDIT_FIRST);
     body["contents"][0]["parts"][1]["text"] = json!(prompt);
     body
-}
-
-async fn serve() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        axum::serve(listener, kandev_model_stub::router())
-            .await
-            .expect("serve");
-    });
-    format!("http://{addr}")
 }
 
 async fn post(base: &str, call: &str, body: &Value, key: &str) -> reqwest::Response {
@@ -57,20 +43,14 @@ async fn post(base: &str, call: &str, body: &Value, key: &str) -> reqwest::Respo
 
 /// The `data:` events of a whole SSE body, as JSON.
 fn events(body: &str) -> Vec<Value> {
-    body.split("\r\n\r\n")
-        .filter_map(|e| e.trim().strip_prefix("data: "))
-        .map(|d| serde_json::from_str(d).expect("event is JSON"))
-        .collect()
+    sse_events(body).into_iter().map(|(_, data)| data).collect()
 }
 
 /// The streamed answer to `body`, as its events.
 async fn stream(base: &str, body: &Value) -> Vec<Value> {
     let call = "gemini-2.5-flash:streamGenerateContent?alt=sse";
     let response = post(base, call, body, KEY).await;
-    assert_eq!(response.status(), 200);
-    let kind = response.headers()["content-type"].to_str().expect("ascii");
-    assert_eq!(kind, "text/event-stream");
-    events(&response.text().await.expect("body"))
+    events(&sse_body(response).await)
 }
 
 fn parts(events: &[Value]) -> Vec<Value> {
@@ -223,15 +203,12 @@ async fn count_tokens_and_model_listing_answer() {
     .await;
     let counted: Value = counted.json().await.expect("JSON");
     assert!(counted["totalTokens"].as_u64() > Some(0), "{counted}");
-    let models: Value = reqwest::Client::new()
-        .get(format!("{base}/v1beta/models"))
-        .header("x-goog-api-key", KEY)
-        .send()
-        .await
-        .expect("request")
-        .json()
-        .await
-        .expect("JSON");
+    let models = json_of(
+        reqwest::Client::new()
+            .get(format!("{base}/v1beta/models"))
+            .header("x-goog-api-key", KEY),
+    )
+    .await;
     assert!(models["models"].as_array().is_some_and(|m| !m.is_empty()));
 }
 
@@ -240,17 +217,8 @@ async fn slow_streams_distinct_chunks_until_the_client_goes_away() {
     let base = serve().await;
     let call = "gemini-2.5-flash:streamGenerateContent?alt=sse";
     let started = Instant::now();
-    let response = post(&base, call, &prompt_request("kandev: slow"), KEY).await;
-    let mut response = response;
-    let mut seen = String::new();
-    while seen.matches("data: ").count() < 3 {
-        let chunk = tokio::time::timeout(Duration::from_secs(5), response.chunk())
-            .await
-            .expect("a chunk in time")
-            .expect("chunk")
-            .expect("stream open");
-        seen.push_str(&String::from_utf8_lossy(&chunk));
-    }
+    let mut response = post(&base, call, &prompt_request("kandev: slow"), KEY).await;
+    let seen = read_until(&mut response, |seen| seen.matches("data: ").count() >= 3).await;
     assert!(started.elapsed() < Duration::from_secs(5));
     let texts: Vec<String> = events(&seen)
         .iter()

@@ -4,24 +4,18 @@
 //! trimmed capture from codex-acp 2.6.0 / Codex 0.166.0), the paced `slow`
 //! stream, and OpenAI's 401.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use kandev_model_stub::script::{HELLO, SLOW_EVERY};
 use serde_json::{Value, json};
 
+mod common;
+use common::{read_until, sse_body, sse_events};
+
 const KEY: &str = "kandev-test-key";
 
 async fn serve() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        axum::serve(listener, kandev_model_stub::router())
-            .await
-            .expect("serve");
-    });
-    format!("http://{addr}/v1/responses")
+    format!("{}/v1/responses", common::serve().await)
 }
 
 async fn post(url: &str, key: &str, body: &Value) -> reqwest::Response {
@@ -36,28 +30,18 @@ async fn post(url: &str, key: &str, body: &Value) -> reqwest::Response {
 
 /// The JSON `data` of every event, checking each `event:` names its type.
 fn events(sse: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    for block in sse.split("\n\n").filter(|b| !b.trim().is_empty()) {
-        let field = |name: &str| {
-            block
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .map(str::trim)
-        };
-        let Some(data) = field("data:") else { continue };
-        let data: Value = serde_json::from_str(data).expect("event data is JSON");
-        assert_eq!(field("event:"), data["type"].as_str(), "event name");
-        out.push(data);
-    }
-    out
+    sse_events(sse)
+        .into_iter()
+        .map(|(name, data)| {
+            assert_eq!(Some(name.as_str()), data["type"].as_str(), "event name");
+            data
+        })
+        .collect()
 }
 
 async fn answer(url: &str, body: &Value) -> Vec<Value> {
     let response = post(url, KEY, body).await;
-    assert_eq!(response.status(), 200);
-    let kind = response.headers()["content-type"].to_str().expect("ascii");
-    assert!(kind.starts_with("text/event-stream"), "{kind}");
-    events(&response.text().await.expect("body"))
+    events(&sse_body(response).await)
 }
 
 fn types(events: &[Value]) -> Vec<&str> {
@@ -65,8 +49,7 @@ fn types(events: &[Value]) -> Vec<&str> {
 }
 
 fn fixture() -> Value {
-    let text = include_str!("fixtures/openai/codex-0.166-request.json");
-    serde_json::from_str(text).expect("fixture is JSON")
+    common::fixture(include_str!("fixtures/openai/codex-0.166-request.json"))
 }
 
 /// The fixture with its prompt replaced and the given items appended.
@@ -220,19 +203,12 @@ async fn slow_streams_paced_deltas_until_the_client_leaves() {
     let mut response = post(&url, KEY, &body).await;
     assert_eq!(response.status(), 200);
     let started = Instant::now();
-    let mut seen = String::new();
-    while seen
-        .matches(r#""type":"response.output_text.delta""#)
-        .count()
-        < 6
-    {
-        let chunk = tokio::time::timeout(Duration::from_secs(5), response.chunk())
-            .await
-            .expect("a chunk in time")
-            .expect("read")
-            .expect("not ended");
-        seen.push_str(&String::from_utf8_lossy(&chunk));
-    }
+    let seen = read_until(&mut response, |seen| {
+        seen.matches(r#""type":"response.output_text.delta""#)
+            .count()
+            >= 6
+    })
+    .await;
     assert!(
         started.elapsed() >= SLOW_EVERY * 4,
         "{:?}",

@@ -551,22 +551,7 @@ impl Engine {
         } else {
             0
         };
-        Ok(ExecutionView {
-            task_id,
-            state: exec.state(),
-            instance_id: exec.instance_id,
-            attempts: exec.attempts,
-            queue_position,
-            last_error: exec.last_error,
-            acp_session_id: exec.acp_session_id,
-            updated_at: exec.updated_at,
-            last_seq,
-            agent_manager_url: self
-                .agents
-                .manager_url(&exec.manager_id)
-                .unwrap_or_default(),
-            run_as: exec.run_as,
-        })
+        Ok(self.view_of(exec, last_seq, queue_position))
     }
 
     /// Queues a new run of the task for `run_as` (its session is resumed

@@ -9,6 +9,8 @@
 //! - [`nats_raw`]: a NATS protocol session by hand, for what a server
 //!   answers a client that is not Kandev's.
 //! - [`free_port`]: a port nobody listens on right now.
+//! - [`assert_help`], [`service_command`]: a service binary's `--help`, and
+//!   the binary set up to serve on a port with a test database.
 //! - [`ensure_docker`]: a Docker engine that answers (started without bridge
 //!   or iptables when none does) and the `kandev/mock-agent:latest` image
 //!   (built by `dockerfiles/mock-agent/build.sh` when missing; never pulled).
@@ -138,6 +140,33 @@ pub fn free_port() -> u16 {
             return port;
         }
     }
+}
+
+/// Checks that the service binary `bin` answers `--help` with a text that
+/// mentions each of `words`.
+pub fn assert_help(bin: &str, words: &[&str]) {
+    let out = std::process::Command::new(bin)
+        .arg("--help")
+        .output()
+        .expect("the binary runs");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for word in words {
+        assert!(text.contains(word), "{word} in {text}");
+    }
+}
+
+/// The service binary `bin`, to listen on `port` with the Postgres
+/// database at `database_url`, the tests' NATS ([`NATS_URL`]) and the
+/// [`SERVICE_TOKEN`].
+pub fn service_command(bin: &str, port: u16, database_url: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(bin);
+    command
+        .env("KANDEV_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+        .env("KANDEV_DATABASE_URL", database_url)
+        .env("KANDEV_NATS_URL", &*NATS_URL)
+        .env("KANDEV_SERVICE_TOKEN", SERVICE_TOKEN);
+    command
 }
 
 /// The NATS users of `deploy/nats/nats.conf`, one per service.

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 use tokio::sync::mpsc;
 
-use super::{Events, FakeAgent, ask_options, v1_session};
+use super::{Events, FakeAgent, ask_options, prompt_in_background, v1_session};
 
 /// A session whose workspace is a fresh temporary directory.
 async fn session_in_workspace(
@@ -199,10 +199,7 @@ async fn under_ask_a_rejected_write_is_refused() {
 async fn under_ask_a_write_open_when_the_turn_is_cancelled_is_refused() {
     let (options, mut asks) = ask_options();
     let (root, client, mut events, mut agent) = session_in_workspace(options).await;
-    let prompt = tokio::spawn({
-        let client = client.clone();
-        async move { client.prompt(vec!["go".into()]).await }
-    });
+    let prompt = prompt_in_background(&client, "go");
     let request = agent.recv().await;
     assert_eq!(request["method"], "session/prompt");
     send_write(&mut agent, 9, "a.txt", "hello").await;
@@ -220,9 +217,7 @@ async fn under_ask_a_write_open_when_the_turn_is_cancelled_is_refused() {
     assert_refused(&answer, codes::REQUEST_CANCELLED, &root, "a.txt");
     // The person's late answer is refused, and writes nothing.
     assert!(!ask.respond(PermissionDecision::Select(WRITE_ALLOW.into())));
-    agent
-        .send(json!({"jsonrpc":"2.0","id":request["id"],"result":{"stopReason":"cancelled"}}))
-        .await;
+    agent.end_turn(&request, "cancelled").await;
     assert_eq!(
         prompt.await.expect("join").expect("prompt"),
         StopReason::Cancelled
@@ -251,10 +246,7 @@ async fn agent_asks(agent: &mut FakeAgent, id: u64, kind: &str, file: &str) {
 async fn an_allowed_edit_is_not_asked_again_when_written() {
     let (options, mut asks) = ask_options();
     let (root, client, _events, mut agent) = session_in_workspace(options).await;
-    let prompt = tokio::spawn({
-        let client = client.clone();
-        async move { client.prompt(vec!["go".into()]).await }
-    });
+    let prompt = prompt_in_background(&client, "go");
     let request = agent.recv().await;
     // The agent asks to edit g.txt and to read r.txt; both allowed.
     agent_asks(&mut agent, 20, "edit", "g.txt").await;
@@ -287,23 +279,16 @@ async fn an_allowed_edit_is_not_asked_again_when_written() {
     assert_refused(&answer, codes::PERMISSION_DENIED, &root, "r.txt");
 
     // The grant ends with the turn: the next turn asks again.
-    agent
-        .send(json!({"jsonrpc":"2.0","id":request["id"],"result":{"stopReason":"end_turn"}}))
-        .await;
+    agent.end_turn(&request, "end_turn").await;
     prompt.await.expect("join").expect("prompt");
-    let prompt = tokio::spawn({
-        let client = client.clone();
-        async move { client.prompt(vec!["again".into()]).await }
-    });
+    let prompt = prompt_in_background(&client, "again");
     let request = agent.recv().await;
     send_write(&mut agent, 25, "g.txt", "again").await;
     let ask = next_ask(&mut asks).await;
     assert_write_question(&ask, 25, "g.txt");
     assert!(ask.respond(PermissionDecision::Select(WRITE_ALLOW.into())));
     assert_eq!(agent.recv().await["result"], json!({}));
-    agent
-        .send(json!({"jsonrpc":"2.0","id":request["id"],"result":{"stopReason":"end_turn"}}))
-        .await;
+    agent.end_turn(&request, "end_turn").await;
     prompt.await.expect("join").expect("prompt");
 }
 
@@ -329,10 +314,7 @@ async fn next_question(events: &mut Events) -> Value {
 async fn under_ask_an_edit_the_agent_asked_about_is_asked_once() {
     let (options, mut asks) = ask_options();
     let (root, client, mut events, mut agent) = session_in_workspace(options).await;
-    let prompt = tokio::spawn({
-        let client = client.clone();
-        async move { client.prompt(vec!["go".into()]).await }
-    });
+    let prompt = prompt_in_background(&client, "go");
     let request = agent.recv().await;
     tool_call_update(
         &mut agent,
@@ -394,8 +376,6 @@ async fn under_ask_an_edit_the_agent_asked_about_is_asked_once() {
     assert_write_question(&ask, 33, "a.txt");
     assert!(ask.respond(PermissionDecision::Select(WRITE_ALLOW.into())));
     assert_eq!(agent.recv().await["result"], json!({}));
-    agent
-        .send(json!({"jsonrpc":"2.0","id":request["id"],"result":{"stopReason":"end_turn"}}))
-        .await;
+    agent.end_turn(&request, "end_turn").await;
     prompt.await.expect("join").expect("prompt");
 }

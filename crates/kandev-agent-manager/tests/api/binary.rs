@@ -1,6 +1,6 @@
 use std::{
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Child, Stdio},
     time::Duration,
 };
 
@@ -9,48 +9,41 @@ use kandev_proto::v1::{self as pb, agent_manager_client::AgentManagerClient};
 use uuid::Uuid;
 
 use crate::helpers::{
-    NATS_URL, TaskWatch, TestDb, assert_slow_stream_complete, containers_of, ensure_docker,
-    free_port, git_repo,
+    TaskWatch, TestDb, assert_slow_stream_complete, containers_of, ensure_docker, free_port,
+    git_repo,
 };
 
 #[test]
 fn help_describes_the_service() {
-    let out = Command::new(env!("CARGO_BIN_EXE_kandev-agent-manager"))
-        .arg("--help")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("--config"), "{text}");
-    assert!(text.contains("KANDEV_WORKSPACES_ROOT"), "{text}");
+    kandev_testkit::assert_help(
+        env!("CARGO_BIN_EXE_kandev-agent-manager"),
+        &["--config", "KANDEV_WORKSPACES_ROOT"],
+    );
 }
 
 /// Starts the binary on `port`; returns it with a connected client.
 async fn start(db: &TestDb, dir: &Path, port: u16) -> (Child, AgentManagerClient<TracedChannel>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kandev-agent-manager"))
-        .env("KANDEV_LISTEN_ADDR", format!("127.0.0.1:{port}"))
-        .env("KANDEV_DATABASE_URL", &db.url)
-        .env("KANDEV_NATS_URL", &*NATS_URL)
-        .env("KANDEV_SERVICE_TOKEN", kandev_testkit::SERVICE_TOKEN)
-        .env("KANDEV_MANAGER_ID", &db.name)
-        .env("KANDEV_PULL_IMAGES", "false")
-        .env(
-            "KANDEV_WORKSPACES_ROOT",
-            dir.join("workspaces").display().to_string(),
-        )
-        .env(
-            "KANDEV_CREDENTIALS_HOME",
-            dir.join("home").display().to_string(),
-        )
-        .env("KANDEV_SEQ_FLUSH_MS", "100")
-        .env(
-            "KANDEV_ALLOWED_REPOSITORY_ROOTS",
-            format!("[{:?}]", dir.join("repos").display().to_string()),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child =
+        kandev_testkit::service_command(env!("CARGO_BIN_EXE_kandev-agent-manager"), port, &db.url)
+            .env("KANDEV_MANAGER_ID", &db.name)
+            .env("KANDEV_PULL_IMAGES", "false")
+            .env(
+                "KANDEV_WORKSPACES_ROOT",
+                dir.join("workspaces").display().to_string(),
+            )
+            .env(
+                "KANDEV_CREDENTIALS_HOME",
+                dir.join("home").display().to_string(),
+            )
+            .env("KANDEV_SEQ_FLUSH_MS", "100")
+            .env(
+                "KANDEV_ALLOWED_REPOSITORY_ROOTS",
+                format!("[{:?}]", dir.join("repos").display().to_string()),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
     for _ in 0..200 {
         if let Ok(client) = crate::helpers::client(format!("127.0.0.1:{port}")).await {
             return (child, client);

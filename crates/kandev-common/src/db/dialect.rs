@@ -53,6 +53,7 @@ pub enum Param {
     Float(f64),
     Bool(bool),
     Bytes(Vec<u8>),
+    OptBytes(Option<Vec<u8>>),
     /// Stored as JSON (`jsonb` in Postgres, text in SQLite).
     Json(Value),
     OptJson(Option<Value>),
@@ -76,7 +77,7 @@ macro_rules! param_from {
 param_from!(
     Uuid => Uuid, Option<Uuid> => OptUuid, String => Text, &str => Text, &String => Text,
     Option<String> => OptText, i32 => Int, Option<i32> => OptInt, i64 => BigInt, Option<i64> => OptBigInt, f64 => Float,
-    bool => Bool, &[u8] => Bytes, Value => Json, Option<Value> => OptJson,
+    bool => Bool, &[u8] => Bytes, Vec<u8> => Bytes, Option<Vec<u8>> => OptBytes, Value => Json, Option<Value> => OptJson,
     DateTime<Utc> => Time, Option<DateTime<Utc>> => OptTime, &[String] => TextList,
 );
 
@@ -232,6 +233,7 @@ where
     f64: Encode<'q, D> + Type<D>,
     bool: Encode<'q, D> + Type<D>,
     Vec<u8>: Encode<'q, D> + Type<D>,
+    Option<Vec<u8>>: Encode<'q, D> + Type<D>,
     Json<Value>: Encode<'q, D> + Type<D>,
     Option<Json<Value>>: Encode<'q, D> + Type<D>,
     Time: 'q + Encode<'q, D> + Type<D>,
@@ -252,6 +254,7 @@ where
             Param::Float(v) => args.add(v),
             Param::Bool(v) => args.add(v),
             Param::Bytes(v) => args.add(v),
+            Param::OptBytes(v) => args.add(v),
             Param::Json(v) => args.add(Json(v)),
             Param::OptJson(v) => args.add(v.map(Json)),
             Param::Time(v) => args.add(time(v)),

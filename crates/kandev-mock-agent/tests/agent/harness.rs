@@ -138,6 +138,23 @@ impl RawAgent {
         self.send_raw(msg.to_string().as_bytes()).await;
     }
 
+    /// Sends a notification.
+    pub async fn notify(&mut self, method: &str, params: Value) {
+        self.send(&json!({ "jsonrpc": "2.0", "method": method, "params": params }))
+            .await;
+    }
+
+    /// Cancels the running turn of session `sid` (`session/cancel`).
+    pub async fn cancel(&mut self, sid: &str) {
+        self.notify("session/cancel", json!({ "sessionId": sid }))
+            .await;
+    }
+
+    /// The answer to a request (its updates before it dropped).
+    pub async fn answer(&mut self, method: &str, params: Value) -> Value {
+        self.request(method, params).await.1
+    }
+
     /// Sends a request and returns its id.
     pub async fn send_request(&mut self, method: &str, params: Value) -> u64 {
         self.next_id += 1;
@@ -227,6 +244,13 @@ impl RawAgent {
     }
 
     /// Runs a prompt to its response; returns the updates (the `update` objects) and the response.
+    /// Sends a prompt and reads the turn's first message: the prompt's
+    /// id and that message.
+    pub async fn begin_turn(&mut self, sid: &str, text: &str) -> (u64, Value) {
+        let id = self.send_prompt(sid, text).await;
+        (id, self.read_json().await)
+    }
+
     pub async fn prompt(&mut self, sid: &str, text: &str) -> (Vec<Value>, Value) {
         let id = self.send_prompt(sid, text).await;
         let (msgs, resp) = self.until_response(id).await;
@@ -269,6 +293,33 @@ pub fn message_texts(updates: &[Value]) -> Vec<String> {
         .iter()
         .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
         .map(|u| u["content"]["text"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+/// The `kind`s of the `tool_call` updates, in order.
+pub fn tool_kinds(updates: &[Value]) -> Vec<&str> {
+    updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call")
+        .filter_map(|u| u["kind"].as_str())
+        .collect()
+}
+
+/// Checks that `updates` have an update of each of `kinds`.
+pub fn assert_has_kinds(updates: &[Value], kinds_wanted: &[&str]) {
+    let k = kinds(updates);
+    for kind in kinds_wanted {
+        assert!(k.contains(kind), "missing {kind} in {k:?}");
+    }
+}
+
+/// The `kind`s of a permission request's options.
+pub fn option_kinds(request: &Value) -> Vec<&str> {
+    request["options"]
+        .as_array()
+        .expect("options")
+        .iter()
+        .filter_map(|o| o["kind"].as_str())
         .collect()
 }
 

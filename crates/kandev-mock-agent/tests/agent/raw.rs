@@ -5,14 +5,15 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::harness::{
-    BIN, RawAgent, TempDir, agent_command, home_of, kinds, message_texts, stop_reason, updates,
+    BIN, RawAgent, TempDir, agent_command, assert_has_kinds, home_of, kinds, message_texts,
+    option_kinds, stop_reason, tool_kinds, updates,
 };
 
 #[tokio::test]
 async fn initialize_advertises_acp_v1() {
     let mut agent = RawAgent::spawn(&[], &[]);
-    let (_, resp) = agent
-        .request("initialize", json!({ "protocolVersion": 1 }))
+    let resp = agent
+        .answer("initialize", json!({ "protocolVersion": 1 }))
         .await;
     let result = &resp["result"];
     assert_eq!(result["protocolVersion"], 1);
@@ -20,8 +21,8 @@ async fn initialize_advertises_acp_v1() {
     assert_eq!(result["authMethods"], json!([]));
     assert_eq!(result["agentInfo"]["name"], "kandev-mock-agent");
     // A client offering a newer version still gets v1.
-    let (_, resp) = agent
-        .request("initialize", json!({ "protocolVersion": 2 }))
+    let resp = agent
+        .answer("initialize", json!({ "protocolVersion": 2 }))
         .await;
     assert_eq!(resp["result"]["protocolVersion"], 1);
     assert!(agent.wait().await.success());
@@ -98,13 +99,12 @@ async fn slow_paces_its_chunks() {
 #[tokio::test]
 async fn wait_cancel_ends_with_cancelled() {
     let (mut agent, sid) = RawAgent::start(&[], &[]).await;
-    let id = agent.send_prompt(&sid, "wait-cancel").await;
-    let waiting = agent.read_json().await;
+    let (id, waiting) = agent.begin_turn(&sid, "wait-cancel").await;
     assert_eq!(
         waiting["params"]["update"]["content"]["text"],
         "Waiting for session/cancel."
     );
-    agent.send(&json!({ "jsonrpc": "2.0", "method": "session/cancel", "params": { "sessionId": sid } })).await;
+    agent.cancel(&sid).await;
     let (_, resp) = agent.until_response(id).await;
     assert_eq!(stop_reason(&resp), "cancelled");
     // The session takes a new prompt afterwards.
@@ -115,9 +115,8 @@ async fn wait_cancel_ends_with_cancelled() {
 #[tokio::test]
 async fn slow_turn_can_be_cancelled() {
     let (mut agent, sid) = RawAgent::start(&[], &[]).await;
-    let id = agent.send_prompt(&sid, "slow 100 50").await;
-    agent.read_json().await;
-    agent.send(&json!({ "jsonrpc": "2.0", "method": "session/cancel", "params": { "sessionId": sid } })).await;
+    let (id, _) = agent.begin_turn(&sid, "slow 100 50").await;
+    agent.cancel(&sid).await;
     let (msgs, resp) = agent.until_response(id).await;
     assert!(msgs.len() < 10);
     assert_eq!(stop_reason(&resp), "cancelled");
@@ -126,9 +125,10 @@ async fn slow_turn_can_be_cancelled() {
 #[tokio::test]
 async fn cancel_request_answers_request_cancelled() {
     let (mut agent, sid) = RawAgent::start(&[], &[]).await;
-    let id = agent.send_prompt(&sid, "wait-cancel").await;
-    agent.read_json().await;
-    agent.send(&json!({ "jsonrpc": "2.0", "method": "$/cancel_request", "params": { "requestId": id } })).await;
+    let (id, _) = agent.begin_turn(&sid, "wait-cancel").await;
+    agent
+        .notify("$/cancel_request", json!({ "requestId": id }))
+        .await;
     let (_, resp) = agent.until_response(id).await;
     assert_eq!(resp["error"]["code"], -32800);
 }
@@ -209,20 +209,20 @@ async fn agent_auth_requires_authenticate() {
     let init = agent.initialize().await;
     assert_eq!(init["authMethods"][0]["id"], "mock-login");
     let cwd = agent.cwd();
-    let (_, resp) = agent
-        .request("session/new", json!({ "cwd": cwd, "mcpServers": [] }))
+    let resp = agent
+        .answer("session/new", json!({ "cwd": cwd, "mcpServers": [] }))
         .await;
     assert_eq!(resp["error"]["code"], -32000);
-    let (_, resp) = agent
-        .request("authenticate", json!({ "methodId": "nope" }))
+    let resp = agent
+        .answer("authenticate", json!({ "methodId": "nope" }))
         .await;
     assert_eq!(resp["error"]["code"], -32602);
-    let (_, resp) = agent
-        .request("authenticate", json!({ "methodId": "mock-login" }))
+    let resp = agent
+        .answer("authenticate", json!({ "methodId": "mock-login" }))
         .await;
     assert_eq!(resp["result"], json!({}));
-    let (_, resp) = agent
-        .request("session/new", json!({ "cwd": cwd, "mcpServers": [] }))
+    let resp = agent
+        .answer("session/new", json!({ "cwd": cwd, "mcpServers": [] }))
         .await;
     assert!(resp["result"]["sessionId"].is_string(), "{resp}");
 
@@ -256,12 +256,12 @@ async fn terminal_auth_runs_login_then_reconnects() {
     assert_eq!(method["id"], "mock-terminal-login");
     assert_eq!(init["authMethods"].as_array().map(Vec::len), Some(1));
     let cwd = agent.cwd();
-    let (_, resp) = agent
-        .request("session/new", json!({ "cwd": cwd, "mcpServers": [] }))
+    let resp = agent
+        .answer("session/new", json!({ "cwd": cwd, "mcpServers": [] }))
         .await;
     assert_eq!(resp["error"]["code"], -32000);
-    let (_, resp) = agent
-        .request("authenticate", json!({ "methodId": "mock-terminal-login" }))
+    let resp = agent
+        .answer("authenticate", json!({ "methodId": "mock-terminal-login" }))
         .await;
     assert_eq!(
         resp["error"]["code"], -32602,
@@ -464,23 +464,18 @@ async fn code_scenario_edits_files_on_disk_without_client_fs() {
         std::fs::read_to_string(&readme).expect("README"),
         "# Demo\nEdited by kandev-mock-agent (turn 1).\n"
     );
-    let k = kinds(&ups);
-    for kind in [
-        "plan",
-        "agent_thought_chunk",
-        "tool_call",
-        "tool_call_update",
-        "agent_message_chunk",
-        "usage_update",
-    ] {
-        assert!(k.contains(&kind), "missing {kind} in {k:?}");
-    }
-    let tool_kinds: Vec<&str> = ups
-        .iter()
-        .filter(|u| u["sessionUpdate"] == "tool_call")
-        .filter_map(|u| u["kind"].as_str())
-        .collect();
-    assert_eq!(tool_kinds, ["read", "edit", "execute"]);
+    assert_has_kinds(
+        &ups,
+        &[
+            "plan",
+            "agent_thought_chunk",
+            "tool_call",
+            "tool_call_update",
+            "agent_message_chunk",
+            "usage_update",
+        ],
+    );
+    assert_eq!(tool_kinds(&ups), ["read", "edit", "execute"]);
     let diff = ups
         .iter()
         .find_map(|u| {
@@ -513,19 +508,11 @@ async fn code_scenario_edits_files_on_disk_without_client_fs() {
 #[tokio::test]
 async fn modes_and_config_options() {
     let (mut agent, sid) = RawAgent::start(&[], &[]).await;
-    let (_, resp) = agent
-        .request(
-            "session/set_mode",
-            json!({ "sessionId": sid, "modeId": "plan" }),
-        )
-        .await;
+    let mode = |id: &str| json!({ "sessionId": sid, "modeId": id });
+    let model = |value: &str| json!({ "sessionId": sid, "configId": "model", "value": value });
+    let resp = agent.answer("session/set_mode", mode("plan")).await;
     assert_eq!(resp["result"], json!({}));
-    let (_, resp) = agent
-        .request(
-            "session/set_mode",
-            json!({ "sessionId": sid, "modeId": "warp" }),
-        )
-        .await;
+    let resp = agent.answer("session/set_mode", mode("warp")).await;
     assert_eq!(resp["error"]["code"], -32602);
     agent.prompt(&sid, "code").await;
     assert!(
@@ -533,21 +520,15 @@ async fn modes_and_config_options() {
         "plan mode does not edit"
     );
 
-    let (_, resp) = agent
-        .request(
-            "session/set_config_option",
-            json!({ "sessionId": sid, "configId": "model", "value": "mock-smart" }),
-        )
+    let resp = agent
+        .answer("session/set_config_option", model("mock-smart"))
         .await;
     assert_eq!(
         resp["result"]["configOptions"][0]["currentValue"],
         "mock-smart"
     );
-    let (_, resp) = agent
-        .request(
-            "session/set_config_option",
-            json!({ "sessionId": sid, "configId": "model", "value": "gpt-9" }),
-        )
+    let resp = agent
+        .answer("session/set_config_option", model("gpt-9"))
         .await;
     assert_eq!(resp["error"]["code"], -32602);
 }
@@ -564,13 +545,10 @@ async fn permission_over_raw_json() {
                 break msg;
             }
         };
-        let kinds: Vec<&str> = request["params"]["options"]
-            .as_array()
-            .expect("options")
-            .iter()
-            .filter_map(|o| o["kind"].as_str())
-            .collect();
-        assert_eq!(kinds, ["allow_once", "allow_always", "reject_once"]);
+        assert_eq!(
+            option_kinds(&request["params"]),
+            ["allow_once", "allow_always", "reject_once"]
+        );
         assert_eq!(request["params"]["toolCall"]["kind"], "edit");
         agent
             .send(&json!({
@@ -594,25 +572,25 @@ async fn all_updates_covers_every_variant() {
     let sid = agent.new_session().await;
     let (ups, resp) = agent.prompt(&sid, "all-updates").await;
     assert_eq!(stop_reason(&resp), "end_turn");
-    let k = kinds(&ups);
-    for kind in [
-        "user_message_chunk",
-        "agent_message_chunk",
-        "agent_thought_chunk",
-        "tool_call",
-        "tool_call_update",
-        "plan",
-        "available_commands_update",
-        "current_mode_update",
-        "config_option_update",
-        "session_info_update",
-        "usage_update",
-        "notice",
-        "compaction_update",
-        "compaction_summary_chunk",
-    ] {
-        assert!(k.contains(&kind), "missing {kind}");
-    }
+    assert_has_kinds(
+        &ups,
+        &[
+            "user_message_chunk",
+            "agent_message_chunk",
+            "agent_thought_chunk",
+            "tool_call",
+            "tool_call_update",
+            "plan",
+            "available_commands_update",
+            "current_mode_update",
+            "config_option_update",
+            "session_info_update",
+            "usage_update",
+            "notice",
+            "compaction_update",
+            "compaction_summary_chunk",
+        ],
+    );
     // Without the capabilities, no notice or compaction.
     let (mut agent, sid) = RawAgent::start(&[], &[]).await;
     let (ups, _) = agent.prompt(&sid, "all-updates").await;
@@ -649,9 +627,8 @@ async fn quirks_mimic_real_agents() {
         "agent_message_chunk"
     );
 
-    let id = agent.send_prompt(&sid, "wait-cancel").await;
-    agent.read_json().await;
-    agent.send(&json!({ "jsonrpc": "2.0", "method": "session/cancel", "params": { "sessionId": sid } })).await;
+    let (id, _) = agent.begin_turn(&sid, "wait-cancel").await;
+    agent.cancel(&sid).await;
     let (_, resp) = agent.until_response(id).await;
     assert_eq!(
         stop_reason(&resp),
@@ -722,8 +699,7 @@ async fn eof_exits_zero() {
 
     // A turn waiting on the client gives up: wait-cancel ends cancelled.
     let (mut agent, sid) = RawAgent::start(&[], &[]).await;
-    let id = agent.send_prompt(&sid, "wait-cancel").await;
-    agent.read_json().await;
+    let (id, _) = agent.begin_turn(&sid, "wait-cancel").await;
     agent.close_stdin();
     let (_, resp) = agent.until_response(id).await;
     assert_eq!(stop_reason(&resp), "cancelled");
@@ -733,9 +709,7 @@ async fn eof_exits_zero() {
 #[tokio::test]
 async fn seed_dialect() {
     let mut agent = RawAgent::spawn(&["--acp"], &[("KANDEV_MOCK_DIALECT", "seed")]);
-    let (_, resp) = agent
-        .request("initialize", json!({ "protocolVersion": "1.0", "clientInfo": { "name": "kandev", "version": "0.1.0" } }))
-        .await;
+    let resp = agent.answer("initialize", json!({ "protocolVersion": "1.0", "clientInfo": { "name": "kandev", "version": "0.1.0" } })).await;
     assert_eq!(resp["result"]["protocolVersion"], "1.0");
     assert_eq!(resp["result"]["serverInfo"]["name"], "kandev-mock-agent");
     assert_eq!(resp["result"]["capabilities"]["streaming"], true);
@@ -801,13 +775,18 @@ async fn seed_dialect() {
         .await;
     agent.read_json().await;
     agent.read_json().await;
-    agent.send(&json!({ "jsonrpc": "2.0", "method": "session/cancel", "params": { "reason": "User requested cancellation" } })).await;
+    agent
+        .notify(
+            "session/cancel",
+            json!({ "reason": "User requested cancellation" }),
+        )
+        .await;
     let complete = agent.read_json().await;
     assert_eq!(complete["params"]["data"]["success"], false);
     assert_eq!(complete["params"]["data"]["cancelled"], true);
 
-    let (_, resp) = agent
-        .request("session/load", json!({ "sessionId": sid }))
+    let resp = agent
+        .answer("session/load", json!({ "sessionId": sid }))
         .await;
     assert_eq!(resp["result"], json!({ "sessionId": sid, "loaded": true }));
     assert!(agent.wait().await.success());

@@ -31,7 +31,9 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
-use crate::harness::{TIMEOUT, TempDir, agent_command, kinds};
+use crate::harness::{
+    TIMEOUT, TempDir, agent_command, assert_has_kinds, kinds, option_kinds, tool_kinds,
+};
 
 /// The client side of the world: files, a call log, scripted permission answers.
 #[derive(Default)]
@@ -289,23 +291,18 @@ async fn coding_turn_goes_through_client_fs_and_terminal() {
     );
 
     // Every update parsed in the SDK and came back out.
-    let k = kinds(&ups);
-    for kind in [
-        "session_info_update",
-        "plan",
-        "agent_thought_chunk",
-        "tool_call",
-        "tool_call_update",
-        "usage_update",
-    ] {
-        assert!(k.contains(&kind), "missing {kind} in {k:?}");
-    }
-    let tool_kinds: Vec<&str> = ups
-        .iter()
-        .filter(|u| u["sessionUpdate"] == "tool_call")
-        .filter_map(|u| u["kind"].as_str())
-        .collect();
-    assert_eq!(tool_kinds, ["read", "edit", "execute"]);
+    assert_has_kinds(
+        &ups,
+        &[
+            "session_info_update",
+            "plan",
+            "agent_thought_chunk",
+            "tool_call",
+            "tool_call_update",
+            "usage_update",
+        ],
+    );
+    assert_eq!(tool_kinds(&ups), ["read", "edit", "execute"]);
     let statuses: Vec<&str> = ups
         .iter()
         .filter(|u| u["sessionUpdate"] == "tool_call_update" && u["toolCallId"] == "call_edit_1")
@@ -395,13 +392,10 @@ async fn permission_outcomes_are_acted_on() {
     assert_eq!(requests.len(), 4, "no request after allow_always");
     let first = &requests[0];
     assert_eq!(first["toolCall"]["toolCallId"], "call_write_1");
-    let kinds: Vec<&str> = first["options"]
-        .as_array()
-        .expect("options")
-        .iter()
-        .filter_map(|o| o["kind"].as_str())
-        .collect();
-    assert_eq!(kinds, ["allow_once", "allow_always", "reject_once"]);
+    assert_eq!(
+        option_kinds(first),
+        ["allow_once", "allow_always", "reject_once"]
+    );
 }
 
 #[tokio::test]

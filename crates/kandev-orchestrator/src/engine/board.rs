@@ -26,29 +26,43 @@ impl Engine {
                 let stored = seqs.get(&task_id).copied().unwrap_or(0);
                 let last_seq = stored.max(self.hub.pending_last_seq(task_id).unwrap_or(0));
                 match rows.remove(&task_id) {
-                    Some(exec) => ExecutionView {
-                        task_id,
-                        state: exec.state(),
-                        instance_id: exec.instance_id,
-                        attempts: exec.attempts,
-                        queue_position: if exec.state() == ExecState::Queued {
+                    Some(exec) => {
+                        let position = if exec.state() == ExecState::Queued {
                             positions.get(&task_id).map_or(0, |p| *p as i32)
                         } else {
                             0
-                        },
-                        last_error: exec.last_error,
-                        acp_session_id: exec.acp_session_id,
-                        updated_at: exec.updated_at,
-                        last_seq,
-                        agent_manager_url: self
-                            .agents
-                            .manager_url(&exec.manager_id)
-                            .unwrap_or_default(),
-                        run_as: exec.run_as,
-                    },
+                        };
+                        self.view_of(exec, last_seq, position)
+                    }
                     None => ExecutionView::idle(task_id, last_seq),
                 }
             })
             .collect())
+    }
+
+    /// The view of a task's execution, `queue_position` in the queue (0:
+    /// not queued), its feed at `last_seq`.
+    pub(super) fn view_of(
+        &self,
+        exec: Execution,
+        last_seq: i64,
+        queue_position: i32,
+    ) -> ExecutionView {
+        ExecutionView {
+            task_id: exec.task_id,
+            state: exec.state(),
+            instance_id: exec.instance_id,
+            attempts: exec.attempts,
+            queue_position,
+            last_error: exec.last_error,
+            acp_session_id: exec.acp_session_id,
+            updated_at: exec.updated_at,
+            last_seq,
+            agent_manager_url: self
+                .agents
+                .manager_url(&exec.manager_id)
+                .unwrap_or_default(),
+            run_as: exec.run_as,
+        }
     }
 }

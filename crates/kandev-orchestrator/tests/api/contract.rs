@@ -7,7 +7,6 @@ use std::{collections::HashMap, sync::Arc};
 
 use chrono::Utc;
 use kandev_orchestrator::{
-    Settings,
     checks::{Check, CheckState},
     domain::ExecState,
     engine::store::{
@@ -18,89 +17,43 @@ use kandev_orchestrator::{
         Frame,
         store::{FeedStore, PgFeedStore, SqliteFeedStore},
     },
-    startup::{connect_database, connect_sqlite},
 };
-use kandev_testkit::TestDb;
 use uuid::Uuid;
+
+use crate::databases::Scratch;
 
 /// The engine's and the feed's stores on one fresh database.
 struct Stores {
     exec: Arc<dyn ExecutionStore>,
     feed: Arc<dyn FeedStore>,
+    scratch: Scratch,
 }
 
-struct Backend {
-    stores: Stores,
-    db: Option<TestDb>,
-    _dir: Option<tempfile::TempDir>,
-}
-
-impl Backend {
-    async fn postgres() -> Backend {
-        let db = TestDb::create().await;
-        let settings = Settings {
-            database_url: db.url.clone(),
-            ..Settings::default()
-        };
-        let pool = connect_database(&settings).await.expect("postgres opens");
-        Backend {
-            stores: Stores {
-                exec: Arc::new(PgExecStore::new(pool.clone())),
-                feed: Arc::new(PgFeedStore::new(pool)),
-            },
-            db: Some(db),
-            _dir: None,
+impl Stores {
+    async fn postgres() -> Stores {
+        let (pool, scratch) = Scratch::postgres().await;
+        Stores {
+            exec: Arc::new(PgExecStore::new(pool.clone())),
+            feed: Arc::new(PgFeedStore::new(pool)),
+            scratch,
         }
     }
 
-    async fn sqlite() -> Backend {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let url = format!("sqlite://{}", dir.path().join("orchestrator.db").display());
-        let pool = connect_sqlite(&url).await.expect("sqlite opens");
-        Backend {
-            stores: Stores {
-                exec: Arc::new(SqliteExecStore::new(pool.clone())),
-                feed: Arc::new(SqliteFeedStore::new(pool)),
-            },
-            db: None,
-            _dir: Some(dir),
+    async fn sqlite() -> Stores {
+        let (pool, scratch) = Scratch::sqlite().await;
+        Stores {
+            exec: Arc::new(SqliteExecStore::new(pool.clone())),
+            feed: Arc::new(SqliteFeedStore::new(pool)),
+            scratch,
         }
     }
 
     async fn remove(self) {
-        if let Some(db) = self.db {
-            db.drop_db().await;
-        }
+        self.scratch.remove().await;
     }
 }
 
-/// Runs each named check against both databases.
-macro_rules! contract {
-    ($($check:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test]
-                async fn $check() {
-                    let backend = super::Backend::postgres().await;
-                    super::$check(&backend.stores).await;
-                    backend.remove().await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test]
-                async fn $check() {
-                    let backend = super::Backend::sqlite().await;
-                    super::$check(&backend.stores).await;
-                    backend.remove().await;
-                }
-            )*
-        }
-    };
-}
-
-contract!(
+contract!(Stores:
     the_queue_orders_by_priority_then_arrival,
     a_run_goes_from_the_queue_to_its_end,
     retries_wait_until_they_are_due,

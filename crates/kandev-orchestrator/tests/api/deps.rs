@@ -10,34 +10,18 @@ use crate::helpers::*;
 use crate::task_steps::*;
 
 async fn task(app: &TestApp, board: &str, title: &str, autostart: bool) -> String {
-    app.tasks()
-        .create_task(pb::CreateTaskRequest {
-            board_id: board.into(),
-            title: title.into(),
-            agent_type: Some("mock-agent".into()),
-            workspace_path: "/tmp/kandev-test-ws".into(),
-            max_retries: Some(0),
-            created_by: "alice".into(),
-            autostart: Some(autostart),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .id
+    let task = pb::CreateTaskRequest {
+        workspace_path: "/tmp/kandev-test-ws".into(),
+        max_retries: Some(0),
+        autostart: Some(autostart),
+        ..alices_task(board, title)
+    };
+    file_task(app, task).await
 }
 
 async fn complete(app: &TestApp, id: &str) {
     for state in [pb::TaskState::InProgress, pb::TaskState::Completed] {
-        app.tasks()
-            .change_task_state(pb::ChangeTaskStateRequest {
-                id: id.into(),
-                state: state as i32,
-                actor: "alice".into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        move_task(app, id, state).await;
     }
 }
 
@@ -56,17 +40,7 @@ async fn wait_launched(app: &TestApp, n: usize) -> Vec<String> {
 #[tokio::test]
 async fn a_task_blocked_by_two_others_starts_only_after_both_complete() {
     let app = spawn_with_tasks(|_| {}).await;
-    let board = app
-        .tasks()
-        .create_board(pb::CreateBoardRequest {
-            name: "Deps".into(),
-            description: String::new(),
-            owner: "alice".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .id;
+    let board = board_of(&app, "Deps", "alice").await;
     let build = task(&app, &board, "build", false).await;
     let lint = task(&app, &board, "lint", false).await;
     let deploy = task(&app, &board, "deploy", false).await;
@@ -98,12 +72,7 @@ async fn a_task_blocked_by_two_others_starts_only_after_both_complete() {
     // comes after those, so once it launched they were all decided.
     let barrier = task(&app, &board, "barrier", true).await;
     assert_eq!(wait_launched(&app, 1).await, vec![barrier.clone()]);
-    let read = app
-        .tasks()
-        .get_task(pb::GetTaskRequest { id: deploy.clone() })
-        .await
-        .unwrap()
-        .into_inner();
+    let read = get_task(&app, &deploy).await;
     assert!(read.blocked, "one blocker is left");
     assert_eq!(read.blocked_reason, "waiting for 'lint' (TODO)");
 

@@ -28,21 +28,13 @@ async fn create(
     priority: i32,
     max_retries: i32,
 ) -> String {
-    app.tasks()
-        .create_task(pb::CreateTaskRequest {
-            board_id: board.into(),
-            title: title.into(),
-            description: description.into(),
-            priority,
-            agent_type: Some("mock-agent".into()),
-            max_retries: Some(max_retries),
-            created_by: "alice".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .id
+    let task = pb::CreateTaskRequest {
+        description: description.into(),
+        priority,
+        max_retries: Some(max_retries),
+        ..alices_task(board, title)
+    };
+    file_task(app, task).await
 }
 
 /// The whole feed of a task through a fresh WebSocket client, checked to be
@@ -72,11 +64,7 @@ async fn full_feed(app: &TestApp, task_id: &str) -> Vec<Value> {
         })
         .collect();
     assert_eq!(keys.len(), frames.len(), "no message twice");
-    let stored = eventually(10, "feed stored", || async {
-        let rows = stored(&app.db, id).await;
-        (rows.len() == last as usize).then_some(rows)
-    })
-    .await;
+    let stored = wait_stored(&app.db, id, last as usize, 10).await;
     for (row, frame) in stored.iter().zip(&frames) {
         assert_eq!(row.0, frame["seq"].as_i64().unwrap());
         assert_eq!(row.1.to_string(), frame["instance_id"].as_str().unwrap());
@@ -213,14 +201,7 @@ async fn e2e_cancelling_a_running_task_stops_its_agent() {
         }
     })
     .await;
-    eventually(10, "execution stopped", || async {
-        (status(&app, &id).await["state"] == "stopped").then_some(())
-    })
-    .await;
-    assert_eq!(
-        get_task(&app, &id).await.state,
-        pb::TaskState::Cancelled as i32
-    );
+    wait_stopped_cancelled(&app, &id).await;
     let _ = am
         .list_instances(pb::ListInstancesRequest {
             task_id: id.clone(),

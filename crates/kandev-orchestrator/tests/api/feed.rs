@@ -23,10 +23,7 @@ async fn messages_are_numbered_per_task_across_runs_stored_and_replayed_then_liv
         first.push(acp(other, other_run, i));
     }
     publish_acp(&app.bus, &first).await;
-    eventually(10, "run 1 stored", || async {
-        (stored(&app.db, task).await.len() == 5).then_some(())
-    })
-    .await;
+    wait_stored(&app.db, task, 5, 10).await;
 
     // A client connects: it gets the history, then live frames.
     let mut ws = ws_connect(&app.ws_url(task, None)).await;
@@ -54,11 +51,7 @@ async fn messages_are_numbered_per_task_across_runs_stored_and_replayed_then_liv
         "no duplicate frame"
     );
 
-    let rows = eventually(10, "run 2 stored", || async {
-        let rows = stored(&app.db, task).await;
-        (rows.len() == 8).then_some(rows)
-    })
-    .await;
+    let rows = wait_stored(&app.db, task, 8, 10).await;
     let expected: Vec<(i64, Uuid, i64)> = (1..=5)
         .map(|i| (i, run1, i))
         .chain((1..=3).map(|i| (5 + i, run2, i)))
@@ -126,10 +119,7 @@ async fn replay_plus_live_is_exact_across_a_reconnect_during_a_flood() {
     assert!(ws_read(&mut ws, Duration::from_millis(500)).await.is_none());
 
     // A client that connects now replays everything from storage.
-    eventually(10, "flood stored", || async {
-        (stored(&app.db, task).await.len() == N as usize).then_some(())
-    })
-    .await;
+    wait_stored(&app.db, task, N as usize, 10).await;
     let mut late = ws_connect(&app.ws_url(task, Some(2500))).await;
     assert_eq!(
         seqs(&ws_frames(&mut late, 500).await),
@@ -171,11 +161,7 @@ async fn overlapping_batches_number_each_event_once() {
         ws_read(&mut ws, Duration::from_millis(500)).await.is_none(),
         "no duplicate frame"
     );
-    let rows = eventually(10, "stored", || async {
-        let rows = stored(&app.db, task).await;
-        (rows.len() == 13).then_some(rows)
-    })
-    .await;
+    let rows = wait_stored(&app.db, task, 13, 10).await;
     assert!(
         rows.iter()
             .enumerate()
@@ -199,10 +185,7 @@ async fn compressed_and_plain_batches_make_one_feed() {
     assert_eq!(seqs(&frames), (1..=305).collect::<Vec<_>>());
     assert_eq!(frames[199]["event"]["data"]["text"], "chunk 200");
     assert_eq!(frames[304]["event"]["data"]["text"], "chunk 305");
-    eventually(10, "stored", || async {
-        (stored(&app.db, task).await.len() == 305).then_some(())
-    })
-    .await;
+    wait_stored(&app.db, task, 305, 10).await;
     // Read back from the store (the packed batch is kept as it came): the
     // same frames.
     let mut replay = ws_connect(&app.ws_url(task, Some(0))).await;
@@ -357,11 +340,7 @@ async fn the_feed_carries_on_exactly_after_nats_restarts() {
     }
     let rest = ws_frames(&mut ws, 50).await;
     assert_eq!(seqs(&rest), (51..=100).collect::<Vec<_>>());
-    let rows = eventually(20, "stored", || async {
-        let rows = stored(&app.db, task).await;
-        (rows.len() == 100).then_some(rows)
-    })
-    .await;
+    let rows = wait_stored(&app.db, task, 100, 20).await;
     assert!(
         rows.iter()
             .enumerate()

@@ -7,24 +7,20 @@
 
 use std::sync::Arc;
 
-use kandev_orchestrator::{
-    Settings,
-    feed::{
-        Frame,
-        store::{FeedItem, FeedPage, FeedStore, ITEM_TEXT_BYTES, PgFeedStore, SqliteFeedStore},
-    },
-    startup::{connect_database, connect_sqlite},
+use kandev_orchestrator::feed::{
+    Frame,
+    store::{FeedItem, FeedPage, FeedStore, ITEM_TEXT_BYTES, PgFeedStore, SqliteFeedStore},
 };
-use kandev_testkit::TestDb;
 use serde_json::{Value, json};
 use uuid::Uuid;
+
+use crate::databases::Scratch;
 
 /// A feed store on a fresh database, and a way to write behind its back.
 struct Backend {
     feed: Arc<dyn FeedStore>,
     raw: Raw,
-    db: Option<TestDb>,
-    _dir: Option<tempfile::TempDir>,
+    scratch: Scratch,
 }
 
 enum Raw {
@@ -34,29 +30,20 @@ enum Raw {
 
 impl Backend {
     async fn postgres() -> Backend {
-        let db = TestDb::create().await;
-        let settings = Settings {
-            database_url: db.url.clone(),
-            ..Settings::default()
-        };
-        let pool = connect_database(&settings).await.expect("postgres opens");
+        let (pool, scratch) = Scratch::postgres().await;
         Backend {
             feed: Arc::new(PgFeedStore::new(pool.clone())),
             raw: Raw::Pg(pool),
-            db: Some(db),
-            _dir: None,
+            scratch,
         }
     }
 
     async fn sqlite() -> Backend {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let url = format!("sqlite://{}", dir.path().join("orchestrator.db").display());
-        let pool = connect_sqlite(&url).await.expect("sqlite opens");
+        let (pool, scratch) = Scratch::sqlite().await;
         Backend {
             feed: Arc::new(SqliteFeedStore::new(pool.clone())),
             raw: Raw::Sqlite(pool),
-            db: None,
-            _dir: Some(dir),
+            scratch,
         }
     }
 
@@ -81,38 +68,11 @@ impl Backend {
     }
 
     async fn remove(self) {
-        if let Some(db) = self.db {
-            db.drop_db().await;
-        }
+        self.scratch.remove().await;
     }
 }
 
-macro_rules! contract {
-    ($($check:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test]
-                async fn $check() {
-                    let backend = super::Backend::postgres().await;
-                    super::$check(&backend).await;
-                    backend.remove().await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test]
-                async fn $check() {
-                    let backend = super::Backend::sqlite().await;
-                    super::$check(&backend).await;
-                    backend.remove().await;
-                }
-            )*
-        }
-    };
-}
-
-contract!(
+contract!(Backend:
     chunks_of_one_message_become_one_item_and_the_rest_items_of_their_own,
     a_long_message_goes_on_in_items_of_bounded_text,
     small_appends_and_retries_make_the_same_items_as_one_append,

@@ -22,30 +22,13 @@ use crate::task_steps::*;
 
 /// A task of alice's that starts at once (in `workspace`, when not empty).
 async fn task(app: &TestApp, board: &str, title: &str, workspace: &str) -> String {
-    app.tasks()
-        .create_task(pb::CreateTaskRequest {
-            board_id: board.into(),
-            title: title.into(),
-            description: "scenario: slow 30 100".into(),
-            agent_type: Some("mock-agent".into()),
-            workspace_path: workspace.into(),
-            max_retries: Some(0),
-            created_by: "alice".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .id
-}
-
-async fn state_of(app: &TestApp, id: &str) -> i32 {
-    app.tasks()
-        .get_task(pb::GetTaskRequest { id: id.into() })
-        .await
-        .unwrap()
-        .into_inner()
-        .state
+    let task = pb::CreateTaskRequest {
+        description: "scenario: slow 30 100".into(),
+        workspace_path: workspace.into(),
+        max_retries: Some(0),
+        ..alices_task(board, title)
+    };
+    file_task(app, task).await
 }
 
 fn prompts(app: &TestApp) -> Vec<AgentCall> {
@@ -180,7 +163,10 @@ async fn follow_ups_sent_during_a_turn_wait_for_its_end_and_go_together() {
         )]
     );
     assert!(held(&app, &id).await.is_empty());
-    assert_eq!(state_of(&app, &id).await, pb::TaskState::InProgress as i32);
+    assert_eq!(
+        get_task(&app, &id).await.state,
+        pb::TaskState::InProgress as i32
+    );
     let exec = client(&app)
         .get_task_execution(pb::GetTaskExecutionRequest {
             task_id: id.clone(),

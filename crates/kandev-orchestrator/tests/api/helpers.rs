@@ -476,22 +476,12 @@ pub async fn publish_agent(bus: &JetStreamBus, ev: AgentLifecycle, turn: u64) {
 }
 
 pub fn lifecycle(kind: AgentEventKind, task_id: &str, instance_id: Uuid) -> AgentLifecycle {
-    AgentLifecycle {
+    AgentLifecycle::new(
         kind,
-        task_id: Uuid::parse_str(task_id).unwrap(),
+        Uuid::parse_str(task_id).unwrap(),
         instance_id,
-        agent_type: "mock-agent".into(),
-        container_id: None,
-        acp_session_id: None,
-        stop_reason: None,
-        summary: None,
-        error: None,
-        exit_code: None,
-        request_id: None,
-        retryable: None,
-        last_seq: 0,
-        at: chrono::Utc::now(),
-    }
+        "mock-agent",
+    )
 }
 
 pub type Ws = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
@@ -563,6 +553,16 @@ pub async fn ws_send(ws: &mut Ws, value: Value) {
 
 pub fn seqs(frames: &[Value]) -> Vec<i64> {
     frames.iter().map(|f| f["seq"].as_i64().unwrap()).collect()
+}
+
+/// The task's stored frames once there are `n`, waiting up to `secs`
+/// seconds.
+pub async fn wait_stored(db: &TestDb, task_id: Uuid, n: usize, secs: u64) -> Vec<(i64, Uuid, i64)> {
+    eventually(secs, &format!("{n} frames of {task_id} stored"), || async {
+        let rows = stored(db, task_id).await;
+        (rows.len() == n).then_some(rows)
+    })
+    .await
 }
 
 /// (seq, instance_id, instance_seq) of every stored frame of a task.

@@ -4,6 +4,9 @@
 //! input (AcpBatch envelopes on NATS), the task service in-process; and the
 //! storage contract (`contract`) checked against Postgres and SQLite.
 
+#[macro_use]
+mod databases;
+
 mod auth;
 mod binary;
 mod checks;

@@ -14,22 +14,15 @@ use crate::helpers::*;
 use crate::task_steps::*;
 
 async fn task(app: &TestApp, board: &str, title: &str, priority: i32, agent_type: &str) -> String {
-    app.tasks()
-        .create_task(pb::CreateTaskRequest {
-            board_id: board.into(),
-            title: title.into(),
-            description: "scenario: echo hello".into(),
-            priority,
-            agent_type: Some(agent_type.into()),
-            workspace_path: "/tmp/kandev-test-ws".into(),
-            max_retries: Some(1),
-            created_by: "alice".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .id
+    let task = pb::CreateTaskRequest {
+        description: "scenario: echo hello".into(),
+        priority,
+        agent_type: Some(agent_type.into()),
+        workspace_path: "/tmp/kandev-test-ws".into(),
+        max_retries: Some(1),
+        ..alices_task(board, title)
+    };
+    file_task(app, task).await
 }
 
 #[tokio::test]
@@ -183,14 +176,7 @@ async fn cancelling_a_running_task_stops_its_agent() {
             .then_some(())
     })
     .await;
-    eventually(10, "stopped", || async {
-        (status(&app, &id).await["state"] == "stopped").then_some(())
-    })
-    .await;
-    assert_eq!(
-        get_task(&app, &id).await.state,
-        pb::TaskState::Cancelled as i32
-    );
+    wait_stopped_cancelled(&app, &id).await;
     app.stop().await;
 }
 
@@ -427,11 +413,7 @@ async fn a_crash_mid_run_loses_nothing_and_the_task_converges() {
         assert_eq!(f["seq"], i as i64 + 1);
         assert_eq!(f["instance_seq"], i as i64 + 1);
     }
-    let rows = eventually(10, "feed stored", || async {
-        let rows = stored(&app.db, task_id).await;
-        (rows.len() == 40).then_some(rows)
-    })
-    .await;
+    let rows = wait_stored(&app.db, task_id, 40, 10).await;
     assert!(
         rows.iter()
             .enumerate()
@@ -637,17 +619,7 @@ async fn augment_sessions_are_kept_and_resumed_under_the_seeds_key() {
 async fn a_run_uses_the_secrets_of_who_started_it_not_of_who_filed_it() {
     let app = spawn_with_tasks(|_| {}).await;
     // The admin files a task on Bob's board; nothing starts by itself.
-    let bobs = app
-        .tasks()
-        .create_board(pb::CreateBoardRequest {
-            name: "Bob's".into(),
-            description: String::new(),
-            owner: "bob".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .id;
+    let bobs = board_of(&app, "Bob's", "bob").await;
     let filed = |title: &'static str, autostart: bool| {
         let mut tasks = app.tasks();
         let board = bobs.clone();

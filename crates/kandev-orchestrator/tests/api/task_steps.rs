@@ -20,18 +20,40 @@ pub async fn spawn_with_tasks(tweak: impl FnOnce(&mut Settings) + Send + 'static
     .await
 }
 
-/// A new board of Alice's.
-pub async fn board(app: &TestApp) -> String {
+/// A new board of `owner`'s named `name`.
+pub async fn board_of(app: &TestApp, name: &str, owner: &str) -> String {
     app.tasks()
         .create_board(pb::CreateBoardRequest {
-            name: "Board".into(),
+            name: name.into(),
             description: String::new(),
-            owner: "alice".into(),
+            owner: owner.into(),
         })
         .await
         .unwrap()
         .into_inner()
         .id
+}
+
+/// A new board of Alice's.
+pub async fn board(app: &TestApp) -> String {
+    board_of(app, "Board", "alice").await
+}
+
+/// A task Alice files on `board` for the mock agent, the rest of it as
+/// the caller's `..alices_task(…)` leaves it.
+pub fn alices_task(board: &str, title: &str) -> pb::CreateTaskRequest {
+    pb::CreateTaskRequest {
+        board_id: board.into(),
+        title: title.into(),
+        agent_type: Some("mock-agent".into()),
+        created_by: "alice".into(),
+        ..Default::default()
+    }
+}
+
+/// Files the task; its id.
+pub async fn file_task(app: &TestApp, task: pb::CreateTaskRequest) -> String {
+    app.tasks().create_task(task).await.unwrap().into_inner().id
 }
 
 pub async fn get_task(app: &TestApp, id: &str) -> pb::Task {
@@ -93,6 +115,18 @@ pub async fn wait_launches(app: &TestApp, n: usize) -> Vec<(String, Uuid, pb::La
         (l.len() >= n).then_some(l)
     })
     .await
+}
+
+/// Waits for task `id`'s run to stop, then checks the task is cancelled.
+pub async fn wait_stopped_cancelled(app: &TestApp, id: &str) {
+    eventually(10, "execution stopped", || async {
+        (status(app, id).await["state"] == "stopped").then_some(())
+    })
+    .await;
+    assert_eq!(
+        get_task(app, id).await.state,
+        pb::TaskState::Cancelled as i32
+    );
 }
 
 pub fn metadata(task: &pb::Task) -> Value {

@@ -20,19 +20,21 @@ use crate::task_steps::*;
 const SECRET: &str = "whsec-orch-9d2e";
 
 async fn app_with(forge: &FakeGithub) -> TestApp {
-    let api_url = forge.url.clone();
-    spawn_app_with(Options {
-        with_task_service: true,
-        tweak: Box::new(move |s| {
-            s.forges = vec![Forge {
-                repository_prefix: "https://github.com/".into(),
-                kind: ForgeKind::Github,
-                api_url,
-                token: "t0ken".into(),
-            }];
-            s.tracker_reconcile_secs = 1;
-        }),
-        ..Options::default()
+    app_with_forge(Forge {
+        repository_prefix: "https://github.com/".into(),
+        kind: ForgeKind::Github,
+        api_url: forge.url.clone(),
+        token: "t0ken".into(),
+    })
+    .await
+}
+
+/// The orchestrator with the task service, its one forge `forge`, its
+/// links reconciled every second.
+pub(crate) async fn app_with_forge(forge: Forge) -> TestApp {
+    spawn_with_tasks(move |s| {
+        s.forges = vec![forge];
+        s.tracker_reconcile_secs = 1;
     })
     .await
 }
@@ -41,6 +43,21 @@ pub(crate) fn orchestrator(
     app: &TestApp,
 ) -> OrchestratorClient<kandev_common::trace::TracedChannel> {
     OrchestratorClient::new(service_channel(app.addr))
+}
+
+/// The board's link once it records an error.
+pub(crate) async fn link_error(app: &TestApp, board: &str) -> pb::TrackerLink {
+    eventually(30, "the link's error", || async {
+        let link = orchestrator(app)
+            .get_tracker_link(pb::GetTrackerLinkRequest {
+                board_id: board.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        (!link.last_error.is_empty()).then_some(link)
+    })
+    .await
 }
 
 async fn link(app: &TestApp, board: &str, repo: &str, secret: &str) -> pb::TrackerLink {
@@ -188,14 +205,7 @@ async fn labelled_issues_become_tasks_once_and_follow_their_issue() {
     .await
     .unwrap();
     assert_eq!(cancelled.outcome, "cancelled");
-    let task = app
-        .tasks()
-        .get_task(pb::GetTaskRequest {
-            id: made.task_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let task = get_task(&app, &made.task_id).await;
     assert_eq!(task.title, "Third, renamed");
     assert_eq!(task.state, pb::TaskState::Cancelled as i32);
 
@@ -229,19 +239,7 @@ async fn a_deleted_or_renamed_repository_is_a_plain_error_on_the_link() {
     ] {
         let board = board(&app).await;
         link(&app, &board, repo, "").await;
-        let got = eventually(30, "the link's error", || {
-            let app = &app;
-            let board = board.clone();
-            async move {
-                let link = orchestrator(app)
-                    .get_tracker_link(pb::GetTrackerLinkRequest { board_id: board })
-                    .await
-                    .unwrap()
-                    .into_inner();
-                (!link.last_error.is_empty()).then_some(link)
-            }
-        })
-        .await;
+        let got = link_error(&app, &board).await;
         assert!(got.last_error.starts_with(words), "{}", got.last_error);
         assert!(got.last_synced_at.is_some());
         assert!(!got.has_webhook_secret);

@@ -15,43 +15,25 @@ use serde_json::{Value, json};
 
 use crate::{
     helpers::*,
-    trackers::{orchestrator, tasks},
+    task_steps::{board_of, get_task},
+    trackers::{app_with_forge, link_error, orchestrator, tasks},
 };
 
 const SECRET: &str = "gl-whsec-4b7a";
 const PROJECT: &str = "group/sub/app";
 
 async fn app_with(gitlab: &FakeGitlab) -> TestApp {
-    let api_url = gitlab.api_url();
-    let token = gitlab.token.clone();
-    spawn_app_with(Options {
-        with_task_service: true,
-        tweak: Box::new(move |s| {
-            s.forges = vec![Forge {
-                repository_prefix: "https://gitlab.example/".into(),
-                kind: ForgeKind::Gitlab,
-                api_url,
-                token,
-            }];
-            s.tracker_reconcile_secs = 1;
-        }),
-        ..Options::default()
+    app_with_forge(Forge {
+        repository_prefix: "https://gitlab.example/".into(),
+        kind: ForgeKind::Gitlab,
+        api_url: gitlab.api_url(),
+        token: gitlab.token.clone(),
     })
     .await
 }
 
 async fn linked_board(app: &TestApp, kind: &str, project: &str) -> Result<String, tonic::Status> {
-    let board = app
-        .tasks()
-        .create_board(pb::CreateBoardRequest {
-            name: "Tracked".into(),
-            description: String::new(),
-            owner: "alice".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .id;
+    let board = board_of(app, "Tracked", "alice").await;
     orchestrator(app)
         .set_tracker_link(pb::SetTrackerLinkRequest {
             board_id: board.clone(),
@@ -163,12 +145,7 @@ async fn labelled_gitlab_issues_become_tasks_and_follow_their_issue() {
     .await
     .unwrap();
     assert_eq!(cancelled.outcome, "cancelled");
-    let task = app
-        .tasks()
-        .get_task(pb::GetTaskRequest { id: made.task_id })
-        .await
-        .unwrap()
-        .into_inner();
+    let task = get_task(&app, &made.task_id).await;
     assert_eq!(task.state, pb::TaskState::Cancelled as i32);
 
     // Other events are acknowledged and ignored; a proven non-issue
@@ -188,19 +165,7 @@ async fn a_missing_gitlab_project_is_a_plain_error_on_the_link() {
     let gitlab = FakeGitlab::start("glpat-orch").await;
     let app = app_with(&gitlab).await;
     let board = linked_board(&app, "gitlab", "group/deleted").await.unwrap();
-    let got = eventually(30, "the link's error", || {
-        let app = &app;
-        let board = board.clone();
-        async move {
-            let link = orchestrator(app)
-                .get_tracker_link(pb::GetTrackerLinkRequest { board_id: board })
-                .await
-                .unwrap()
-                .into_inner();
-            (!link.last_error.is_empty()).then_some(link)
-        }
-    })
-    .await;
+    let got = link_error(&app, &board).await;
     assert!(
         got.last_error
             .starts_with("the repository group/deleted was not found on GitLab"),

@@ -9,6 +9,7 @@ use kandev_proto::v1 as pb;
 use serde_json::Value;
 
 use crate::helpers::*;
+use crate::task_steps::{board_of, get_task};
 
 fn e2e() -> Options {
     Options {
@@ -29,14 +30,6 @@ async fn task(app: &TestApp, board: &str, title: &str, description: &str) -> pb:
             autostart: Some(false),
             ..Default::default()
         })
-        .await
-        .unwrap()
-        .into_inner()
-}
-
-async fn get(app: &TestApp, id: &str) -> pb::Task {
-    app.tasks()
-        .get_task(pb::GetTaskRequest { id: id.into() })
         .await
         .unwrap()
         .into_inner()
@@ -103,17 +96,7 @@ async fn moves(app: &TestApp, id: &str) -> Vec<String> {
 #[tokio::test]
 async fn e2e_a_three_step_workflow_moves_cards_by_itself_and_a_wip_limit_queues() {
     let app = spawn_app_with(e2e()).await;
-    let board = app
-        .tasks()
-        .create_board(pb::CreateBoardRequest {
-            name: "Flow".into(),
-            description: String::new(),
-            owner: "alice".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .id;
+    let board = board_of(&app, "Flow", "alice").await;
     let ids: Vec<String> = (0..4).map(|_| uuid::Uuid::now_v7().to_string()).collect();
     let mut plan = automated(&ids[1], "Plan", "{description}", &ids[2]);
     plan.wip_limit = Some(1);
@@ -152,17 +135,17 @@ async fn e2e_a_three_step_workflow_moves_cards_by_itself_and_a_wip_limit_queues(
     );
     // Held while the first runs in Plan.
     eventually(60, "the first card runs in Plan", || async {
-        let a = get(&app, &first.id).await;
+        let a = get_task(&app, &first.id).await;
         (a.state == pb::TaskState::InProgress as i32 && a.column_id == ids[1]).then_some(())
     })
     .await;
-    let b = get(&app, &second.id).await;
+    let b = get_task(&app, &second.id).await;
     assert!(b.queued && b.state == pb::TaskState::Todo as i32, "{b:?}");
 
     // Each finished run moves the card on by itself; both end in Review.
     for id in [&first.id, &second.id] {
         let done = eventually(180, &format!("task {id} reaches Review"), || async {
-            let t = get(&app, id).await;
+            let t = get_task(&app, id).await;
             (t.column_id == ids[3]).then_some(t)
         })
         .await;

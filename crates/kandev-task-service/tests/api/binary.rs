@@ -7,33 +7,26 @@ use tonic_health::pb::{
     HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
 };
 
-use crate::helpers::{NATS_URL, TestDb, free_port};
+use crate::helpers::{TestDb, free_port};
 
 #[test]
 fn help_describes_the_service() {
-    let out = Command::new(env!("CARGO_BIN_EXE_kandev-task-service"))
-        .arg("--help")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("--config"), "{text}");
-    assert!(text.contains("KANDEV_DATABASE_URL"), "{text}");
+    kandev_testkit::assert_help(
+        env!("CARGO_BIN_EXE_kandev-task-service"),
+        &["--config", "KANDEV_DATABASE_URL"],
+    );
 }
 
 #[tokio::test]
 async fn binary_serves_health_and_exits_zero_on_sigterm() {
     let db = TestDb::create().await;
     let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kandev-task-service"))
-        .env("KANDEV_LISTEN_ADDR", format!("127.0.0.1:{port}"))
-        .env("KANDEV_DATABASE_URL", &db.url)
-        .env("KANDEV_NATS_URL", &*NATS_URL)
-        .env("KANDEV_SERVICE_TOKEN", kandev_testkit::SERVICE_TOKEN)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child =
+        kandev_testkit::service_command(env!("CARGO_BIN_EXE_kandev-task-service"), port, &db.url)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
 
     let mut status = None;
     for _ in 0..100 {

@@ -199,6 +199,15 @@ fn move_to(to: TaskState, expected_version: Option<i64>) -> StateChange {
     }
 }
 
+/// Task `id` moved to IN_PROGRESS.
+async fn started(storage: &Storage, id: Uuid) -> Task {
+    storage
+        .tasks
+        .change_state(id, move_to(TaskState::InProgress, None))
+        .await
+        .unwrap()
+}
+
 async fn a_task(storage: &Storage) -> Task {
     let board = storage
         .tasks
@@ -477,10 +486,7 @@ async fn state_changes_follow_the_transition_table(storage: &Storage) {
         .create_task(new_task(task.board_id, "other"))
         .await
         .unwrap();
-    store
-        .change_state(other.id, move_to(TaskState::InProgress, None))
-        .await
-        .unwrap();
+    started(storage, other.id).await;
 
     let err = store
         .change_state(task.id, move_to(TaskState::Completed, None))
@@ -532,10 +538,7 @@ async fn tasks_are_listed_by_state_and_position_in_pages(storage: &Storage) {
         );
     }
     for id in &ids[..2] {
-        store
-            .change_state(*id, move_to(TaskState::InProgress, None))
-            .await
-            .unwrap();
+        started(storage, *id).await;
     }
     // Moved to the top of the column.
     store
@@ -564,39 +567,17 @@ async fn tasks_are_listed_by_state_and_position_in_pages(storage: &Storage) {
         .await
         .unwrap();
     assert_eq!(titles(both), ["t0", "t1"]);
-    let (all, token) = store
-        .list_tasks(
-            board.id,
-            vec![],
-            Page {
-                offset: 0,
-                limit: 4,
-            },
-        )
-        .await
-        .unwrap();
+    let page_from = |offset| store.list_tasks(board.id, vec![], Page { offset, limit: 4 });
+    let (all, token) = page_from(0).await.unwrap();
     assert_eq!((all.len(), token.as_str()), (4, "4"));
-    let (rest, token) = store
-        .list_tasks(
-            board.id,
-            vec![],
-            Page {
-                offset: 4,
-                limit: 4,
-            },
-        )
-        .await
-        .unwrap();
+    let (rest, token) = page_from(4).await.unwrap();
     assert_eq!((rest.len(), token.as_str()), (1, ""));
 }
 
 async fn history_outlives_the_task(storage: &Storage) {
     let store = &storage.tasks;
     let task = a_task(storage).await;
-    store
-        .change_state(task.id, move_to(TaskState::InProgress, None))
-        .await
-        .unwrap();
+    started(storage, task.id).await;
     store
         .delete_task(task.id, Some(2), "alice".into())
         .await
@@ -689,10 +670,7 @@ async fn every_change_leaves_one_event_in_commit_order(storage: &Storage) {
         )
         .await
         .unwrap();
-    store
-        .change_state(task.id, move_to(TaskState::InProgress, None))
-        .await
-        .unwrap();
+    started(storage, task.id).await;
     // Refused changes leave nothing behind.
     let _ = store
         .change_state(task.id, move_to(TaskState::Todo, Some(1)))

@@ -34,6 +34,20 @@ pub fn settings(db: &TestDb, nats_url: &str) -> Settings {
     }
 }
 
+/// The service with `settings`, serving until the token fires.
+pub async fn serve(
+    settings: Settings,
+) -> (std::net::SocketAddr, CancellationToken, JoinHandle<()>) {
+    let app = Application::build(settings).await.expect("app builds");
+    let addr = app.local_addr();
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let handle = tokio::spawn(async move {
+        app.run_until_stopped(stop).await.expect("server runs");
+    });
+    (addr, shutdown, handle)
+}
+
 pub async fn spawn_app() -> TestApp {
     spawn_app_with_nats(&NATS_URL).await
 }
@@ -41,15 +55,7 @@ pub async fn spawn_app() -> TestApp {
 pub async fn spawn_app_with_nats(nats_url: &str) -> TestApp {
     LazyLock::force(&TRACING);
     let db = TestDb::create().await;
-    let app = Application::build(settings(&db, nats_url))
-        .await
-        .expect("app builds");
-    let addr = app.local_addr();
-    let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
-    let handle = tokio::spawn(async move {
-        app.run_until_stopped(stop).await.expect("server runs");
-    });
+    let (addr, shutdown, handle) = serve(settings(&db, nats_url)).await;
     let client = TaskServiceClient::new(traced(
         channel(addr).await,
         &kandev_testkit::SERVICE_TOKEN.into(),

@@ -5,10 +5,10 @@
 use kandev_common::CancellationToken;
 use kandev_common::trace::traced;
 use kandev_proto::v1::{self as pb, task_service_client::TaskServiceClient};
-use kandev_task_service::{Application, Settings};
+use kandev_task_service::Settings;
 use kandev_testkit::{OwnNats, SERVICE_TOKEN, http};
 
-use crate::helpers::{EventWatch, channel, task_request};
+use crate::helpers::{self, EventWatch, channel, task_request};
 
 /// The service on `database_url`, serving until the token fires.
 async fn serve(
@@ -19,22 +19,15 @@ async fn serve(
     CancellationToken,
     tokio::task::JoinHandle<()>,
 ) {
-    let settings = Settings {
+    helpers::serve(Settings {
         listen_addr: "127.0.0.1:0".into(),
         database_url: database_url.into(),
         nats_url: nats_url.into(),
         outbox_poll_ms: 100,
         service_token: Some(SERVICE_TOKEN.into()),
         ..Settings::default()
-    };
-    let app = Application::build(settings).await.expect("app builds");
-    let addr = app.local_addr();
-    let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
-    let handle = tokio::spawn(async move {
-        app.run_until_stopped(stop).await.expect("server runs");
-    });
-    (addr, shutdown, handle)
+    })
+    .await
 }
 
 #[tokio::test]

@@ -1,5 +1,7 @@
 //! How the feed is kept, behind [`FeedStore`]: in Postgres
-//! ([`PgFeedStore`]) or in a SQLite file ([`SqliteFeedStore`]), in chunks,
+//! ([`PgFeedStore`]) or in a SQLite file ([`SqliteFeedStore`]), one store
+//! over either ([`DbFeedStore`], the two databases' differences in
+//! `db::FeedDb`), in chunks,
 //! each a run of consecutive
 //! events of one task from one agent instance (`first_seq..=last_seq`,
 //! numbered from `first_instance_seq` within the instance), their JSON
@@ -19,9 +21,15 @@
 //! task's feed ([`items`]): one item per message, thought or other event,
 //! what a client that shows the feed reads ([`FeedStore::page`]).
 
+// `db::FeedDb`, sealed in these private modules, names the crate's own
+// `Chunk`.
+#[allow(private_interfaces)]
+mod db;
 mod items;
+#[allow(private_interfaces)]
 mod pg;
 mod reads;
+#[allow(private_interfaces)]
 mod sqlite;
 
 use std::sync::Arc;
@@ -31,6 +39,7 @@ use kandev_events::pack;
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
+pub use db::DbFeedStore;
 pub use items::{EventItem, FeedItem, FeedPage, ITEM_TEXT_BYTES, ItemKind, PAGE_BYTES, TextItem};
 pub use pg::PgFeedStore;
 pub use sqlite::SqliteFeedStore;
@@ -72,10 +81,6 @@ pub trait FeedStore: Send + Sync + 'static {
 /// `kandev_events::pack`, which starts `KLZ4`: read as a size, more than
 /// any chunk may claim, so the two never mix up).
 type ChunkRow = (i64, i64, Uuid, i64, String, Option<Vec<u8>>);
-
-/// The columns of [`ChunkRow`], for both backends' queries.
-const CHUNK_COLUMNS: &str =
-    "first_seq, last_seq, instance_id, first_instance_seq, events, events_lz4";
 
 /// The largest chunk text a compressed chunk may claim (a chunk holds at
 /// most [`CHUNK_BYTES`] and one event): more is a damaged row, refused
@@ -203,7 +208,7 @@ pub(crate) fn is_one_chunk(events: usize) -> bool {
 
 /// One chunk to write.
 #[derive(Debug, Default)]
-struct Chunk {
+pub(crate) struct Chunk {
     pub task_id: Uuid,
     pub first_seq: i64,
     pub last_seq: i64,

@@ -6,9 +6,10 @@ use sqlx::Pool;
 use uuid::Uuid;
 
 use super::{
-    Result,
-    items::{self, FeedPage, Row, RowTuple, sql},
+    ChunkRow, Result, chunk_starts, frames_of,
+    items::{self, FeedPage, Row, StoredRow, sql},
 };
+use crate::feed::Frame;
 
 /// A page of the task's compacted items before `before` (the newest
 /// when `None`), at most `limit` of them.
@@ -30,7 +31,7 @@ pub(super) async fn page<D: Dialect>(
     let Some((lo, hi, more)) = items::page_bounds(&heads, limit) else {
         return Ok(FeedPage::default());
     };
-    let rows: Vec<RowTuple> = D::run(
+    let rows: Vec<StoredRow> = D::run(
         &mut conn,
         Stmt::new(sql::PAGE_ROWS).bind(task_id).bind(lo).bind(hi),
     )
@@ -40,6 +41,23 @@ pub(super) async fn page<D: Dialect>(
         .map(|r| Row::read(task_id, r))
         .collect::<Result<Vec<_>>>()?;
     items::page(rows, more)
+}
+
+/// Stored frames of a task with `seq > after`, at most `limit`.
+pub(super) async fn history<D: Dialect>(
+    conn: &mut D::Connection,
+    task_id: Uuid,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<Frame>> {
+    let (from, to) = chunk_starts(after, limit);
+    let stmt = Stmt::new(sql::HISTORY)
+        .bind(task_id)
+        .bind(from)
+        .bind(to)
+        .bind(after);
+    let rows: Vec<ChunkRow> = D::run(conn, stmt).await?;
+    frames_of(task_id, after, limit, rows)
 }
 
 /// The instances whose runs moved to another agent manager.

@@ -148,22 +148,6 @@ pub struct FeedPage {
     pub has_more: bool,
 }
 
-/// [`MetaTuple`] with the task id first, as [`sql::last_rows`] reads it.
-pub(super) type TaskMetaTuple = (
-    Uuid,
-    i64,
-    i64,
-    i64,
-    Uuid,
-    i64,
-    String,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    i64,
-    i64,
-);
-
 /// A row of `feed_items`: a whole item, or a piece of the last one
 /// (`item_seq` is the first seq of the item it belongs to).
 #[derive(Debug, Clone, PartialEq)]
@@ -185,73 +169,83 @@ pub(super) struct Row {
     pub text: String,
 }
 
-/// A row without its text, as [`sql::LAST_ROW`] reads it.
-pub(super) type MetaTuple = (
-    i64,
-    i64,
-    i64,
-    Uuid,
-    i64,
-    String,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    i64,
-    i64,
-);
-/// [`MetaTuple`], then `text, text_lz4`.
-pub(super) type RowTuple = (
-    i64,
-    i64,
-    i64,
-    Uuid,
-    i64,
-    String,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    i64,
-    i64,
-    String,
-    Option<Vec<u8>>,
-);
+/// A row without its task id and text, as [`sql::LAST_ROW`] reads it.
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct Meta {
+    first_seq: i64,
+    last_seq: i64,
+    item_seq: i64,
+    instance_id: Uuid,
+    first_instance_seq: i64,
+    kind: String,
+    role: Option<String>,
+    message_id: Option<String>,
+    started_at: Option<String>,
+    item_bytes: i64,
+    pieces: i64,
+}
+
+/// [`Meta`] with the task id, as [`sql::last_rows`] reads it.
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct TaskMeta {
+    task_id: Uuid,
+    #[sqlx(flatten)]
+    meta: Meta,
+}
+
+/// [`Meta`] with the stored text, as [`sql::PAGE_ROWS`] reads it.
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct StoredRow {
+    #[sqlx(flatten)]
+    meta: Meta,
+    text: String,
+    text_lz4: Option<Vec<u8>>,
+}
 
 impl Row {
     /// A row of [`sql::last_rows`] (no text).
-    pub(super) fn from_task_meta(m: TaskMetaTuple) -> Result<Row> {
-        let meta = (m.1, m.2, m.3, m.4, m.5, m.6, m.7, m.8, m.9, m.10, m.11);
-        Row::from_meta(m.0, meta, String::new())
+    pub(super) fn from_task_meta(m: TaskMeta) -> Result<Row> {
+        Row::from_meta(m.task_id, m.meta, String::new())
     }
 
     /// A row read back with its text.
-    pub(super) fn read(task_id: Uuid, r: RowTuple) -> Result<Row> {
-        let text = super::stored_text(r.11, r.12).map_err(|e| {
-            sqlx::Error::Decode(format!("feed item of task {task_id} at seq {}: {e}", r.0).into())
+    pub(super) fn read(task_id: Uuid, r: StoredRow) -> Result<Row> {
+        let text = super::stored_text(r.text, r.text_lz4).map_err(|e| {
+            sqlx::Error::Decode(
+                format!(
+                    "feed item of task {task_id} at seq {}: {e}",
+                    r.meta.first_seq
+                )
+                .into(),
+            )
         })?;
-        let meta = (r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8, r.9, r.10);
-        Row::from_meta(task_id, meta, text)
+        Row::from_meta(task_id, r.meta, text)
     }
 
     /// A row read back (`text` already decoded).
-    pub(super) fn from_meta(task_id: Uuid, m: MetaTuple, text: String) -> Result<Row> {
-        let kind = ItemKind::parse(&m.5).ok_or_else(|| {
+    pub(super) fn from_meta(task_id: Uuid, m: Meta, text: String) -> Result<Row> {
+        let kind = ItemKind::parse(&m.kind).ok_or_else(|| {
             sqlx::Error::Decode(
-                format!("feed item of task {task_id} at seq {}: kind {:?}", m.0, m.5).into(),
+                format!(
+                    "feed item of task {task_id} at seq {}: kind {:?}",
+                    m.first_seq, m.kind
+                )
+                .into(),
             )
         })?;
         Ok(Row {
             task_id,
-            first_seq: m.0,
-            last_seq: m.1,
-            item_seq: m.2,
-            instance_id: m.3,
-            first_instance_seq: m.4,
+            first_seq: m.first_seq,
+            last_seq: m.last_seq,
+            item_seq: m.item_seq,
+            instance_id: m.instance_id,
+            first_instance_seq: m.first_instance_seq,
             kind,
-            role: m.6,
-            message_id: m.7,
-            started_at: m.8,
-            item_bytes: m.9,
-            pieces: m.10,
+            role: m.role,
+            message_id: m.message_id,
+            started_at: m.started_at,
+            item_bytes: m.item_bytes,
+            pieces: m.pieces,
             text,
         })
     }
@@ -481,60 +475,6 @@ impl Compactor {
             }
         }
         self.writes
-    }
-}
-
-/// The reads and the delete of [`ItemsTx`] that both databases run as they
-/// are, written once over the shared dialect.
-pub(super) mod shared {
-    use kandev_common::db::dialect::{self, Dialect, Stmt};
-    use uuid::Uuid;
-
-    use super::{MetaTuple, Result, Row, TaskMetaTuple, sql};
-
-    pub async fn last_row<D: Dialect>(
-        conn: &mut D::Connection,
-        task_id: Uuid,
-    ) -> Result<Option<Row>> {
-        let stmt = Stmt::new(sql::LAST_ROW).bind(task_id);
-        let meta: Option<MetaTuple> = dialect::fetch_optional::<D, _>(conn, stmt).await?;
-        meta.map(|m| Row::from_meta(task_id, m, String::new()))
-            .transpose()
-    }
-
-    pub async fn last_rows<D: Dialect>(
-        conn: &mut D::Connection,
-        tasks: &[Uuid],
-    ) -> Result<Vec<Row>> {
-        let stmt = tasks
-            .iter()
-            .fold(Stmt::new(sql::last_rows(tasks.len())), |stmt, task_id| {
-                stmt.bind(*task_id)
-            });
-        let rows: Vec<TaskMetaTuple> = D::run(conn, stmt).await?;
-        rows.into_iter().map(Row::from_task_meta).collect()
-    }
-
-    pub async fn item_text<D: Dialect>(
-        conn: &mut D::Connection,
-        task_id: Uuid,
-        item_seq: i64,
-    ) -> Result<String> {
-        let stmt = Stmt::new(sql::ITEM_TEXT).bind(task_id).bind(item_seq);
-        let rows: Vec<(String, Option<Vec<u8>>)> = D::run(conn, stmt).await?;
-        super::join_text(task_id, item_seq, rows)
-    }
-
-    pub async fn delete_item<D: Dialect>(
-        conn: &mut D::Connection,
-        task_id: Uuid,
-        item_seq: i64,
-    ) -> Result<()> {
-        dialect::execute::<D>(
-            conn,
-            Stmt::new(sql::DELETE_ITEM).bind(task_id).bind(item_seq),
-        )
-        .await
     }
 }
 

@@ -7,6 +7,13 @@ pub const COVERED: &str =
     "SELECT last_seq FROM feed_items WHERE task_id = $1 ORDER BY first_seq DESC LIMIT 1";
 pub const ITEM_TEXT: &str = "SELECT text, text_lz4 FROM feed_items
      WHERE task_id = $1 AND item_seq = $2 ORDER BY first_seq";
+/// The chunks of `$1` that may hold seqs after `$4` (those starting in
+/// `$2 < first_seq <= $3`): the columns of [`super::super::ChunkRow`].
+pub const HISTORY: &str =
+    "SELECT first_seq, last_seq, instance_id, first_instance_seq, events, events_lz4
+     FROM feed_chunks
+     WHERE task_id = $1 AND first_seq > $2 AND first_seq <= $3 AND last_seq > $4
+     ORDER BY first_seq";
 pub const DELETE_ITEM: &str = "DELETE FROM feed_items WHERE task_id = $1 AND item_seq = $2";
 /// The first seqs of the newest `$3` items starting before `$2`, and
 /// their first rows' text bytes (a whole item's but the last one's).
