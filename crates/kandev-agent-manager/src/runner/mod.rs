@@ -35,7 +35,6 @@ use std::{
 };
 
 use bytes::Bytes;
-use chrono::Utc;
 use kandev_acp::{
     AcpClient, AcpError, AskDecider, AutoApprove, Deny, LifecyclePhase, PermissionAsk,
     PermissionDecision, PermissionPolicy,
@@ -459,23 +458,13 @@ pub async fn publish_lifecycle(
     kind: AgentEventKind,
     fill: impl FnOnce(&mut AgentLifecycle),
 ) {
-    let mut payload = AgentLifecycle {
-        kind,
-        task_id: instance.task_id,
-        instance_id: instance.id,
-        agent_type: instance.agent_type.clone(),
-        container_id: (!instance.container_id.is_empty()).then(|| instance.container_id.clone()),
-        acp_session_id: (!instance.acp_session_id.is_empty())
-            .then(|| instance.acp_session_id.clone()),
-        stop_reason: None,
-        summary: None,
-        error: None,
-        exit_code: None,
-        request_id: None,
-        retryable: None,
-        last_seq: u64::try_from(instance.last_seq).unwrap_or(0),
-        at: Utc::now(),
-    };
+    let mut payload =
+        AgentLifecycle::new(kind, instance.task_id, instance.id, &instance.agent_type);
+    payload.container_id =
+        (!instance.container_id.is_empty()).then(|| instance.container_id.clone());
+    payload.acp_session_id =
+        (!instance.acp_session_id.is_empty()).then(|| instance.acp_session_id.clone());
+    payload.last_seq = u64::try_from(instance.last_seq).unwrap_or(0);
     fill(&mut payload);
     for text in [&mut payload.summary, &mut payload.error]
         .into_iter()
