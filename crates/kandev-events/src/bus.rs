@@ -188,6 +188,21 @@ impl JetStreamBus {
         self.connections.clone()
     }
 
+    /// Connects as `login` to the NATS of `settings`, with its streams in
+    /// as many copies as they say (see [`Self::connect_replicated`]).
+    pub async fn connect_configured(
+        login: &NatsLogin,
+        settings: &kandev_common::config::ServiceSettings,
+    ) -> Result<Self, BusError> {
+        Self::connect_replicated(&settings.nats_url, login, settings.nats_stream_replicas).await
+    }
+
+    /// [`Self::check_connected`] as a service's `/readyz` check.
+    pub fn readiness(&self) -> kandev_common::serve::ReadinessCheck {
+        let bus = self.clone();
+        kandev_common::serve::sync_check(move || bus.check_connected())
+    }
+
     /// Whether the connection to NATS is up.
     pub fn is_connected(&self) -> bool {
         self.client.connection_state() == async_nats::connection::State::Connected

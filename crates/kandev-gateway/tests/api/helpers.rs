@@ -46,13 +46,17 @@ pub struct TestApp {
 
 pub fn gateway_settings(db: &TestDb, task_service: SocketAddr) -> Settings {
     Settings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: db.url.clone(),
-        database_max_connections: 4,
+        common: kandev_common::config::ServiceSettings {
+            listen_addr: "127.0.0.1:0".into(),
+            database_url: db.url.clone(),
+            database_max_connections: 4,
+            nats_url: NATS_URL.clone(),
+            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
+            ..Settings::default().common
+        },
         task_service_url: format!("http://{task_service}"),
         agent_manager_url: dead_url("http"),
         orchestrator_url: dead_url("http"),
-        nats_url: NATS_URL.clone(),
         downstream_connect_timeout_ms: 1000,
         downstream_timeout_ms: 5000,
         jwt_secret: Some(JWT_SECRET.into()),
@@ -65,7 +69,6 @@ pub fn gateway_settings(db: &TestDb, task_service: SocketAddr) -> Settings {
             api_per_minute: 60_000,
             api_burst: 10_000,
         },
-        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Settings::default()
     }
 }
@@ -78,12 +81,15 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
     LazyLock::force(&TRACING);
     let db = TestDb::create().await;
     let task_settings = kandev_task_service::Settings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: db.url.clone(),
-        database_max_connections: 4,
-        nats_url: NATS_URL.clone(),
+        common: kandev_common::config::ServiceSettings {
+            listen_addr: "127.0.0.1:0".into(),
+            database_url: db.url.clone(),
+            database_max_connections: 4,
+            nats_url: NATS_URL.clone(),
+            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
+            ..kandev_task_service::Settings::default().common
+        },
         outbox_poll_ms: 200,
-        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Default::default()
     };
     let tasks = kandev_task_service::Application::build(task_settings)

@@ -131,12 +131,15 @@ pub async fn start_stack_tuned(
     let mut handles = Vec::new();
 
     let tasks = kandev_task_service::Application::build(kandev_task_service::Settings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: db.url.clone(),
-        database_max_connections: 4,
-        nats_url: nats.url(),
+        common: kandev_common::config::ServiceSettings {
+            listen_addr: "127.0.0.1:0".into(),
+            database_url: db.url.clone(),
+            database_max_connections: 4,
+            nats_url: nats.url(),
+            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
+            ..kandev_task_service::Settings::default().common
+        },
         outbox_poll_ms: 100,
-        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Default::default()
     })
     .await
@@ -150,13 +153,17 @@ pub async fn start_stack_tuned(
     });
 
     let agents = kandev_agent_manager::Application::build(kandev_agent_manager::Settings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: db.url.clone(),
-        database_max_connections: 4,
+        common: kandev_common::config::ServiceSettings {
+            listen_addr: "127.0.0.1:0".into(),
+            database_url: db.url.clone(),
+            database_max_connections: 4,
+            nats_url: nats.url(),
+            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
+            ..kandev_agent_manager::Settings::default().common
+        },
         // Its own label, so no other manager on this engine adopts or
         // removes this stack's containers.
         manager_id: db.name.clone(),
-        nats_url: nats.url(),
         pull_images: false,
         workspaces_root: dir.path().join("workspaces").display().to_string(),
         allowed_workspace_roots: vec![dir.path().join("allowed").display().to_string()],
@@ -165,7 +172,6 @@ pub async fn start_stack_tuned(
         initialize_timeout_secs: 30,
         permission_timeout_secs: 120,
         seq_flush_ms: 100,
-        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         secrets_key: Some("a-secrets-key-for-the-browser-test-stack".into()),
         ..Default::default()
     })
@@ -180,17 +186,20 @@ pub async fn start_stack_tuned(
     });
 
     let mut orch = kandev_orchestrator::Settings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: db.url.clone(),
-        database_max_connections: 4,
-        nats_url: nats.url(),
+        common: kandev_common::config::ServiceSettings {
+            listen_addr: "127.0.0.1:0".into(),
+            database_url: db.url.clone(),
+            database_max_connections: 4,
+            nats_url: nats.url(),
+            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
+            ..kandev_orchestrator::Settings::default().common
+        },
         task_service_url: format!("http://{tasks_addr}"),
         agent_manager_url: format!("http://{agents_addr}"),
         feed_flush_ms: 20,
         retry_backoff_ms: 200,
         retry_backoff_max_ms: 1000,
         complete_to_review,
-        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Default::default()
     };
     tune(&mut orch);
@@ -206,17 +215,20 @@ pub async fn start_stack_tuned(
     });
 
     let mut gw = kandev_gateway::Settings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: db.url.clone(),
-        database_max_connections: 4,
+        common: kandev_common::config::ServiceSettings {
+            listen_addr: "127.0.0.1:0".into(),
+            database_url: db.url.clone(),
+            database_max_connections: 4,
+            nats_url: nats.url(),
+            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
+            ..kandev_gateway::Settings::default().common
+        },
         task_service_url: format!("http://{tasks_addr}"),
         agent_manager_url: format!("http://{agents_addr}"),
         orchestrator_url: format!("http://{orch_addr}"),
-        nats_url: nats.url(),
         jwt_secret: Some("browser-test-jwt-secret-browser-test-jwt-secret".into()),
         admin_username: ADMIN.into(),
         admin_password: Some(ADMIN_PASSWORD.into()),
-        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Default::default()
     };
     gw.rate_limit.login_per_minute = 6000;

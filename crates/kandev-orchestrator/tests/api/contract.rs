@@ -39,7 +39,10 @@ impl Backend {
     async fn postgres() -> Backend {
         let db = TestDb::create().await;
         let settings = Settings {
-            database_url: db.url.clone(),
+            common: kandev_common::config::ServiceSettings {
+                database_url: db.url.clone(),
+                ..Settings::default().common
+            },
             ..Settings::default()
         };
         let pool = connect_database(&settings).await.expect("postgres opens");
