@@ -3,11 +3,9 @@
 
 use std::{net::SocketAddr, sync::Arc};
 
-use kandev_common::{
-    CancellationToken,
-    serve::{self, ReadinessCheck},
-    startup::{self, StartError},
-};
+use kandev_common::CancellationToken;
+use kandev_common::serve::{self, ReadinessCheck};
+use kandev_common::startup::{self, StartError};
 use kandev_events::{EventBus, JetStreamBus};
 use kandev_proto::v1::agent_manager_server::AgentManagerServer;
 use sqlx::{PgPool, migrate::Migrator};
@@ -27,8 +25,6 @@ use crate::{
 pub enum StartupError {
     #[error(transparent)]
     Start(#[from] StartError),
-    #[error("event bus: {0}")]
-    Bus(#[from] kandev_events::BusError),
     #[error("docker: {0}")]
     Docker(String),
 }
@@ -77,8 +73,9 @@ pub async fn connect_database(settings: &Settings) -> Result<PgPool, StartupErro
 impl Application {
     /// Connects to NATS JetStream from the settings.
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
-        let bus =
-            JetStreamBus::connect_configured(&settings.nats_login(), &settings.common).await?;
+        let bus = JetStreamBus::connect_configured(&settings.nats_login(), &settings.common)
+            .await
+            .map_err(StartError::from)?;
         let bus_ready = bus.readiness();
         let nats = bus.client().clone();
         let mut app = Self::build_with_bus(settings, Arc::new(bus), bus_ready).await?;

@@ -27,6 +27,9 @@ pub enum StartError {
     Database(#[from] sqlx::Error),
     #[error("migrations: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The event bus (`kandev_events::BusError`, converted there).
+    #[error("event bus: {0}")]
+    Bus(Box<dyn std::error::Error + Send + Sync>),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: String,

@@ -37,6 +37,12 @@ pub enum BusError {
     Stream { stream: String, reason: String },
 }
 
+impl From<BusError> for kandev_common::startup::StartError {
+    fn from(err: BusError) -> Self {
+        kandev_common::startup::StartError::Bus(Box::new(err))
+    }
+}
+
 /// Publishes events durably. `publish` returns only once the bus has stored
 /// the event; an error means it may not have been, and the caller retries
 /// with the same `id` (which the bus deduplicates).

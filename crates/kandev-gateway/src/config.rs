@@ -14,8 +14,9 @@ pub fn given(secret: &Option<SecretString>) -> Option<&SecretString> {
     secret.as_ref().filter(|s| !s.expose_secret().is_empty())
 }
 
-/// Loaded from defaults, the config file and `KANDEV_*` variables.
-#[derive(Clone, Serialize, Deserialize)]
+/// Loaded from defaults, the config file and `KANDEV_*` variables. Its
+/// Debug output hides the secrets.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Settings {
     /// Its port (HTTP and WebSocket), its database (the users, in the
@@ -121,18 +122,6 @@ fn string_or_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Err
             .collect(),
         OneOrMany::Many(v) => v,
     })
-}
-
-impl std::fmt::Debug for Settings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Settings")
-            .field("common", &self.common)
-            .field("task_service_url", &self.task_service_url)
-            .field("agent_manager_url", &self.agent_manager_url)
-            .field("orchestrator_url", &self.orchestrator_url)
-            .field("cors_allowed_origins", &self.cors_allowed_origins)
-            .finish_non_exhaustive()
-    }
 }
 
 impl Default for Settings {

@@ -6,8 +6,9 @@ use kandev_common::config::{ServiceConfig, ServiceSettings};
 use kandev_events::nats::NatsLogin;
 use serde::{Deserialize, Serialize};
 
-/// Loaded from defaults, the config file and `KANDEV_*` variables.
-#[derive(Clone, Serialize, Deserialize)]
+/// Loaded from defaults, the config file and `KANDEV_*` variables. Its
+/// Debug output hides the secrets.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Settings {
     /// Its port (gRPC and HTTP: REST, WebSocket, `/healthz`, `/readyz`),
@@ -107,18 +108,6 @@ impl Default for ConsumerSettings {
             acp_durable: "orchestrator-acp".into(),
             acp_filter: "acp.message.>".into(),
         }
-    }
-}
-
-impl std::fmt::Debug for Settings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Settings")
-            .field("common", &self.common)
-            .field("task_service_url", &self.task_service_url)
-            .field("agent_manager_url", &self.agent_manager_url)
-            .field("max_concurrent", &self.max_concurrent)
-            .field("per_agent_type_limits", &self.per_agent_type_limits)
-            .finish_non_exhaustive()
     }
 }
 

@@ -42,8 +42,6 @@ use crate::{
 pub enum StartupError {
     #[error(transparent)]
     Start(#[from] StartError),
-    #[error("event bus: {0}")]
-    Bus(#[from] kandev_events::BusError),
     #[error("client setup: {0}")]
     Client(String),
 }
@@ -190,8 +188,9 @@ impl Application {
         settings: Settings,
         agents: Arc<dyn AgentControl>,
     ) -> Result<Self, StartupError> {
-        let bus =
-            JetStreamBus::connect_configured(&settings.nats_login(), &settings.common).await?;
+        let bus = JetStreamBus::connect_configured(&settings.nats_login(), &settings.common)
+            .await
+            .map_err(StartError::from)?;
         let streams = EventStreams {
             streams: Arc::new(JetStreamStreams::new(bus.clone())),
             live: Arc::new(NatsLive::new(bus.client().clone())),

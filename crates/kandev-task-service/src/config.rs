@@ -4,7 +4,8 @@ use kandev_common::config::{ServiceConfig, ServiceSettings};
 use kandev_events::nats::NatsLogin;
 use serde::{Deserialize, Serialize};
 
-/// Loaded from defaults, the config file and `KANDEV_*` variables.
+/// Loaded from defaults, the config file and `KANDEV_*` variables. Its
+/// Debug output hides the secrets.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Settings {

@@ -2,11 +2,9 @@
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use kandev_common::{
-    CancellationToken,
-    serve::{self, ReadinessCheck},
-    startup::{self, StartError},
-};
+use kandev_common::CancellationToken;
+use kandev_common::serve::{self, ReadinessCheck};
+use kandev_common::startup::{self, StartError};
 use kandev_events::{EventBus, JetStreamBus};
 use kandev_proto::v1::task_service_server::TaskServiceServer;
 use sqlx::{PgPool, migrate::Migrator};
@@ -19,14 +17,9 @@ use crate::{
     store::{OutboxStore, PgTaskStore, SqliteTaskStore, TaskStore},
 };
 
-/// Why the service could not start or stopped with an error.
-#[derive(Debug, thiserror::Error)]
-pub enum StartupError {
-    #[error(transparent)]
-    Start(#[from] StartError),
-    #[error("event bus: {0}")]
-    Bus(#[from] kandev_events::BusError),
-}
+/// Why the service could not start or stopped with an error: only what
+/// every service may meet.
+pub type StartupError = StartError;
 
 /// The migrations of the service's Postgres schema.
 pub static MIGRATIONS: Migrator = sqlx::migrate!("./migrations");
@@ -57,9 +50,7 @@ impl Storage {
     /// `sqlite:` one (the file, created and migrated). Commits poke `wake`.
     pub async fn open(settings: &Settings, wake: Arc<Notify>) -> Result<Storage, StartupError> {
         if settings.common.uses_sqlite() {
-            let store = SqliteTaskStore::open(&settings.common.database_url, wake)
-                .await
-                .map_err(StartError::from)?;
+            let store = SqliteTaskStore::open(&settings.common.database_url, wake).await?;
             let store = Arc::new(store);
             return Ok(Storage {
                 tasks: store.clone(),
@@ -80,7 +71,7 @@ impl Storage {
 /// Connects to Postgres with `search_path` set to the service's schema,
 /// creating the schema and running migrations.
 pub async fn connect_database(settings: &Settings) -> Result<PgPool, StartupError> {
-    Ok(startup::connect_database(&settings.common, &MIGRATIONS).await?)
+    startup::connect_database(&settings.common, &MIGRATIONS).await
 }
 
 impl Application {
@@ -158,6 +149,6 @@ impl Application {
         let _ = relay_task.await;
         self.storage.tasks.close().await;
         tracing::info!("task service stopped");
-        Ok(served.map_err(StartError::Serve)?)
+        served.map_err(StartError::Serve)
     }
 }

@@ -229,15 +229,19 @@ mod tests {
     #[test]
     fn flattened_settings_load_from_the_environment() {
         figment::Jail::expect_with(|jail| {
-            jail.set_env("KANDEV_SERVICE_TOKEN", TOKEN);
-            jail.set_env("KANDEV_DATABASE_MAX_CONNECTIONS", "4");
-            jail.set_env("KANDEV_NATS_STREAM_REPLICAS", "3");
-            jail.set_env("KANDEV_NATS_USER", "flat");
-            jail.set_env("KANDEV_NATS_PASSWORD", "nats-secret");
-            jail.set_env("KANDEV_LOG__FORMAT", "json");
-            jail.set_env("KANDEV_PORT", "8080");
-            jail.set_env("KANDEV_ENABLED", "true");
-            jail.set_env("KANDEV_ROOTS", "/a,/b");
+            for (name, value) in [
+                ("SERVICE_TOKEN", TOKEN),
+                ("DATABASE_MAX_CONNECTIONS", "4"),
+                ("NATS_STREAM_REPLICAS", "3"),
+                ("NATS_USER", "flat"),
+                ("NATS_PASSWORD", "nats-secret"),
+                ("LOG__FORMAT", "json"),
+                ("PORT", "8080"),
+                ("ENABLED", "true"),
+                ("ROOTS", "/a,/b"),
+            ] {
+                jail.set_env(format!("KANDEV_{name}"), value);
+            }
             let flat: Flat = load(None).map_err(|e| e.to_string())?;
             let c = &flat.common;
             // The service's own defaults, not the shared struct's.
