@@ -2,12 +2,8 @@
 
 use std::{collections::BTreeMap, path::Path};
 
-use kandev_common::{
-    config::{self, ConfigError, Validate},
-    service_auth::{self, ServiceToken},
-    telemetry::LogSettings,
-};
-use kandev_events::nats::{NatsLogin, NatsPassword, check_credentials};
+use kandev_common::config::{self, ConfigError, ServiceConfig, ServiceSettings};
+use kandev_events::nats::NatsLogin;
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 
@@ -28,34 +24,15 @@ pub enum WorkspacePolicy {
     RemoveOnStop,
 }
 
-/// Loaded from defaults, the config file and `KANDEV_*` variables.
-#[derive(Clone, Serialize, Deserialize)]
+/// Loaded from defaults, the config file and `KANDEV_*` variables. Its
+/// Debug output hides the secrets.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Settings {
-    /// gRPC and HTTP (`/healthz`, `/readyz`) on one port (`KANDEV_LISTEN_ADDR`).
-    pub listen_addr: String,
-    /// `KANDEV_DATABASE_URL`; may hold a password, so it is never logged.
-    pub database_url: String,
-    /// The Postgres schema this service owns.
-    pub database_schema: String,
-    pub database_max_connections: u32,
-    /// `KANDEV_NATS_URL`.
-    pub nats_url: String,
-    /// This service's NATS user (`KANDEV_NATS_USER`, `agent-manager` in
-    /// `deploy/nats/nats.conf`); unset for a NATS without authorization.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub nats_user: Option<String>,
-    /// Its password (`KANDEV_NATS_PASSWORD`); never logged.
-    #[serde(skip_serializing)]
-    pub nats_password: Option<NatsPassword>,
-    /// Copies of each JetStream stream this service creates
-    /// (`KANDEV_NATS_STREAM_REPLICAS`): 1 on a single server, 3 on a
-    /// 3-node cluster. Every service must use the same value.
-    pub nats_stream_replicas: usize,
-    /// The secret the Kandev services share (`KANDEV_SERVICE_TOKEN`, at
-    /// least 32 bytes; required): every call to this port but its probes must carry it. Never logged.
-    #[serde(skip_serializing)]
-    pub service_token: Option<ServiceToken>,
+    /// Its port (gRPC and HTTP: `/healthz`, `/readyz`), database, NATS,
+    /// service token and logging: the keys every service has.
+    #[serde(flatten)]
+    pub common: ServiceSettings,
     /// `KANDEV_DOCKER_HOST`: a `unix://` socket or `tcp://` address; empty
     /// uses the local defaults (`DOCKER_HOST`, then the unix socket).
     pub docker_host: String,
@@ -166,40 +143,12 @@ pub struct Settings {
     /// Serve gRPC reflection (`KANDEV_GRPC_REFLECTION`): off by default, so
     /// the port does not describe itself to whoever reaches it.
     pub grpc_reflection: bool,
-    pub log: LogSettings,
-}
-
-impl std::fmt::Debug for Settings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Settings")
-            .field("listen_addr", &self.listen_addr)
-            .field("database_schema", &self.database_schema)
-            .field("nats_url", &self.nats_url)
-            .field("nats_user", &self.nats_user)
-            .field("workspaces_root", &self.workspaces_root)
-            .field("allowed_workspace_roots", &self.allowed_workspace_roots)
-            .field(
-                "allowed_repository_schemes",
-                &self.allowed_repository_schemes,
-            )
-            .field("allowed_repository_roots", &self.allowed_repository_roots)
-            .field("agent_env", &self.agent_env.keys().collect::<Vec<_>>())
-            .finish_non_exhaustive()
-    }
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            listen_addr: "127.0.0.1:8083".into(),
-            database_url: "postgres://postgres@127.0.0.1:5432/kandev".into(),
-            database_schema: "agent_manager".into(),
-            database_max_connections: 10,
-            nats_url: "nats://127.0.0.1:4222".into(),
-            nats_user: None,
-            nats_password: None,
-            nats_stream_replicas: 1,
-            service_token: None,
+            common: ServiceSettings::new("127.0.0.1:8083", "agent_manager"),
             docker_host: String::new(),
             manager_id: "kandev-agent-manager".into(),
             advertise_url: String::new(),
@@ -233,18 +182,11 @@ impl Default for Settings {
             host_env: BTreeMap::new(),
             secrets_key: None,
             grpc_reflection: false,
-            log: LogSettings::default(),
         }
     }
 }
 
 impl Settings {
-    /// Whether the database is a SQLite file (`sqlite:` URL) rather than
-    /// Postgres: one machine, no server (`database_schema` is unused).
-    pub fn uses_sqlite(&self) -> bool {
-        self.database_url.starts_with("sqlite:")
-    }
-
     /// The value configured for an agent env variable, if any.
     /// Whom files Kandev makes for an agent are given to: its user, when the
     /// manager runs as root (it can give files away); otherwise the
@@ -297,14 +239,12 @@ fn find_env<'a>(env: &'a BTreeMap<String, SecretString>, name: &str) -> Option<&
         .map(|(_, v)| v)
 }
 
-impl Validate for Settings {
-    fn validate(&self) -> Result<(), String> {
-        kandev_common::config::check_listen_and_database(
-            &self.listen_addr,
-            &self.database_url,
-            &self.database_schema,
-            self.database_max_connections,
-        )?;
+impl ServiceConfig for Settings {
+    fn common(&self) -> &ServiceSettings {
+        &self.common
+    }
+
+    fn validate_own(&self) -> Result<(), String> {
         if !kandev_events::managers::manager_id_ok(&self.manager_id) {
             return Err(format!(
                 "manager_id {:?} must be 1 to 64 letters, digits, '-' or '_'",
@@ -330,11 +270,6 @@ impl Validate for Settings {
         if self.max_log_lines < 1 {
             return Err("max_log_lines must be at least 1".into());
         }
-        check_credentials(&self.nats_user, &self.nats_password)?;
-        if !(1..=5).contains(&self.nats_stream_replicas) {
-            return Err("nats_stream_replicas must be 1 to 5 (NATS's limit)".into());
-        }
-        service_auth::check(&self.service_token)?;
         if let Some(key) = &self.secrets_key
             && key.expose_secret().len() < 32
         {
@@ -347,11 +282,7 @@ impl Validate for Settings {
 impl Settings {
     /// Who this service is to NATS.
     pub fn nats_login(&self) -> NatsLogin {
-        NatsLogin::new(
-            "kandev-agent-manager",
-            self.nats_user.clone(),
-            self.nats_password.clone(),
-        )
+        NatsLogin::configured("kandev-agent-manager", &self.common)
     }
 }
 

@@ -3,14 +3,12 @@
 
 use std::{net::SocketAddr, sync::Arc};
 
-use kandev_common::{
-    CancellationToken,
-    serve::{self, ReadinessCheck},
-    service_auth,
-};
+use kandev_common::CancellationToken;
+use kandev_common::serve::{self, ReadinessCheck};
+use kandev_common::startup::{self, StartError};
 use kandev_events::{EventBus, JetStreamBus};
 use kandev_proto::v1::agent_manager_server::AgentManagerServer;
-use sqlx::PgPool;
+use sqlx::{PgPool, migrate::Migrator};
 use tokio::net::TcpListener;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -25,26 +23,14 @@ use crate::{
 /// Why the service could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
-    #[error("migrations: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-    #[error("event bus: {0}")]
-    Bus(#[from] kandev_events::BusError),
+    #[error(transparent)]
+    Start(#[from] StartError),
     #[error("docker: {0}")]
     Docker(String),
-    #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        addr: String,
-        source: std::io::Error,
-    },
-    #[error("server: {0}")]
-    Serve(std::io::Error),
-    #[error("grpc setup: {0}")]
-    Grpc(String),
-    #[error("configuration: {0}")]
-    Config(String),
 }
+
+/// The migrations of the service's Postgres schema.
+pub static MIGRATIONS: Migrator = sqlx::migrate!("./migrations");
 
 /// The built service, bound to its port but not yet serving.
 pub struct Application {
@@ -68,8 +54,10 @@ pub struct Application {
 /// `postgres://` URL (the service's schema, migrated), SQLite for a
 /// `sqlite:` one (the file, created and migrated).
 pub async fn open_store(settings: &Settings) -> Result<Store, StartupError> {
-    if settings.uses_sqlite() {
-        let store = SqliteAgentStore::open(&settings.database_url, &settings.manager_id).await?;
+    if settings.common.uses_sqlite() {
+        let store = SqliteAgentStore::open(&settings.common.database_url, &settings.manager_id)
+            .await
+            .map_err(StartError::from)?;
         return Ok(Arc::new(store));
     }
     let pool = connect_database(settings).await?;
@@ -79,27 +67,16 @@ pub async fn open_store(settings: &Settings) -> Result<Store, StartupError> {
 /// Connects to Postgres with `search_path` set to the service's schema,
 /// creating the schema and running migrations.
 pub async fn connect_database(settings: &Settings) -> Result<PgPool, StartupError> {
-    let pool = kandev_common::db::connect_schema(
-        &settings.database_url,
-        &settings.database_schema,
-        settings.database_max_connections,
-    )
-    .await?;
-    sqlx::migrate!("./migrations").run(&pool).await?;
-    Ok(pool)
+    Ok(startup::connect_database(&settings.common, &MIGRATIONS).await?)
 }
 
 impl Application {
     /// Connects to NATS JetStream from the settings.
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
-        let bus = JetStreamBus::connect_replicated(
-            &settings.nats_url,
-            &settings.nats_login(),
-            settings.nats_stream_replicas,
-        )
-        .await?;
-        let ready_bus = bus.clone();
-        let bus_ready = serve::sync_check(move || ready_bus.check_connected());
+        let bus = JetStreamBus::connect_configured(&settings.nats_login(), &settings.common)
+            .await
+            .map_err(StartError::from)?;
+        let bus_ready = bus.readiness();
         let nats = bus.client().clone();
         let mut app = Self::build_with_bus(settings, Arc::new(bus), bus_ready).await?;
         app.announce_on = Some(nats);
@@ -116,11 +93,12 @@ impl Application {
         bus: Arc<dyn EventBus>,
         bus_ready: ReadinessCheck,
     ) -> Result<Self, StartupError> {
-        service_auth::check(&settings.service_token).map_err(StartupError::Config)?;
+        kandev_common::service_auth::check(&settings.common.service_token)
+            .map_err(StartError::Config)?;
         let sealed = crate::workspace::seal_root(&settings)
-            .map_err(|e| StartupError::Config(format!("workspaces root: {e}")))?;
+            .map_err(|e| StartError::Config(format!("workspaces root: {e}")))?;
         let store = open_store(&settings).await?;
-        let store_kind = if settings.uses_sqlite() {
+        let store_kind = if settings.common.uses_sqlite() {
             "sqlite"
         } else {
             "postgres"
@@ -128,13 +106,7 @@ impl Application {
         let docker = Docker::connect(&settings.docker_host)
             .map_err(|e| StartupError::Docker(e.to_string()))?;
         let engine = docker.ping().await;
-        let listener = TcpListener::bind(&settings.listen_addr)
-            .await
-            .map_err(|source| StartupError::Listen {
-                addr: settings.listen_addr.clone(),
-                source,
-            })?;
-        let local_addr = listener.local_addr().map_err(StartupError::Serve)?;
+        let (listener, local_addr) = startup::bind(&settings.common.listen_addr).await?;
         let manager = AgentManager::new(docker, store.clone(), bus, settings);
         let reconciled = match engine {
             Ok(()) => {
@@ -176,19 +148,9 @@ impl Application {
     /// containers keep running (they survive the manager) and are
     /// reconciled by the next start.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {
-        let (mut routes, health) = serve::grpc_base(
-            self.manager
-                .settings()
-                .grpc_reflection
-                .then_some(kandev_proto::FILE_DESCRIPTOR_SET),
-        )
-        .map_err(StartupError::Grpc)?;
-        routes.add_service(AgentManagerServer::new(GrpcAgentAdapter::new(
-            self.manager.clone(),
-        )));
-        health
-            .set_serving::<AgentManagerServer<GrpcAgentAdapter>>()
-            .await;
+        let settings = self.manager.settings();
+        let server = AgentManagerServer::new(GrpcAgentAdapter::new(self.manager.clone()));
+        let grpc = startup::grpc_routes(settings.grpc_reflection, server).await?;
 
         let db = self.manager.clone();
         let db_ready: ReadinessCheck = Arc::new(move || {
@@ -200,14 +162,11 @@ impl Application {
             let m = dk.clone();
             Box::pin(async move { m.ping_docker().await })
         });
-        let router = routes
-            .routes()
-            .into_axum_router()
-            .merge(serve::health_routes(vec![
-                (self.store_kind, db_ready),
-                ("nats", self.bus_ready.clone()),
-                ("docker", docker_ready),
-            ]));
+        let router = grpc.merge(serve::health_routes(vec![
+            (self.store_kind, db_ready),
+            ("nats", self.bus_ready.clone()),
+            ("docker", docker_ready),
+        ]));
 
         let stop_watching = shutdown.child_token();
         // To the pool: this manager's address, capacity and load.
@@ -231,18 +190,8 @@ impl Application {
             async move { manager.watch_engine(stop, reconciled).await }
         });
 
-        // Only callers with the service token, probes aside.
-        let token = service_auth::check(&self.manager.settings().service_token)
-            .map_err(StartupError::Config)?
-            .clone();
-        let router = service_auth::require(router, token);
-        let router = kandev_common::metrics::instrument(
-            "agent-manager",
-            router,
-            kandev_common::metrics::Scrape::Open,
-        );
-        // Every request in its span, continuing the caller's trace.
-        let router = kandev_common::trace::instrument(router);
+        let router =
+            startup::internal_port("agent-manager", router, &settings.common.service_token)?;
         crate::metric_names::describe();
         // Exported from the start, so dashboards and alerts see a zero.
         metrics::counter!(crate::metric_names::DOCKER_ERRORS).increment(0);
@@ -255,6 +204,6 @@ impl Application {
         }
         self.store.close().await;
         tracing::info!("agent manager stopped");
-        served.map_err(StartupError::Serve)
+        Ok(served.map_err(StartError::Serve)?)
     }
 }

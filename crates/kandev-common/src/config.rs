@@ -11,6 +11,9 @@
 //! list (`/srv/git,/home/git`) or TOML list syntax (`["/srv/git"]`, the
 //! only way to give an item with a comma in it). Other settings are read
 //! as they are.
+//!
+//! The settings every service has are [`ServiceSettings`], flattened into
+//! each service's own.
 
 use std::path::{Path, PathBuf};
 
@@ -20,6 +23,10 @@ use figment::{
     value::{Dict, Map, Value},
 };
 use serde::{Serialize, de::DeserializeOwned};
+
+mod service;
+
+pub use service::{NatsPassword, ServiceConfig, ServiceSettings, check_nats_credentials};
 
 /// The environment variable prefix shared by every service.
 pub const ENV_PREFIX: &str = "KANDEV_";
@@ -185,9 +192,23 @@ fn insert(dict: &mut Dict, path: &[&str], value: Value) {
     }
 }
 
+/// `err` with the key it is about. serde reads a flattened struct
+/// ([`ServiceSettings`]) from a copy of the values, which loses the key of a
+/// malformed one (and where it came from): extracting the shared settings
+/// alone finds it again.
+fn keyed(figment: &Figment, err: figment::Error) -> figment::Error {
+    if !err.path.is_empty() {
+        return err;
+    }
+    match figment.extract::<ServiceSettings>() {
+        Err(keyed) if !keyed.path.is_empty() => keyed,
+        _ => err,
+    }
+}
+
 /// Extracts and validates settings from a prepared figment.
 pub fn load_from<T: DeserializeOwned + Validate>(figment: Figment) -> Result<T, ConfigError> {
-    let settings: T = figment.extract()?;
+    let settings: T = figment.extract().map_err(|err| keyed(&figment, err))?;
     settings.validate().map_err(ConfigError::Invalid)?;
     Ok(settings)
 }

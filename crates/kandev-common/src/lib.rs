@@ -4,7 +4,8 @@
 //!
 //! # Layout
 //! - [`config`]: defaults, then an optional TOML file, then `KANDEV_*`
-//!   environment variables, validated once.
+//!   environment variables, validated once; the settings every service
+//!   shares ([`config::ServiceSettings`]).
 //! - [`db`]: a Postgres pool pinned to the service's own schema, SQLite
 //!   files, and one statement text for both ([`db::dialect`]).
 //! - [`telemetry`]: tracing subscriber setup, human or JSON output, OTLP export.
@@ -14,6 +15,8 @@
 //! - [`service_auth`]: the shared service token internal ports require.
 //! - [`metrics`]: the Prometheus recorder, `/metrics`, request metrics.
 //! - [`shutdown`]: a cancellation token fired by SIGTERM or ctrl-c.
+//! - [`startup`]: what every service's start shares: binding, the migrated
+//!   database, the gRPC routes, the internal port's layers, `main`.
 //! - [`sync`]: a poison-tolerant mutex [`lock`](sync::lock).
 //! - [`text`]: text made storable (no NUL characters).
 //! - [`webhook`]: GitHub's webhook signatures and GitLab's tokens, checked
@@ -26,6 +29,7 @@ pub mod metrics;
 pub mod serve;
 pub mod service_auth;
 pub mod shutdown;
+pub mod startup;
 pub mod sync;
 pub mod telemetry;
 pub mod text;

@@ -37,6 +37,12 @@ pub enum BusError {
     Stream { stream: String, reason: String },
 }
 
+impl From<BusError> for kandev_common::startup::StartError {
+    fn from(err: BusError) -> Self {
+        kandev_common::startup::StartError::Bus(Box::new(err))
+    }
+}
+
 /// Publishes events durably. `publish` returns only once the bus has stored
 /// the event; an error means it may not have been, and the caller retries
 /// with the same `id` (which the bus deduplicates).
@@ -186,6 +192,21 @@ impl JetStreamBus {
     /// once.
     pub fn connections(&self) -> tokio::sync::watch::Receiver<u64> {
         self.connections.clone()
+    }
+
+    /// Connects as `login` to the NATS of `settings`, with its streams in
+    /// as many copies as they say (see [`Self::connect_replicated`]).
+    pub async fn connect_configured(
+        login: &NatsLogin,
+        settings: &kandev_common::config::ServiceSettings,
+    ) -> Result<Self, BusError> {
+        Self::connect_replicated(&settings.nats_url, login, settings.nats_stream_replicas).await
+    }
+
+    /// [`Self::check_connected`] as a service's `/readyz` check.
+    pub fn readiness(&self) -> kandev_common::serve::ReadinessCheck {
+        let bus = self.clone();
+        kandev_common::serve::sync_check(move || bus.check_connected())
     }
 
     /// Whether the connection to NATS is up.

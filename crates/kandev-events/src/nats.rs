@@ -16,40 +16,10 @@
 use std::time::Duration;
 
 use async_nats::{ConnectErrorKind, ConnectOptions, Event, ServerAddr};
-use serde::Deserialize;
+use kandev_common::config::ServiceSettings;
+pub use kandev_common::config::{NatsPassword, check_nats_credentials as check_credentials};
 
 use crate::BusError;
-
-/// A NATS password: never printed, never serialized (settings keep it with
-/// `#[serde(skip_serializing)]`).
-#[derive(Clone, Deserialize)]
-#[serde(transparent)]
-pub struct NatsPassword(String);
-
-impl NatsPassword {
-    /// The password itself, for the connection only.
-    pub fn expose_secret(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<String> for NatsPassword {
-    fn from(s: String) -> Self {
-        NatsPassword(s)
-    }
-}
-
-impl From<&str> for NatsPassword {
-    fn from(s: &str) -> Self {
-        NatsPassword(s.to_string())
-    }
-}
-
-impl std::fmt::Debug for NatsPassword {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("NatsPassword([redacted])")
-    }
-}
 
 /// Who a service is to NATS: its name and, when NATS requires them, its
 /// user and password.
@@ -75,6 +45,15 @@ impl NatsLogin {
             user,
             password,
         }
+    }
+
+    /// `name` with the user and password of `settings`.
+    pub fn configured(name: impl Into<String>, settings: &ServiceSettings) -> Self {
+        NatsLogin::new(
+            name,
+            settings.nats_user.clone(),
+            settings.nats_password.clone(),
+        )
     }
 
     /// `name` without credentials.
@@ -107,19 +86,6 @@ impl NatsLogin {
             options = options.user_and_password(user.clone(), password.expose_secret().to_string());
         }
         options
-    }
-}
-
-/// Checks that a user and a password come together.
-pub fn check_credentials(
-    user: &Option<String>,
-    password: &Option<NatsPassword>,
-) -> Result<(), String> {
-    match (user, password) {
-        (Some(user), _) if user.is_empty() => Err("nats_user must not be empty".into()),
-        (Some(_), None) => Err("nats_user is set but nats_password is not".into()),
-        (None, Some(_)) => Err("nats_password is set but nats_user is not".into()),
-        _ => Ok(()),
     }
 }
 

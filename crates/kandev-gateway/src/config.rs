@@ -1,11 +1,7 @@
 //! Settings of the gateway.
 
-use kandev_common::{
-    config::Validate,
-    service_auth::{self, ServiceToken},
-    telemetry::LogSettings,
-};
-use kandev_events::nats::{NatsLogin, NatsPassword, check_credentials};
+use kandev_common::config::{ServiceConfig, ServiceSettings};
+use kandev_events::nats::NatsLogin;
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -18,36 +14,23 @@ pub fn given(secret: &Option<SecretString>) -> Option<&SecretString> {
     secret.as_ref().filter(|s| !s.expose_secret().is_empty())
 }
 
-/// Loaded from defaults, the config file and `KANDEV_*` variables.
-#[derive(Clone, Serialize, Deserialize)]
+/// Loaded from defaults, the config file and `KANDEV_*` variables. Its
+/// Debug output hides the secrets.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Settings {
-    /// HTTP and WebSocket listener (`KANDEV_LISTEN_ADDR`).
-    pub listen_addr: String,
-    /// `KANDEV_DATABASE_URL`; may hold a password, so it is never logged.
-    pub database_url: String,
-    /// The Postgres schema the gateway owns (users).
-    pub database_schema: String,
-    pub database_max_connections: u32,
+    /// Its port (HTTP and WebSocket), its database (the users, in the
+    /// `gateway` schema), NATS (the live feed of the tasks clients watch),
+    /// the service token (sent on every call to the internal services) and
+    /// logging: the keys every service has.
+    #[serde(flatten)]
+    pub common: ServiceSettings,
     /// The task service's gRPC endpoint (`KANDEV_TASK_SERVICE_URL`).
     pub task_service_url: String,
     /// The agent manager's gRPC endpoint (`KANDEV_AGENT_MANAGER_URL`).
     pub agent_manager_url: String,
     /// The orchestrator's gRPC endpoint (`KANDEV_ORCHESTRATOR_URL`).
     pub orchestrator_url: String,
-    /// NATS (`KANDEV_NATS_URL`): the live feed of the tasks clients watch.
-    pub nats_url: String,
-    /// This service's NATS user (`KANDEV_NATS_USER`, `gateway` in
-    /// `deploy/nats/nats.conf`); unset for a NATS without authorization.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub nats_user: Option<String>,
-    /// Its password (`KANDEV_NATS_PASSWORD`); never logged.
-    #[serde(skip_serializing)]
-    pub nats_password: Option<NatsPassword>,
-    /// The secret the Kandev services share (`KANDEV_SERVICE_TOKEN`, at
-    /// least 32 bytes; required): sent on every call to the internal services, which require it. Never logged.
-    #[serde(skip_serializing)]
-    pub service_token: Option<ServiceToken>,
     /// Feed frames a stream client may have queued before it counts as
     /// lagging and is disconnected (close code 1008).
     pub stream_client_buffer: usize,
@@ -98,7 +81,6 @@ pub struct Settings {
     /// rate limiting behind a trusted proxy.
     pub trust_forwarded_for: bool,
     pub rate_limit: RateLimitSettings,
-    pub log: LogSettings,
 }
 
 /// Token buckets: `burst` requests at once, refilled at `per_minute`.
@@ -142,34 +124,12 @@ fn string_or_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Err
     })
 }
 
-impl std::fmt::Debug for Settings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Settings")
-            .field("listen_addr", &self.listen_addr)
-            .field("database_schema", &self.database_schema)
-            .field("task_service_url", &self.task_service_url)
-            .field("agent_manager_url", &self.agent_manager_url)
-            .field("orchestrator_url", &self.orchestrator_url)
-            .field("nats_url", &self.nats_url)
-            .field("nats_user", &self.nats_user)
-            .field("cors_allowed_origins", &self.cors_allowed_origins)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            listen_addr: "127.0.0.1:8080".into(),
-            database_url: "postgres://postgres@127.0.0.1:5432/kandev".into(),
-            database_schema: "gateway".into(),
-            database_max_connections: 10,
+            common: ServiceSettings::new("127.0.0.1:8080", "gateway"),
             task_service_url: "http://127.0.0.1:8081".into(),
             orchestrator_url: "http://127.0.0.1:8082".into(),
-            nats_url: "nats://127.0.0.1:4222".into(),
-            nats_user: None,
-            nats_password: None,
-            service_token: None,
             stream_client_buffer: 16_384,
             agent_manager_url: "http://127.0.0.1:8083".into(),
             downstream_connect_timeout_ms: 2000,
@@ -187,19 +147,16 @@ impl Default for Settings {
             body_limit_bytes: 1024 * 1024,
             trust_forwarded_for: false,
             rate_limit: RateLimitSettings::default(),
-            log: LogSettings::default(),
         }
     }
 }
 
-impl Validate for Settings {
-    fn validate(&self) -> Result<(), String> {
-        kandev_common::config::check_listen_and_database(
-            &self.listen_addr,
-            &self.database_url,
-            &self.database_schema,
-            self.database_max_connections,
-        )?;
+impl ServiceConfig for Settings {
+    fn common(&self) -> &ServiceSettings {
+        &self.common
+    }
+
+    fn validate_own(&self) -> Result<(), String> {
         for (name, url) in [
             ("task_service_url", &self.task_service_url),
             ("agent_manager_url", &self.agent_manager_url),
@@ -209,7 +166,8 @@ impl Validate for Settings {
                 return Err(format!("{name} must be an http:// or https:// URL"));
             }
         }
-        if !self.nats_url.starts_with("nats://") && !self.nats_url.starts_with("tls://") {
+        let nats_url = &self.common.nats_url;
+        if !nats_url.starts_with("nats://") && !nats_url.starts_with("tls://") {
             return Err("nats_url must be a nats:// or tls:// URL".into());
         }
         if self.stream_client_buffer == 0 {
@@ -256,39 +214,30 @@ impl Validate for Settings {
         {
             return Err("rate limits must be at least 1".into());
         }
-        check_credentials(&self.nats_user, &self.nats_password)?;
-        service_auth::check(&self.service_token)?;
         Ok(())
     }
 }
 
 impl Settings {
-    /// Whether the users are in a SQLite file (`sqlite:` URL) rather than
-    /// Postgres: one machine, no server (`database_schema` is unused).
-    pub fn uses_sqlite(&self) -> bool {
-        self.database_url.starts_with("sqlite:")
-    }
-
     /// Who this service is to NATS.
     pub fn nats_login(&self) -> NatsLogin {
-        NatsLogin::new(
-            "kandev-gateway",
-            self.nats_user.clone(),
-            self.nats_password.clone(),
-        )
+        NatsLogin::configured("kandev-gateway", &self.common)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use kandev_common::config::Validate;
+
     use super::*;
 
     fn valid() -> Settings {
-        Settings {
+        let mut valid = Settings {
             jwt_secret: Some("x".repeat(32).into()),
-            service_token: Some("s".repeat(32).into()),
             ..Settings::default()
-        }
+        };
+        valid.common.service_token = Some("s".repeat(32).into());
+        valid
     }
 
     #[test]
@@ -321,22 +270,20 @@ mod tests {
         };
         assert!(relative.validate().unwrap_err().contains("absolute"));
         // The service token too: the internal services refuse calls without.
-        let no_token = Settings {
-            service_token: None,
-            ..valid()
-        };
+        let mut no_token = valid();
+        no_token.common.service_token = None;
         let err = no_token.validate().unwrap_err();
         assert!(err.contains("KANDEV_SERVICE_TOKEN"), "{err}");
     }
 
     #[test]
     fn debug_hides_secrets() {
-        let s = Settings {
+        let mut s = Settings {
             admin_password: Some("hunter2-hunter2".into()),
-            nats_user: Some("gateway".into()),
-            nats_password: Some("nats-hunter3".into()),
             ..valid()
         };
+        s.common.nats_user = Some("gateway".into());
+        s.common.nats_password = Some("nats-hunter3".into());
         let shown = format!("{s:?}");
         assert!(!shown.contains("xxxxxxxx"));
         assert!(!shown.contains("ssssssss"));

@@ -4,9 +4,13 @@
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use axum::Router;
-use kandev_common::{CancellationToken, serve::ReadinessCheck};
+use kandev_common::{
+    CancellationToken,
+    serve::ReadinessCheck,
+    startup::{self, StartError},
+};
 use secrecy::{ExposeSecret, SecretString};
-use sqlx::PgPool;
+use sqlx::{PgPool, migrate::Migrator};
 use tokio::net::TcpListener;
 
 use crate::{
@@ -23,31 +27,23 @@ use crate::{
 /// Why the gateway could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
-    #[error("migrations: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error(transparent)]
+    Start(#[from] StartError),
     #[error("bootstrap admin: {0}")]
     Bootstrap(anyhow::Error),
     #[error("downstream endpoint: {0}")]
     Endpoint(#[from] tonic::transport::Error),
-    #[error("configuration: {0}")]
-    Config(String),
     #[error("cannot connect to NATS at {url}: {reason}")]
     Nats { url: String, reason: String },
-    #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        addr: String,
-        source: std::io::Error,
-    },
-    #[error("server: {0}")]
-    Serve(std::io::Error),
     #[error("data directory {path}: {source}")]
     DataDir {
         path: String,
         source: std::io::Error,
     },
 }
+
+/// The migrations of the gateway's Postgres schema.
+pub static MIGRATIONS: Migrator = sqlx::migrate!("./migrations");
 
 fn kept(
     settings: &Settings,
@@ -71,7 +67,7 @@ async fn first_admin_password(
     if let Some(password) = given(&settings.admin_password) {
         return Ok(Some(password.clone()));
     }
-    if settings.data_dir.is_empty() || users.any_admin().await.map_err(StartupError::Database)? {
+    if settings.data_dir.is_empty() || users.any_admin().await.map_err(StartError::Database)? {
         return Ok(None);
     }
     let (password, _) = kept(
@@ -115,17 +111,18 @@ fn signing_key(settings: &Settings) -> Result<SecretString, StartupError> {
         );
         return Ok(JwtKeys::random_secret());
     }
-    Err(StartupError::Config("KANDEV_JWT_SECRET is required".into()))
+    Err(StartError::Config("KANDEV_JWT_SECRET is required".into()).into())
 }
 
 /// Opens the users' database of `settings.database_url`: Postgres for a
 /// `postgres://` URL (the gateway's schema, migrated), SQLite for a
 /// `sqlite:` one (the file, created and migrated).
 pub async fn open_users(settings: &Settings) -> Result<Users, StartupError> {
-    if settings.uses_sqlite() {
-        return Ok(Arc::new(
-            SqliteUserStore::open(&settings.database_url).await?,
-        ));
+    if settings.common.uses_sqlite() {
+        let users = SqliteUserStore::open(&settings.common.database_url)
+            .await
+            .map_err(StartError::from)?;
+        return Ok(Arc::new(users));
     }
     Ok(Arc::new(PgUserStore::new(
         connect_database(settings).await?,
@@ -135,14 +132,7 @@ pub async fn open_users(settings: &Settings) -> Result<Users, StartupError> {
 /// Connects with `search_path` set to the gateway's schema, creating the
 /// schema and running migrations.
 pub async fn connect_database(settings: &Settings) -> Result<PgPool, StartupError> {
-    let pool = kandev_common::db::connect_schema(
-        &settings.database_url,
-        &settings.database_schema,
-        settings.database_max_connections,
-    )
-    .await?;
-    sqlx::migrate!("./migrations").run(&pool).await?;
-    Ok(pool)
+    Ok(startup::connect_database(&settings.common, &MIGRATIONS).await?)
 }
 
 /// The built gateway, bound to its port but not yet serving.
@@ -177,8 +167,8 @@ impl Application {
         bus: (&'static str, ReadinessCheck),
     ) -> Result<Self, StartupError> {
         // The internal services answer only calls that carry it.
-        let service_token = kandev_common::service_auth::check(&settings.service_token)
-            .map_err(StartupError::Config)?
+        let service_token = kandev_common::service_auth::check(&settings.common.service_token)
+            .map_err(StartError::Config)?
             .clone();
         let users = open_users(&settings).await?;
         let admin_password = first_admin_password(users.as_ref(), &settings).await?;
@@ -205,17 +195,11 @@ impl Application {
             live,
             settings.body_limit_bytes,
         );
-        let mut checks = readiness(&users, settings.uses_sqlite(), &downstream);
+        let mut checks = readiness(&users, settings.common.uses_sqlite(), &downstream);
         checks.push(bus);
         let router = crate::app::router(state.clone(), &settings, checks);
 
-        let listener = TcpListener::bind(&settings.listen_addr)
-            .await
-            .map_err(|source| StartupError::Listen {
-                addr: settings.listen_addr.clone(),
-                source,
-            })?;
-        let local_addr = listener.local_addr().map_err(StartupError::Serve)?;
+        let (listener, local_addr) = startup::bind(&settings.common.listen_addr).await?;
         Ok(Application {
             listener,
             local_addr,
@@ -290,12 +274,13 @@ async fn connect_nats(
         other => tracing::debug!(event = %other, "nats"),
     };
     // Refused credentials stop the start; a NATS not up yet is waited for.
-    let nats = kandev_events::nats::connect(&settings.nats_url, &settings.nats_login(), on_event)
+    let url = &settings.common.nats_url;
+    let nats = kandev_events::nats::connect(url, &settings.nats_login(), on_event)
         .await
         .map_err(|e| match e {
-            kandev_events::BusError::Refused { .. } => StartupError::Config(e.to_string()),
+            kandev_events::BusError::Refused { .. } => StartError::Config(e.to_string()).into(),
             e => StartupError::Nats {
-                url: settings.nats_url.clone(),
+                url: url.clone(),
                 reason: e.to_string(),
             },
         })?;

@@ -2,43 +2,20 @@
 
 use std::collections::BTreeMap;
 
-use kandev_common::{
-    config::Validate,
-    service_auth::{self, ServiceToken},
-    telemetry::LogSettings,
-};
-use kandev_events::nats::{NatsLogin, NatsPassword, check_credentials};
+use kandev_common::config::{ServiceConfig, ServiceSettings};
+use kandev_events::nats::NatsLogin;
 use serde::{Deserialize, Serialize};
 
-/// Loaded from defaults, the config file and `KANDEV_*` variables.
-#[derive(Clone, Serialize, Deserialize)]
+/// Loaded from defaults, the config file and `KANDEV_*` variables. Its
+/// Debug output hides the secrets.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Settings {
-    /// gRPC and HTTP (REST, WebSocket, `/healthz`, `/readyz`) on one port
-    /// (`KANDEV_LISTEN_ADDR`).
-    pub listen_addr: String,
-    /// `KANDEV_DATABASE_URL`; may hold a password, so it is never logged.
-    pub database_url: String,
-    /// The Postgres schema this service owns.
-    pub database_schema: String,
-    pub database_max_connections: u32,
-    /// `KANDEV_NATS_URL`.
-    pub nats_url: String,
-    /// This service's NATS user (`KANDEV_NATS_USER`, `orchestrator` in
-    /// `deploy/nats/nats.conf`); unset for a NATS without authorization.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub nats_user: Option<String>,
-    /// Its password (`KANDEV_NATS_PASSWORD`); never logged.
-    #[serde(skip_serializing)]
-    pub nats_password: Option<NatsPassword>,
-    /// Copies of each JetStream stream this service creates
-    /// (`KANDEV_NATS_STREAM_REPLICAS`): 1 on a single server, 3 on a
-    /// 3-node cluster. Every service must use the same value.
-    pub nats_stream_replicas: usize,
-    /// The secret the Kandev services share (`KANDEV_SERVICE_TOKEN`, at
-    /// least 32 bytes; required): every call to this port (gRPC, REST, WebSocket) but its probes must carry it, and calls to the other services carry it. Never logged.
-    #[serde(skip_serializing)]
-    pub service_token: Option<ServiceToken>,
+    /// Its port (gRPC and HTTP: REST, WebSocket, `/healthz`, `/readyz`),
+    /// database, NATS, service token and logging: the keys every service
+    /// has.
+    #[serde(flatten)]
+    pub common: ServiceSettings,
     /// `KANDEV_TASK_SERVICE_URL`.
     pub task_service_url: String,
     /// `KANDEV_AGENT_MANAGER_URL`.
@@ -107,7 +84,6 @@ pub struct Settings {
     /// Serve gRPC reflection (`KANDEV_GRPC_REFLECTION`): off by default, so
     /// the port does not describe itself to whoever reaches it.
     pub grpc_reflection: bool,
-    pub log: LogSettings,
 }
 
 /// The three JetStream durable consumers.
@@ -135,33 +111,10 @@ impl Default for ConsumerSettings {
     }
 }
 
-impl std::fmt::Debug for Settings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Settings")
-            .field("listen_addr", &self.listen_addr)
-            .field("database_schema", &self.database_schema)
-            .field("nats_url", &self.nats_url)
-            .field("nats_user", &self.nats_user)
-            .field("task_service_url", &self.task_service_url)
-            .field("agent_manager_url", &self.agent_manager_url)
-            .field("max_concurrent", &self.max_concurrent)
-            .field("per_agent_type_limits", &self.per_agent_type_limits)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            listen_addr: "127.0.0.1:8082".into(),
-            database_url: "postgres://postgres@127.0.0.1:5432/kandev".into(),
-            database_schema: "orchestrator".into(),
-            database_max_connections: 10,
-            nats_url: "nats://127.0.0.1:4222".into(),
-            nats_user: None,
-            nats_password: None,
-            nats_stream_replicas: 1,
-            service_token: None,
+            common: ServiceSettings::new("127.0.0.1:8082", "orchestrator"),
             task_service_url: "http://127.0.0.1:8081".into(),
             agent_manager_url: "http://127.0.0.1:8083".into(),
             max_concurrent: 4,
@@ -186,7 +139,6 @@ impl Default for Settings {
             manager_grace_ms: 15_000,
             consumers: ConsumerSettings::default(),
             grpc_reflection: false,
-            log: LogSettings::default(),
         }
     }
 }
@@ -207,14 +159,12 @@ fn is_url(s: &str) -> bool {
     s.starts_with("http://") || s.starts_with("https://")
 }
 
-impl Validate for Settings {
-    fn validate(&self) -> Result<(), String> {
-        kandev_common::config::check_listen_and_database(
-            &self.listen_addr,
-            &self.database_url,
-            &self.database_schema,
-            self.database_max_connections,
-        )?;
+impl ServiceConfig for Settings {
+    fn common(&self) -> &ServiceSettings {
+        &self.common
+    }
+
+    fn validate_own(&self) -> Result<(), String> {
         if !is_url(&self.task_service_url) {
             return Err("task_service_url must be an http(s):// URL".into());
         }
@@ -241,11 +191,6 @@ impl Validate for Settings {
                 return Err(format!("invalid durable consumer name {name:?}"));
             }
         }
-        check_credentials(&self.nats_user, &self.nats_password)?;
-        if !(1..=5).contains(&self.nats_stream_replicas) {
-            return Err("nats_stream_replicas must be 1 to 5 (NATS's limit)".into());
-        }
-        service_auth::check(&self.service_token)?;
         Ok(())
     }
 }
@@ -262,31 +207,25 @@ impl Settings {
         std::time::Duration::from_millis(ms)
     }
 
-    /// Whether the database is a SQLite file (`sqlite:` URL) rather than
-    /// Postgres: one process, no replicas (`database_schema` only names
-    /// the lock keys).
-    pub fn uses_sqlite(&self) -> bool {
-        self.database_url.starts_with("sqlite:")
-    }
-
     /// Who this service is to NATS.
     pub fn nats_login(&self) -> NatsLogin {
-        NatsLogin::new(
-            "kandev-orchestrator",
-            self.nats_user.clone(),
-            self.nats_password.clone(),
-        )
+        NatsLogin::configured("kandev-orchestrator", &self.common)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use kandev_common::config::Validate;
+
     use super::*;
 
     #[test]
     fn defaults_validate_and_backoff_doubles_up_to_the_cap() {
         let s = Settings {
-            service_token: Some("t".repeat(32).into()),
+            common: ServiceSettings {
+                service_token: Some("t".repeat(32).into()),
+                ..Settings::default().common
+            },
             ..Settings::default()
         };
         s.validate().unwrap();
@@ -312,7 +251,7 @@ mod tests {
             jail.set_env("KANDEV_NATS_PASSWORD", "s3cret-nats");
             jail.set_env("KANDEV_SERVICE_TOKEN", "s3cret-service-token-of-32-bytes!");
             let s: Settings = kandev_common::config::load(None).map_err(|e| e.to_string())?;
-            assert_eq!(s.nats_user.as_deref(), Some("orchestrator"));
+            assert_eq!(s.common.nats_user.as_deref(), Some("orchestrator"));
             let login = s.nats_login();
             assert_eq!(login.name, "kandev-orchestrator");
             assert_eq!(
@@ -321,7 +260,7 @@ mod tests {
             );
             assert!(!format!("{s:?}").contains("s3cret"));
             assert_eq!(
-                s.service_token.as_ref().map(|t| t.expose_secret()),
+                s.common.service_token.as_ref().map(|t| t.expose_secret()),
                 Some("s3cret-service-token-of-32-bytes!")
             );
             assert_eq!(s.per_agent_type_limits.get("mock-agent"), Some(&1));
@@ -346,10 +285,8 @@ mod tests {
         s.consumers.acp_durable = "a.b".into();
         assert!(s.validate().is_err());
         // A NATS user without its password (or the reverse).
-        let s = Settings {
-            nats_user: Some("orchestrator".into()),
-            ..Settings::default()
-        };
+        let mut s = Settings::default();
+        s.common.nats_user = Some("orchestrator".into());
         assert!(s.validate().unwrap_err().contains("nats_password"));
     }
 }

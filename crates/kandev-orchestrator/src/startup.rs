@@ -6,6 +6,7 @@ use kandev_common::{
     CancellationToken,
     serve::{self, ReadinessCheck},
     service_auth,
+    startup::{self, StartError},
 };
 use kandev_events::{
     JetStreamBus,
@@ -13,7 +14,7 @@ use kandev_events::{
     live::{Live, NatsLive},
 };
 use kandev_proto::v1::orchestrator_server::OrchestratorServer;
-use sqlx::PgPool;
+use sqlx::{PgPool, migrate::Migrator};
 use tokio::net::TcpListener;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -39,26 +40,14 @@ use crate::{
 /// Why the service could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
-    #[error("migrations: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-    #[error("event bus: {0}")]
-    Bus(#[from] kandev_events::BusError),
-    #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        addr: String,
-        source: std::io::Error,
-    },
-    #[error("server: {0}")]
-    Serve(std::io::Error),
-    #[error("grpc setup: {0}")]
-    Grpc(String),
+    #[error(transparent)]
+    Start(#[from] StartError),
     #[error("client setup: {0}")]
     Client(String),
-    #[error("configuration: {0}")]
-    Config(String),
 }
+
+/// The migrations of the service's Postgres schema.
+pub static MIGRATIONS: Migrator = sqlx::migrate!("./migrations");
 
 /// The built service, bound to its port but not yet serving.
 pub struct Application {
@@ -101,8 +90,8 @@ impl Database {
     /// Opens the database of `settings.database_url` (`postgres://` or
     /// `sqlite:`), migrated.
     pub async fn open(settings: &Settings) -> Result<Database, StartupError> {
-        Ok(if settings.uses_sqlite() {
-            Database::Sqlite(connect_sqlite(&settings.database_url).await?)
+        Ok(if settings.common.uses_sqlite() {
+            Database::Sqlite(connect_sqlite(&settings.common.database_url).await?)
         } else {
             Database::Postgres(connect_database(settings).await?)
         })
@@ -159,29 +148,28 @@ impl Database {
 /// [`SqliteExecStore`](crate::engine::store::SqliteExecStore) and
 /// [`SqliteFeedStore`](crate::feed::store::SqliteFeedStore).
 pub async fn connect_sqlite(url: &str) -> Result<sqlx::SqlitePool, StartupError> {
-    let pool = kandev_common::db::sqlite::connect(url, 4).await?;
-    sqlx::migrate!("./migrations-sqlite").run(&pool).await?;
+    let pool = kandev_common::db::sqlite::connect(url, 4)
+        .await
+        .map_err(StartError::from)?;
+    sqlx::migrate!("./migrations-sqlite")
+        .run(&pool)
+        .await
+        .map_err(StartError::from)?;
     Ok(pool)
 }
 
 /// Connects to Postgres with `search_path` set to the service's schema,
 /// creating the schema and running migrations.
 pub async fn connect_database(settings: &Settings) -> Result<PgPool, StartupError> {
-    let pool = kandev_common::db::connect_schema(
-        &settings.database_url,
-        &settings.database_schema,
-        settings.database_max_connections,
-    )
-    .await?;
-    sqlx::migrate!("./migrations").run(&pool).await?;
-    Ok(pool)
+    Ok(startup::connect_database(&settings.common, &MIGRATIONS).await?)
 }
 
 impl Application {
     /// Connects to everything from the settings; the agent manager is
     /// reached over gRPC at `agent_manager_url`.
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
-        let token = service_auth::check(&settings.service_token).map_err(StartupError::Config)?;
+        let token =
+            service_auth::check(&settings.common.service_token).map_err(StartError::Config)?;
         let pool = Arc::new(
             ManagerPool::new(
                 &settings.agent_manager_url,
@@ -200,17 +188,13 @@ impl Application {
         settings: Settings,
         agents: Arc<dyn AgentControl>,
     ) -> Result<Self, StartupError> {
-        let bus = JetStreamBus::connect_replicated(
-            &settings.nats_url,
-            &settings.nats_login(),
-            settings.nats_stream_replicas,
-        )
-        .await?;
-        let ready_bus = bus.clone();
+        let bus = JetStreamBus::connect_configured(&settings.nats_login(), &settings.common)
+            .await
+            .map_err(StartError::from)?;
         let streams = EventStreams {
             streams: Arc::new(JetStreamStreams::new(bus.clone())),
             live: Arc::new(NatsLive::new(bus.client().clone())),
-            ready: serve::sync_check(move || ready_bus.check_connected()),
+            ready: bus.readiness(),
         };
         let mut app = Self::build_on(settings, agents, streams).await?;
         app.nats = Some(bus);
@@ -224,8 +208,8 @@ impl Application {
         agents: Arc<dyn AgentControl>,
         bus: EventStreams,
     ) -> Result<Self, StartupError> {
-        let token = service_auth::check(&settings.service_token)
-            .map_err(StartupError::Config)?
+        let token = service_auth::check(&settings.common.service_token)
+            .map_err(StartError::Config)?
             .clone();
         let settings = Arc::new(settings);
         let db = Database::open(&settings).await?;
@@ -235,7 +219,7 @@ impl Application {
         let fence = Arc::new(Fence::default());
         let engine = Engine::new(
             db.executions(),
-            db.decision_lock(&settings.database_schema),
+            db.decision_lock(&settings.common.database_schema),
             settings.clone(),
             agents,
             tasks,
@@ -243,13 +227,7 @@ impl Application {
             fence.clone(),
         );
         engine.signal_boards_on(bus.live.clone());
-        let listener = TcpListener::bind(&settings.listen_addr)
-            .await
-            .map_err(|source| StartupError::Listen {
-                addr: settings.listen_addr.clone(),
-                source,
-            })?;
-        let local_addr = listener.local_addr().map_err(StartupError::Serve)?;
+        let (listener, local_addr) = startup::bind(&settings.common.listen_addr).await?;
         Ok(Application {
             listener,
             local_addr,
@@ -277,24 +255,14 @@ impl Application {
     /// the feed. Dropping this future instead (a crash) loses nothing: every
     /// unacknowledged message comes again after a restart.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {
-        let (mut routes, health) = serve::grpc_base(
-            self.settings
-                .grpc_reflection
-                .then_some(kandev_proto::FILE_DESCRIPTOR_SET),
-        )
-        .map_err(StartupError::Grpc)?;
         let orchestration: Arc<dyn Orchestration> = self.engine.clone();
         let feed = FeedReader {
             store: self.feed.clone(),
             hub: self.hub.clone(),
         };
-        routes.add_service(OrchestratorServer::new(GrpcOrchestratorAdapter::new(
-            orchestration.clone(),
-            feed,
-        )));
-        health
-            .set_serving::<OrchestratorServer<GrpcOrchestratorAdapter>>()
-            .await;
+        let server =
+            OrchestratorServer::new(GrpcOrchestratorAdapter::new(orchestration.clone(), feed));
+        let grpc = startup::grpc_routes(self.settings.grpc_reflection, server).await?;
 
         let db = self.db.clone();
         let db_ready: ReadinessCheck = Arc::new(move || {
@@ -308,9 +276,7 @@ impl Application {
             feed: self.feed.clone(),
             close_grace: Duration::from_millis(self.settings.ws_close_grace_ms),
         };
-        let router = routes
-            .routes()
-            .into_axum_router()
+        let router = grpc
             .merge(http::routes(state))
             .merge(serve::health_routes(vec![
                 (self.db.kind(), db_ready),
@@ -340,7 +306,7 @@ impl Application {
         let leading = AbortOnDropHandle::new(match &self.db {
             Database::Postgres(pool) => tokio::spawn(leader::lead(
                 pool.clone(),
-                leader::lock_key(&self.settings.database_schema, "leader"),
+                leader::lock_key(&self.settings.common.database_schema, "leader"),
                 Duration::from_millis(self.settings.leader_poll_ms),
                 stop.clone(),
                 work,
@@ -350,17 +316,8 @@ impl Application {
 
         // Only callers with the service token (gRPC, REST and WebSocket
         // alike), probes aside.
-        let token = service_auth::check(&self.settings.service_token)
-            .map_err(StartupError::Config)?
-            .clone();
-        let router = service_auth::require(router, token);
-        let router = kandev_common::metrics::instrument(
-            "orchestrator",
-            router,
-            kandev_common::metrics::Scrape::Open,
-        );
-        // Every request in its span, continuing the caller's trace.
-        let router = kandev_common::trace::instrument(router);
+        let token = &self.settings.common.service_token;
+        let router = startup::internal_port("orchestrator", router, token)?;
         crate::metric_names::describe();
         // Exported from the start, so dashboards and alerts see a zero.
         metrics::gauge!(crate::metric_names::QUEUE_DEPTH).increment(0.0);
@@ -370,7 +327,7 @@ impl Application {
         let _ = leading.await;
         self.db.close().await;
         tracing::info!("orchestrator stopped");
-        served.map_err(StartupError::Serve)
+        Ok(served.map_err(StartError::Serve)?)
     }
 }
 

@@ -91,9 +91,12 @@ async fn a_connection_without_credentials_is_refused() {
 
     // The orchestrator itself does not start without its credentials.
     let settings = kandev_orchestrator::Settings {
-        listen_addr: "127.0.0.1:0".into(),
-        nats_url: nats.url(),
-        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
+        common: kandev_common::config::ServiceSettings {
+            listen_addr: "127.0.0.1:0".into(),
+            nats_url: nats.url(),
+            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
+            ..kandev_orchestrator::Settings::default().common
+        },
         ..Default::default()
     };
     let start = tokio::time::timeout(

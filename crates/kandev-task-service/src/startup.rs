@@ -2,14 +2,12 @@
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use kandev_common::{
-    CancellationToken,
-    serve::{self, ReadinessCheck},
-    service_auth,
-};
+use kandev_common::CancellationToken;
+use kandev_common::serve::{self, ReadinessCheck};
+use kandev_common::startup::{self, StartError};
 use kandev_events::{EventBus, JetStreamBus};
 use kandev_proto::v1::task_service_server::TaskServiceServer;
-use sqlx::PgPool;
+use sqlx::{PgPool, migrate::Migrator};
 use tokio::{net::TcpListener, sync::Notify};
 
 use crate::{
@@ -19,27 +17,12 @@ use crate::{
     store::{OutboxStore, PgTaskStore, SqliteTaskStore, TaskStore},
 };
 
-/// Why the service could not start or stopped with an error.
-#[derive(Debug, thiserror::Error)]
-pub enum StartupError {
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
-    #[error("migrations: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-    #[error("event bus: {0}")]
-    Bus(#[from] kandev_events::BusError),
-    #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        addr: String,
-        source: std::io::Error,
-    },
-    #[error("server: {0}")]
-    Serve(std::io::Error),
-    #[error("grpc setup: {0}")]
-    Grpc(String),
-    #[error("configuration: {0}")]
-    Config(String),
-}
+/// Why the service could not start or stopped with an error: only what
+/// every service may meet.
+pub type StartupError = StartError;
+
+/// The migrations of the service's Postgres schema.
+pub static MIGRATIONS: Migrator = sqlx::migrate!("./migrations");
 
 /// The built service, bound to its port but not yet serving.
 pub struct Application {
@@ -66,8 +49,9 @@ impl Storage {
     /// `postgres://` URL (the service's schema, migrated), SQLite for a
     /// `sqlite:` one (the file, created and migrated). Commits poke `wake`.
     pub async fn open(settings: &Settings, wake: Arc<Notify>) -> Result<Storage, StartupError> {
-        if settings.uses_sqlite() {
-            let store = Arc::new(SqliteTaskStore::open(&settings.database_url, wake).await?);
+        if settings.common.uses_sqlite() {
+            let store = SqliteTaskStore::open(&settings.common.database_url, wake).await?;
+            let store = Arc::new(store);
             return Ok(Storage {
                 tasks: store.clone(),
                 outbox: store,
@@ -87,27 +71,15 @@ impl Storage {
 /// Connects to Postgres with `search_path` set to the service's schema,
 /// creating the schema and running migrations.
 pub async fn connect_database(settings: &Settings) -> Result<PgPool, StartupError> {
-    let pool = kandev_common::db::connect_schema(
-        &settings.database_url,
-        &settings.database_schema,
-        settings.database_max_connections,
-    )
-    .await?;
-    sqlx::migrate!("./migrations").run(&pool).await?;
-    Ok(pool)
+    startup::connect_database(&settings.common, &MIGRATIONS).await
 }
 
 impl Application {
     /// Connects to NATS JetStream from the settings.
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
-        let bus = JetStreamBus::connect_replicated(
-            &settings.nats_url,
-            &settings.nats_login(),
-            settings.nats_stream_replicas,
-        )
-        .await?;
-        let ready_bus = bus.clone();
-        let bus_ready = serve::sync_check(move || ready_bus.check_connected());
+        let bus =
+            JetStreamBus::connect_configured(&settings.nats_login(), &settings.common).await?;
+        let bus_ready = bus.readiness();
         Self::build_with_bus(settings, Arc::new(bus), bus_ready).await
     }
 
@@ -117,16 +89,11 @@ impl Application {
         bus: Arc<dyn EventBus>,
         bus_ready: ReadinessCheck,
     ) -> Result<Self, StartupError> {
-        service_auth::check(&settings.service_token).map_err(StartupError::Config)?;
+        kandev_common::service_auth::check(&settings.common.service_token)
+            .map_err(StartError::Config)?;
         let outbox_wake = Arc::new(Notify::new());
         let storage = Storage::open(&settings, outbox_wake.clone()).await?;
-        let listener = TcpListener::bind(&settings.listen_addr)
-            .await
-            .map_err(|source| StartupError::Listen {
-                addr: settings.listen_addr.clone(),
-                source,
-            })?;
-        let local_addr = listener.local_addr().map_err(StartupError::Serve)?;
+        let (listener, local_addr) = startup::bind(&settings.common.listen_addr).await?;
         Ok(Application {
             listener,
             local_addr,
@@ -149,30 +116,19 @@ impl Application {
     /// Serves until `shutdown` fires, drains in-flight requests and the
     /// outbox (bounded), then returns.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {
-        let (mut routes, health) = serve::grpc_base(
-            self.settings
-                .grpc_reflection
-                .then_some(kandev_proto::FILE_DESCRIPTOR_SET),
-        )
-        .map_err(StartupError::Grpc)?;
         let store = self.storage.tasks.clone();
-        routes.add_service(TaskServiceServer::new(GrpcTaskAdapter::new(store)));
-        health
-            .set_serving::<TaskServiceServer<GrpcTaskAdapter>>()
-            .await;
+        let server = TaskServiceServer::new(GrpcTaskAdapter::new(store));
+        let grpc = startup::grpc_routes(self.settings.grpc_reflection, server).await?;
 
         let db_store = self.storage.tasks.clone();
         let db_ready: ReadinessCheck = Arc::new(move || {
             let store = db_store.clone();
             Box::pin(async move { store.ping().await.map_err(|e| e.to_string()) })
         });
-        let router = routes
-            .routes()
-            .into_axum_router()
-            .merge(serve::health_routes(vec![
-                (self.storage.kind, db_ready),
-                ("nats", self.bus_ready.clone()),
-            ]));
+        let router = grpc.merge(serve::health_routes(vec![
+            (self.storage.kind, db_ready),
+            ("nats", self.bus_ready.clone()),
+        ]));
 
         let relay = OutboxRelay::new(
             self.storage.outbox.clone(),
@@ -183,18 +139,8 @@ impl Application {
         let relay_stop = CancellationToken::new();
         let relay_task = tokio::spawn(relay.run(relay_stop.clone()));
 
-        // Only callers with the service token, probes aside.
-        let token = service_auth::check(&self.settings.service_token)
-            .map_err(StartupError::Config)?
-            .clone();
-        let router = service_auth::require(router, token);
-        let router = kandev_common::metrics::instrument(
-            "task-service",
-            router,
-            kandev_common::metrics::Scrape::Open,
-        );
-        // Every request in its span, continuing the caller's trace.
-        let router = kandev_common::trace::instrument(router);
+        let router =
+            startup::internal_port("task-service", router, &self.settings.common.service_token)?;
         crate::metric_names::describe();
         tracing::info!(addr = %self.local_addr, "task service listening (gRPC, /healthz, /readyz, /metrics)");
         let served = serve::serve(self.listener, router, shutdown).await;
@@ -203,6 +149,6 @@ impl Application {
         let _ = relay_task.await;
         self.storage.tasks.close().await;
         tracing::info!("task service stopped");
-        served.map_err(StartupError::Serve)
+        served.map_err(StartError::Serve)
     }
 }

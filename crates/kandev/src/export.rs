@@ -59,16 +59,28 @@ impl Target {
             sequences: &[],
         };
         match part {
-            Part::TaskService => target(kandev_task_service::Settings::default().database_schema),
+            Part::TaskService => target(
+                kandev_task_service::Settings::default()
+                    .common
+                    .database_schema,
+            ),
             Part::AgentManager => Target {
                 seeded: &["agent_types"],
-                ..target(kandev_agent_manager::Settings::default().database_schema)
+                ..target(
+                    kandev_agent_manager::Settings::default()
+                        .common
+                        .database_schema,
+                )
             },
             Part::Orchestrator => Target {
                 sequences: &[("queue_order", "executions", "queue_order")],
-                ..target(kandev_orchestrator::Settings::default().database_schema)
+                ..target(
+                    kandev_orchestrator::Settings::default()
+                        .common
+                        .database_schema,
+                )
             },
-            Part::Gateway => target(kandev_gateway::Settings::default().database_schema),
+            Part::Gateway => target(kandev_gateway::Settings::default().common.database_schema),
         }
     }
 }
@@ -159,42 +171,30 @@ async fn in_flight(orchestrator: &SqlitePool) -> Result<i64> {
 
 /// The part's schema, made and migrated by the service's own code.
 async fn connect_target(part: Part, url: &str) -> Result<sqlx::PgPool> {
-    let url = url.to_string();
-    let pool = match part {
-        Part::TaskService => {
-            kandev_task_service::startup::connect_database(&kandev_task_service::Settings {
-                database_url: url,
-                database_max_connections: 1,
-                ..Default::default()
-            })
-            .await?
-        }
-        Part::AgentManager => {
-            kandev_agent_manager::startup::connect_database(&kandev_agent_manager::Settings {
-                database_url: url,
-                database_max_connections: 1,
-                ..Default::default()
-            })
-            .await?
-        }
-        Part::Orchestrator => {
-            kandev_orchestrator::startup::connect_database(&kandev_orchestrator::Settings {
-                database_url: url,
-                database_max_connections: 1,
-                ..Default::default()
-            })
-            .await?
-        }
-        Part::Gateway => {
-            kandev_gateway::startup::connect_database(&kandev_gateway::Settings {
-                database_url: url,
-                database_max_connections: 1,
-                ..Default::default()
-            })
-            .await?
-        }
+    let (defaults, migrations) = match part {
+        Part::TaskService => (
+            kandev_task_service::Settings::default().common,
+            &kandev_task_service::startup::MIGRATIONS,
+        ),
+        Part::AgentManager => (
+            kandev_agent_manager::Settings::default().common,
+            &kandev_agent_manager::startup::MIGRATIONS,
+        ),
+        Part::Orchestrator => (
+            kandev_orchestrator::Settings::default().common,
+            &kandev_orchestrator::startup::MIGRATIONS,
+        ),
+        Part::Gateway => (
+            kandev_gateway::Settings::default().common,
+            &kandev_gateway::startup::MIGRATIONS,
+        ),
     };
-    Ok(pool)
+    let settings = kandev_common::config::ServiceSettings {
+        database_url: url.to_string(),
+        database_max_connections: 1,
+        ..defaults
+    };
+    Ok(kandev_common::startup::connect_database(&settings, migrations).await?)
 }
 
 /// The part's tables, each after the tables it references (a column added

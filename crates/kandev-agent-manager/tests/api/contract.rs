@@ -29,7 +29,10 @@ struct Backend {
 impl Backend {
     async fn open(database_url: &str, manager_id: &str) -> Store {
         let settings = Settings {
-            database_url: database_url.into(),
+            common: kandev_common::config::ServiceSettings {
+                database_url: database_url.into(),
+                ..Settings::default().common
+            },
             manager_id: manager_id.into(),
             ..Settings::default()
         };

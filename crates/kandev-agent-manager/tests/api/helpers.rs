@@ -41,10 +41,14 @@ pub struct TestApp {
 
 pub fn settings(db: &TestDb, dir: &Path) -> Settings {
     Settings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: db.url.clone(),
+        common: kandev_common::config::ServiceSettings {
+            listen_addr: "127.0.0.1:0".into(),
+            database_url: db.url.clone(),
+            nats_url: NATS_URL.clone(),
+            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
+            ..Settings::default().common
+        },
         manager_id: db.name.clone(),
-        nats_url: NATS_URL.clone(),
         pull_images: false,
         workspaces_root: dir.join("workspaces").display().to_string(),
         allowed_workspace_roots: vec![dir.join("allowed").display().to_string()],
@@ -54,7 +58,6 @@ pub fn settings(db: &TestDb, dir: &Path) -> Settings {
         initialize_timeout_secs: 10,
         permission_timeout_secs: 20,
         seq_flush_ms: 100,
-        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Settings::default()
     }
 }

@@ -10,7 +10,10 @@ use kandev_testkit::TestDb;
 
 async fn users_on(database_url: String) -> Users {
     let settings = Settings {
-        database_url,
+        common: kandev_common::config::ServiceSettings {
+            database_url,
+            ..Settings::default().common
+        },
         ..Settings::default()
     };
     open_users(&settings).await.expect("the database opens")

@@ -6,7 +6,7 @@ use axum::{
     extract::connect_info::MockConnectInfo,
     http::{HeaderMap, Method, Request, StatusCode},
 };
-use kandev_common::CancellationToken;
+use kandev_common::{CancellationToken, config::ServiceSettings};
 use kandev_gateway::{Application, Settings, auth::CurrentUser, config::RateLimitSettings};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -44,15 +44,25 @@ pub struct TestApp {
     gateway: Option<(CancellationToken, JoinHandle<()>)>,
 }
 
-pub fn gateway_settings(db: &TestDb, task_service: SocketAddr) -> Settings {
-    Settings {
+/// A test service's shared settings: its `defaults` on any port, on the
+/// test's database and the shared NATS, with the service token.
+fn on_test_db(defaults: ServiceSettings, db: &TestDb) -> ServiceSettings {
+    ServiceSettings {
         listen_addr: "127.0.0.1:0".into(),
         database_url: db.url.clone(),
         database_max_connections: 4,
+        nats_url: NATS_URL.clone(),
+        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
+        ..defaults
+    }
+}
+
+pub fn gateway_settings(db: &TestDb, task_service: SocketAddr) -> Settings {
+    Settings {
+        common: on_test_db(Settings::default().common, db),
         task_service_url: format!("http://{task_service}"),
         agent_manager_url: dead_url("http"),
         orchestrator_url: dead_url("http"),
-        nats_url: NATS_URL.clone(),
         downstream_connect_timeout_ms: 1000,
         downstream_timeout_ms: 5000,
         jwt_secret: Some(JWT_SECRET.into()),
@@ -65,7 +75,6 @@ pub fn gateway_settings(db: &TestDb, task_service: SocketAddr) -> Settings {
             api_per_minute: 60_000,
             api_burst: 10_000,
         },
-        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Settings::default()
     }
 }
@@ -78,12 +87,8 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
     LazyLock::force(&TRACING);
     let db = TestDb::create().await;
     let task_settings = kandev_task_service::Settings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: db.url.clone(),
-        database_max_connections: 4,
-        nats_url: NATS_URL.clone(),
+        common: on_test_db(kandev_task_service::Settings::default().common, &db),
         outbox_poll_ms: 200,
-        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Default::default()
     };
     let tasks = kandev_task_service::Application::build(task_settings)

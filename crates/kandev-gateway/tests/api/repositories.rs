@@ -54,17 +54,20 @@ impl Manager {
         }
         let db = crate::helpers::TestDb::create().await;
         let settings = kandev_agent_manager::Settings {
-            listen_addr: "127.0.0.1:0".into(),
-            database_url: db.url.clone(),
+            common: kandev_common::config::ServiceSettings {
+                listen_addr: "127.0.0.1:0".into(),
+                database_url: db.url.clone(),
+                nats_url: NATS_URL.clone(),
+                service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
+                ..kandev_agent_manager::Settings::default().common
+            },
             manager_id: db.name.clone(),
-            nats_url: NATS_URL.clone(),
             pull_images: false,
             workspaces_root: dir.path().join("workspaces").display().to_string(),
             allowed_repository_roots: vec![
                 dir.path().join("repos").display().to_string(),
                 dir.path().join("more").display().to_string(),
             ],
-            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
             ..Default::default()
         };
         let app = kandev_agent_manager::Application::build(settings)

@@ -55,11 +55,14 @@ impl Stack {
         let db = TestDb::create().await;
 
         let tasks = kandev_task_service::Application::build(kandev_task_service::Settings {
-            listen_addr: "127.0.0.1:0".into(),
-            database_url: db.url.clone(),
-            nats_url: nats.url(),
+            common: kandev_common::config::ServiceSettings {
+                listen_addr: "127.0.0.1:0".into(),
+                database_url: db.url.clone(),
+                nats_url: nats.url(),
+                service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
+                ..kandev_task_service::Settings::default().common
+            },
             outbox_poll_ms: 100,
-            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
             ..Default::default()
         })
         .await
@@ -77,17 +80,20 @@ impl Stack {
             std::fs::create_dir_all(am_dir.join(sub)).unwrap();
         }
         let agents = kandev_agent_manager::Application::build(kandev_agent_manager::Settings {
-            listen_addr: "127.0.0.1:0".into(),
-            database_url: db.url.clone(),
+            common: kandev_common::config::ServiceSettings {
+                listen_addr: "127.0.0.1:0".into(),
+                database_url: db.url.clone(),
+                nats_url: nats.url(),
+                service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
+                ..kandev_agent_manager::Settings::default().common
+            },
             manager_id: db.name.clone(),
-            nats_url: nats.url(),
             pull_images: false,
             workspaces_root: am_dir.join("workspaces").display().to_string(),
             allowed_workspace_roots: vec![am_dir.join("allowed").display().to_string()],
             credentials_home: am_dir.join("home").display().to_string(),
             initialize_timeout_secs: 20,
             seq_flush_ms: 100,
-            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
             secrets_key: Some("a-secrets-key-for-the-gateway-stack-test".into()),
             ..Default::default()
         })
@@ -102,13 +108,16 @@ impl Stack {
         });
 
         let orchestrator = kandev_orchestrator::Application::build(kandev_orchestrator::Settings {
-            listen_addr: "127.0.0.1:0".into(),
-            database_url: db.url.clone(),
-            nats_url: nats.url(),
+            common: kandev_common::config::ServiceSettings {
+                listen_addr: "127.0.0.1:0".into(),
+                database_url: db.url.clone(),
+                nats_url: nats.url(),
+                service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
+                ..kandev_orchestrator::Settings::default().common
+            },
             task_service_url: format!("http://{tasks_addr}"),
             agent_manager_url: format!("http://{agents_addr}"),
             feed_flush_ms: 20,
-            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
             ..Default::default()
         })
         .await
@@ -124,7 +133,7 @@ impl Stack {
         let mut settings = gateway_settings(&db, tasks_addr);
         settings.agent_manager_url = format!("http://{agents_addr}");
         settings.orchestrator_url = format!("http://{orchestrator_addr}");
-        settings.nats_url = nats.url();
+        settings.common.nats_url = nats.url();
         settings.downstream_timeout_ms = 30_000;
         let gateway = spawn_gateway(db, settings).await;
         Stack {

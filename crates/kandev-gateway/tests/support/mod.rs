@@ -13,7 +13,7 @@ use std::{
 };
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use kandev_common::CancellationToken;
+use kandev_common::{CancellationToken, config::ServiceSettings};
 use kandev_testkit::{OwnNats, TestDb, free_port};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -114,6 +114,19 @@ pub async fn start_stack_with(complete_to_review: bool) -> Stack {
 
 /// [`start_stack_with`], with the orchestrator's settings changed by
 /// `tune` (forges, polling) before it starts.
+/// A stack service's shared settings: its `defaults` on any port, on the
+/// stack's database and NATS, with the service token.
+fn on_stack(defaults: ServiceSettings, db: &TestDb, nats: &OwnNats) -> ServiceSettings {
+    ServiceSettings {
+        listen_addr: "127.0.0.1:0".into(),
+        database_url: db.url.clone(),
+        database_max_connections: 4,
+        nats_url: nats.url(),
+        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
+        ..defaults
+    }
+}
+
 pub async fn start_stack_tuned(
     complete_to_review: bool,
     tune: impl FnOnce(&mut kandev_orchestrator::Settings),
@@ -131,12 +144,8 @@ pub async fn start_stack_tuned(
     let mut handles = Vec::new();
 
     let tasks = kandev_task_service::Application::build(kandev_task_service::Settings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: db.url.clone(),
-        database_max_connections: 4,
-        nats_url: nats.url(),
+        common: on_stack(kandev_task_service::Settings::default().common, &db, &nats),
         outbox_poll_ms: 100,
-        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Default::default()
     })
     .await
@@ -150,13 +159,10 @@ pub async fn start_stack_tuned(
     });
 
     let agents = kandev_agent_manager::Application::build(kandev_agent_manager::Settings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: db.url.clone(),
-        database_max_connections: 4,
+        common: on_stack(kandev_agent_manager::Settings::default().common, &db, &nats),
         // Its own label, so no other manager on this engine adopts or
         // removes this stack's containers.
         manager_id: db.name.clone(),
-        nats_url: nats.url(),
         pull_images: false,
         workspaces_root: dir.path().join("workspaces").display().to_string(),
         allowed_workspace_roots: vec![dir.path().join("allowed").display().to_string()],
@@ -165,7 +171,6 @@ pub async fn start_stack_tuned(
         initialize_timeout_secs: 30,
         permission_timeout_secs: 120,
         seq_flush_ms: 100,
-        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         secrets_key: Some("a-secrets-key-for-the-browser-test-stack".into()),
         ..Default::default()
     })
@@ -180,17 +185,13 @@ pub async fn start_stack_tuned(
     });
 
     let mut orch = kandev_orchestrator::Settings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: db.url.clone(),
-        database_max_connections: 4,
-        nats_url: nats.url(),
+        common: on_stack(kandev_orchestrator::Settings::default().common, &db, &nats),
         task_service_url: format!("http://{tasks_addr}"),
         agent_manager_url: format!("http://{agents_addr}"),
         feed_flush_ms: 20,
         retry_backoff_ms: 200,
         retry_backoff_max_ms: 1000,
         complete_to_review,
-        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Default::default()
     };
     tune(&mut orch);
@@ -206,17 +207,13 @@ pub async fn start_stack_tuned(
     });
 
     let mut gw = kandev_gateway::Settings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: db.url.clone(),
-        database_max_connections: 4,
+        common: on_stack(kandev_gateway::Settings::default().common, &db, &nats),
         task_service_url: format!("http://{tasks_addr}"),
         agent_manager_url: format!("http://{agents_addr}"),
         orchestrator_url: format!("http://{orch_addr}"),
-        nats_url: nats.url(),
         jwt_secret: Some("browser-test-jwt-secret-browser-test-jwt-secret".into()),
         admin_username: ADMIN.into(),
         admin_password: Some(ADMIN_PASSWORD.into()),
-        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Default::default()
     };
     gw.rate_limit.login_per_minute = 6000;

@@ -104,7 +104,10 @@ async fn calls_without_the_service_token_are_refused() {
 async fn an_orchestrator_without_the_service_token_does_not_start() {
     // In-process: refused before it connects to anything.
     let settings = kandev_orchestrator::Settings {
-        listen_addr: "127.0.0.1:0".into(),
+        common: kandev_common::config::ServiceSettings {
+            listen_addr: "127.0.0.1:0".into(),
+            ..kandev_orchestrator::Settings::default().common
+        },
         ..Default::default()
     };
     let Err(err) = kandev_orchestrator::Application::build(settings).await else {

@@ -21,7 +21,10 @@ impl Scratch {
     pub async fn postgres() -> (PgPool, Scratch) {
         let db = TestDb::create().await;
         let settings = Settings {
-            database_url: db.url.clone(),
+            common: kandev_common::config::ServiceSettings {
+                database_url: db.url.clone(),
+                ..Settings::default().common
+            },
             ..Settings::default()
         };
         let pool = connect_database(&settings).await.expect("postgres opens");

@@ -308,7 +308,10 @@ async fn store_keeps_held_follow_ups(store: &dyn FollowUpStore) {
 async fn the_held_follow_ups_store_works_on_postgres_and_sqlite() {
     let db = TestDb::create().await;
     let settings = Settings {
-        database_url: db.url.clone(),
+        common: kandev_common::config::ServiceSettings {
+            database_url: db.url.clone(),
+            ..Settings::default().common
+        },
         ..Settings::default()
     };
     let pool = connect_database(&settings).await.expect("postgres opens");

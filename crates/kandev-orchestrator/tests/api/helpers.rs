@@ -39,16 +39,19 @@ pub fn init_tracing() {
 
 pub fn settings(db: &TestDb, nats_url: &str) -> Settings {
     Settings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: db.url.clone(),
-        nats_url: nats_url.into(),
+        common: kandev_common::config::ServiceSettings {
+            listen_addr: "127.0.0.1:0".into(),
+            database_url: db.url.clone(),
+            nats_url: nats_url.into(),
+            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
+            ..Settings::default().common
+        },
         // Nobody listens there unless the test starts a task service.
         task_service_url: format!("http://127.0.0.1:{}", kandev_testkit::free_port()),
         feed_flush_ms: 20,
         retry_backoff_ms: 100,
         retry_backoff_max_ms: 400,
         consumers: ConsumerSettings::default(),
-        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Settings::default()
     }
 }
@@ -238,11 +241,14 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
     let mut tasks = None;
     if options.with_task_service {
         let ts_settings = kandev_task_service::Settings {
-            listen_addr: "127.0.0.1:0".into(),
-            database_url: db.url.clone(),
-            nats_url: nats.url(),
+            common: kandev_common::config::ServiceSettings {
+                listen_addr: "127.0.0.1:0".into(),
+                database_url: db.url.clone(),
+                nats_url: nats.url(),
+                service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
+                ..kandev_task_service::Settings::default().common
+            },
             outbox_poll_ms: 100,
-            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
             ..kandev_task_service::Settings::default()
         };
         let app = kandev_task_service::Application::build(ts_settings)
@@ -594,17 +600,20 @@ async fn spawn_agent_manager(db: &TestDb, nats: &OwnNats) -> AgentManagerProc {
         std::fs::create_dir_all(dir.join(sub)).unwrap();
     }
     let settings = kandev_agent_manager::Settings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: db.url.clone(),
+        common: kandev_common::config::ServiceSettings {
+            listen_addr: "127.0.0.1:0".into(),
+            database_url: db.url.clone(),
+            nats_url: nats.url(),
+            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
+            ..kandev_agent_manager::Settings::default().common
+        },
         manager_id: db.name.clone(),
-        nats_url: nats.url(),
         pull_images: false,
         workspaces_root: dir.join("workspaces").display().to_string(),
         allowed_workspace_roots: vec![dir.join("allowed").display().to_string()],
         credentials_home: dir.join("home").display().to_string(),
         initialize_timeout_secs: 20,
         seq_flush_ms: 100,
-        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..kandev_agent_manager::Settings::default()
     };
     let app = kandev_agent_manager::Application::build(settings)

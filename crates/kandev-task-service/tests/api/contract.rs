@@ -32,7 +32,10 @@ struct Backend {
 impl Backend {
     async fn open(database_url: String) -> Storage {
         let settings = Settings {
-            database_url,
+            common: kandev_common::config::ServiceSettings {
+                database_url,
+                ..Settings::default().common
+            },
             ..Settings::default()
         };
         Storage::open(&settings, Arc::new(Notify::new()))

@@ -25,11 +25,14 @@ pub struct TestApp {
 
 pub fn settings(db: &TestDb, nats_url: &str) -> Settings {
     Settings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: db.url.clone(),
-        nats_url: nats_url.into(),
+        common: kandev_common::config::ServiceSettings {
+            listen_addr: "127.0.0.1:0".into(),
+            database_url: db.url.clone(),
+            nats_url: nats_url.into(),
+            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
+            ..Settings::default().common
+        },
         outbox_poll_ms: 200,
-        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Settings::default()
     }
 }

@@ -20,11 +20,14 @@ async fn serve(
     tokio::task::JoinHandle<()>,
 ) {
     helpers::serve(Settings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: database_url.into(),
-        nats_url: nats_url.into(),
+        common: kandev_common::config::ServiceSettings {
+            listen_addr: "127.0.0.1:0".into(),
+            database_url: database_url.into(),
+            nats_url: nats_url.into(),
+            service_token: Some(SERVICE_TOKEN.into()),
+            ..Settings::default().common
+        },
         outbox_poll_ms: 100,
-        service_token: Some(SERVICE_TOKEN.into()),
         ..Settings::default()
     })
     .await

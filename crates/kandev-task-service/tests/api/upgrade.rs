@@ -107,7 +107,10 @@ async fn upgrading_sqlite_keeps_every_board_and_task_where_it_was() {
     let (board, tasks) = old_rows(&pool, "'2026-01-01T00:00:00.000000Z'").await;
     pool.close().await;
     let settings = Settings {
-        database_url: url,
+        common: kandev_common::config::ServiceSettings {
+            database_url: url,
+            ..Settings::default().common
+        },
         ..Settings::default()
     };
     let storage = Storage::open(&settings, Arc::new(Notify::new()))
@@ -121,13 +124,19 @@ async fn upgrading_sqlite_keeps_every_board_and_task_where_it_was() {
 async fn upgrading_postgres_keeps_every_board_and_task_where_it_was() {
     let db = TestDb::create().await;
     let settings = Settings {
-        database_url: db.url.clone(),
+        common: kandev_common::config::ServiceSettings {
+            database_url: db.url.clone(),
+            ..Settings::default().common
+        },
         ..Settings::default()
     };
-    let pool =
-        kandev_common::db::connect_schema(&settings.database_url, &settings.database_schema, 2)
-            .await
-            .unwrap();
+    let pool = kandev_common::db::connect_schema(
+        &settings.common.database_url,
+        &settings.common.database_schema,
+        2,
+    )
+    .await
+    .unwrap();
     before_workflows(sqlx::migrate!("./migrations"), 4)
         .run(&pool)
         .await
