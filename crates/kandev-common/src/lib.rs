@@ -14,6 +14,8 @@
 //! - [`service_auth`]: the shared service token internal ports require.
 //! - [`metrics`]: the Prometheus recorder, `/metrics`, request metrics.
 //! - [`shutdown`]: a cancellation token fired by SIGTERM or ctrl-c.
+//! - [`stream_command`]: a task stream's client commands and their
+//!   `ack`/`error` answers, read once for the gateway and the orchestrator.
 //! - [`sync`]: a poison-tolerant mutex [`lock`](sync::lock).
 //! - [`text`]: text made storable (no NUL characters).
 //! - [`webhook`]: GitHub's webhook signatures and GitLab's tokens, checked
@@ -26,6 +28,7 @@ pub mod metrics;
 pub mod serve;
 pub mod service_auth;
 pub mod shutdown;
+pub mod stream_command;
 pub mod sync;
 pub mod telemetry;
 pub mod text;

@@ -6,17 +6,17 @@
 #![allow(dead_code)]
 
 use std::{
-    net::SocketAddr,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use kandev_common::CancellationToken;
 use kandev_testkit::{OwnNats, TestDb, free_port};
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
+
+mod serve;
+use serve::{Service, serve};
 
 pub const ADMIN: &str = "admin";
 pub const ADMIN_PASSWORD: &str = "browser-test-password";
@@ -40,8 +40,7 @@ pub struct Stack {
     db: TestDb,
     _nats: OwnNats,
     dir: tempfile::TempDir,
-    stops: Vec<CancellationToken>,
-    handles: Vec<JoinHandle<()>>,
+    services: Vec<Service>,
 }
 
 impl Stack {
@@ -50,56 +49,21 @@ impl Stack {
     pub fn git_repo(&self, name: &str) -> String {
         let repo = self.dir.path().join("repos").join(name);
         std::fs::create_dir_all(&repo).unwrap();
-        for args in [
-            &["init", "-q", "-b", "main"][..],
-            &["add", "."],
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@e",
-                "commit",
-                "-q",
-                "-m",
-                "init",
-            ],
-        ] {
-            if args[0] == "add" {
-                std::fs::write(repo.join("README.md"), "# Demo\n\nA test repository.\n").unwrap();
-            }
-            let status = std::process::Command::new("git")
-                .args(args)
-                .current_dir(&repo)
-                .env("GIT_CONFIG_GLOBAL", "/dev/null")
-                .status()
-                .unwrap();
-            assert!(status.success(), "git {args:?}");
-        }
+        std::fs::write(repo.join("README.md"), "# Demo\n\nA test repository.\n").unwrap();
+        kandev_testkit::git_init(&repo);
         format!("file://{}", repo.display())
     }
 
     pub async fn shutdown(self) {
-        for stop in &self.stops {
-            stop.cancel();
+        for service in &self.services {
+            service.cancel();
         }
-        for handle in self.handles {
-            let _ = tokio::time::timeout(Duration::from_secs(10), handle).await;
+        for service in self.services {
+            service.stopped().await;
         }
         kandev_testkit::remove_containers(&self.db.name);
         self.db.drop_db().await;
     }
-}
-
-fn spawn_service<F>(
-    stops: &mut Vec<CancellationToken>,
-    handles: &mut Vec<JoinHandle<()>>,
-    run: impl FnOnce(CancellationToken) -> F,
-) where
-    F: std::future::Future<Output = ()> + Send + 'static,
-{
-    let stop = CancellationToken::new();
-    handles.push(tokio::spawn(run(stop.clone())));
-    stops.push(stop);
 }
 
 pub async fn start_stack() -> Stack {
@@ -127,10 +91,8 @@ pub async fn start_stack_tuned(
     for sub in ["workspaces", "allowed", "home", "repos"] {
         std::fs::create_dir_all(dir.path().join(sub)).unwrap();
     }
-    let mut stops = Vec::new();
-    let mut handles = Vec::new();
 
-    let tasks = kandev_task_service::Application::build(kandev_task_service::Settings {
+    let tasks = kandev_task_service::Settings {
         listen_addr: "127.0.0.1:0".into(),
         database_url: db.url.clone(),
         database_max_connections: 4,
@@ -138,18 +100,10 @@ pub async fn start_stack_tuned(
         outbox_poll_ms: 100,
         service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         ..Default::default()
-    })
-    .await
-    .expect("task service builds");
-    let tasks_addr: SocketAddr = tasks.local_addr();
-    spawn_service(&mut stops, &mut handles, |stop| async move {
-        tasks
-            .run_until_stopped(stop)
-            .await
-            .expect("task service runs");
-    });
+    };
+    let (tasks_addr, tasks) = serve!(kandev_task_service, tasks, "task service");
 
-    let agents = kandev_agent_manager::Application::build(kandev_agent_manager::Settings {
+    let agents = kandev_agent_manager::Settings {
         listen_addr: "127.0.0.1:0".into(),
         database_url: db.url.clone(),
         database_max_connections: 4,
@@ -168,16 +122,8 @@ pub async fn start_stack_tuned(
         service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
         secrets_key: Some("a-secrets-key-for-the-browser-test-stack".into()),
         ..Default::default()
-    })
-    .await
-    .expect("agent manager builds");
-    let agents_addr = agents.local_addr();
-    spawn_service(&mut stops, &mut handles, |stop| async move {
-        agents
-            .run_until_stopped(stop)
-            .await
-            .expect("agent manager runs");
-    });
+    };
+    let (agents_addr, agents) = serve!(kandev_agent_manager, agents, "agent manager");
 
     let mut orch = kandev_orchestrator::Settings {
         listen_addr: "127.0.0.1:0".into(),
@@ -194,16 +140,7 @@ pub async fn start_stack_tuned(
         ..Default::default()
     };
     tune(&mut orch);
-    let orchestrator = kandev_orchestrator::Application::build(orch)
-        .await
-        .expect("orchestrator builds");
-    let orch_addr = orchestrator.local_addr();
-    spawn_service(&mut stops, &mut handles, |stop| async move {
-        orchestrator
-            .run_until_stopped(stop)
-            .await
-            .expect("orchestrator runs");
-    });
+    let (orch_addr, orchestrator) = serve!(kandev_orchestrator, orch, "orchestrator");
 
     let mut gw = kandev_gateway::Settings {
         listen_addr: "127.0.0.1:0".into(),
@@ -223,21 +160,15 @@ pub async fn start_stack_tuned(
     gw.rate_limit.login_burst = 1000;
     gw.rate_limit.api_per_minute = 60_000;
     gw.rate_limit.api_burst = 10_000;
-    let gateway = kandev_gateway::Application::build(gw)
-        .await
-        .expect("gateway builds");
-    let base = format!("http://{}", gateway.local_addr());
-    spawn_service(&mut stops, &mut handles, |stop| async move {
-        gateway.run_until_stopped(stop).await.expect("gateway runs");
-    });
+    let (gateway_addr, gateway) = serve!(kandev_gateway, gw, "gateway");
 
     Stack {
-        base,
+        base: format!("http://{gateway_addr}"),
         db,
         _nats: nats,
         dir,
-        stops,
-        handles,
+        // Stopped in this order: the gateway first.
+        services: vec![gateway, orchestrator, agents, tasks],
     }
 }
 
@@ -688,6 +619,19 @@ pub async fn create_task(c: &Client, t: NewTask<'_>) -> String {
 /// fields (see [`NewTask::new`]); its id once its card shows.
 pub async fn start_task(c: &Client, title: &str, description: &str, agent: &str) -> String {
     create_task(c, NewTask::new(title, description, agent)).await
+}
+
+/// Two started cards: `asking` (its agent asks for permission), then one
+/// whose agent waits to be cancelled; their ids.
+pub async fn start_asker_and_waiter(c: &Client, asking: &str) -> (String, String) {
+    let asks = start_task(c, asking, "scenario: permission", "mock-agent-ask").await;
+    let cancels = start_task(
+        c,
+        "Wait for a cancel",
+        "scenario: wait-cancel",
+        "mock-agent-auto",
+    );
+    (asks, cancels.await)
 }
 
 /// Creates a board through the API; its id.
