@@ -194,14 +194,14 @@ pub async fn visible(
     user: &CurrentUser,
     id: &str,
 ) -> ApiResult<pb::AgentProfile> {
-    Ok(state
+    state
         .agents()
         .get_agent_profile(pb::GetAgentProfileRequest {
             caller: caller(user),
             id: id.to_string(),
         })
         .await
-        .answer(profile_err)?)
+        .answer(profile_err)
 }
 
 /// The launch metadata key the agent manager reads the profile from.

@@ -740,38 +740,20 @@ pub async fn wait_in_column(c: &Client, what: &str, state: &str, id: &str, secs:
 
 /// Waits (up to `secs`) until the button `css` is there and enabled.
 pub async fn wait_enabled(c: &Client, what: &str, css: &str, secs: u64) {
-    wait_js(
-        c,
-        what,
-        secs,
-        "const b = document.querySelector(arguments[0]); return !!b && !b.disabled;",
-        vec![json!(css)],
-    )
-    .await;
+    let js = "const b = document.querySelector(arguments[0]); return !!b && !b.disabled;";
+    wait_js(c, what, secs, js, vec![json!(css)]).await;
 }
 
 /// Waits (up to `secs`) until an element matches `css`.
 pub async fn wait_for(c: &Client, what: &str, css: &str, secs: u64) {
-    wait_js(
-        c,
-        what,
-        secs,
-        "return !!document.querySelector(arguments[0]);",
-        vec![json!(css)],
-    )
-    .await;
+    let js = "return !!document.querySelector(arguments[0]);";
+    wait_js(c, what, secs, js, vec![json!(css)]).await;
 }
 
 /// Waits (up to `secs`) until the task page shows the task in `state`.
 pub async fn wait_page_state(c: &Client, what: &str, state: &str, secs: u64) {
-    wait_js(
-        c,
-        what,
-        secs,
-        "return document.querySelector('[data-testid=task-state]')?.dataset.state === arguments[0];",
-        vec![json!(state)],
-    )
-    .await;
+    let js = "return document.querySelector('[data-testid=task-state]')?.dataset.state === arguments[0];";
+    wait_js(c, what, secs, js, vec![json!(state)]).await;
 }
 
 // ------------------------------------------------------------- checks
