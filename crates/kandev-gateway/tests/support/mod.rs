@@ -401,24 +401,23 @@ pub async fn click(c: &Client, css: &str) {
     }
 }
 
-pub async fn type_into(c: &Client, css: &str, text: &str) {
-    let el = c
-        .wait()
+/// The element `css`, once there (at most 20 s).
+async fn element(c: &Client, css: &str) -> fantoccini::elements::Element {
+    c.wait()
         .at_most(Duration::from_secs(20))
         .for_element(Locator::Css(css))
         .await
-        .unwrap_or_else(|e| panic!("no element {css}: {e}"));
+        .unwrap_or_else(|e| panic!("no element {css}: {e}"))
+}
+
+pub async fn type_into(c: &Client, css: &str, text: &str) {
+    let el = element(c, css).await;
     el.clear().await.expect("clear");
     el.send_keys(text).await.expect("type");
 }
 
 pub async fn select_value(c: &Client, css: &str, value: &str) {
-    let el = c
-        .wait()
-        .at_most(Duration::from_secs(20))
-        .for_element(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no element {css}: {e}"));
+    let el = element(c, css).await;
     el.select_by_value(value).await.expect("select");
 }
 
