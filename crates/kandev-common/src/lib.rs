@@ -17,6 +17,8 @@
 //! - [`shutdown`]: a cancellation token fired by SIGTERM or ctrl-c.
 //! - [`startup`]: what every service's start shares: binding, the migrated
 //!   database, the gRPC routes, the internal port's layers, `main`.
+//! - [`stream_command`]: a task stream's client commands and their
+//!   `ack`/`error` answers, read once for the gateway and the orchestrator.
 //! - [`sync`]: a poison-tolerant mutex [`lock`](sync::lock).
 //! - [`text`]: text made storable (no NUL characters).
 //! - [`webhook`]: GitHub's webhook signatures and GitLab's tokens, checked
@@ -30,6 +32,7 @@ pub mod serve;
 pub mod service_auth;
 pub mod shutdown;
 pub mod startup;
+pub mod stream_command;
 pub mod sync;
 pub mod telemetry;
 pub mod text;

@@ -713,73 +713,65 @@ fn yes() -> bool {
     true
 }
 
+/// `$to { field: $from.field, …, $rest }` for every field an agent type has
+/// alike in its REST and proto shapes: the one list of them, for both
+/// directions.
+macro_rules! agent_type_from {
+    ($($to:ident)::+, $from:ident, $($rest:tt)*) => {
+        $($to)::+ {
+            id: $from.id,
+            name: $from.name,
+            description: $from.description,
+            image: $from.image,
+            command: $from.command,
+            working_dir: $from.working_dir,
+            memory_mb: $from.memory_mb,
+            cpu_cores: $from.cpu_cores,
+            pids_limit: $from.pids_limit,
+            timeout_seconds: $from.timeout_seconds,
+            capabilities: $from.capabilities,
+            required_env: $from.required_env,
+            optional_env: $from.optional_env,
+            network_mode: $from.network_mode,
+            permission_policy: $from.permission_policy,
+            enabled: $from.enabled,
+            home_volume: $from.home_volume,
+            state_paths: $from.state_paths,
+            internal: $from.internal,
+            host_credentials: $from.host_credentials,
+            $($rest)*
+        }
+    };
+}
+
 impl From<pb::AgentType> for AgentType {
     fn from(t: pb::AgentType) -> Self {
         let mounts = t.credential_mounts.unwrap_or_default();
-        AgentType {
-            id: t.id,
-            name: t.name,
-            description: t.description,
-            image: t.image,
-            command: t.command,
-            working_dir: t.working_dir,
-            memory_mb: t.memory_mb,
-            cpu_cores: t.cpu_cores,
-            pids_limit: t.pids_limit,
-            timeout_seconds: t.timeout_seconds,
-            capabilities: t.capabilities,
-            required_env: t.required_env,
-            optional_env: t.optional_env,
+        agent_type_from!(AgentType, t,
             credential_mounts: CredentialMounts {
                 ssh: mounts.ssh,
                 gitconfig: mounts.gitconfig,
                 git_credentials: mounts.git_credentials,
             },
-            network_mode: t.network_mode,
-            permission_policy: t.permission_policy,
-            enabled: t.enabled,
-            home_volume: t.home_volume,
-            state_paths: t.state_paths,
-            internal: t.internal,
-            host_credentials: t.host_credentials,
             missing_env: t.missing_env,
             image_status: t.image_status,
             image_build_seconds: t.image_build_seconds,
             image_error: t.image_error,
-        }
+        )
     }
 }
 
 impl From<AgentType> for pb::AgentType {
     fn from(t: AgentType) -> Self {
-        pb::AgentType {
-            id: t.id,
-            name: t.name,
-            description: t.description,
-            image: t.image,
-            command: t.command,
-            working_dir: t.working_dir,
-            memory_mb: t.memory_mb,
-            cpu_cores: t.cpu_cores,
-            pids_limit: t.pids_limit,
-            timeout_seconds: t.timeout_seconds,
-            capabilities: t.capabilities,
-            required_env: t.required_env,
-            optional_env: t.optional_env,
+        let mounts = t.credential_mounts;
+        agent_type_from!(pb::AgentType, t,
             credential_mounts: Some(pb::CredentialMounts {
-                ssh: t.credential_mounts.ssh,
-                gitconfig: t.credential_mounts.gitconfig,
-                git_credentials: t.credential_mounts.git_credentials,
+                ssh: mounts.ssh,
+                gitconfig: mounts.gitconfig,
+                git_credentials: mounts.git_credentials,
             }),
-            network_mode: t.network_mode,
-            permission_policy: t.permission_policy,
-            enabled: t.enabled,
-            home_volume: t.home_volume,
-            state_paths: t.state_paths,
-            internal: t.internal,
-            host_credentials: t.host_credentials,
             ..Default::default()
-        }
+        )
     }
 }
 

@@ -1,6 +1,8 @@
 //! Lazily connected gRPC clients of the three services, with connect and
 //! call timeouts, the caller's trace context and the service token, and
-//! their readiness checks (the health service, which needs no token).
+//! their readiness checks (the health service, which needs no token); and
+//! a call's answer as the API's ([`Answer`], with each service's error
+//! mapping: [`task_err`], [`agent_err`], [`orch_err`]).
 
 use std::{
     collections::HashMap,
@@ -21,19 +23,54 @@ use tonic_health::pb::{
     HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
 };
 
-use crate::config::Settings;
+use crate::{config::Settings, error::ApiError};
 
 /// The names used in error messages and readiness output.
 pub const TASK_SERVICE: &str = "task service";
 pub const AGENT_MANAGER: &str = "agent manager";
 pub const ORCHESTRATOR: &str = "orchestrator";
 
+/// A client of the task service.
+pub type TaskService = TaskServiceClient<TracedChannel>;
+/// A client of an agent manager.
+pub type AgentManager = AgentManagerClient<TracedChannel>;
+/// A client of the orchestrator.
+pub type Orchestrator = OrchestratorClient<TracedChannel>;
+
+/// Maps a task service error.
+pub fn task_err(status: tonic::Status) -> ApiError {
+    ApiError::from_status(TASK_SERVICE, status)
+}
+
+/// Maps an agent manager error.
+pub fn agent_err(status: tonic::Status) -> ApiError {
+    ApiError::from_status(AGENT_MANAGER, status)
+}
+
+/// Maps an orchestrator error.
+pub fn orch_err(status: tonic::Status) -> ApiError {
+    ApiError::from_status(ORCHESTRATOR, status)
+}
+
+/// A downstream call's answer: `call.await.answer(task_err)?` is the
+/// message, or the service's status as the API's error.
+pub trait Answer<T> {
+    /// The answer's message, or `err` of its status.
+    fn answer(self, err: impl FnOnce(tonic::Status) -> ApiError) -> Result<T, ApiError>;
+}
+
+impl<T> Answer<T> for Result<tonic::Response<T>, tonic::Status> {
+    fn answer(self, err: impl FnOnce(tonic::Status) -> ApiError) -> Result<T, ApiError> {
+        self.map(tonic::Response::into_inner).map_err(err)
+    }
+}
+
 /// Clients of the services; cheap to clone (channels are shared).
 #[derive(Debug, Clone)]
 pub struct Downstream {
-    pub tasks: TaskServiceClient<TracedChannel>,
-    pub agents: AgentManagerClient<TracedChannel>,
-    pub orchestrator: OrchestratorClient<TracedChannel>,
+    pub tasks: TaskService,
+    pub agents: AgentManager,
+    pub orchestrator: Orchestrator,
     channels: [(&'static str, Channel); 3],
     pub connect_timeout: Duration,
     /// Agent managers of the pool other than `agents`, by URL.

@@ -200,29 +200,19 @@ mod tests {
 
     #[test]
     fn grpc_codes_map_through_the_table() {
+        use StatusCode as H;
+        use tonic::Code as G;
         let cases = [
-            (tonic::Code::NotFound, StatusCode::NOT_FOUND, "not_found"),
-            (tonic::Code::Aborted, StatusCode::CONFLICT, "conflict"),
+            (G::NotFound, H::NOT_FOUND, "not_found"),
+            (G::Aborted, H::CONFLICT, "conflict"),
+            (G::FailedPrecondition, H::CONFLICT, "conflict"),
+            (G::InvalidArgument, H::BAD_REQUEST, "validation_error"),
             (
-                tonic::Code::FailedPrecondition,
-                StatusCode::CONFLICT,
-                "conflict",
-            ),
-            (
-                tonic::Code::InvalidArgument,
-                StatusCode::BAD_REQUEST,
-                "validation_error",
-            ),
-            (
-                tonic::Code::Unavailable,
-                StatusCode::SERVICE_UNAVAILABLE,
+                G::Unavailable,
+                H::SERVICE_UNAVAILABLE,
                 "service_unavailable",
             ),
-            (
-                tonic::Code::PermissionDenied,
-                StatusCode::FORBIDDEN,
-                "forbidden",
-            ),
+            (G::PermissionDenied, H::FORBIDDEN, "forbidden"),
         ];
         for (grpc, http, name) in cases {
             let err = ApiError::from_status("x", tonic::Status::new(grpc, "m"));

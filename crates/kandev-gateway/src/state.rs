@@ -4,7 +4,7 @@ use std::{net::SocketAddr, sync::Arc};
 
 use crate::{
     auth::token::JwtKeys,
-    clients::Downstream,
+    clients::{AgentManager, Downstream, Orchestrator, TaskService},
     rate_limit::RateLimiter,
     stream::{boards::BoardFeeds, live::LiveFeeds},
     users::Users,
@@ -98,6 +98,21 @@ impl AppState {
 
     pub fn downstream(&self) -> &Downstream {
         &self.0.downstream
+    }
+
+    /// The task service's client, to call (a call takes it mutably).
+    pub fn tasks(&self) -> TaskService {
+        self.0.downstream.tasks.clone()
+    }
+
+    /// The configured agent manager's client, to call.
+    pub fn agents(&self) -> AgentManager {
+        self.0.downstream.agents.clone()
+    }
+
+    /// The orchestrator's client, to call.
+    pub fn orchestrator(&self) -> Orchestrator {
+        self.0.downstream.orchestrator.clone()
     }
 
     /// Cancelled when the server shuts down.

@@ -1,12 +1,14 @@
 //! The gateway's users behind [`UserStore`]: in Postgres (the gateway's own
-//! schema, [`PgUserStore`]) or in a SQLite file ([`SqliteUserStore`]).
+//! schema, [`PgUserStore`]) or in a SQLite file ([`SqliteUserStore`]), both
+//! one [`SqlUserStore`].
 //! `tests/api/contract.rs` checks both against one contract.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::{PgPool, SqlitePool};
+use kandev_common::db::{Dialect, Reader, Stmt};
+use sqlx::{Database, PgPool, Pool, Postgres, Sqlite};
 use uuid::Uuid;
 
 /// A stored user.
@@ -51,89 +53,41 @@ pub type Users = Arc<dyn UserStore>;
 
 const COLUMNS: &str = "id, username, password_hash, is_admin, created_at";
 
-/// The users in Postgres.
-#[derive(Debug, Clone)]
-pub struct PgUserStore {
-    pool: PgPool,
+/// The users in database `D` ([`PgUserStore`], [`SqliteUserStore`]): each
+/// statement written once (`$N` parameters, which SQLite takes too), every
+/// time bound by the store.
+#[derive(Debug)]
+pub struct SqlUserStore<D: Database> {
+    pool: Pool<D>,
 }
 
-impl PgUserStore {
+/// The users in Postgres (the gateway's own schema).
+pub type PgUserStore = SqlUserStore<Postgres>;
+
+impl SqlUserStore<Postgres> {
     pub fn new(pool: PgPool) -> Self {
-        PgUserStore { pool }
-    }
-}
-
-#[async_trait]
-impl UserStore for PgUserStore {
-    #[tracing::instrument(skip_all)]
-    async fn find(&self, username: &str) -> Result<Option<User>, sqlx::Error> {
-        sqlx::query_as(&format!("SELECT {COLUMNS} FROM users WHERE username = $1"))
-            .bind(username)
-            .fetch_optional(&self.pool)
-            .await
-    }
-
-    #[tracing::instrument(skip_all)]
-    async fn insert(
-        &self,
-        username: &str,
-        password_hash: &str,
-        is_admin: bool,
-    ) -> Result<User, UserError> {
-        let user: Option<User> = sqlx::query_as(&format!(
-            "INSERT INTO users (id, username, password_hash, is_admin) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (username) DO NOTHING RETURNING {COLUMNS}"
-        ))
-        .bind(Uuid::now_v7())
-        .bind(username)
-        .bind(password_hash)
-        .bind(is_admin)
-        .fetch_optional(&self.pool)
-        .await?;
-        user.ok_or_else(|| UserError::Exists(username.to_string()))
-    }
-
-    #[tracing::instrument(skip_all)]
-    async fn any_admin(&self) -> Result<bool, sqlx::Error> {
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM users WHERE is_admin)")
-            .fetch_one(&self.pool)
-            .await
-    }
-
-    #[tracing::instrument(skip_all)]
-    async fn ping(&self) -> Result<(), sqlx::Error> {
-        sqlx::query("SELECT 1").execute(&self.pool).await.map(drop)
-    }
-
-    #[tracing::instrument(skip_all)]
-    async fn close(&self) {
-        self.pool.close().await;
+        SqlUserStore { pool }
     }
 }
 
 /// The users in a SQLite file (`migrations-sqlite/`).
-#[derive(Debug, Clone)]
-pub struct SqliteUserStore {
-    pool: SqlitePool,
-}
+pub type SqliteUserStore = SqlUserStore<Sqlite>;
 
-impl SqliteUserStore {
+impl SqlUserStore<Sqlite> {
     /// Opens (creating it when missing) the database at `url` and migrates it.
     pub async fn open(url: &str) -> Result<Self, sqlx::Error> {
         let pool = kandev_common::db::sqlite::connect(url, 2).await?;
         sqlx::migrate!("./migrations-sqlite").run(&pool).await?;
-        Ok(SqliteUserStore { pool })
+        Ok(SqlUserStore { pool })
     }
 }
 
 #[async_trait]
-impl UserStore for SqliteUserStore {
+impl<D: Dialect> UserStore for SqlUserStore<D> {
     #[tracing::instrument(skip_all)]
     async fn find(&self, username: &str) -> Result<Option<User>, sqlx::Error> {
-        sqlx::query_as(&format!("SELECT {COLUMNS} FROM users WHERE username = ?1"))
-            .bind(username)
-            .fetch_optional(&self.pool)
-            .await
+        let stmt = Stmt::new(format!("SELECT {COLUMNS} FROM users WHERE username = $1"));
+        Reader(&self.pool).optional(stmt.bind(username)).await
     }
 
     #[tracing::instrument(skip_all)]
@@ -143,30 +97,32 @@ impl UserStore for SqliteUserStore {
         password_hash: &str,
         is_admin: bool,
     ) -> Result<User, UserError> {
-        let user: Option<User> = sqlx::query_as(&format!(
+        let stmt = Stmt::new(format!(
             "INSERT INTO users (id, username, password_hash, is_admin, created_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (username) DO NOTHING RETURNING {COLUMNS}"
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (username) DO NOTHING RETURNING {COLUMNS}"
         ))
         .bind(Uuid::now_v7())
         .bind(username)
         .bind(password_hash)
         .bind(is_admin)
-        .bind(kandev_common::db::sqlite::now())
-        .fetch_optional(&self.pool)
-        .await?;
+        .bind(Utc::now());
+        let user: Option<User> = Reader(&self.pool).optional(stmt).await?;
         user.ok_or_else(|| UserError::Exists(username.to_string()))
     }
 
     #[tracing::instrument(skip_all)]
     async fn any_admin(&self) -> Result<bool, sqlx::Error> {
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM users WHERE is_admin)")
-            .fetch_one(&self.pool)
-            .await
+        let stmt = Stmt::new("SELECT EXISTS (SELECT 1 FROM users WHERE is_admin)");
+        let (any,): (bool,) = Reader(&self.pool).one(stmt).await?;
+        Ok(any)
     }
 
     #[tracing::instrument(skip_all)]
     async fn ping(&self) -> Result<(), sqlx::Error> {
-        sqlx::query("SELECT 1").execute(&self.pool).await.map(drop)
+        Reader(&self.pool)
+            .write(Stmt::new("SELECT 1"))
+            .await
+            .map(drop)
     }
 
     #[tracing::instrument(skip_all)]

@@ -693,20 +693,7 @@ async fn the_board_tells_the_truth_at_a_glance() {
         },
     )
     .await;
-    let asks = start_task(
-        c,
-        "Ask for permission",
-        "scenario: permission",
-        "mock-agent-ask",
-    )
-    .await;
-    let cancels = start_task(
-        c,
-        "Wait for a cancel",
-        "scenario: wait-cancel",
-        "mock-agent-auto",
-    )
-    .await;
+    let (asks, cancels) = start_asker_and_waiter(c, "Ask for permission").await;
     let broken = start_task(
         c,
         "Launch a missing image",

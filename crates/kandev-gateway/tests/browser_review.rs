@@ -388,21 +388,7 @@ fn repo_with_a_long_line(stack: &Stack) -> String {
     let dir = url.trim_start_matches("file://");
     let long = "A line much longer than a phone is wide: ".repeat(6);
     std::fs::write(format!("{dir}/README.md"), format!("# Demo\n\n{long}\n")).unwrap();
-    let status = std::process::Command::new("git")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@e",
-            "commit",
-            "-qam",
-            "long",
-        ])
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .status()
-        .unwrap();
-    assert!(status.success());
+    kandev_testkit::git(std::path::Path::new(dir), &["commit", "-qam", "long"]);
     url
 }
 

@@ -143,20 +143,7 @@ async fn cards_say_what_the_agent_waits_for() {
     let c = &browser.client;
     set_viewport(c, DESKTOP.0, DESKTOP.1).await;
     let board = open_new_board(c, "Waiting board").await;
-    let asks = start_task(
-        c,
-        "Ask before writing",
-        "scenario: permission",
-        "mock-agent-ask",
-    )
-    .await;
-    let cancels = start_task(
-        c,
-        "Wait for a cancel",
-        "scenario: wait-cancel",
-        "mock-agent-auto",
-    )
-    .await;
+    let (asks, cancels) = start_asker_and_waiter(c, "Ask before writing").await;
     wait_js(
         c,
         "the asking card says it needs an approval",

@@ -21,8 +21,10 @@ use std::{borrow::Borrow, sync::Arc, time::Duration};
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use futures::{Sink, SinkExt, StreamExt};
-use kandev_common::CancellationToken;
-use serde::Deserialize;
+use kandev_common::{
+    CancellationToken,
+    stream_command::{self, Command, request_id_text},
+};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use uuid::Uuid;
@@ -271,22 +273,6 @@ impl<S: Sink<Message> + Unpin> FrameWriter<S> {
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum Command {
-    Prompt {
-        text: String,
-    },
-    Cancel,
-    Permission {
-        request_id: Value,
-        #[serde(default)]
-        option_id: String,
-        #[serde(default)]
-        cancelled: bool,
-    },
-}
-
 async fn read_commands<S>(
     mut stream: S,
     orchestration: Arc<dyn Orchestration>,
@@ -313,26 +299,12 @@ async fn read_commands<S>(
 
 /// Runs one client command and returns its `ack` or `error` frame.
 pub async fn handle_command(orchestration: &dyn Orchestration, task_id: Uuid, text: &str) -> Value {
-    let raw: Value = match serde_json::from_str(text) {
-        Ok(v) => v,
-        Err(e) => {
-            return command_error(
-                None,
-                None,
-                &OrchestratorError::BadRequest(format!("invalid JSON: {e}")),
-            );
-        }
-    };
-    let id = raw.get("id").cloned();
-    let name = raw.get("type").and_then(Value::as_str).map(str::to_string);
-    let command: Command = match serde_json::from_value(raw) {
-        Ok(c) => c,
-        Err(e) => {
-            return command_error(
-                id,
-                name,
-                &OrchestratorError::BadRequest(format!("invalid command: {e}")),
-            );
+    let (reply, command) = stream_command::read(text);
+    let command = match command {
+        Ok(command) => command,
+        Err(unreadable) => {
+            let err = OrchestratorError::BadRequest(unreadable.message());
+            return reply.error(error_body(&err));
         }
     };
     let result = match command {
@@ -344,10 +316,6 @@ pub async fn handle_command(orchestration: &dyn Orchestration, task_id: Uuid, te
             option_id,
             cancelled,
         } => {
-            let request_id = match request_id {
-                Value::String(s) => s,
-                other => other.to_string(),
-            };
             if option_id.is_empty() && !cancelled {
                 Err(OrchestratorError::Validation(
                     "permission needs option_id or cancelled: true".into(),
@@ -357,7 +325,7 @@ pub async fn handle_command(orchestration: &dyn Orchestration, task_id: Uuid, te
                     .respond_permission(
                         task_id,
                         PermissionAnswer {
-                            request_id,
+                            request_id: request_id_text(request_id),
                             option_id,
                             cancelled,
                             // The internal stream has no person.
@@ -369,22 +337,7 @@ pub async fn handle_command(orchestration: &dyn Orchestration, task_id: Uuid, te
         }
     };
     match result {
-        Ok(()) => {
-            let mut ack = json!({"type": "ack", "command": name});
-            if let Some(id) = id {
-                ack["id"] = id;
-            }
-            ack
-        }
-        Err(err) => command_error(id, name, &err),
+        Ok(()) => reply.ack(),
+        Err(err) => reply.error(error_body(&err)),
     }
-}
-
-fn command_error(id: Option<Value>, name: Option<String>, err: &OrchestratorError) -> Value {
-    let mut frame = json!({"type": "error", "command": name});
-    merge_fields(&mut frame, error_body(err));
-    if let Some(id) = id {
-        frame["id"] = id;
-    }
-    frame
 }

@@ -21,6 +21,8 @@
 //! - [`http`]: one HTTP/1.1 request, its status and JSON body
 //!   ([`service_http`]: with the [`SERVICE_TOKEN`] internal ports require).
 //! - [`eventually`]: wait on a condition, never on a sleep.
+//! - [`git`], [`git_init`]: a test's git repository, made and committed to
+//!   with a fixed author and no user configuration.
 //! - [`fake_github`]: a local server speaking the GitHub API subset Kandev
 //!   uses (issues, comments, pull requests, check runs, statuses and job
 //!   logs; 401, 404 and 301 answers).
@@ -108,6 +110,27 @@ where
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Runs `git args…` in `dir` as author `t <t@e>`, with no global
+/// configuration; panics when it fails.
+pub fn git(dir: &std::path::Path, args: &[&str]) {
+    let status = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@e"])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .status()
+        .expect("git runs");
+    assert!(status.success(), "git {args:?} in {}", dir.display());
+}
+
+/// Makes `dir` a git repository on branch `main` with every file in it
+/// committed.
+pub fn git_init(dir: &std::path::Path) {
+    git(dir, &["init", "-q", "-b", "main"]);
+    git(dir, &["add", "."]);
+    git(dir, &["commit", "-q", "-m", "init"]);
 }
 
 /// Lazily unmounts `path`, ignoring errors: an agent manager running as root

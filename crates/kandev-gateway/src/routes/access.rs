@@ -7,7 +7,7 @@ use kandev_proto::v1 as pb;
 
 use crate::{
     auth::CurrentUser,
-    clients::{AGENT_MANAGER, TASK_SERVICE},
+    clients::{Answer, agent_err, task_err},
     error::{ApiError, ApiResult},
     state::AppState,
 };
@@ -18,15 +18,6 @@ pub fn parse_id(what: &str, id: &str) -> ApiResult<String> {
     uuid::Uuid::parse_str(id)
         .map(|u| u.to_string())
         .map_err(|_| ApiError::bad_request(format!("{what} id {id:?} is not a UUID")))
-}
-
-/// Maps a task service error.
-pub fn task_err(status: tonic::Status) -> ApiError {
-    ApiError::from_status(TASK_SERVICE, status)
-}
-
-pub fn agent_err(status: tonic::Status) -> ApiError {
-    ApiError::from_status(AGENT_MANAGER, status)
 }
 
 /// The one answer for a board the caller may not see, whether it is
@@ -58,13 +49,10 @@ fn hide_not_found(err: ApiError, hidden: fn() -> ApiError) -> ApiError {
 pub async fn visible_board(state: &AppState, user: &CurrentUser, id: &str) -> ApiResult<pb::Board> {
     let id = parse_id("board", id)?;
     let board = state
-        .downstream()
-        .tasks
-        .clone()
+        .tasks()
         .get_board(pb::GetBoardRequest { id })
         .await
-        .map_err(|status| hide_not_found(task_err(status), board_not_found))?
-        .into_inner();
+        .answer(|status| hide_not_found(task_err(status), board_not_found))?;
     if user.can_access(&board.owner) {
         Ok(board)
     } else {
@@ -76,13 +64,10 @@ pub async fn visible_board(state: &AppState, user: &CurrentUser, id: &str) -> Ap
 pub async fn visible_task(state: &AppState, user: &CurrentUser, id: &str) -> ApiResult<pb::Task> {
     let id = parse_id("task", id)?;
     let task = state
-        .downstream()
-        .tasks
-        .clone()
+        .tasks()
         .get_task(pb::GetTaskRequest { id })
         .await
-        .map_err(|status| hide_not_found(task_err(status), task_not_found))?
-        .into_inner();
+        .answer(|status| hide_not_found(task_err(status), task_not_found))?;
     if user.is_admin {
         return Ok(task);
     }
@@ -102,13 +87,10 @@ pub async fn visible_instance(
     // manager is up.
     let instance_id = parse_id("agent instance", instance_id)?;
     let instance = state
-        .downstream()
-        .agents
-        .clone()
+        .agents()
         .get_status(pb::GetStatusRequest { instance_id })
         .await
-        .map_err(|status| hide_not_found(agent_err(status), instance_not_found))?
-        .into_inner();
+        .answer(|status| hide_not_found(agent_err(status), instance_not_found))?;
     if user.is_admin {
         return Ok(instance);
     }

@@ -3,10 +3,10 @@
 use axum::{Json, extract::State, http::StatusCode};
 use kandev_proto::v1 as pb;
 
-use super::access::agent_err;
 use crate::{
     api::{AgentType, AgentTypeList, AgentTypeParams, AgentTypePatch},
     auth::CurrentUser,
+    clients::{Answer, agent_err},
     error::{ApiError, ApiResult, ErrorBody},
     extract::{ApiJson, ApiPath, ApiQuery},
     state::AppState,
@@ -30,27 +30,21 @@ fn validate(t: &AgentType) -> ApiResult<()> {
 async fn upsert(state: &AppState, t: AgentType) -> ApiResult<AgentType> {
     validate(&t)?;
     let saved = state
-        .downstream()
-        .agents
-        .clone()
+        .agents()
         .upsert_agent_type(pb::UpsertAgentTypeRequest {
             agent_type: Some(t.into()),
         })
         .await
-        .map_err(agent_err)?
-        .into_inner();
+        .answer(agent_err)?;
     Ok(saved.into())
 }
 
 async fn fetch(state: &AppState, id: String) -> ApiResult<AgentType> {
     Ok(state
-        .downstream()
-        .agents
-        .clone()
+        .agents()
         .get_agent_type(pb::GetAgentTypeRequest { id })
         .await
-        .map_err(agent_err)?
-        .into_inner()
+        .answer(agent_err)?
         .into())
 }
 
@@ -58,9 +52,7 @@ async fn fetch(state: &AppState, id: String) -> ApiResult<AgentType> {
 /// cannot say (the list then shows what the server alone lacks).
 async fn own_secret_names(state: &AppState, user: &CurrentUser) -> Vec<String> {
     let listed = state
-        .downstream()
-        .agents
-        .clone()
+        .agents()
         .list_user_secrets(pb::ListUserSecretsRequest {
             scope: user.username.clone(),
         })
@@ -89,15 +81,12 @@ pub async fn list(
     ApiQuery(params): ApiQuery<AgentTypeParams>,
 ) -> ApiResult<Json<AgentTypeList>> {
     let resp = state
-        .downstream()
-        .agents
-        .clone()
+        .agents()
         .list_agent_types(pb::ListAgentTypesRequest {
             include_disabled: params.include_disabled,
         })
         .await
-        .map_err(agent_err)?
-        .into_inner();
+        .answer(agent_err)?;
     let mut agent_types: Vec<AgentType> =
         resp.agent_types.into_iter().map(AgentType::from).collect();
     if agent_types.iter().any(|t| !t.missing_env.is_empty()) {

@@ -5,16 +5,14 @@ use axum::{Json, extract::State, http::StatusCode};
 use kandev_common::ErrorCode;
 use kandev_proto::v1 as pb;
 
-use super::{
-    access::{agent_err, visible_instance, visible_task},
-    orchestrator::orch_err,
-};
+use super::access::{visible_instance, visible_task};
 use crate::{
     api::{
         AgentInstance, AgentSession, CancelRequest, CancelResponse, LaunchAgentRequest, LogsParams,
         LogsResponse, PromptRequest, PromptResponse,
     },
     auth::CurrentUser,
+    clients::{Answer, agent_err, orch_err},
     error::{ApiError, ApiResult, ErrorBody},
     extract::{ApiJson, ApiPath, ApiQuery, OptionalApiJson},
     state::AppState,
@@ -63,9 +61,7 @@ pub async fn launch(
         None => task.description.clone(),
     };
     let instance = state
-        .downstream()
-        .agents
-        .clone()
+        .agents()
         .launch_agent(pb::LaunchAgentRequest {
             task_id: task.id,
             agent_type: body.agent_type,
@@ -83,8 +79,7 @@ pub async fn launch(
             fill_diff: false,
         })
         .await
-        .map_err(agent_err)?
-        .into_inner();
+        .answer(agent_err)?;
     Ok((StatusCode::CREATED, Json(instance.into())))
 }
 
@@ -112,30 +107,25 @@ pub async fn prompt(
         // command, so the task moves the same way (a finished run back to
         // IN_PROGRESS, with its events).
         state
-            .downstream()
-            .orchestrator
-            .clone()
+            .orchestrator()
             .start_task(pb::StartTaskRequest {
                 task_id: instance.task_id,
                 prompt: body.message,
                 actor: user.username,
             })
             .await
-            .map_err(orch_err)?;
+            .answer(orch_err)?;
         return Ok(Json(PromptResponse { accepted: true }));
     }
     // A run launched directly: the orchestrator does not supervise it.
     let resp = state
-        .downstream()
-        .agents
-        .clone()
+        .agents()
         .send_prompt(pb::SendPromptRequest {
             instance_id: instance.id,
             prompt: body.message,
         })
         .await
-        .map_err(agent_err)?
-        .into_inner();
+        .answer(agent_err)?;
     Ok(Json(PromptResponse {
         accepted: resp.accepted,
     }))
@@ -144,9 +134,7 @@ pub async fn prompt(
 /// Whether `instance` is the run the orchestrator supervises for its task.
 async fn is_current_run(state: &AppState, instance: &pb::AgentInstance) -> ApiResult<bool> {
     let exec = state
-        .downstream()
-        .orchestrator
-        .clone()
+        .orchestrator()
         .get_task_execution(pb::GetTaskExecutionRequest {
             task_id: instance.task_id.clone(),
         })
@@ -191,16 +179,13 @@ pub async fn cancel(
 ) -> ApiResult<Json<CancelResponse>> {
     let instance = visible_instance(&state, &user, &instance_id).await?;
     let resp = state
-        .downstream()
-        .agents
-        .clone()
+        .agents()
         .cancel_agent(pb::CancelAgentRequest {
             instance_id: instance.id,
             reason: body.reason,
         })
         .await
-        .map_err(agent_err)?
-        .into_inner();
+        .answer(agent_err)?;
     Ok(Json(CancelResponse {
         cancelled: resp.cancelled,
     }))
@@ -238,16 +223,13 @@ pub async fn logs(
     }
     let instance = visible_instance(&state, &user, &instance_id).await?;
     let resp = state
-        .downstream()
-        .agents
-        .clone()
+        .agents()
         .get_logs(pb::GetLogsRequest {
             instance_id: instance.id,
             tail,
         })
         .await
-        .map_err(agent_err)?
-        .into_inner();
+        .answer(agent_err)?;
     Ok(Json(resp.into()))
 }
 
@@ -262,14 +244,11 @@ pub async fn session(
 ) -> ApiResult<Json<AgentSession>> {
     let instance = visible_instance(&state, &user, &instance_id).await?;
     let session = state
-        .downstream()
-        .agents
-        .clone()
+        .agents()
         .get_session(pb::GetSessionRequest {
             instance_id: instance.id,
         })
         .await
-        .map_err(agent_err)?
-        .into_inner();
+        .answer(agent_err)?;
     Ok(Json(session.into()))
 }

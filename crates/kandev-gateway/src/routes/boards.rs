@@ -8,8 +8,7 @@ use axum::{
 use kandev_proto::v1 as pb;
 
 use super::{
-    access::{parse_id, task_err, visible_board},
-    orchestrator::orch_err,
+    access::{parse_id, visible_board},
     repository,
 };
 use crate::{
@@ -18,6 +17,7 @@ use crate::{
         PageParams, Task, TaskExecution, TaskList, TaskState, UpdateBoardRequest, parse_state,
     },
     auth::CurrentUser,
+    clients::{Answer, orch_err, task_err},
     error::{ApiError, ApiResult, ErrorBody},
     extract::{ApiJson, ApiPath, ApiQuery},
     state::AppState,
@@ -33,17 +33,14 @@ pub async fn create_board(
     ApiJson(body): ApiJson<CreateBoardRequest>,
 ) -> ApiResult<(StatusCode, Json<Board>)> {
     let board = state
-        .downstream()
-        .tasks
-        .clone()
+        .tasks()
         .create_board(pb::CreateBoardRequest {
             name: body.name,
             description: body.description,
             owner: user.username,
         })
         .await
-        .map_err(task_err)?
-        .into_inner();
+        .answer(task_err)?;
     Ok((StatusCode::CREATED, Json(board.into())))
 }
 
@@ -61,17 +58,14 @@ pub async fn list_boards(
         user.username
     };
     let resp = state
-        .downstream()
-        .tasks
-        .clone()
+        .tasks()
         .list_boards(pb::ListBoardsRequest {
             owner,
             page_size: page.page_size.unwrap_or(0),
             page_token: page.page_token.unwrap_or_default(),
         })
         .await
-        .map_err(task_err)?
-        .into_inner();
+        .answer(task_err)?;
     Ok(Json(BoardList::from_proto(resp)))
 }
 
@@ -99,9 +93,7 @@ pub async fn update_board(
 ) -> ApiResult<Json<Board>> {
     let board = visible_board(&state, &user, &id).await?;
     let updated = state
-        .downstream()
-        .tasks
-        .clone()
+        .tasks()
         .update_board(pb::UpdateBoardRequest {
             id: board.id,
             name: body.name,
@@ -109,8 +101,7 @@ pub async fn update_board(
             actor: user.username,
         })
         .await
-        .map_err(task_err)?
-        .into_inner();
+        .answer(task_err)?;
     Ok(Json(updated.into()))
 }
 
@@ -124,15 +115,13 @@ pub async fn delete_board(
 ) -> ApiResult<StatusCode> {
     let board = visible_board(&state, &user, &id).await?;
     state
-        .downstream()
-        .tasks
-        .clone()
+        .tasks()
         .delete_board(pb::DeleteBoardRequest {
             id: board.id,
             actor: user.username,
         })
         .await
-        .map_err(task_err)?;
+        .answer(task_err)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -168,9 +157,7 @@ pub async fn create_task(
         None => String::new(),
     };
     let task = state
-        .downstream()
-        .tasks
-        .clone()
+        .tasks()
         .create_task(pb::CreateTaskRequest {
             board_id: board.id,
             title: body.title,
@@ -188,8 +175,7 @@ pub async fn create_task(
             parent_id,
         })
         .await
-        .map_err(task_err)?
-        .into_inner();
+        .answer(task_err)?;
     Ok((StatusCode::CREATED, Json(task.into())))
 }
 
@@ -244,9 +230,7 @@ pub async fn list_tasks(
     let query = parse_list_query(raw.as_deref())?;
     let board = visible_board(&state, &user, &id).await?;
     let resp = state
-        .downstream()
-        .tasks
-        .clone()
+        .tasks()
         .list_tasks(pb::ListTasksRequest {
             board_id: board.id,
             states: query.states.iter().map(|s| s.to_proto() as i32).collect(),
@@ -254,8 +238,7 @@ pub async fn list_tasks(
             page_token: query.page_token,
         })
         .await
-        .map_err(task_err)?
-        .into_inner();
+        .answer(task_err)?;
     Ok(Json(TaskList::from_proto(resp)))
 }
 
@@ -278,13 +261,11 @@ pub async fn list_cards(
 /// Every card of board `board_id` (the caller checked it may see it).
 #[tracing::instrument(skip(state))]
 pub async fn board_cards(state: &AppState, board_id: &str) -> ApiResult<BoardCards> {
-    let downstream = state.downstream();
     let mut tasks = Vec::new();
     let mut page_token = String::new();
     let truncated = loop {
-        let page = downstream
-            .tasks
-            .clone()
+        let page = state
+            .tasks()
             .list_tasks(pb::ListTasksRequest {
                 board_id: board_id.to_string(),
                 states: vec![],
@@ -292,8 +273,7 @@ pub async fn board_cards(state: &AppState, board_id: &str) -> ApiResult<BoardCar
                 page_token,
             })
             .await
-            .map_err(task_err)?
-            .into_inner();
+            .answer(task_err)?;
         tasks.extend(page.tasks);
         if tasks.len() >= MAX_CARDS {
             let more = tasks.len() > MAX_CARDS || !page.next_page_token.is_empty();
@@ -307,15 +287,13 @@ pub async fn board_cards(state: &AppState, board_id: &str) -> ApiResult<BoardCar
     };
     let mut executions = Vec::with_capacity(tasks.len());
     for chunk in tasks.chunks(1000) {
-        let resp = downstream
-            .orchestrator
-            .clone()
+        let resp = state
+            .orchestrator()
             .list_task_executions(pb::ListTaskExecutionsRequest {
                 task_ids: chunk.iter().map(|t| t.id.clone()).collect(),
             })
             .await
-            .map_err(orch_err)?
-            .into_inner();
+            .answer(orch_err)?;
         executions.extend(resp.executions);
     }
     let cards = tasks
@@ -337,10 +315,8 @@ pub async fn board_card(
     board_id: &str,
     task_id: &str,
 ) -> ApiResult<Option<Card>> {
-    let downstream = state.downstream();
-    let task = match downstream
-        .tasks
-        .clone()
+    let task = match state
+        .tasks()
         .get_task(pb::GetTaskRequest {
             id: task_id.to_string(),
         })
@@ -353,15 +329,13 @@ pub async fn board_card(
     if task.board_id != board_id {
         return Ok(None);
     }
-    let execution = downstream
-        .orchestrator
-        .clone()
+    let execution = state
+        .orchestrator()
         .list_task_executions(pb::ListTaskExecutionsRequest {
             task_ids: vec![task.id.clone()],
         })
         .await
-        .map_err(orch_err)?
-        .into_inner()
+        .answer(orch_err)?
         .executions
         .pop()
         .ok_or_else(|| ApiError::internal("the orchestrator answered no execution"))?;

@@ -8,9 +8,10 @@ use kandev_proto::v1 as pb;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::access::{agent_err, visible_task};
+use super::access::visible_task;
 use crate::{
     auth::CurrentUser,
+    clients::{AgentManager, Answer, agent_err, orch_err},
     error::{ApiError, ApiResult, ErrorBody},
     extract::{ApiPath, ApiQuery},
     state::AppState,
@@ -79,22 +80,16 @@ pub struct FileDiff {
 /// Which file.
 /// The agent manager that has the task's workspace: the one the
 /// orchestrator says ran it (a pool), else the configured one.
-async fn agents_of(
-    state: &AppState,
-    task_id: &str,
-) -> kandev_proto::v1::agent_manager_client::AgentManagerClient<kandev_common::trace::TracedChannel>
-{
-    let downstream = state.downstream();
-    let url = downstream
-        .orchestrator
-        .clone()
+async fn agents_of(state: &AppState, task_id: &str) -> AgentManager {
+    let url = state
+        .orchestrator()
         .get_task_execution(pb::GetTaskExecutionRequest {
             task_id: task_id.to_string(),
         })
         .await
         .map(|r| r.into_inner().agent_manager_url)
         .unwrap_or_default();
-    downstream.agents_at(&url)
+    state.downstream().agents_at(&url)
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -119,8 +114,7 @@ pub async fn changes(
         .await
         .get_changes(pb::GetChangesRequest { task_id: task.id })
         .await
-        .map_err(agent_err)?
-        .into_inner();
+        .answer(agent_err)?;
     Ok(Json(TaskChanges {
         task_id: c.task_id,
         workspace_path: c.workspace_path,
@@ -172,8 +166,7 @@ pub async fn diff(
             path: params.path,
         })
         .await
-        .map_err(agent_err)?
-        .into_inner();
+        .answer(agent_err)?;
     Ok(Json(FileDiff {
         path: d.path,
         diff: d.diff,
@@ -299,9 +292,7 @@ pub async fn review(
     }
     let task = visible_task(&state, &user, &id).await?;
     let r = state
-        .downstream()
-        .orchestrator
-        .clone()
+        .orchestrator()
         .review_task(pb::ReviewTaskRequest {
             task_id: task.id,
             action: body.action.clone(),
@@ -322,8 +313,7 @@ pub async fn review(
             merge: body.merge,
         })
         .await
-        .map_err(super::orchestrator::orch_err)?
-        .into_inner();
+        .answer(orch_err)?;
     let execution = r
         .execution
         .map(crate::api::TaskExecution::from)

@@ -9,10 +9,11 @@ use kandev_proto::{time::to_chrono, v1 as pb};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::{access::visible_task, orchestrator::orch_err};
+use super::access::visible_task;
 use crate::{
     api::TaskExecution,
     auth::CurrentUser,
+    clients::{Answer, orch_err},
     error::{ApiResult, ErrorBody},
     extract::ApiPath,
     state::AppState,
@@ -104,13 +105,10 @@ pub async fn get(
 ) -> ApiResult<Json<TaskChecks>> {
     let task = visible_task(&state, &user, &task_id).await?;
     let checks = state
-        .downstream()
-        .orchestrator
-        .clone()
+        .orchestrator()
         .get_task_checks(pb::GetTaskChecksRequest { task_id: task.id })
         .await
-        .map_err(orch_err)?
-        .into_inner();
+        .answer(orch_err)?;
     Ok(Json(checks.into()))
 }
 
@@ -128,16 +126,13 @@ pub async fn fix(
 ) -> ApiResult<Json<FixCiResponse>> {
     let task = visible_task(&state, &user, &task_id).await?;
     let fixed = state
-        .downstream()
-        .orchestrator
-        .clone()
+        .orchestrator()
         .fix_ci(pb::FixCiRequest {
             task_id: task.id,
             actor: user.username,
         })
         .await
-        .map_err(orch_err)?
-        .into_inner();
+        .answer(orch_err)?;
     Ok(Json(FixCiResponse {
         execution: fixed.execution.unwrap_or_default().into(),
         checks: fixed.checks,

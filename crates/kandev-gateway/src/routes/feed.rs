@@ -9,9 +9,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
-use super::{access::visible_task, orchestrator::orch_err};
+use super::access::visible_task;
 use crate::{
     auth::CurrentUser,
+    clients::{Answer, orch_err},
     error::{ApiError, ApiResult, ErrorBody},
     extract::{ApiPath, ApiQuery},
     state::AppState,
@@ -154,16 +155,13 @@ pub async fn page(
     let task = visible_task(&state, &user, &task_id).await?;
     let (before, limit) = params.parse()?;
     let page = state
-        .downstream()
-        .orchestrator
-        .clone()
+        .orchestrator()
         .read_feed_page(pb::ReadFeedPageRequest {
             task_id: task.id,
             before,
             limit,
         })
         .await
-        .map_err(orch_err)?
-        .into_inner();
+        .answer(orch_err)?;
     Ok(Json(page.try_into()?))
 }

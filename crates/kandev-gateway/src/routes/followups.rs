@@ -10,12 +10,10 @@ use kandev_proto::{time::to_chrono, v1 as pb};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{
-    access::{parse_id, visible_task},
-    orchestrator::orch_err,
-};
+use super::access::{parse_id, visible_task};
 use crate::{
     auth::CurrentUser,
+    clients::{Answer, orch_err},
     error::{ApiResult, ErrorBody},
     extract::{ApiJson, ApiPath},
     state::AppState,
@@ -73,13 +71,10 @@ pub async fn list(
 ) -> ApiResult<Json<PendingPrompts>> {
     let task = visible_task(&state, &user, &task_id).await?;
     let held = state
-        .downstream()
-        .orchestrator
-        .clone()
+        .orchestrator()
         .list_pending_prompts(pb::ListPendingPromptsRequest { task_id: task.id })
         .await
-        .map_err(orch_err)?
-        .into_inner()
+        .answer(orch_err)?
         .prompts;
     Ok(Json(PendingPrompts {
         pending_prompts: held.into_iter().map(Into::into).collect(),
@@ -108,9 +103,7 @@ pub async fn edit(
     let prompt_id = parse_id("follow-up", &prompt_id)?;
     let task = visible_task(&state, &user, &task_id).await?;
     let held = state
-        .downstream()
-        .orchestrator
-        .clone()
+        .orchestrator()
         .edit_pending_prompt(pb::EditPendingPromptRequest {
             task_id: task.id,
             prompt_id,
@@ -118,8 +111,7 @@ pub async fn edit(
             actor: user.username,
         })
         .await
-        .map_err(orch_err)?
-        .into_inner();
+        .answer(orch_err)?;
     Ok(Json(held.into()))
 }
 
@@ -141,15 +133,13 @@ pub async fn cancel(
     let prompt_id = parse_id("follow-up", &prompt_id)?;
     let task = visible_task(&state, &user, &task_id).await?;
     state
-        .downstream()
-        .orchestrator
-        .clone()
+        .orchestrator()
         .cancel_pending_prompt(pb::CancelPendingPromptRequest {
             task_id: task.id,
             prompt_id,
             actor: user.username,
         })
         .await
-        .map_err(orch_err)?;
+        .answer(orch_err)?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -67,7 +67,7 @@ fn users_routes() -> Router<AppState> {
         .route("/users/me/secrets", get(secrets::list))
         .route(
             "/users/me/secrets/{name}",
-            axum::routing::put(secrets::set).delete(secrets::delete),
+            put(secrets::set).delete(secrets::delete),
         )
 }
 
@@ -140,7 +140,7 @@ fn agents_routes() -> Router<AppState> {
         )
         .route(
             "/agent-types/{id}",
-            axum::routing::put(agent_types::replace)
+            put(agent_types::replace)
                 .patch(agent_types::patch)
                 .delete(agent_types::delete),
         )
@@ -159,32 +159,18 @@ fn agents_routes() -> Router<AppState> {
 
 /// A task's runs: start, stop, status, follow-ups, its feed and CI.
 fn orchestrator_routes() -> Router<AppState> {
+    let task = |path: &str| format!("/orchestrator/tasks/{{task_id}}{path}");
     Router::new()
+        .route(&task("/start"), post(orchestrator::start))
+        .route(&task("/stop"), post(orchestrator::stop))
+        .route(&task("/status"), get(orchestrator::status))
+        .route(&task("/pending-prompts"), get(followups::list))
         .route(
-            "/orchestrator/tasks/{task_id}/start",
-            post(orchestrator::start),
+            &task("/pending-prompts/{prompt_id}"),
+            put(followups::edit).delete(followups::cancel),
         )
-        .route(
-            "/orchestrator/tasks/{task_id}/stop",
-            post(orchestrator::stop),
-        )
-        .route(
-            "/orchestrator/tasks/{task_id}/status",
-            get(orchestrator::status),
-        )
-        .route(
-            "/orchestrator/tasks/{task_id}/pending-prompts",
-            get(followups::list),
-        )
-        .route(
-            "/orchestrator/tasks/{task_id}/pending-prompts/{prompt_id}",
-            axum::routing::put(followups::edit).delete(followups::cancel),
-        )
-        .route(
-            "/orchestrator/tasks/{task_id}/stream",
-            get(orchestrator::stream),
-        )
-        .route("/orchestrator/tasks/{task_id}/feed", get(feed::page))
-        .route("/orchestrator/tasks/{task_id}/checks", get(checks::get))
-        .route("/orchestrator/tasks/{task_id}/fix-ci", post(checks::fix))
+        .route(&task("/stream"), get(orchestrator::stream))
+        .route(&task("/feed"), get(feed::page))
+        .route(&task("/checks"), get(checks::get))
+        .route(&task("/fix-ci"), post(checks::fix))
 }

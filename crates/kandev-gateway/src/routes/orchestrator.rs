@@ -19,7 +19,7 @@ use super::access::visible_task;
 use crate::{
     api::{StartTaskRequest, StopTaskRequest, StreamParams, TaskExecution},
     auth::{CurrentUser, WS_BEARER_PROTOCOL},
-    clients::ORCHESTRATOR,
+    clients::{Answer, orch_err},
     error::{ApiError, ApiResult, ErrorBody},
     extract::{ApiJson, ApiPath, ApiQuery},
     state::AppState,
@@ -28,10 +28,6 @@ use crate::{
         session::{self, Limits, Outcome},
     },
 };
-
-pub(super) fn orch_err(status: tonic::Status) -> ApiError {
-    ApiError::from_status(ORCHESTRATOR, status)
-}
 
 #[utoipa::path(operation_id = "start_task_execution", post, path = "/api/v1/orchestrator/tasks/{taskId}/start", tag = "orchestrator",
     params(("taskId" = uuid::Uuid, Path, description = "task id")),
@@ -49,17 +45,14 @@ pub async fn start(
 ) -> ApiResult<Json<TaskExecution>> {
     let task = visible_task(&state, &user, &task_id).await?;
     let exec = state
-        .downstream()
-        .orchestrator
-        .clone()
+        .orchestrator()
         .start_task(pb::StartTaskRequest {
             task_id: task.id,
             prompt: body.prompt,
             actor: user.username,
         })
         .await
-        .map_err(orch_err)?
-        .into_inner();
+        .answer(orch_err)?;
     Ok(Json(exec.into()))
 }
 
@@ -77,17 +70,14 @@ pub async fn stop(
 ) -> ApiResult<Json<TaskExecution>> {
     let task = visible_task(&state, &user, &task_id).await?;
     let exec = state
-        .downstream()
-        .orchestrator
-        .clone()
+        .orchestrator()
         .stop_task(pb::StopTaskRequest {
             task_id: task.id,
             reason: body.reason,
             actor: user.username,
         })
         .await
-        .map_err(orch_err)?
-        .into_inner();
+        .answer(orch_err)?;
     Ok(Json(exec.into()))
 }
 
@@ -102,13 +92,10 @@ pub async fn status(
 ) -> ApiResult<Json<TaskExecution>> {
     let task = visible_task(&state, &user, &task_id).await?;
     let exec = state
-        .downstream()
-        .orchestrator
-        .clone()
+        .orchestrator()
         .get_task_execution(pb::GetTaskExecutionRequest { task_id: task.id })
         .await
-        .map_err(orch_err)?
-        .into_inner();
+        .answer(orch_err)?;
     Ok(Json(exec.into()))
 }
 
@@ -153,7 +140,7 @@ pub async fn stream(
         return Err(ApiError::validation("after must be 0 or more"));
     }
     let upstream = OrchestratorUpstream {
-        client: state.downstream().orchestrator.clone(),
+        client: state.orchestrator(),
         task_id: task.id.clone(),
         actor: user.username.clone(),
     };

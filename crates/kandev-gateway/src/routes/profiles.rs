@@ -12,9 +12,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
 
-use super::access::agent_err;
 use crate::{
     auth::CurrentUser,
+    clients::{Answer, agent_err},
     error::{ApiError, ApiResult, ErrorBody},
     extract::{ApiJson, ApiPath, ApiQuery},
     state::AppState,
@@ -103,6 +103,22 @@ pub struct ProfileQuery {
     pub agent_type: Option<String>,
 }
 
+/// `$to { … }` of the MCP server `$s` of the other shape (REST or proto):
+/// the same fields, for both directions.
+macro_rules! mcp_server {
+    ($($to:ident)::+, $s:ident) => {
+        $($to)::+ {
+            name: $s.name,
+            transport: $s.transport,
+            command: $s.command,
+            args: $s.args,
+            env: $s.env.into_iter().collect(),
+            url: $s.url,
+            headers: $s.headers.into_iter().collect(),
+        }
+    };
+}
+
 impl From<pb::AgentProfile> for AgentProfile {
     fn from(p: pb::AgentProfile) -> Self {
         AgentProfile {
@@ -118,15 +134,7 @@ impl From<pb::AgentProfile> for AgentProfile {
             mcp_servers: p
                 .mcp_servers
                 .into_iter()
-                .map(|s| McpServer {
-                    name: s.name,
-                    transport: s.transport,
-                    command: s.command,
-                    args: s.args,
-                    env: s.env.into_iter().collect(),
-                    url: s.url,
-                    headers: s.headers.into_iter().collect(),
-                })
+                .map(|s| mcp_server!(McpServer, s))
                 .collect(),
             created_at: p.created_at.as_ref().and_then(to_chrono),
             updated_at: p.updated_at.as_ref().and_then(to_chrono),
@@ -147,15 +155,7 @@ fn to_proto(id: String, owner: String, b: AgentProfileInput) -> pb::AgentProfile
         mcp_servers: b
             .mcp_servers
             .into_iter()
-            .map(|s| pb::McpServerSpec {
-                name: s.name,
-                transport: s.transport,
-                command: s.command,
-                args: s.args,
-                env: s.env.into_iter().collect(),
-                url: s.url,
-                headers: s.headers.into_iter().collect(),
-            })
+            .map(|s| mcp_server!(pb::McpServerSpec, s))
             .collect(),
         created_at: None,
         updated_at: None,
@@ -194,17 +194,14 @@ pub async fn visible(
     user: &CurrentUser,
     id: &str,
 ) -> ApiResult<pb::AgentProfile> {
-    Ok(state
-        .downstream()
-        .agents
-        .clone()
+    state
+        .agents()
         .get_agent_profile(pb::GetAgentProfileRequest {
             caller: caller(user),
             id: id.to_string(),
         })
         .await
-        .map_err(profile_err)?
-        .into_inner())
+        .answer(profile_err)
 }
 
 /// The launch metadata key the agent manager reads the profile from.
@@ -258,16 +255,13 @@ pub async fn list(
     ApiQuery(query): ApiQuery<ProfileQuery>,
 ) -> ApiResult<Json<AgentProfileList>> {
     let list = state
-        .downstream()
-        .agents
-        .clone()
+        .agents()
         .list_agent_profiles(pb::ListAgentProfilesRequest {
             caller: caller(&user),
             agent_type: query.agent_type.unwrap_or_default(),
         })
         .await
-        .map_err(profile_err)?
-        .into_inner();
+        .answer(profile_err)?;
     Ok(Json(AgentProfileList {
         profiles: list.profiles.into_iter().map(AgentProfile::from).collect(),
     }))
@@ -302,16 +296,13 @@ async fn save(
     profile: pb::AgentProfile,
 ) -> ApiResult<AgentProfile> {
     let saved = state
-        .downstream()
-        .agents
-        .clone()
+        .agents()
         .save_agent_profile(pb::SaveAgentProfileRequest {
             caller: caller(user),
             profile: Some(profile),
         })
         .await
-        .map_err(profile_err)?
-        .into_inner();
+        .answer(profile_err)?;
     tracing::info!(profile = %saved.id, agent_type = %saved.agent_type, "agent profile saved");
     Ok(saved.into())
 }
@@ -363,15 +354,13 @@ pub async fn delete(
 ) -> ApiResult<StatusCode> {
     let id = super::access::parse_id("agent profile", &id)?;
     state
-        .downstream()
-        .agents
-        .clone()
+        .agents()
         .delete_agent_profile(pb::DeleteAgentProfileRequest {
             caller: caller(&user),
             id: id.clone(),
         })
         .await
-        .map_err(profile_err)?;
+        .answer(profile_err)?;
     tracing::info!(profile = %id, "agent profile deleted");
     Ok(StatusCode::NO_CONTENT)
 }

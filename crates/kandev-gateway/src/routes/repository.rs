@@ -13,8 +13,8 @@ use kandev_proto::v1::{self as pb, RepositoryProblem};
 use serde_json::json;
 use tonic::Code;
 
-use super::access::agent_err;
 use crate::{
+    clients::agent_err,
     error::{ApiError, ApiResult},
     state::AppState,
 };
@@ -27,9 +27,7 @@ pub async fn check(state: &AppState, url: &str, branch: &str) -> ApiResult<()> {
         return Ok(());
     }
     let answer = state
-        .downstream()
-        .agents
-        .clone()
+        .agents()
         .check_repository(pb::CheckRepositoryRequest {
             repository_url: url.to_string(),
             branch: branch.to_string(),

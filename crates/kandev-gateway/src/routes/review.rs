@@ -9,12 +9,10 @@ use kandev_proto::{time::to_chrono, v1 as pb};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{
-    access::{parse_id, visible_task},
-    orchestrator::orch_err,
-};
+use super::access::{parse_id, visible_task};
 use crate::{
     auth::CurrentUser,
+    clients::{Answer, orch_err, task_err},
     error::{ApiError, ApiResult, ErrorBody},
     extract::{ApiJson, ApiPath},
     state::AppState,
@@ -84,15 +82,12 @@ pub struct ResolveReviewComment {
 
 async fn kept(state: &AppState, task_id: &str) -> ApiResult<Vec<pb::StoredReviewComment>> {
     Ok(state
-        .downstream()
-        .orchestrator
-        .clone()
+        .orchestrator()
         .list_review_comments(pb::ListReviewCommentsRequest {
             task_id: task_id.to_string(),
         })
         .await
-        .map_err(orch_err)?
-        .into_inner()
+        .answer(orch_err)?
         .comments)
 }
 
@@ -142,9 +137,7 @@ pub async fn resolve(
         ));
     }
     let comment = state
-        .downstream()
-        .orchestrator
-        .clone()
+        .orchestrator()
         .resolve_review_comment(pb::ResolveReviewCommentRequest {
             task_id: task.id,
             comment_id,
@@ -152,22 +145,18 @@ pub async fn resolve(
             actor: user.username.clone(),
         })
         .await
-        .map_err(orch_err)?
-        .into_inner();
+        .answer(orch_err)?;
     Ok(Json(comment.into()))
 }
 
 /// The owner of the task's board.
 async fn board_owner(state: &AppState, task: &pb::Task) -> ApiResult<String> {
     Ok(state
-        .downstream()
-        .tasks
-        .clone()
+        .tasks()
         .get_board(pb::GetBoardRequest {
             id: task.board_id.clone(),
         })
         .await
-        .map_err(super::access::task_err)?
-        .into_inner()
+        .answer(task_err)?
         .owner)
 }

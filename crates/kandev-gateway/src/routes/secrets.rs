@@ -6,10 +6,10 @@
 use axum::{Json, extract::State, http::StatusCode};
 use kandev_proto::v1 as pb;
 
-use super::access::agent_err;
 use crate::{
     api::{SetSecretRequest, UserSecret, UserSecretList},
     auth::CurrentUser,
+    clients::{Answer, agent_err},
     error::{ApiResult, ErrorBody},
     extract::{ApiJson, ApiPath},
     state::AppState,
@@ -23,15 +23,12 @@ pub async fn list(
     user: CurrentUser,
 ) -> ApiResult<Json<UserSecretList>> {
     let list = state
-        .downstream()
-        .agents
-        .clone()
+        .agents()
         .list_user_secrets(pb::ListUserSecretsRequest {
             scope: user.username,
         })
         .await
-        .map_err(agent_err)?
-        .into_inner();
+        .answer(agent_err)?;
     Ok(Json(UserSecretList {
         secrets: list.secrets.into_iter().map(UserSecret::from).collect(),
     }))
@@ -50,17 +47,14 @@ pub async fn set(
     ApiJson(body): ApiJson<SetSecretRequest>,
 ) -> ApiResult<Json<UserSecret>> {
     let saved = state
-        .downstream()
-        .agents
-        .clone()
+        .agents()
         .set_user_secret(pb::SetUserSecretRequest {
             scope: user.username.clone(),
             name,
             value: body.value,
         })
         .await
-        .map_err(agent_err)?
-        .into_inner();
+        .answer(agent_err)?;
     tracing::info!(username = %user.username, secret = %saved.name, "secret set");
     Ok(Json(saved.into()))
 }
@@ -75,15 +69,13 @@ pub async fn delete(
     ApiPath(name): ApiPath<String>,
 ) -> ApiResult<StatusCode> {
     state
-        .downstream()
-        .agents
-        .clone()
+        .agents()
         .delete_user_secret(pb::DeleteUserSecretRequest {
             scope: user.username.clone(),
             name: name.clone(),
         })
         .await
-        .map_err(agent_err)?;
+        .answer(agent_err)?;
     tracing::info!(username = %user.username, secret = %name, "secret deleted");
     Ok(StatusCode::NO_CONTENT)
 }

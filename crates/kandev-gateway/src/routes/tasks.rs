@@ -4,7 +4,7 @@ use axum::{Json, extract::State, http::StatusCode};
 use kandev_proto::v1 as pb;
 
 use super::{
-    access::{parse_id, task_err, visible_task},
+    access::{parse_id, visible_task},
     repository,
 };
 use crate::{
@@ -13,6 +13,7 @@ use crate::{
         UpdateTaskRequest,
     },
     auth::CurrentUser,
+    clients::{Answer, task_err},
     error::{ApiResult, ErrorBody},
     extract::{ApiJson, ApiPath, ApiQuery},
     state::AppState,
@@ -60,9 +61,7 @@ pub async fn update_task(
         Some(Some(t)) => (Some(t), false),
     };
     let updated = state
-        .downstream()
-        .tasks
-        .clone()
+        .tasks()
         .update_task(pb::UpdateTaskRequest {
             id: task.id,
             expected_version: body.version,
@@ -83,8 +82,7 @@ pub async fn update_task(
             autostart: body.autostart,
         })
         .await
-        .map_err(task_err)?
-        .into_inner();
+        .answer(task_err)?;
     Ok(Json(updated.into()))
 }
 
@@ -100,16 +98,14 @@ pub async fn delete_task(
 ) -> ApiResult<StatusCode> {
     let task = visible_task(&state, &user, &id).await?;
     state
-        .downstream()
-        .tasks
-        .clone()
+        .tasks()
         .delete_task(pb::DeleteTaskRequest {
             id: task.id,
             expected_version: params.version,
             actor: user.username,
         })
         .await
-        .map_err(task_err)?;
+        .answer(task_err)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -127,9 +123,7 @@ pub async fn change_state(
 ) -> ApiResult<Json<Task>> {
     let task = visible_task(&state, &user, &id).await?;
     let updated = state
-        .downstream()
-        .tasks
-        .clone()
+        .tasks()
         .change_task_state(pb::ChangeTaskStateRequest {
             id: task.id,
             state: body.state.to_proto() as i32,
@@ -139,8 +133,7 @@ pub async fn change_state(
             metadata_patch_json: None,
         })
         .await
-        .map_err(task_err)?
-        .into_inner();
+        .answer(task_err)?;
     Ok(Json(updated.into()))
 }
 
@@ -156,17 +149,14 @@ pub async fn list_events(
 ) -> ApiResult<Json<TaskEventList>> {
     let task = visible_task(&state, &user, &id).await?;
     let resp = state
-        .downstream()
-        .tasks
-        .clone()
+        .tasks()
         .list_task_events(pb::ListTaskEventsRequest {
             task_id: task.id,
             page_size: page.page_size.unwrap_or(0),
             page_token: page.page_token.unwrap_or_default(),
         })
         .await
-        .map_err(task_err)?
-        .into_inner();
+        .answer(task_err)?;
     Ok(Json(TaskEventList::from_proto(resp)))
 }
 
@@ -197,9 +187,7 @@ pub async fn put_blockers(
         .collect::<ApiResult<Vec<_>>>()?;
     let task = visible_task(&state, &user, &id).await?;
     let updated = state
-        .downstream()
-        .tasks
-        .clone()
+        .tasks()
         .put_task_blockers(pb::PutTaskBlockersRequest {
             id: task.id,
             blocker_ids,
@@ -207,7 +195,6 @@ pub async fn put_blockers(
             actor: user.username,
         })
         .await
-        .map_err(task_err)?
-        .into_inner();
+        .answer(task_err)?;
     Ok(Json(updated.into()))
 }

@@ -17,9 +17,10 @@ use kandev_proto::{time::to_chrono, v1 as pb};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{access::visible_board, orchestrator::orch_err};
+use super::access::visible_board;
 use crate::{
     auth::CurrentUser,
+    clients::{Answer, orch_err},
     error::{ApiError, ApiResult, ErrorBody},
     extract::{ApiJson, ApiPath},
     state::AppState,
@@ -125,9 +126,7 @@ pub async fn set(
     // task's own.
     super::repository::check(&state, &body.repository_url, "").await?;
     let link = state
-        .downstream()
-        .orchestrator
-        .clone()
+        .orchestrator()
         .set_tracker_link(pb::SetTrackerLinkRequest {
             board_id: board.id,
             kind: body.kind,
@@ -139,8 +138,7 @@ pub async fn set(
             created_by: user.username.clone(),
         })
         .await
-        .map_err(orch_err)?
-        .into_inner();
+        .answer(orch_err)?;
     Ok(Json(link.into()))
 }
 
@@ -156,13 +154,10 @@ pub async fn get(
 ) -> ApiResult<Json<TrackerLink>> {
     let board = visible_board(&state, &user, &id).await?;
     let link = state
-        .downstream()
-        .orchestrator
-        .clone()
+        .orchestrator()
         .get_tracker_link(pb::GetTrackerLinkRequest { board_id: board.id })
         .await
-        .map_err(orch_err)?
-        .into_inner();
+        .answer(orch_err)?;
     Ok(Json(link.into()))
 }
 
@@ -179,12 +174,10 @@ pub async fn delete(
 ) -> ApiResult<StatusCode> {
     let board = visible_board(&state, &user, &id).await?;
     state
-        .downstream()
-        .orchestrator
-        .clone()
+        .orchestrator()
         .delete_tracker_link(pb::DeleteTrackerLinkRequest { board_id: board.id })
         .await
-        .map_err(orch_err)?;
+        .answer(orch_err)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -269,9 +262,7 @@ async fn deliver(
     body: Bytes,
 ) -> ApiResult<Json<WebhookOutcome>> {
     let outcome = state
-        .downstream()
-        .orchestrator
-        .clone()
+        .orchestrator()
         .deliver_tracker_webhook(pb::TrackerWebhookRequest {
             kind: kind.into(),
             event: event.to_string(),
@@ -279,8 +270,7 @@ async fn deliver(
             payload: body.to_vec(),
         })
         .await
-        .map_err(orch_err)?
-        .into_inner();
+        .answer(orch_err)?;
     Ok(Json(WebhookOutcome {
         outcome: outcome.outcome,
         task_id: Some(outcome.task_id).filter(|t| !t.is_empty()),

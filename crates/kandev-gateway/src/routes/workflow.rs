@@ -8,10 +8,11 @@ use kandev_proto::v1 as pb;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::access::{task_err, visible_board, visible_task};
+use super::access::{visible_board, visible_task};
 use crate::{
     api::{Task, TaskState},
     auth::CurrentUser,
+    clients::{Answer, task_err},
     error::{ApiError, ApiResult, ErrorBody},
     extract::{ApiJson, ApiPath},
     state::AppState,
@@ -54,22 +55,32 @@ pub struct Column {
     pub on_failure: Option<String>,
 }
 
+/// `$to { field: $from.field, …, $rest }` for every field a column has
+/// alike in its REST and proto shapes, for both directions.
+macro_rules! column_from {
+    ($($to:ident)::+, $from:ident, $($rest:tt)*) => {
+        $($to)::+ {
+            name: $from.name,
+            colour: $from.colour,
+            wip_limit: $from.wip_limit,
+            agent_type: $from.agent_type,
+            prompt_template: $from.prompt_template,
+            new_session: $from.new_session,
+            profile_id: $from.profile_id,
+            on_success: $from.on_success,
+            on_failure: $from.on_failure,
+            $($rest)*
+        }
+    };
+}
+
 impl From<pb::Column> for Column {
     fn from(c: pb::Column) -> Self {
-        Column {
+        column_from!(Column, c,
             state: TaskState::from_proto(c.state).ok(),
             id: c.id,
-            name: c.name,
             position: c.position,
-            colour: c.colour,
-            wip_limit: c.wip_limit,
-            agent_type: c.agent_type,
-            prompt_template: c.prompt_template,
-            new_session: c.new_session,
-            profile_id: c.profile_id,
-            on_success: c.on_success,
-            on_failure: c.on_failure,
-        }
+        )
     }
 }
 
@@ -105,20 +116,11 @@ pub struct ColumnInput {
 
 impl From<ColumnInput> for pb::Column {
     fn from(c: ColumnInput) -> Self {
-        pb::Column {
+        column_from!(pb::Column, c,
             id: c.id.unwrap_or_default(),
-            name: c.name,
-            colour: c.colour,
             state: c.state.to_proto() as i32,
-            wip_limit: c.wip_limit,
-            agent_type: c.agent_type,
-            prompt_template: c.prompt_template,
-            new_session: c.new_session,
-            profile_id: c.profile_id,
-            on_success: c.on_success,
-            on_failure: c.on_failure,
             ..Default::default()
-        }
+        )
     }
 }
 
@@ -166,13 +168,10 @@ pub async fn list_columns(
 ) -> ApiResult<Json<ColumnList>> {
     let board = visible_board(&state, &user, &id).await?;
     let resp = state
-        .downstream()
-        .tasks
-        .clone()
+        .tasks()
         .list_columns(pb::ListColumnsRequest { board_id: board.id })
         .await
-        .map_err(task_err)?
-        .into_inner();
+        .answer(task_err)?;
     Ok(Json(resp.into()))
 }
 
@@ -196,16 +195,13 @@ pub async fn put_columns(
     let board = visible_board(&state, &user, &id).await?;
     check_profiles(&state, &user, &body.columns).await?;
     let resp = state
-        .downstream()
-        .tasks
-        .clone()
+        .tasks()
         .put_columns(pb::PutColumnsRequest {
             board_id: board.id,
             columns: body.columns.into_iter().map(pb::Column::from).collect(),
         })
         .await
-        .map_err(task_err)?
-        .into_inner();
+        .answer(task_err)?;
     Ok(Json(resp.into()))
 }
 
@@ -250,9 +246,7 @@ pub async fn move_task(
         .to_string();
     let task = visible_task(&state, &user, &id).await?;
     let moved = state
-        .downstream()
-        .tasks
-        .clone()
+        .tasks()
         .move_task(pb::MoveTaskRequest {
             id: task.id,
             column_id,
@@ -260,7 +254,6 @@ pub async fn move_task(
             actor: user.username,
         })
         .await
-        .map_err(task_err)?
-        .into_inner();
+        .answer(task_err)?;
     Ok(Json(moved.into()))
 }

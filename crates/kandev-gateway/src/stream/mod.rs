@@ -20,22 +20,20 @@ pub mod session;
 
 use async_trait::async_trait;
 use axum::extract::ws::Utf8Bytes;
-use kandev_common::trace::TracedChannel;
-use kandev_proto::v1::{self as pb, orchestrator_client::OrchestratorClient};
-use serde_json::Value;
+use kandev_common::stream_command::request_id_text;
+use kandev_proto::v1 as pb;
 
-use crate::{clients::ORCHESTRATOR, error::ApiError};
+use crate::{
+    clients::{Answer, Orchestrator, orch_err},
+    error::ApiError,
+};
 use session::{Command, Upstream};
 
 /// The orchestrator, for one task and one user.
 pub struct OrchestratorUpstream {
-    pub client: OrchestratorClient<TracedChannel>,
+    pub client: Orchestrator,
     pub task_id: String,
     pub actor: String,
-}
-
-fn orch_err(status: tonic::Status) -> ApiError {
-    ApiError::from_status(ORCHESTRATOR, status)
 }
 
 impl OrchestratorUpstream {
@@ -50,8 +48,7 @@ impl OrchestratorUpstream {
                 limit,
             })
             .await
-            .map_err(orch_err)?
-            .into_inner();
+            .answer(orch_err)?;
         Ok(page.frames.into_iter().map(Utf8Bytes::from).collect())
     }
 }
@@ -73,7 +70,7 @@ impl Upstream for OrchestratorUpstream {
                         actor: self.actor.clone(),
                     })
                     .await
-                    .map_err(orch_err)?;
+                    .answer(orch_err)?;
             }
             Command::Cancel => {
                 client
@@ -82,27 +79,23 @@ impl Upstream for OrchestratorUpstream {
                         actor: self.actor.clone(),
                     })
                     .await
-                    .map_err(orch_err)?;
+                    .answer(orch_err)?;
             }
             Command::Permission {
                 request_id,
                 option_id,
                 cancelled,
             } => {
-                let request_id = match request_id {
-                    Value::String(s) => s,
-                    other => other.to_string(),
-                };
                 client
                     .respond_permission(pb::TaskPermissionRequest {
                         task_id: self.task_id.clone(),
-                        request_id,
+                        request_id: request_id_text(request_id),
                         option_id,
                         cancelled,
                         actor: self.actor.clone(),
                     })
                     .await
-                    .map_err(orch_err)?;
+                    .answer(orch_err)?;
             }
         }
         Ok(())

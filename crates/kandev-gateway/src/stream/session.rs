@@ -11,8 +11,10 @@ use std::{sync::Arc, time::Duration};
 use async_trait::async_trait;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes};
 use futures::{Sink, SinkExt, Stream, StreamExt};
-use kandev_common::CancellationToken;
-use serde::Deserialize;
+use kandev_common::{
+    CancellationToken,
+    stream_command::{self, Unreadable},
+};
 use serde_json::{Value, json};
 
 use super::live::LiveSub;
@@ -46,23 +48,7 @@ pub trait Upstream: Send + Sync {
     async fn command(&self, command: Command) -> Result<(), ApiError>;
 }
 
-/// What a client may ask on its stream.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Command {
-    /// A follow-up prompt.
-    Prompt { text: String },
-    /// Cancel the running turn.
-    Cancel,
-    /// Answer a permission request.
-    Permission {
-        request_id: Value,
-        #[serde(default)]
-        option_id: String,
-        #[serde(default)]
-        cancelled: bool,
-    },
-}
+pub use kandev_common::stream_command::Command;
 
 /// Limits of one session.
 #[derive(Clone)]
@@ -100,52 +86,41 @@ fn seq_of(frame: &Utf8Bytes) -> Option<i64> {
     text[..end].parse().ok()
 }
 
-/// An error frame in the REST error shape.
-fn error_frame(id: Option<Value>, command: Option<String>, err: &ApiError) -> Value {
-    let mut frame = json!({
-        "type": "error",
-        "command": command,
+/// An error's fields in the REST error shape, for an `error` frame.
+fn error_body(err: &ApiError) -> Value {
+    json!({
         "error": err.code.as_str(),
         "message": err.message,
         "details": err.details,
         "http_status": err.http_status().as_u16(),
-    });
-    if let Some(id) = id {
-        frame["id"] = id;
-    }
-    frame
+    })
 }
 
 /// Runs one client command; its `ack` or `error` frame.
 async fn handle_command(upstream: &dyn Upstream, limits: &Limits, text: &str) -> Value {
     // Every message counts, well-formed or not.
     let allowed = (limits.rate)();
-    let raw: Value = match serde_json::from_str(text) {
-        Ok(v) => v,
-        Err(e) => {
-            return error_frame(
-                None,
-                None,
-                &ApiError::bad_request(format!("invalid JSON: {e}")),
-            );
+    let (reply, command) = stream_command::read(text);
+    let done = match (command, allowed) {
+        (Err(unreadable @ Unreadable::Json(_)), _) => {
+            Err(ApiError::bad_request(unreadable.message()))
         }
+        (_, Err(wait)) => Err(ApiError::rate_limited(wait.as_secs().max(1))),
+        (Err(unreadable), Ok(())) => Err(ApiError::validation(unreadable.message())),
+        (Ok(command), Ok(())) => match check(&command) {
+            Ok(()) => upstream.command(command).await,
+            Err(err) => Err(err),
+        },
     };
-    let id = raw.get("id").cloned();
-    let name = raw.get("type").and_then(Value::as_str).map(str::to_string);
-    if let Err(wait) = allowed {
-        return error_frame(id, name, &ApiError::rate_limited(wait.as_secs().max(1)));
+    match done {
+        Ok(()) => reply.ack(),
+        Err(err) => reply.error(error_body(&err)),
     }
-    let command: Command = match serde_json::from_value(raw) {
-        Ok(c) => c,
-        Err(e) => {
-            return error_frame(
-                id,
-                name,
-                &ApiError::validation(format!("invalid command: {e}")),
-            );
-        }
-    };
-    let checked = match &command {
+}
+
+/// What the gateway refuses of a command before it goes upstream.
+fn check(command: &Command) -> Result<(), ApiError> {
+    match command {
         Command::Prompt { text } if text.trim().is_empty() => {
             Err(ApiError::validation("the prompt must not be empty"))
         }
@@ -160,19 +135,6 @@ async fn handle_command(upstream: &dyn Upstream, limits: &Limits, text: &str) ->
             "permission needs option_id or cancelled: true",
         )),
         _ => Ok(()),
-    };
-    match checked {
-        Ok(()) => match upstream.command(command).await {
-            Ok(()) => {
-                let mut ack = json!({"type": "ack", "command": name});
-                if let Some(id) = id {
-                    ack["id"] = id;
-                }
-                ack
-            }
-            Err(err) => error_frame(id, name, &err),
-        },
-        Err(err) => error_frame(id, name, &err),
     }
 }
 
@@ -488,6 +450,8 @@ mod tests {
         client: async_nats::Client,
         feeds: Arc<LiveFeeds>,
         task: Uuid,
+        /// Stops the sessions [`start`] runs.
+        stop: CancellationToken,
     }
 
     impl Harness {
@@ -500,6 +464,7 @@ mod tests {
                 client,
                 feeds,
                 task: Uuid::new_v4(),
+                stop: CancellationToken::new(),
             }
         }
 
@@ -544,19 +509,19 @@ mod tests {
     type ClientIn = mpsc::Receiver<Message>;
     type ClientOut = mpsc::UnboundedSender<Result<Message, axum::Error>>;
 
-    /// Runs a session in the background: what the client receives, what it
-    /// sends, and the session's outcome.
-    fn start(
+    /// Runs a session of a client subscribed now in the background (until
+    /// `h.stop`): what the client receives, what it sends, and the session's
+    /// outcome.
+    async fn start(
         h: &Harness,
         upstream: Arc<FakeUpstream>,
-        live: LiveSub,
         after: i64,
         limits: Limits,
-        stop: CancellationToken,
     ) -> (ClientIn, ClientOut, tokio::task::JoinHandle<Outcome>) {
+        let live = h.feeds.subscribe(h.task).await;
         let (sink, rx) = mpsc::channel::<Message>(1024);
         let (tx, source) = mpsc::unbounded::<Result<Message, axum::Error>>();
-        let _ = h;
+        let stop = h.stop.clone();
         let handle = tokio::spawn(async move {
             run(sink, source, upstream.as_ref(), live, after, &limits, &stop).await
         });
@@ -593,10 +558,7 @@ mod tests {
         let h = Harness::new(1000).await;
         let upstream = Arc::new(FakeUpstream::default());
         *upstream.stored.lock().unwrap() = 5;
-        let live = h.feeds.subscribe(h.task).await;
-        let stop = CancellationToken::new();
-        let (mut rx, _tx, handle) =
-            start(&h, upstream.clone(), live, 2, limits(100, 10), stop.clone());
+        let (mut rx, _tx, handle) = start(&h, upstream.clone(), 2, limits(100, 10)).await;
         assert_eq!(seqs(&mut rx, 3).await, vec![3, 4, 5], "history after 2");
         // Live repeats 4 and 5 (already sent) and goes on.
         h.publish(4, 7).await;
@@ -605,7 +567,7 @@ mod tests {
         *upstream.stored.lock().unwrap() = 10;
         h.publish(11, 12).await;
         assert_eq!(seqs(&mut rx, 5).await, vec![8, 9, 10, 11, 12]);
-        stop.cancel();
+        h.stop.cancel();
         match next(&mut rx).await {
             Message::Close(Some(f)) => assert_eq!(f.code, CLOSE_AWAY),
             other => panic!("{other:?}"),
@@ -618,15 +580,7 @@ mod tests {
     async fn a_client_that_falls_behind_gets_a_notice_and_1008() {
         let h = Harness::new(4).await;
         let upstream = Arc::new(FakeUpstream::default());
-        let live = h.feeds.subscribe(h.task).await;
-        let (mut rx, _tx, handle) = start(
-            &h,
-            upstream,
-            live,
-            0,
-            limits(4, 10),
-            CancellationToken::new(),
-        );
+        let (mut rx, _tx, handle) = start(&h, upstream, 0, limits(4, 10)).await;
         h.publish(1, 2).await;
         assert_eq!(seqs(&mut rx, 2).await, vec![1, 2]);
         // More than its buffer at once.
@@ -672,15 +626,7 @@ mod tests {
     async fn commands_are_answered_checked_and_rate_limited() {
         let h = Harness::new(100).await;
         let upstream = Arc::new(FakeUpstream::default());
-        let live = h.feeds.subscribe(h.task).await;
-        let (mut rx, tx, _handle) = start(
-            &h,
-            upstream.clone(),
-            live,
-            0,
-            limits(100, 5),
-            CancellationToken::new(),
-        );
+        let (mut rx, tx, _handle) = start(&h, upstream.clone(), 0, limits(100, 5)).await;
         let send = |v: &str| {
             tx.unbounded_send(Ok(Message::Text(v.to_string().into())))
                 .unwrap()
@@ -722,15 +668,7 @@ mod tests {
     async fn an_oversized_message_closes_with_1009_and_a_broken_feed_with_1011() {
         let h = Harness::new(100).await;
         let upstream = Arc::new(FakeUpstream::default());
-        let live = h.feeds.subscribe(h.task).await;
-        let (mut rx, tx, handle) = start(
-            &h,
-            upstream,
-            live,
-            0,
-            limits(100, 5),
-            CancellationToken::new(),
-        );
+        let (mut rx, tx, handle) = start(&h, upstream, 0, limits(100, 5)).await;
         let too_long = tokio_tungstenite::tungstenite::Error::Capacity(
             tokio_tungstenite::tungstenite::error::CapacityError::MessageTooLong {
                 size: 17_000_000,
@@ -748,15 +686,7 @@ mod tests {
             broken: true,
             ..FakeUpstream::default()
         });
-        let live = h.feeds.subscribe(h.task).await;
-        let (mut rx, _tx, handle) = start(
-            &h,
-            broken,
-            live,
-            0,
-            limits(100, 5),
-            CancellationToken::new(),
-        );
+        let (mut rx, _tx, handle) = start(&h, broken, 0, limits(100, 5)).await;
         match next(&mut rx).await {
             Message::Close(Some(f)) => {
                 assert_eq!(f.code, CLOSE_INTERNAL);

@@ -40,11 +40,7 @@ async fn agent_routes_need_a_token() {
 #[tokio::test]
 async fn launch_checks_the_body_and_the_task_before_the_agent_manager() {
     let app = spawn_app().await;
-    let alice = app.token("alice", false);
-    let bob = app.token("bob", false);
-    let board = app.board(&alice, "b").await;
-    let task = app.task(&alice, &board, "t").await;
-    let task_id = task["id"].as_str().unwrap();
+    let (alice, bob, task_id) = app.alice_task().await;
 
     let missing = app
         .post("/api/v1/agents/launch", &alice, json!({"task_id": task_id}))

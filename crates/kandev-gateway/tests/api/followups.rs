@@ -11,11 +11,7 @@ use crate::helpers::spawn_app;
 #[tokio::test]
 async fn pending_prompt_routes_check_auth_ownership_and_ids() {
     let app = spawn_app().await;
-    let alice = app.token("alice", false);
-    let bob = app.token("bob", false);
-    let board = app.board(&alice, "b").await;
-    let task = app.task(&alice, &board, "t").await;
-    let id = task["id"].as_str().unwrap();
+    let (alice, bob, id) = app.alice_task().await;
     let base = format!("/api/v1/orchestrator/tasks/{id}/pending-prompts");
     let one = format!("{base}/{}", uuid::Uuid::now_v7());
     for (method, path, body) in [

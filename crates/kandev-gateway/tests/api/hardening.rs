@@ -6,6 +6,14 @@ use axum::{
     http::{Method, Request, StatusCode},
 };
 use serde_json::json;
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
 
 use crate::helpers::{ADMIN, ADMIN_PASSWORD, dead_url, spawn_app, spawn_app_with};
 
@@ -218,17 +226,23 @@ async fn a_task_service_that_never_answers_times_out() {
     app.stop().await;
 }
 
+/// A whole `GET /healthz` on a new connection to `addr` is answered 200.
+async fn healthz_answers(addr: SocketAddr) {
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    client
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: kandev\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    client.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
 /// Slowloris: clients that never finish their headers, or trickle them one
 /// byte at a time, are disconnected after the header deadline, while a
 /// real request on the same server is answered.
 #[tokio::test]
 async fn clients_that_trickle_their_headers_are_disconnected() {
-    use std::time::Duration;
-    use tokio::{
-        io::{AsyncReadExt, AsyncWriteExt},
-        net::TcpStream,
-    };
-
     let mut app = spawn_app_with(|s| s.header_read_timeout_secs = 1).await;
     let addr = app.serve();
 
@@ -264,14 +278,7 @@ async fn clients_that_trickle_their_headers_are_disconnected() {
     });
 
     // Meanwhile a complete request is served.
-    let mut client = TcpStream::connect(addr).await.unwrap();
-    client
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: kandev\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = String::new();
-    client.read_to_string(&mut answer).await.unwrap();
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    healthz_answers(addr).await;
 
     for mut socket in stalled {
         let mut rest = Vec::new();
@@ -296,12 +303,6 @@ async fn clients_that_trickle_their_headers_are_disconnected() {
 /// closed, while the server goes on answering.
 #[tokio::test]
 async fn a_body_trickled_past_its_deadline_is_refused_with_408() {
-    use std::time::{Duration, Instant};
-    use tokio::{
-        io::{AsyncReadExt, AsyncWriteExt},
-        net::TcpStream,
-    };
-
     let mut app = spawn_app_with(|s| s.body_read_timeout_secs = 2).await;
     let alice = app.token("alice", false);
     let addr = app.serve();
@@ -348,13 +349,6 @@ async fn a_body_trickled_past_its_deadline_is_refused_with_408() {
     trickle.abort();
 
     // The server is fine: a whole request on a new connection is answered.
-    let mut client = TcpStream::connect(addr).await.unwrap();
-    client
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: kandev\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = String::new();
-    client.read_to_string(&mut answer).await.unwrap();
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    healthz_answers(addr).await;
     app.stop().await;
 }

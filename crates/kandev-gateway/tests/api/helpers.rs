@@ -278,6 +278,18 @@ impl TestApp {
         resp.body["id"].as_str().unwrap().to_string()
     }
 
+    /// Alice's and Bob's tokens, and the id of Alice's task "t" on her
+    /// board "b", which Bob may not see: where a test of who may do what
+    /// starts.
+    pub async fn alice_task(&self) -> (String, String, String) {
+        let alice = self.token("alice", false);
+        let bob = self.token("bob", false);
+        let board = self.board(&alice, "b").await;
+        let task = self.task(&alice, &board, "t").await;
+        let task_id = task["id"].as_str().unwrap().to_string();
+        (alice, bob, task_id)
+    }
+
     /// Creates a task on `board`; returns its JSON.
     pub async fn task(&self, token: &str, board: &str, title: &str) -> Value {
         let resp = self

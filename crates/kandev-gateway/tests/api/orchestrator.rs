@@ -14,11 +14,7 @@ use crate::helpers::spawn_app;
 #[tokio::test]
 async fn grpc_routes_check_auth_and_ownership_then_report_the_orchestrator_down() {
     let app = spawn_app().await;
-    let alice = app.token("alice", false);
-    let bob = app.token("bob", false);
-    let board = app.board(&alice, "b").await;
-    let task = app.task(&alice, &board, "t").await;
-    let id = task["id"].as_str().unwrap();
+    let (alice, bob, id) = app.alice_task().await;
 
     for (method, path) in [
         (
@@ -80,11 +76,7 @@ fn http_status(err: tg::Error) -> u16 {
 #[tokio::test]
 async fn stream_auth_and_503_while_the_orchestrator_is_down() {
     let mut app = spawn_app().await;
-    let alice = app.token("alice", false);
-    let bob = app.token("bob", false);
-    let board = app.board(&alice, "b").await;
-    let task = app.task(&alice, &board, "t").await;
-    let id = task["id"].as_str().unwrap().to_string();
+    let (alice, bob, id) = app.alice_task().await;
     let addr = app.serve();
     let path = format!("/api/v1/orchestrator/tasks/{id}/stream");
 

@@ -29,29 +29,7 @@ impl Manager {
         }
         let good = dir.path().join("repos/good");
         std::fs::write(good.join("README.md"), "hi\n").unwrap();
-        for args in [
-            &["init", "-q", "-b", "main"][..],
-            &["add", "."],
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@e",
-                "commit",
-                "-q",
-                "-m",
-                "init",
-            ],
-        ] {
-            let ok = std::process::Command::new("git")
-                .args(args)
-                .current_dir(&good)
-                .env("GIT_CONFIG_GLOBAL", "/dev/null")
-                .status()
-                .unwrap()
-                .success();
-            assert!(ok, "git {args:?}");
-        }
+        kandev_testkit::git_init(&good);
         let db = crate::helpers::TestDb::create().await;
         let settings = kandev_agent_manager::Settings {
             common: kandev_common::config::ServiceSettings {

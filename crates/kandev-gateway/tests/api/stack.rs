@@ -5,39 +5,20 @@
 //! when missing). A task created through REST reaches the orchestrator,
 //! runs, and its feed flows through the gateway's WebSocket proxy.
 
-use std::{future::Future, net::SocketAddr, path::PathBuf, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use axum::http::StatusCode;
 use futures::{SinkExt, StreamExt};
-use kandev_common::CancellationToken;
 use kandev_testkit::{OwnNats, eventually};
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::{self as tg, client::IntoClientRequest};
 use uuid::Uuid;
 
 use crate::helpers::{Resp, TestApp, TestDb, gateway_settings, spawn_gateway};
 
-struct Service {
-    stop: CancellationToken,
-    handle: JoinHandle<()>,
-}
-
-impl Service {
-    async fn stop(self) {
-        self.stop.cancel();
-        let _ = self.handle.await;
-    }
-}
-
-fn spawn<F>(run: impl FnOnce(CancellationToken) -> F) -> Service
-where
-    F: Future<Output = ()> + Send + 'static,
-{
-    let stop = CancellationToken::new();
-    let handle = tokio::spawn(run(stop.clone()));
-    Service { stop, handle }
-}
+#[path = "../support/serve.rs"]
+mod serve;
+use serve::{Service, serve};
 
 pub(crate) struct Stack {
     pub(crate) gateway: TestApp,
@@ -54,7 +35,7 @@ impl Stack {
         let nats = OwnNats::start().await;
         let db = TestDb::create().await;
 
-        let tasks = kandev_task_service::Application::build(kandev_task_service::Settings {
+        let tasks = kandev_task_service::Settings {
             common: kandev_common::config::ServiceSettings {
                 listen_addr: "127.0.0.1:0".into(),
                 database_url: db.url.clone(),
@@ -64,22 +45,14 @@ impl Stack {
             },
             outbox_poll_ms: 100,
             ..Default::default()
-        })
-        .await
-        .expect("task service builds");
-        let tasks_addr = tasks.local_addr();
-        let tasks = spawn(|stop| async move {
-            tasks
-                .run_until_stopped(stop)
-                .await
-                .expect("task service runs");
-        });
+        };
+        let (tasks_addr, tasks) = serve!(kandev_task_service, tasks, "task service");
 
         let am_dir = std::env::temp_dir().join(format!("kandev-gw-am-{}", Uuid::new_v4().simple()));
         for sub in ["workspaces", "allowed", "home"] {
             std::fs::create_dir_all(am_dir.join(sub)).unwrap();
         }
-        let agents = kandev_agent_manager::Application::build(kandev_agent_manager::Settings {
+        let agents = kandev_agent_manager::Settings {
             common: kandev_common::config::ServiceSettings {
                 listen_addr: "127.0.0.1:0".into(),
                 database_url: db.url.clone(),
@@ -96,18 +69,10 @@ impl Stack {
             seq_flush_ms: 100,
             secrets_key: Some("a-secrets-key-for-the-gateway-stack-test".into()),
             ..Default::default()
-        })
-        .await
-        .expect("agent manager builds");
-        let agents_addr = agents.local_addr();
-        let agents = spawn(|stop| async move {
-            agents
-                .run_until_stopped(stop)
-                .await
-                .expect("agent manager runs");
-        });
+        };
+        let (agents_addr, agents) = serve!(kandev_agent_manager, agents, "agent manager");
 
-        let orchestrator = kandev_orchestrator::Application::build(kandev_orchestrator::Settings {
+        let orchestrator = kandev_orchestrator::Settings {
             common: kandev_common::config::ServiceSettings {
                 listen_addr: "127.0.0.1:0".into(),
                 database_url: db.url.clone(),
@@ -119,16 +84,9 @@ impl Stack {
             agent_manager_url: format!("http://{agents_addr}"),
             feed_flush_ms: 20,
             ..Default::default()
-        })
-        .await
-        .expect("orchestrator builds");
-        let orchestrator_addr = orchestrator.local_addr();
-        let orchestrator = spawn(|stop| async move {
-            orchestrator
-                .run_until_stopped(stop)
-                .await
-                .expect("orchestrator runs");
-        });
+        };
+        let (orchestrator_addr, orchestrator) =
+            serve!(kandev_orchestrator, orchestrator, "orchestrator");
 
         let mut settings = gateway_settings(&db, tasks_addr);
         settings.agent_manager_url = format!("http://{agents_addr}");
@@ -155,7 +113,8 @@ impl Stack {
         let db = gateway.take_db();
         gateway.stop().await;
         for service in services {
-            service.stop().await;
+            service.cancel();
+            service.stopped().await;
         }
         kandev_testkit::remove_containers(&db.name);
         db.drop_db().await;

@@ -6,17 +6,18 @@
 #![allow(dead_code)]
 
 use std::{
-    net::SocketAddr,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use kandev_common::{CancellationToken, config::ServiceSettings};
+use kandev_common::config::ServiceSettings;
 use kandev_testkit::{OwnNats, TestDb, free_port};
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
+
+mod serve;
+use serve::{Service, serve};
 
 pub const ADMIN: &str = "admin";
 pub const ADMIN_PASSWORD: &str = "browser-test-password";
@@ -40,8 +41,7 @@ pub struct Stack {
     db: TestDb,
     _nats: OwnNats,
     dir: tempfile::TempDir,
-    stops: Vec<CancellationToken>,
-    handles: Vec<JoinHandle<()>>,
+    services: Vec<Service>,
 }
 
 impl Stack {
@@ -50,56 +50,21 @@ impl Stack {
     pub fn git_repo(&self, name: &str) -> String {
         let repo = self.dir.path().join("repos").join(name);
         std::fs::create_dir_all(&repo).unwrap();
-        for args in [
-            &["init", "-q", "-b", "main"][..],
-            &["add", "."],
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@e",
-                "commit",
-                "-q",
-                "-m",
-                "init",
-            ],
-        ] {
-            if args[0] == "add" {
-                std::fs::write(repo.join("README.md"), "# Demo\n\nA test repository.\n").unwrap();
-            }
-            let status = std::process::Command::new("git")
-                .args(args)
-                .current_dir(&repo)
-                .env("GIT_CONFIG_GLOBAL", "/dev/null")
-                .status()
-                .unwrap();
-            assert!(status.success(), "git {args:?}");
-        }
+        std::fs::write(repo.join("README.md"), "# Demo\n\nA test repository.\n").unwrap();
+        kandev_testkit::git_init(&repo);
         format!("file://{}", repo.display())
     }
 
     pub async fn shutdown(self) {
-        for stop in &self.stops {
-            stop.cancel();
+        for service in &self.services {
+            service.cancel();
         }
-        for handle in self.handles {
-            let _ = tokio::time::timeout(Duration::from_secs(10), handle).await;
+        for service in self.services {
+            service.stopped().await;
         }
         kandev_testkit::remove_containers(&self.db.name);
         self.db.drop_db().await;
     }
-}
-
-fn spawn_service<F>(
-    stops: &mut Vec<CancellationToken>,
-    handles: &mut Vec<JoinHandle<()>>,
-    run: impl FnOnce(CancellationToken) -> F,
-) where
-    F: std::future::Future<Output = ()> + Send + 'static,
-{
-    let stop = CancellationToken::new();
-    handles.push(tokio::spawn(run(stop.clone())));
-    stops.push(stop);
 }
 
 pub async fn start_stack() -> Stack {
@@ -140,25 +105,15 @@ pub async fn start_stack_tuned(
     for sub in ["workspaces", "allowed", "home", "repos"] {
         std::fs::create_dir_all(dir.path().join(sub)).unwrap();
     }
-    let mut stops = Vec::new();
-    let mut handles = Vec::new();
 
-    let tasks = kandev_task_service::Application::build(kandev_task_service::Settings {
+    let tasks = kandev_task_service::Settings {
         common: on_stack(kandev_task_service::Settings::default().common, &db, &nats),
         outbox_poll_ms: 100,
         ..Default::default()
-    })
-    .await
-    .expect("task service builds");
-    let tasks_addr: SocketAddr = tasks.local_addr();
-    spawn_service(&mut stops, &mut handles, |stop| async move {
-        tasks
-            .run_until_stopped(stop)
-            .await
-            .expect("task service runs");
-    });
+    };
+    let (tasks_addr, tasks) = serve!(kandev_task_service, tasks, "task service");
 
-    let agents = kandev_agent_manager::Application::build(kandev_agent_manager::Settings {
+    let agents = kandev_agent_manager::Settings {
         common: on_stack(kandev_agent_manager::Settings::default().common, &db, &nats),
         // Its own label, so no other manager on this engine adopts or
         // removes this stack's containers.
@@ -173,16 +128,8 @@ pub async fn start_stack_tuned(
         seq_flush_ms: 100,
         secrets_key: Some("a-secrets-key-for-the-browser-test-stack".into()),
         ..Default::default()
-    })
-    .await
-    .expect("agent manager builds");
-    let agents_addr = agents.local_addr();
-    spawn_service(&mut stops, &mut handles, |stop| async move {
-        agents
-            .run_until_stopped(stop)
-            .await
-            .expect("agent manager runs");
-    });
+    };
+    let (agents_addr, agents) = serve!(kandev_agent_manager, agents, "agent manager");
 
     let mut orch = kandev_orchestrator::Settings {
         common: on_stack(kandev_orchestrator::Settings::default().common, &db, &nats),
@@ -195,16 +142,7 @@ pub async fn start_stack_tuned(
         ..Default::default()
     };
     tune(&mut orch);
-    let orchestrator = kandev_orchestrator::Application::build(orch)
-        .await
-        .expect("orchestrator builds");
-    let orch_addr = orchestrator.local_addr();
-    spawn_service(&mut stops, &mut handles, |stop| async move {
-        orchestrator
-            .run_until_stopped(stop)
-            .await
-            .expect("orchestrator runs");
-    });
+    let (orch_addr, orchestrator) = serve!(kandev_orchestrator, orch, "orchestrator");
 
     let mut gw = kandev_gateway::Settings {
         common: on_stack(kandev_gateway::Settings::default().common, &db, &nats),
@@ -220,21 +158,15 @@ pub async fn start_stack_tuned(
     gw.rate_limit.login_burst = 1000;
     gw.rate_limit.api_per_minute = 60_000;
     gw.rate_limit.api_burst = 10_000;
-    let gateway = kandev_gateway::Application::build(gw)
-        .await
-        .expect("gateway builds");
-    let base = format!("http://{}", gateway.local_addr());
-    spawn_service(&mut stops, &mut handles, |stop| async move {
-        gateway.run_until_stopped(stop).await.expect("gateway runs");
-    });
+    let (gateway_addr, gateway) = serve!(kandev_gateway, gw, "gateway");
 
     Stack {
-        base,
+        base: format!("http://{gateway_addr}"),
         db,
         _nats: nats,
         dir,
-        stops,
-        handles,
+        // Stopped in this order: the gateway first.
+        services: vec![gateway, orchestrator, agents, tasks],
     }
 }
 
@@ -467,24 +399,23 @@ pub async fn click(c: &Client, css: &str) {
     }
 }
 
-pub async fn type_into(c: &Client, css: &str, text: &str) {
-    let el = c
-        .wait()
+/// The element `css`, once there (at most 20 s).
+async fn element(c: &Client, css: &str) -> fantoccini::elements::Element {
+    c.wait()
         .at_most(Duration::from_secs(20))
         .for_element(Locator::Css(css))
         .await
-        .unwrap_or_else(|e| panic!("no element {css}: {e}"));
+        .unwrap_or_else(|e| panic!("no element {css}: {e}"))
+}
+
+pub async fn type_into(c: &Client, css: &str, text: &str) {
+    let el = element(c, css).await;
     el.clear().await.expect("clear");
     el.send_keys(text).await.expect("type");
 }
 
 pub async fn select_value(c: &Client, css: &str, value: &str) {
-    let el = c
-        .wait()
-        .at_most(Duration::from_secs(20))
-        .for_element(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no element {css}: {e}"));
+    let el = element(c, css).await;
     el.select_by_value(value).await.expect("select");
 }
 
@@ -687,6 +618,19 @@ pub async fn start_task(c: &Client, title: &str, description: &str, agent: &str)
     create_task(c, NewTask::new(title, description, agent)).await
 }
 
+/// Two started cards: `asking` (its agent asks for permission), then one
+/// whose agent waits to be cancelled; their ids.
+pub async fn start_asker_and_waiter(c: &Client, asking: &str) -> (String, String) {
+    let asks = start_task(c, asking, "scenario: permission", "mock-agent-ask").await;
+    let cancels = start_task(
+        c,
+        "Wait for a cancel",
+        "scenario: wait-cancel",
+        "mock-agent-auto",
+    );
+    (asks, cancels.await)
+}
+
 /// Creates a board through the API; its id.
 pub async fn new_board(c: &Client, name: &str) -> String {
     let made = api(c, "POST", "/boards", json!({ "name": name })).await;
@@ -793,38 +737,20 @@ pub async fn wait_in_column(c: &Client, what: &str, state: &str, id: &str, secs:
 
 /// Waits (up to `secs`) until the button `css` is there and enabled.
 pub async fn wait_enabled(c: &Client, what: &str, css: &str, secs: u64) {
-    wait_js(
-        c,
-        what,
-        secs,
-        "const b = document.querySelector(arguments[0]); return !!b && !b.disabled;",
-        vec![json!(css)],
-    )
-    .await;
+    let js = "const b = document.querySelector(arguments[0]); return !!b && !b.disabled;";
+    wait_js(c, what, secs, js, vec![json!(css)]).await;
 }
 
 /// Waits (up to `secs`) until an element matches `css`.
 pub async fn wait_for(c: &Client, what: &str, css: &str, secs: u64) {
-    wait_js(
-        c,
-        what,
-        secs,
-        "return !!document.querySelector(arguments[0]);",
-        vec![json!(css)],
-    )
-    .await;
+    let js = "return !!document.querySelector(arguments[0]);";
+    wait_js(c, what, secs, js, vec![json!(css)]).await;
 }
 
 /// Waits (up to `secs`) until the task page shows the task in `state`.
 pub async fn wait_page_state(c: &Client, what: &str, state: &str, secs: u64) {
-    wait_js(
-        c,
-        what,
-        secs,
-        "return document.querySelector('[data-testid=task-state]')?.dataset.state === arguments[0];",
-        vec![json!(state)],
-    )
-    .await;
+    let js = "return document.querySelector('[data-testid=task-state]')?.dataset.state === arguments[0];";
+    wait_js(c, what, secs, js, vec![json!(state)]).await;
 }
 
 // ------------------------------------------------------------- checks
