@@ -57,14 +57,7 @@ pub struct RunEnv {
 impl std::fmt::Debug for RunEnv {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RunEnv")
-            .field(
-                "env",
-                &self
-                    .env
-                    .iter()
-                    .filter_map(|e| e.split_once('=').map(|p| p.0))
-                    .collect::<Vec<_>>(),
-            )
+            .field("env", &crate::domain::env_names(&self.env))
             .field("profile", &self.profile)
             .finish()
     }

@@ -386,3 +386,10 @@ pub struct SecretEntry {
     pub name: String,
     pub updated_at: DateTime<Utc>,
 }
+
+/// The names of `KEY=VALUE` pairs, for a `Debug` that never shows values.
+pub fn env_names(env: &[String]) -> Vec<&str> {
+    env.iter()
+        .filter_map(|pair| pair.split_once('=').map(|(name, _)| name))
+        .collect()
+}

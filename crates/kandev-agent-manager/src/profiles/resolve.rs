@@ -34,14 +34,7 @@ impl std::fmt::Debug for ResolvedProfile {
             .field("name", &self.name)
             .field("model", &self.model)
             .field("mode", &self.mode)
-            .field(
-                "env",
-                &self
-                    .env
-                    .iter()
-                    .filter_map(|e| e.split_once('=').map(|p| p.0))
-                    .collect::<Vec<_>>(),
-            )
+            .field("env", &crate::domain::env_names(&self.env))
             .field("mcp_servers", &self.transports)
             .finish_non_exhaustive()
     }
