@@ -5,18 +5,14 @@
 //! review, a run of a task with neither repository nor workspace completes.
 
 use kandev_events::agent::AgentEventKind;
-use kandev_orchestrator::{
-    Settings,
-    engine::{
-        followups::MAX_HELD_PROMPTS,
-        store::{FollowUpStore, PgExecStore, SqliteExecStore},
-    },
-    startup::{connect_database, connect_sqlite},
+use kandev_orchestrator::engine::{
+    followups::MAX_HELD_PROMPTS,
+    store::{FollowUpStore, PgExecStore, SqliteExecStore},
 };
 use kandev_proto::v1::{self as pb, orchestrator_client::OrchestratorClient};
-use kandev_testkit::TestDb;
 use uuid::Uuid;
 
+use crate::databases::Scratch;
 use crate::helpers::*;
 use crate::task_steps::*;
 
@@ -306,20 +302,11 @@ async fn store_keeps_held_follow_ups(store: &dyn FollowUpStore) {
 
 #[tokio::test]
 async fn the_held_follow_ups_store_works_on_postgres_and_sqlite() {
-    let db = TestDb::create().await;
-    let settings = Settings {
-        common: kandev_common::config::ServiceSettings {
-            database_url: db.url.clone(),
-            ..Settings::default().common
-        },
-        ..Settings::default()
-    };
-    let pool = connect_database(&settings).await.expect("postgres opens");
+    let (pool, scratch) = Scratch::postgres().await;
     store_keeps_held_follow_ups(&PgExecStore::new(pool)).await;
-    db.drop_db().await;
+    scratch.remove().await;
 
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let url = format!("sqlite://{}", dir.path().join("orchestrator.db").display());
-    let pool = connect_sqlite(&url).await.expect("sqlite opens");
+    let (pool, scratch) = Scratch::sqlite().await;
     store_keeps_held_follow_ups(&SqliteExecStore::new(pool)).await;
+    scratch.remove().await;
 }
