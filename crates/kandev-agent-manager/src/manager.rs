@@ -28,7 +28,7 @@ use crate::{
         AgentError, AgentInstance, AgentType, InstanceStatus, LogLine, Result, env_name_ok, invalid,
     },
     images::{BuildSettings, ImageBuilder, ImageStatus},
-    runner::{self, RunHandle, Shared, TurnSpec},
+    runner::{self, ProgressBook, RunHandle, Shared, TurnSpec},
     store::{LaunchFields, Outcome, Store},
     workspace::{self, Prepared, PreparedWorkspace, WorkspaceSource},
 };
@@ -147,6 +147,10 @@ impl AgentManager {
                 images,
                 shared: Shared {
                     docker,
+                    progress: Arc::new(ProgressBook::new(
+                        store.clone(),
+                        Duration::from_millis(settings.seq_flush_ms),
+                    )),
                     store,
                     bus,
                     settings: Arc::new(settings),

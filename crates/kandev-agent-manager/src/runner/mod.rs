@@ -8,8 +8,10 @@
 //! - [`pipeline`]: the event pipeline. A drain pairs each event with the
 //!   output line it came from and keeps the turn's state; a publisher sends
 //!   events to the bus in batches, as large as the agent's pace makes them;
-//!   a flusher stores the published position; a log writer batches stderr
-//!   into `agent_logs`. Nothing on the read path waits for Postgres.
+//!   a log writer batches stderr into `agent_logs`. Nothing on the read
+//!   path waits for the database.
+//! - [`progress`]: the published position of every running turn, stored
+//!   by one task in one statement per flush.
 //! - [`turn`]: driving a turn, either from a fresh container or by
 //!   resuming one that runs (or ran) without a client.
 //! - [`conversation`]: each task's prompts and the agent's replies, and
@@ -24,6 +26,7 @@ mod modes;
 mod output;
 mod pipeline;
 mod profile;
+mod progress;
 mod recovery;
 mod turn;
 
@@ -57,6 +60,7 @@ use crate::{
     store::{Outcome, Store},
 };
 use pipeline::Pipeline;
+pub use progress::ProgressBook;
 
 /// Where the workspace appears in every agent container.
 pub const CONTAINER_WORKSPACE: &str = "/workspace";
@@ -72,6 +76,8 @@ pub struct Shared {
     pub store: Store,
     pub bus: Arc<dyn EventBus>,
     pub settings: Arc<Settings>,
+    /// Where every running turn stands, flushed together.
+    pub progress: Arc<ProgressBook>,
 }
 
 /// One turn to run.

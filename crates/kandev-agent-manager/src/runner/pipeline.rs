@@ -1,5 +1,6 @@
-//! The event pipeline of a turn: drain → publisher, with a flusher and a
-//! log writer beside them.
+//! The event pipeline of a turn: drain → publisher, with a log writer
+//! beside them and the turn's position in the manager's
+//! [`ProgressBook`](super::ProgressBook).
 //!
 //! Exactness rests on one rule: every event is published in order, and the
 //! position published with it (its `seq` and the output lines read up to
@@ -39,10 +40,12 @@ use uuid::Uuid;
 mod linger;
 
 use self::linger::{Bounds, Linger};
-use super::{EventSender, Shared, bounded_text, lock, output::Line, publish_retrying};
+use super::{
+    EventSender, Shared, bounded_text, lock, output::Line, progress::Entry, publish_retrying,
+};
 use crate::{
     domain::{AgentInstance, LogLine},
-    store::Store,
+    store::{Position, Store},
 };
 
 /// An event and the output line it came from (`None`: a sync point).
@@ -125,8 +128,8 @@ pub(super) struct Pipeline {
     events: EventSender,
     logs: mpsc::Sender<LogLine>,
     publisher: tokio::task::JoinHandle<()>,
-    flusher: tokio::task::JoinHandle<()>,
-    flush_stop: CancellationToken,
+    /// The turn's place in the manager's [`ProgressBook`](super::ProgressBook).
+    progress: Entry,
     log_writer: tokio::task::JoinHandle<()>,
 }
 
@@ -163,17 +166,7 @@ impl Pipeline {
             )
             .in_current_span(),
         );
-        let flush_stop = CancellationToken::new();
-        let flusher = tokio::spawn(
-            flusher(
-                shared.store.clone(),
-                instance.id,
-                state.clone(),
-                Duration::from_millis(settings.seq_flush_ms),
-                flush_stop.clone(),
-            )
-            .in_current_span(),
-        );
+        let progress = shared.progress.enter(instance.id, state.clone());
         let log_writer = tokio::spawn(
             log_writer(
                 shared.store.clone(),
@@ -188,8 +181,7 @@ impl Pipeline {
             events,
             logs,
             publisher,
-            flusher,
-            flush_stop,
+            progress,
             log_writer,
         }
     }
@@ -224,8 +216,7 @@ impl Pipeline {
             events,
             logs,
             publisher,
-            flusher,
-            flush_stop,
+            progress,
             log_writer,
         } = self;
         drop(events);
@@ -236,17 +227,20 @@ impl Pipeline {
         {
             tracing::warn!(instance = %id, "event publishing did not drain in 30 s");
         }
-        flush_stop.cancel();
-        let _ = flusher.await;
+        progress.leave().await;
         let _ = tokio::time::timeout(Duration::from_secs(10), log_writer).await;
         let (last_seq, progress, summary, cursor) = {
             let s = lock(&state);
             (s.published_seq, s.progress, s.summary.clone(), s.cursor)
         };
+        let last = Position {
+            id,
+            last_seq: seq_i64(last_seq),
+            progress,
+            cursor,
+        };
         if last_seq > 0
-            && let Err(e) = store
-                .save_progress(id, seq_i64(last_seq), progress, cursor)
-                .await
+            && let Err(e) = store.save_progress(&[last]).await
         {
             tracing::warn!(error = %e, "cannot store last_seq");
         }
@@ -543,35 +537,6 @@ impl Publisher {
             .await
         {
             tracing::warn!(error = %e, "cannot store a sync point");
-        }
-    }
-}
-
-/// Stores the last published seq, its output position and the progress
-/// every `every` until `stop` fires.
-async fn flusher(
-    store: Store,
-    id: Uuid,
-    state: SharedState,
-    every: Duration,
-    stop: CancellationToken,
-) {
-    let mut saved = (0u64, -1.0f64);
-    let mut tick = tokio::time::interval(every);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            () = stop.cancelled() => return,
-        }
-        let (now, cursor) = {
-            let s = lock(&state);
-            ((s.published_seq, s.progress), s.cursor)
-        };
-        if now != saved && now.0 > 0 {
-            match store.save_progress(id, seq_i64(now.0), now.1, cursor).await {
-                Ok(()) => saved = now,
-                Err(e) => tracing::warn!(error = %e, "cannot store last_seq"),
-            }
         }
     }
 }

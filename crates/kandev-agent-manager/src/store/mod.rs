@@ -60,15 +60,9 @@ pub trait AgentStore: std::fmt::Debug + Send + Sync + 'static {
     async fn begin_turn(&self, id: Uuid) -> Result<AgentInstance>;
     async fn set_container(&self, id: Uuid, container_id: &str) -> Result<()>;
     async fn set_running(&self, id: Uuid, session_id: &str) -> Result<()>;
-    /// Stores the last published `seq`, the output position that goes with
-    /// it, and the plan progress.
-    async fn save_progress(
-        &self,
-        id: Uuid,
-        last_seq: i64,
-        progress: f64,
-        cursor: OutputCursor,
-    ) -> Result<()>;
+    /// Stores where each of `positions`' instances stands, in one
+    /// statement; a position older than the stored one changes nothing.
+    async fn save_progress(&self, positions: &[Position]) -> Result<()>;
     /// Ends the instance (completed, failed or stopped) unless it already
     /// ended; returns whether this call ended it.
     async fn finish(&self, id: Uuid, status: InstanceStatus, outcome: &Outcome) -> Result<bool>;
@@ -286,6 +280,16 @@ pub struct LaunchFields<'a> {
 pub struct Exchange {
     pub prompt: String,
     pub reply: String,
+}
+
+/// Where an instance's publishing stands: the last published `seq`, the
+/// output position that goes with it, and the plan progress.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Position {
+    pub id: Uuid,
+    pub last_seq: i64,
+    pub progress: f64,
+    pub cursor: OutputCursor,
 }
 
 /// How an instance ended.

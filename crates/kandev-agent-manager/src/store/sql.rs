@@ -17,8 +17,8 @@ use sqlx::{Database, Pool};
 use uuid::Uuid;
 
 use super::{
-    AgentStore, Exchange, INSTANCE_COLUMNS, InstanceRow, LaunchFields, Outcome, TYPE_COLUMNS,
-    TypeRow, lines,
+    AgentStore, Exchange, INSTANCE_COLUMNS, InstanceRow, LaunchFields, Outcome, Position,
+    TYPE_COLUMNS, TypeRow, lines,
 };
 use crate::domain::SecretEntry;
 use crate::domain::{AgentError, AgentInstance, AgentType, InstanceStatus, LogLine, Result};
@@ -298,25 +298,22 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         self.write(stmt).await
     }
 
-    #[tracing::instrument(skip_all)]
-    async fn save_progress(
-        &self,
-        id: Uuid,
-        last_seq: i64,
-        progress: f64,
-        cursor: OutputCursor,
-    ) -> Result<()> {
-        let stmt = Stmt::new(
-            "UPDATE agent_instances SET last_seq = $2, progress = $3, stdout_lines = $4, \
-             stderr_lines = $5, updated_at = $6 WHERE id = $1 AND last_seq <= $2",
-        )
-        .bind(id)
-        .bind(last_seq)
-        .bind(progress)
-        .bind(lines(cursor.stdout_lines))
-        .bind(lines(cursor.stderr_lines))
-        .bind(Utc::now());
-        self.write(stmt).await
+    #[tracing::instrument(skip_all, fields(instances = positions.len()))]
+    async fn save_progress(&self, positions: &[Position]) -> Result<()> {
+        for some in positions.chunks(POSITIONS_PER_UPDATE) {
+            let stmt = some.iter().fold(
+                Stmt::new(save_progress(some.len())).bind(Utc::now()),
+                |stmt, p| {
+                    stmt.bind(p.id)
+                        .bind(p.last_seq)
+                        .bind(p.progress)
+                        .bind(lines(p.cursor.stdout_lines))
+                        .bind(lines(p.cursor.stderr_lines))
+                },
+            );
+            self.write(stmt).await?;
+        }
+        Ok(())
     }
 
     #[tracing::instrument(skip_all)]
@@ -533,4 +530,24 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
     async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// How many positions one statement stores (5 parameters each, far below
+/// either database's limit).
+const POSITIONS_PER_UPDATE: usize = 500;
+
+/// The statement storing `rows` positions: `$1` the time, then five
+/// parameters per instance (id, seq, progress, stdout and stderr lines).
+/// A `VALUES` list's columns are `column1`… in both databases.
+fn save_progress(rows: usize) -> String {
+    let values: Vec<String> = (0..rows)
+        .map(|r| format!("({})", param_list(2 + r * 5, 5)))
+        .collect();
+    format!(
+        "UPDATE agent_instances SET last_seq = v.column2, progress = v.column3, \
+         stdout_lines = v.column4, stderr_lines = v.column5, updated_at = $1 \
+         FROM (VALUES {}) AS v \
+         WHERE agent_instances.id = v.column1 AND agent_instances.last_seq <= v.column2",
+        values.join(", ")
+    )
 }

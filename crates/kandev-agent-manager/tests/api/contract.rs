@@ -11,7 +11,7 @@ use kandev_agent_manager::{
     domain::{AgentType, InstanceStatus, LogLine},
     profiles::{AgentProfile, McpServerSpec, McpTransport, ProfileSpec},
     startup::open_store,
-    store::{Exchange, LaunchFields, Outcome, Store},
+    store::{Exchange, LaunchFields, Outcome, Position, Store},
 };
 use kandev_events::agent::OutputCursor;
 use kandev_testkit::TestDb;
@@ -301,20 +301,45 @@ async fn a_turn_runs_and_ends_once(a: &Store, _b: &Store) {
 
 async fn progress_never_goes_back(a: &Store, _b: &Store) {
     let id = new_instance(a, Uuid::now_v7()).await;
+    let other = new_instance(a, Uuid::now_v7()).await;
     let at = |stdout_lines, stderr_lines| OutputCursor {
         stdout_lines,
         stderr_lines,
     };
-    a.save_progress(id, 10, 0.5, at(12, 1)).await.unwrap();
+    let position = |id, last_seq, progress, cursor| Position {
+        id,
+        last_seq,
+        progress,
+        cursor,
+    };
+    // Several instances in one call, each to its own position.
+    a.save_progress(&[
+        position(id, 10, 0.5, at(12, 1)),
+        position(other, 3, 0.25, at(4, 0)),
+    ])
+    .await
+    .unwrap();
+    let stored = a.get_instance(other).await.unwrap();
+    assert_eq!((stored.last_seq, stored.progress), (3, 0.25));
+    assert_eq!(stored.cursor, at(4, 0));
     let sync = json!({"id": Uuid::now_v7(), "type": "agent.sync"});
     a.save_sync(id, 11, 0.6, at(13, 1), &sync).await.unwrap();
-    // Older positions (a late writer) change nothing.
-    a.save_progress(id, 9, 0.9, at(1, 1)).await.unwrap();
+    // Older positions (a late writer) change nothing; the others in the
+    // same call are stored.
+    a.save_progress(&[
+        position(id, 9, 0.9, at(1, 1)),
+        position(other, 5, 0.5, at(6, 1)),
+    ])
+    .await
+    .unwrap();
     a.save_sync(id, 5, 0.9, at(1, 1), &json!({})).await.unwrap();
     let now = a.get_instance(id).await.unwrap();
     assert_eq!((now.last_seq, now.progress), (11, 0.6));
     assert_eq!(now.cursor, at(13, 1));
     assert_eq!(now.sync_event, Some(sync));
+    assert_eq!(a.get_instance(other).await.unwrap().last_seq, 5);
+    // Nothing to store is no statement and no error.
+    a.save_progress(&[]).await.unwrap();
     // A new turn starts its output over.
     let turn = a.begin_turn(id).await.unwrap();
     assert_eq!(

@@ -1,0 +1,147 @@
+//! Where every running turn stands, stored together: one task writes the
+//! positions of all the manager's turns that moved (the last published
+//! `seq`, the output position that goes with it, the plan progress) in one
+//! statement per flush, so fifty agents cost one write per flush, not
+//! fifty. A restarted manager resumes from these positions; what was
+//! published after the last flush is published again and dropped by the
+//! bus as a copy.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, Weak},
+    time::Duration,
+};
+
+use kandev_common::sync::lock;
+use uuid::Uuid;
+
+use super::pipeline::SharedState;
+use crate::store::{Position, Store};
+
+/// The turns whose positions are flushed, and the task flushing them.
+pub struct ProgressBook {
+    store: Store,
+    every: Duration,
+    turns: Arc<Turns>,
+    started: std::sync::OnceLock<()>,
+}
+
+#[derive(Default)]
+struct Turns {
+    watched: Mutex<HashMap<Uuid, Watched>>,
+    /// Held while a flush writes: a turn that ends waits for it, so no
+    /// flush stores an older position after the turn's last one.
+    writing: tokio::sync::Mutex<()>,
+}
+
+struct Watched {
+    state: SharedState,
+    /// The (seq, progress) stored last.
+    saved: (u64, f64),
+}
+
+/// A turn's place in the book; [`Self::leave`] takes it out.
+pub(super) struct Entry {
+    id: Uuid,
+    turns: Arc<Turns>,
+}
+
+impl ProgressBook {
+    /// A book flushing to `store` every `every` (from the first turn on).
+    pub fn new(store: Store, every: Duration) -> Self {
+        ProgressBook {
+            store,
+            every,
+            turns: Arc::default(),
+            started: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Flushes `state`'s position with the others' from now on.
+    pub(super) fn enter(&self, id: Uuid, state: SharedState) -> Entry {
+        self.started.get_or_init(|| {
+            let (store, every) = (self.store.clone(), self.every);
+            tokio::spawn(flush_every(store, every, Arc::downgrade(&self.turns)));
+        });
+        let saved = {
+            let s = lock(&state);
+            (s.published_seq, s.progress)
+        };
+        lock(&self.turns.watched).insert(id, Watched { state, saved });
+        Entry {
+            id,
+            turns: self.turns.clone(),
+        }
+    }
+}
+
+impl Entry {
+    /// Takes the turn out of the book, once no flush is writing its
+    /// position any more.
+    pub(super) async fn leave(self) {
+        lock(&self.turns.watched).remove(&self.id);
+        let _ = self.turns.writing.lock().await;
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        lock(&self.turns.watched).remove(&self.id);
+    }
+}
+
+/// Flushes the book every `every` until the book is gone.
+async fn flush_every(store: Store, every: Duration, turns: Weak<Turns>) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(turns) = turns.upgrade() else {
+            return;
+        };
+        flush(&store, &turns).await;
+    }
+}
+
+/// Stores the positions that moved since they were stored last.
+#[tracing::instrument(skip_all)]
+async fn flush(store: &Store, turns: &Turns) {
+    let _writing = turns.writing.lock().await;
+    let moved = moved(turns);
+    if moved.is_empty() {
+        return;
+    }
+    if let Err(error) = store.save_progress(&moved).await {
+        tracing::warn!(%error, turns = moved.len(), "cannot store the turns' positions");
+        // Stored again at the next flush.
+        let mut watched = lock(&turns.watched);
+        for p in &moved {
+            if let Some(w) = watched.get_mut(&p.id) {
+                w.saved = (0, -1.0);
+            }
+        }
+    }
+}
+
+/// The positions that moved, marked as stored.
+fn moved(turns: &Turns) -> Vec<Position> {
+    let mut watched = lock(&turns.watched);
+    watched
+        .iter_mut()
+        .filter_map(|(id, w)| {
+            let (now, cursor) = {
+                let s = lock(&w.state);
+                ((s.published_seq, s.progress), s.cursor)
+            };
+            (now != w.saved && now.0 > 0).then(|| {
+                w.saved = now;
+                Position {
+                    id: *id,
+                    last_seq: i64::try_from(now.0).unwrap_or(i64::MAX),
+                    progress: now.1,
+                    cursor,
+                }
+            })
+        })
+        .collect()
+}
