@@ -76,6 +76,7 @@ contract!(Backend:
     chunks_of_one_message_become_one_item_and_the_rest_items_of_their_own,
     a_long_message_goes_on_in_items_of_bounded_text,
     small_appends_and_retries_make_the_same_items_as_one_append,
+    tasks_appended_together_make_the_items_each_makes_alone,
     pages_go_back_to_the_first_item_each_seq_once,
     a_page_and_the_frames_after_it_are_exactly_the_feed,
     a_feed_stored_before_the_view_is_compacted_when_read_or_appended_to,
@@ -372,6 +373,33 @@ async fn small_appends_and_retries_make_the_same_items_as_one_append(b: &Backend
     assert_eq!(a, z);
     // Each closed item is one row, however it grew.
     assert_eq!(b.rows().await, 20);
+}
+
+async fn tasks_appended_together_make_the_items_each_makes_alone(b: &Backend) {
+    let store = b.feed.as_ref();
+    let run = Uuid::now_v7();
+    // Long enough for every task's message to be joined into one row more
+    // than once, in the same appends as the other tasks'.
+    let mut events: Vec<(Uuid, Value)> = (0..150)
+        .map(|i| (run, message(&format!("m{i} "))))
+        .collect();
+    events.push((run, event("turn_end", json!({"stop_reason": "end_turn"}))));
+    let alone = Uuid::now_v7();
+    store.append(&feed(alone, &events)).await.unwrap();
+    let together: Vec<Uuid> = (0..3).map(|_| Uuid::now_v7()).collect();
+    let feeds: Vec<Vec<Arc<Frame>>> = together.iter().map(|t| feed(*t, &events)).collect();
+    for i in 0..events.len() {
+        // One frame of each task per append, as a flush of many agents.
+        let batch: Vec<Arc<Frame>> = feeds.iter().map(|f| f[i].clone()).collect();
+        store.append(&batch).await.unwrap();
+    }
+    let want = serde_json::to_value(store.page(alone, None, 500).await.unwrap()).unwrap();
+    assert_eq!(want["covers_to"], 151);
+    for (task, frames) in together.iter().zip(&feeds) {
+        let page = store.page(*task, None, 500).await.unwrap();
+        assert_exact(&page.items, frames);
+        assert_eq!(serde_json::to_value(page).unwrap(), want);
+    }
 }
 
 async fn pages_go_back_to_the_first_item_each_seq_once(b: &Backend) {

@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::{
     Chunk, FeedStore, Result, appended, chunks,
-    items::{self, FeedPage, ItemsTx, Row, TaskMeta, sql},
+    items::{self, FeedPage, ItemKey, ItemsTx, Row, TaskMeta, sql},
     reads,
 };
 use crate::feed::Frame;
@@ -126,6 +126,13 @@ impl<D: FeedDb> FeedStore for DbFeedStore<D> {
     }
 }
 
+/// `stmt` with each item's task id and item seq bound in turn.
+fn keyed(stmt: Stmt, items: &[ItemKey]) -> Stmt {
+    items.iter().fold(stmt, |stmt, (task_id, item_seq)| {
+        stmt.bind(*task_id).bind(*item_seq)
+    })
+}
+
 /// A transaction of database `D`, as the compaction uses it.
 struct Tx<'a, D: Dialect>(&'a mut D::Connection);
 
@@ -148,14 +155,14 @@ impl<D: FeedDb> ItemsTx for Tx<'_, D> {
         rows.into_iter().map(Row::from_task_meta).collect()
     }
 
-    async fn item_text(&mut self, task_id: Uuid, item_seq: i64) -> Result<String> {
-        let stmt = Stmt::new(sql::ITEM_TEXT).bind(task_id).bind(item_seq);
-        let rows: Vec<(String, Option<Vec<u8>>)> = D::run(self.0, stmt).await?;
-        items::join_text(task_id, item_seq, rows)
+    async fn item_texts(&mut self, items: &[ItemKey]) -> Result<Vec<String>> {
+        let stmt = keyed(Stmt::new(sql::item_texts(items.len())), items);
+        let rows: Vec<(i64, i64, String, Option<Vec<u8>>)> = D::run(self.0, stmt).await?;
+        items::join_texts(items, rows)
     }
 
-    async fn delete_item(&mut self, task_id: Uuid, item_seq: i64) -> Result<()> {
-        let stmt = Stmt::new(sql::DELETE_ITEM).bind(task_id).bind(item_seq);
+    async fn delete_items(&mut self, items: &[ItemKey]) -> Result<()> {
+        let stmt = keyed(Stmt::new(sql::delete_items(items.len())), items);
         dialect::execute::<D>(self.0, stmt).await
     }
 

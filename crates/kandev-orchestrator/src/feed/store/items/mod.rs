@@ -486,24 +486,39 @@ pub(super) trait ItemsTx: Send {
     /// The last row of each of these tasks that has one (at most
     /// [`sql::TASKS_PER_READ`]), without its text.
     async fn last_rows(&mut self, tasks: &[Uuid]) -> Result<Vec<Row>>;
-    /// The text of an item's stored rows, in order.
-    async fn item_text(&mut self, task_id: Uuid, item_seq: i64) -> Result<String>;
-    async fn delete_item(&mut self, task_id: Uuid, item_seq: i64) -> Result<()>;
+    /// The text of each item's stored rows (by task id and item seq, at
+    /// most [`sql::TASKS_PER_READ`]), in the order asked.
+    async fn item_texts(&mut self, items: &[ItemKey]) -> Result<Vec<String>>;
+    /// Deletes the stored rows of these items (at most
+    /// [`sql::TASKS_PER_READ`]).
+    async fn delete_items(&mut self, items: &[ItemKey]) -> Result<()>;
     async fn insert(&mut self, rows: &[Row]) -> Result<()>;
     /// Stored frames of the task after `after`, at most `limit`.
     async fn frames(&mut self, task_id: Uuid, after: i64, limit: i64) -> Result<Vec<Frame>>;
 }
 
-/// Writes what a compaction made.
+/// An item: its task and its first seq.
+pub(super) type ItemKey = (Uuid, i64);
+
+/// Writes what a compaction made: the rewritten items' stored text is read
+/// and their rows deleted a group at a time, then every row is inserted,
+/// so a flush costs a few statements however many tasks it holds.
 async fn write(tx: &mut dyn ItemsTx, writes: Writes) -> Result<()> {
-    for mut row in writes.rewrites {
-        let mut text = tx.item_text(row.task_id, row.item_seq).await?;
-        text.push_str(&row.text);
-        row.text = text;
-        tx.delete_item(row.task_id, row.item_seq).await?;
-        tx.insert(std::slice::from_ref(&row)).await?;
+    let Writes {
+        mut rewrites,
+        inserts,
+    } = writes;
+    for group in rewrites.chunks_mut(sql::TASKS_PER_READ) {
+        let keys: Vec<ItemKey> = group.iter().map(|r| (r.task_id, r.item_seq)).collect();
+        let stored = tx.item_texts(&keys).await?;
+        for (row, mut text) in group.iter_mut().zip(stored) {
+            text.push_str(&row.text);
+            row.text = text;
+        }
+        tx.delete_items(&keys).await?;
     }
-    for rows in writes.inserts.chunks(sql::ROWS_PER_INSERT) {
+    rewrites.extend(inserts);
+    for rows in rewrites.chunks(sql::ROWS_PER_INSERT) {
         tx.insert(rows).await?;
     }
     Ok(())
@@ -645,13 +660,18 @@ pub(super) fn page_bounds(heads: &[(i64, i64)], limit: i64) -> Option<(i64, i64,
 }
 
 /// The text of an item's stored rows, in order.
-pub(super) fn join_text(
-    task_id: Uuid,
-    item_seq: i64,
-    rows: Vec<(String, Option<Vec<u8>>)>,
-) -> Result<String> {
-    let mut text = String::new();
-    for (plain, packed) in rows {
+/// Each of `items`' text from its stored rows (`(n, first_seq, text,
+/// packed text)`, `n` the item's place in `items`, in order).
+pub(super) fn join_texts(
+    items: &[ItemKey],
+    rows: Vec<(i64, i64, String, Option<Vec<u8>>)>,
+) -> Result<Vec<String>> {
+    let mut texts = vec![String::new(); items.len()];
+    for (n, _, plain, packed) in rows {
+        let (text, (task_id, item_seq)) = usize::try_from(n)
+            .ok()
+            .and_then(|n| Some((texts.get_mut(n)?, items[n])))
+            .ok_or_else(|| sqlx::Error::Decode(format!("feed item text for item {n}").into()))?;
         let piece = super::stored_text(plain, packed).map_err(|e| {
             sqlx::Error::Decode(
                 format!("feed item of task {task_id} at seq {item_seq}: {e}").into(),
@@ -659,7 +679,7 @@ pub(super) fn join_text(
         })?;
         text.push_str(&piece);
     }
-    Ok(text)
+    Ok(texts)
 }
 
 fn item(row: Row) -> Result<FeedItem> {

@@ -5,8 +5,6 @@ pub const LAST_ROW: &str = "SELECT first_seq, last_seq, item_seq, instance_id, f
      FROM feed_items WHERE task_id = $1 ORDER BY first_seq DESC LIMIT 1";
 pub const COVERED: &str =
     "SELECT last_seq FROM feed_items WHERE task_id = $1 ORDER BY first_seq DESC LIMIT 1";
-pub const ITEM_TEXT: &str = "SELECT text, text_lz4 FROM feed_items
-     WHERE task_id = $1 AND item_seq = $2 ORDER BY first_seq";
 /// The chunks of `$1` that may hold seqs after `$4` (those starting in
 /// `$2 < first_seq <= $3`): the columns of [`super::super::ChunkRow`].
 pub const HISTORY: &str =
@@ -14,7 +12,6 @@ pub const HISTORY: &str =
      FROM feed_chunks
      WHERE task_id = $1 AND first_seq > $2 AND first_seq <= $3 AND last_seq > $4
      ORDER BY first_seq";
-pub const DELETE_ITEM: &str = "DELETE FROM feed_items WHERE task_id = $1 AND item_seq = $2";
 /// The first seqs of the newest `$3` items starting before `$2`, and
 /// their first rows' text bytes (a whole item's but the last one's).
 pub const PAGE_HEADS: &str = "SELECT first_seq, item_bytes FROM feed_items
@@ -49,8 +46,48 @@ pub fn last_rows(tasks: usize) -> &'static str {
     &SQL[tasks]
 }
 
+/// The stored rows' text of `items` items (`$1, $2` the first's task id
+/// and item seq, and so on), each row numbered by its item's place in the
+/// list: one indexed read per item in one statement.
+pub fn item_texts(items: usize) -> &'static str {
+    static SQL: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+        (0..=TASKS_PER_READ)
+            .map(|n| {
+                let reads: Vec<String> = (0..n)
+                    .map(|k| {
+                        format!(
+                            "SELECT CAST({k} AS BIGINT) AS n, first_seq, text, text_lz4 FROM feed_items
+                             WHERE task_id = ${} AND item_seq = ${}",
+                            2 * k + 1,
+                            2 * k + 2
+                        )
+                    })
+                    .collect();
+                format!("{} ORDER BY n, first_seq", reads.join(" UNION ALL "))
+            })
+            .collect()
+    });
+    &SQL[items]
+}
+
+/// Deletes the rows of `items` items (as [`item_texts`] lists them).
+pub fn delete_items(items: usize) -> &'static str {
+    static SQL: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+        (0..=TASKS_PER_READ)
+            .map(|n| {
+                let each: Vec<String> = (0..n)
+                    .map(|k| format!("(task_id = ${} AND item_seq = ${})", 2 * k + 1, 2 * k + 2))
+                    .collect();
+                format!("DELETE FROM feed_items WHERE {}", each.join(" OR "))
+            })
+            .collect()
+    });
+    &SQL[items]
+}
+
 pub const COLUMNS: usize = 14;
-pub const ROWS_PER_INSERT: usize = 32;
+/// The most rows one `INSERT` writes (14 parameters each).
+pub const ROWS_PER_INSERT: usize = 64;
 
 /// `INSERT … VALUES` of `rows` rows; one text per row count, made once.
 pub fn insert(rows: usize) -> &'static str {
@@ -71,7 +108,7 @@ pub fn insert(rows: usize) -> &'static str {
 /// Parameters of one chunk in [`insert_chunks`].
 pub const CHUNK_PARAMS: usize = 8;
 /// The most chunks one `INSERT` writes.
-pub const CHUNKS_PER_INSERT: usize = 32;
+pub const CHUNKS_PER_INSERT: usize = 64;
 
 /// `INSERT … VALUES` of `rows` feed chunks (each: task id, first and last
 /// seq, instance id, first instance seq, events, packed events, created
