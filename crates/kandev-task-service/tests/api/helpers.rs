@@ -1,4 +1,4 @@
-use std::{sync::LazyLock, time::Duration};
+use std::time::Duration;
 
 use futures::StreamExt;
 use kandev_common::CancellationToken;
@@ -8,12 +8,6 @@ use kandev_task_service::{Application, Settings};
 pub use kandev_testkit::{NATS_URL, OwnNats, TestDb, free_port};
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
-
-static TRACING: LazyLock<()> = LazyLock::new(|| {
-    if std::env::var("TEST_LOG").is_ok() {
-        let _ = kandev_common::telemetry::init("test", &Default::default());
-    }
-});
 
 pub struct TestApp {
     pub client: TaskServiceClient<TracedChannel>,
@@ -25,13 +19,7 @@ pub struct TestApp {
 
 pub fn settings(db: &TestDb, nats_url: &str) -> Settings {
     Settings {
-        common: kandev_common::config::ServiceSettings {
-            listen_addr: "127.0.0.1:0".into(),
-            database_url: db.url.clone(),
-            nats_url: nats_url.into(),
-            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
-            ..Settings::default().common
-        },
+        common: kandev_testkit::service_settings(Settings::default().common, &db.url, nats_url),
         outbox_poll_ms: 200,
         ..Settings::default()
     }
@@ -43,11 +31,8 @@ pub async fn serve(
 ) -> (std::net::SocketAddr, CancellationToken, JoinHandle<()>) {
     let app = Application::build(settings).await.expect("app builds");
     let addr = app.local_addr();
-    let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
-    let handle = tokio::spawn(async move {
-        app.run_until_stopped(stop).await.expect("server runs");
-    });
+    let (shutdown, handle) =
+        kandev_testkit::run_until_cancelled("server runs", |stop| app.run_until_stopped(stop));
     (addr, shutdown, handle)
 }
 
@@ -56,7 +41,7 @@ pub async fn spawn_app() -> TestApp {
 }
 
 pub async fn spawn_app_with_nats(nats_url: &str) -> TestApp {
-    LazyLock::force(&TRACING);
+    kandev_testkit::init_tracing();
     let db = TestDb::create().await;
     let (addr, shutdown, handle) = serve(settings(&db, nats_url)).await;
     let client = TaskServiceClient::new(traced(
