@@ -1,12 +1,12 @@
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use kandev_common::CancellationToken;
 use kandev_common::trace::{TracedChannel, traced};
 use kandev_proto::v1::{self as pb, task_service_client::TaskServiceClient};
-use kandev_task_service::{Application, Settings};
+use kandev_task_service::{Application, Settings, startup::Storage};
 pub use kandev_testkit::{NATS_URL, OwnNats, TestDb, free_port};
-use tokio::task::JoinHandle;
+use tokio::{sync::Notify, task::JoinHandle};
 use tonic::transport::Channel;
 
 pub struct TestApp {
@@ -23,6 +23,24 @@ pub fn settings(db: &TestDb, nats_url: &str) -> Settings {
         outbox_poll_ms: 200,
         ..Settings::default()
     }
+}
+
+/// The service's default settings on the database at `database_url`.
+pub fn on_database(database_url: &str) -> Settings {
+    Settings {
+        common: kandev_common::config::ServiceSettings {
+            database_url: database_url.into(),
+            ..Settings::default().common
+        },
+        ..Settings::default()
+    }
+}
+
+/// The service's storage on the database at `database_url`, migrated.
+pub async fn open_storage(database_url: &str) -> Storage {
+    Storage::open(&on_database(database_url), Arc::new(Notify::new()))
+        .await
+        .expect("the database opens")
 }
 
 /// The service with `settings`, serving until the token fires.
