@@ -283,6 +283,19 @@ impl TestApp {
             .lines
     }
 
+    /// Every instance of the task, ended ones too.
+    pub async fn instances_of(&mut self, task: Uuid) -> Vec<pb::AgentInstance> {
+        self.client
+            .list_instances(pb::ListInstancesRequest {
+                task_id: task.to_string(),
+                active_only: false,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .instances
+    }
+
     /// The task's changes on its branch.
     pub async fn changes(&mut self, task: Uuid) -> pb::Changes {
         self.client
