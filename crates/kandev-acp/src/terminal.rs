@@ -32,6 +32,12 @@ pub const DEFAULT_OUTPUT_BYTE_LIMIT: u64 = 1024 * 1024;
 /// Output is never kept beyond this, whatever the agent asks for.
 pub const MAX_OUTPUT_BYTE_LIMIT: u64 = 16 * 1024 * 1024;
 
+/// The answer to a `terminal/*` request naming a terminal that is not (or
+/// no longer) there.
+pub fn unknown_terminal(id: &TerminalId) -> RpcError {
+    RpcError::new(codes::RESOURCE_NOT_FOUND, format!("unknown terminal {id}"))
+}
+
 /// Runs the agent's terminal commands.
 ///
 /// Every method answers one `terminal/*` request; an `Err` is sent back to
@@ -68,6 +74,16 @@ impl OutputBuffer {
             limit,
             truncated: false,
         }
+    }
+
+    /// An empty buffer for a `terminal/create` whose `outputByteLimit` is
+    /// `requested`: [`DEFAULT_OUTPUT_BYTE_LIMIT`] when absent, never more
+    /// than [`MAX_OUTPUT_BYTE_LIMIT`].
+    pub fn for_request(requested: Option<u64>) -> Self {
+        let limit = requested
+            .unwrap_or(DEFAULT_OUTPUT_BYTE_LIMIT)
+            .min(MAX_OUTPUT_BYTE_LIMIT);
+        Self::new(usize::try_from(limit).unwrap_or(usize::MAX))
     }
 
     /// Appends output, dropping the oldest bytes beyond the limit.
@@ -133,9 +149,10 @@ impl LocalExecutor {
         f: impl FnOnce(&LocalTerminal) -> T,
     ) -> Result<T, RpcError> {
         let terminals = lock(&self.terminals);
-        terminals.get(id.0.as_ref()).map(f).ok_or_else(|| {
-            RpcError::new(codes::RESOURCE_NOT_FOUND, format!("unknown terminal {id}"))
-        })
+        terminals
+            .get(id.0.as_ref())
+            .map(f)
+            .ok_or_else(|| unknown_terminal(id))
     }
 }
 
@@ -198,12 +215,8 @@ impl TerminalExecutor for LocalExecutor {
                 format!("cannot start {}: {e}", request.command),
             )
         })?;
-        let limit = request
-            .output_byte_limit
-            .unwrap_or(DEFAULT_OUTPUT_BYTE_LIMIT)
-            .min(MAX_OUTPUT_BYTE_LIMIT);
-        let output = Arc::new(Mutex::new(OutputBuffer::new(
-            usize::try_from(limit).unwrap_or(usize::MAX),
+        let output = Arc::new(Mutex::new(OutputBuffer::for_request(
+            request.output_byte_limit,
         )));
         let (exit_tx, exit_rx) = watch::channel(None);
         let kill = Arc::new(Notify::new());
@@ -277,10 +290,7 @@ impl TerminalExecutor for LocalExecutor {
                 t.kill.notify_one();
                 Ok(())
             }
-            None => Err(RpcError::new(
-                codes::RESOURCE_NOT_FOUND,
-                format!("unknown terminal {terminal_id}"),
-            )),
+            None => Err(unknown_terminal(terminal_id)),
         }
     }
 }

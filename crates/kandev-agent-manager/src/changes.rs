@@ -496,27 +496,58 @@ async fn changed_files(
     Ok(files)
 }
 
+/// What a diff of the task's work compares: its base commit with the
+/// staged work tree (the task's lock held while this lives) or, once the
+/// clone was removed, with the delivered commit.
+struct DiffSides {
+    base_commit: String,
+    /// The delivered commit, once the clone was removed.
+    delivered: Option<String>,
+    _staged: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl DiffSides {
+    /// The base, then the work tree staged or the delivery looked up.
+    async fn of(task: &TaskRepo) -> Result<DiffSides> {
+        let (base_commit, _) = base_of(&task.repo).await?;
+        let (_staged, delivered) = if task.clone_removed {
+            let last = delivered(&task.repo).await.ok_or_else(|| {
+                AgentError::FailedPrecondition(
+                    "the task's repository has no delivery recorded".into(),
+                )
+            })?;
+            (None, Some(last.commit))
+        } else {
+            (Some(stage(task).await?), None)
+        };
+        Ok(DiffSides {
+            base_commit,
+            delivered,
+            _staged,
+        })
+    }
+
+    /// What the base is compared with.
+    fn target(&self) -> Target<'_> {
+        self.delivered
+            .as_deref()
+            .map_or(Target::Index, Target::Commit)
+    }
+}
+
 /// The unified diff of the changed file `path`, cut at `max_bytes` (the
 /// delivered commit's once the clone was removed).
 #[instrument(skip_all)]
 pub async fn file_diff(task: &TaskRepo, path: &str, max_bytes: usize) -> Result<FileDiff> {
     let repo = &task.repo;
-    let (base_commit, _) = base_of(repo).await?;
-    let (_staged, last) = if task.clone_removed {
-        let last = delivered(repo).await.ok_or_else(|| {
-            AgentError::FailedPrecondition("the task's repository has no delivery recorded".into())
-        })?;
-        (None, Some(last.commit))
-    } else {
-        (Some(stage(task).await?), None)
-    };
-    let target = last.as_deref().map_or(Target::Index, Target::Commit);
-    let files = changed_files(repo, &base_commit, target).await?;
+    let sides = DiffSides::of(task).await?;
+    let (base_commit, target) = (&sides.base_commit, sides.target());
+    let files = changed_files(repo, base_commit, target).await?;
     let file = files
         .iter()
         .find(|f| f.path == path)
         .ok_or_else(|| AgentError::NotFound(format!("a change to {path}")))?;
-    let mut args = diff_args(&base_commit, target, &[]);
+    let mut args = diff_args(base_commit, target, &[]);
     if let Some(old) = &file.old_path {
         args.push(old);
     }
@@ -537,18 +568,10 @@ pub async fn file_diff(task: &TaskRepo, path: &str, max_bytes: usize) -> Result<
 #[instrument(skip_all)]
 pub async fn whole_diff(task: &TaskRepo, max_bytes: usize) -> Result<String> {
     let repo = &task.repo;
-    let (base_commit, _) = base_of(repo).await?;
-    let (_staged, last) = if task.clone_removed {
-        let last = delivered(repo).await.ok_or_else(|| {
-            AgentError::FailedPrecondition("the task's repository has no delivery recorded".into())
-        })?;
-        (None, Some(last.commit))
-    } else {
-        (Some(stage(task).await?), None)
-    };
-    let target = last.as_deref().map_or(Target::Index, Target::Commit);
+    let sides = DiffSides::of(task).await?;
+    let (base_commit, target) = (&sides.base_commit, sides.target());
     let output = repo
-        .run(diff_args(&base_commit, target, &[]), None)
+        .run(diff_args(base_commit, target, &[]), None)
         .await?
         .stdout;
     Ok(bounded(&output, max_bytes).0)

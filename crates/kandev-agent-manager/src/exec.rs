@@ -20,7 +20,7 @@ use kandev_acp::{
     RpcError, TerminalExecutor,
     error::codes,
     schema::{CreateTerminalRequest, TerminalExitStatus, TerminalId, TerminalOutputResponse},
-    terminal::{DEFAULT_OUTPUT_BYTE_LIMIT, MAX_OUTPUT_BYTE_LIMIT, OutputBuffer},
+    terminal::{OutputBuffer, unknown_terminal},
 };
 use tokio::sync::watch;
 
@@ -55,9 +55,7 @@ impl DockerExec {
         terminals
             .get(id.0.as_ref())
             .map(|t| (t.output.clone(), t.exit.clone()))
-            .ok_or_else(|| {
-                RpcError::new(codes::RESOURCE_NOT_FOUND, format!("unknown terminal {id}"))
-            })
+            .ok_or_else(|| unknown_terminal(id))
     }
 }
 
@@ -109,12 +107,8 @@ impl TerminalExecutor for DockerExec {
             .start_exec(&exec.id, None::<StartExecOptions>)
             .await
             .map_err(|e| internal(format!("cannot start {}: {e}", request.command)))?;
-        let limit = request
-            .output_byte_limit
-            .unwrap_or(DEFAULT_OUTPUT_BYTE_LIMIT)
-            .min(MAX_OUTPUT_BYTE_LIMIT);
-        let output = Arc::new(Mutex::new(OutputBuffer::new(
-            usize::try_from(limit).unwrap_or(usize::MAX),
+        let output = Arc::new(Mutex::new(OutputBuffer::for_request(
+            request.output_byte_limit,
         )));
         let (exit_tx, exit_rx) = watch::channel(None);
         let buffer = output.clone();
@@ -194,10 +188,7 @@ impl TerminalExecutor for DockerExec {
                 t.reader.abort();
                 Ok(())
             }
-            None => Err(RpcError::new(
-                codes::RESOURCE_NOT_FOUND,
-                format!("unknown terminal {terminal_id}"),
-            )),
+            None => Err(unknown_terminal(terminal_id)),
         }
     }
 }

@@ -141,12 +141,8 @@ impl Bench {
             .await
         };
         let (watches, cost) = self.measured(run_all).await;
-        let watches: Vec<kandev::Watch> = watches
-            .into_iter()
-            .map(|w| w.map(|(_, w)| w))
-            .collect::<Result<_>>()?;
-        let exact = watches.iter().filter(|w| w.exact(n)).count();
-        let mut all = merged(&watches);
+        let watches = finished(watches)?;
+        let (exact, mut all) = exact_and_merged(&watches, n);
         let mut rows = vec![
             row(
                 "aggregate messages/s",
@@ -196,8 +192,7 @@ impl Bench {
             .measured(self.follow_up_sampled(&task, &prompt, readers, gateway_pid))
             .await;
         let (watches, peak) = result?;
-        let exact = watches.iter().filter(|w| w.exact(n)).count();
-        let mut all = merged(&watches);
+        let (exact, mut all) = exact_and_merged(&watches, n);
         let frames: u64 = watches.iter().map(|w| w.frames).sum();
         let mut rows = vec![
             row(
@@ -402,6 +397,20 @@ struct Peak {
 }
 
 /// The latencies of every reader together.
+/// The watches of runs that all finished (else the first error).
+pub(crate) fn finished(runs: Vec<Result<(String, kandev::Watch)>>) -> Result<Vec<kandev::Watch>> {
+    runs.into_iter().map(|run| run.map(|(_, w)| w)).collect()
+}
+
+/// How many of `watches` saw each of the `n` messages exactly once, and
+/// all they saw merged.
+pub(crate) fn exact_and_merged(watches: &[kandev::Watch], n: u64) -> (usize, Stats) {
+    (
+        watches.iter().filter(|w| w.exact(n)).count(),
+        merged(watches),
+    )
+}
+
 pub(crate) fn merged(watches: &[kandev::Watch]) -> Stats {
     let mut all = Stats::default();
     for w in watches {

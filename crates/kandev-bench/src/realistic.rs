@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use crate::{
     Bench, Cost, Row, Section, StreamArgs, VERSUS,
     kandev::{self, Tally},
-    loads::{error_notes, merged},
+    loads::{error_notes, exact_and_merged, finished},
     procs, row,
     stats::ms,
 };
@@ -126,12 +126,8 @@ impl Bench {
         let ((watches, window), whole) = self
             .measured(async { tokio::join!(run_all, self.steady_window(&tally, agents)) })
             .await;
-        let watches: Vec<kandev::Watch> = watches
-            .into_iter()
-            .map(|w| w.map(|(_, w)| w))
-            .collect::<Result<_>>()?;
-        let exact = watches.iter().filter(|w| w.exact(n)).count();
-        let mut all = merged(&watches);
+        let watches = finished(watches)?;
+        let (exact, mut all) = exact_and_merged(&watches, n);
         let mut rows = vec![
             window.rate_row(),
             row("p50 latency", "—", ms(all.percentile(50.0)), "").key(),

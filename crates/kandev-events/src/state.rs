@@ -11,18 +11,69 @@ use std::str::FromStr;
 use kandev_proto::v1 as pb;
 use serde::{Deserialize, Serialize};
 
-/// The state of a task: one kanban column each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum TaskState {
-    Todo,
-    InProgress,
-    Review,
-    Blocked,
-    WaitingForInput,
-    Completed,
-    Failed,
-    Cancelled,
+/// Declares [`TaskState`] from one table, in board order: each state's
+/// variant, its seed name (as stored, sent and shown in the API) and the
+/// column title a person reads. [`TaskState::ALL`], `as_str`, `label` and
+/// the gRPC mapping (whose variants bear the same names) follow from it.
+macro_rules! task_states {
+    ($($state:ident => $name:literal, $label:literal;)+) => {
+        /// The state of a task: one kanban column each.
+        #[derive(
+            Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema,
+        )]
+        #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+        pub enum TaskState {
+            $($state,)+
+        }
+
+        impl TaskState {
+            /// In board order.
+            pub const ALL: [TaskState; [$($name),+].len()] = [$(TaskState::$state),+];
+
+            /// The seed's upper-case name, as stored, sent and shown in the API.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(TaskState::$state => $name,)+
+                }
+            }
+
+            /// The column title a person reads.
+            pub fn label(self) -> &'static str {
+                match self {
+                    $(TaskState::$state => $label,)+
+                }
+            }
+
+            /// From the gRPC enum's number; `UNSPECIFIED` and unknown numbers are
+            /// errors.
+            pub fn from_proto(value: i32) -> Result<TaskState, UnknownTaskState> {
+                match pb::TaskState::try_from(value) {
+                    $(Ok(pb::TaskState::$state) => Ok(TaskState::$state),)+
+                    Ok(pb::TaskState::Unspecified) | Err(_) => {
+                        Err(UnknownTaskState(value.to_string()))
+                    }
+                }
+            }
+
+            /// The gRPC enum's variant.
+            pub fn to_proto(self) -> pb::TaskState {
+                match self {
+                    $(TaskState::$state => pb::TaskState::$state,)+
+                }
+            }
+        }
+    };
+}
+
+task_states! {
+    Todo => "TODO", "To do";
+    InProgress => "IN_PROGRESS", "In progress";
+    Review => "REVIEW", "Review";
+    Blocked => "BLOCKED", "Blocked";
+    WaitingForInput => "WAITING_FOR_INPUT", "Waiting for input";
+    Completed => "COMPLETED", "Completed";
+    Failed => "FAILED", "Failed";
+    Cancelled => "CANCELLED", "Cancelled";
 }
 
 use TaskState::*;
@@ -65,46 +116,6 @@ pub const TRANSITIONS: &[(TaskState, &[TaskState])] = &[
 pub struct UnknownTaskState(pub String);
 
 impl TaskState {
-    /// In board order.
-    pub const ALL: [TaskState; 8] = [
-        Todo,
-        InProgress,
-        Review,
-        Blocked,
-        WaitingForInput,
-        Completed,
-        Failed,
-        Cancelled,
-    ];
-
-    /// The seed's upper-case name, as stored, sent and shown in the API.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Todo => "TODO",
-            InProgress => "IN_PROGRESS",
-            Review => "REVIEW",
-            Blocked => "BLOCKED",
-            WaitingForInput => "WAITING_FOR_INPUT",
-            Completed => "COMPLETED",
-            Failed => "FAILED",
-            Cancelled => "CANCELLED",
-        }
-    }
-
-    /// The column title a person reads.
-    pub fn label(self) -> &'static str {
-        match self {
-            Todo => "To do",
-            InProgress => "In progress",
-            Review => "Review",
-            Blocked => "Blocked",
-            WaitingForInput => "Waiting for input",
-            Completed => "Completed",
-            Failed => "Failed",
-            Cancelled => "Cancelled",
-        }
-    }
-
     /// The states this one may change to.
     pub fn allowed_next(self) -> &'static [TaskState] {
         TRANSITIONS
@@ -121,37 +132,6 @@ impl TaskState {
     /// Whether no agent works on a task in this state.
     pub fn is_terminal(self) -> bool {
         matches!(self, Completed | Failed | Cancelled)
-    }
-
-    /// From the gRPC enum's number; `UNSPECIFIED` and unknown numbers are
-    /// errors.
-    pub fn from_proto(value: i32) -> Result<TaskState, UnknownTaskState> {
-        use pb::TaskState as P;
-        Ok(match P::try_from(value) {
-            Ok(P::Todo) => Todo,
-            Ok(P::InProgress) => InProgress,
-            Ok(P::Review) => Review,
-            Ok(P::Blocked) => Blocked,
-            Ok(P::WaitingForInput) => WaitingForInput,
-            Ok(P::Completed) => Completed,
-            Ok(P::Failed) => Failed,
-            Ok(P::Cancelled) => Cancelled,
-            Ok(P::Unspecified) | Err(_) => return Err(UnknownTaskState(value.to_string())),
-        })
-    }
-
-    pub fn to_proto(self) -> pb::TaskState {
-        use pb::TaskState as P;
-        match self {
-            Todo => P::Todo,
-            InProgress => P::InProgress,
-            Review => P::Review,
-            Blocked => P::Blocked,
-            WaitingForInput => P::WaitingForInput,
-            Completed => P::Completed,
-            Failed => P::Failed,
-            Cancelled => P::Cancelled,
-        }
     }
 
     /// The contract as an ES module for the web UI: the states in board

@@ -10,7 +10,10 @@
 //!   answers a client that is not Kandev's.
 //! - [`free_port`]: a port nobody listens on right now.
 //! - [`assert_help`], [`service_command`]: a service binary's `--help`, and
-//!   the binary set up to serve on a port with a test database.
+//!   the binary set up to serve on a port with a test database;
+//!   [`service_settings`]: the same for a service started in-process;
+//!   [`run_until_cancelled`]: it running until the test stops it;
+//!   [`init_tracing`]: its logs, when `TEST_LOG` is set.
 //! - [`ensure_docker`]: a Docker engine that answers (started without bridge
 //!   or iptables when none does) and the `kandev/mock-agent:latest` image
 //!   (built by `dockerfiles/mock-agent/build.sh` when missing; never pulled).
@@ -44,6 +47,7 @@ use std::{
     time::Duration,
 };
 
+use kandev_common::{CancellationToken, config::ServiceSettings};
 use sqlx::{Connection, Executor, PgConnection};
 use uuid::Uuid;
 
@@ -190,6 +194,53 @@ pub fn service_command(bin: &str, port: u16, database_url: &str) -> std::process
         .env("KANDEV_NATS_URL", &*NATS_URL)
         .env("KANDEV_SERVICE_TOKEN", SERVICE_TOKEN);
     command
+}
+
+/// Logs of the code under test on stderr, once per test binary, when
+/// `TEST_LOG` is set.
+pub fn init_tracing() {
+    static TRACING: LazyLock<()> = LazyLock::new(|| {
+        if std::env::var("TEST_LOG").is_ok() {
+            let _ = kandev_common::telemetry::init("test", &Default::default());
+        }
+    });
+    LazyLock::force(&TRACING);
+}
+
+/// Runs a service started in-process on a task of its own until the
+/// returned token is cancelled: `run` is its `run_until_stopped`; a failed
+/// run panics with `what` (e.g. "task service runs").
+pub fn run_until_cancelled<F, E>(
+    what: &'static str,
+    run: impl FnOnce(CancellationToken) -> F,
+) -> (CancellationToken, tokio::task::JoinHandle<()>)
+where
+    F: std::future::Future<Output = Result<(), E>> + Send + 'static,
+    E: std::fmt::Debug,
+{
+    let stop = CancellationToken::new();
+    let running = run(stop.clone());
+    let handle = tokio::spawn(async move {
+        running.await.expect(what);
+    });
+    (stop, handle)
+}
+
+/// `defaults` for a service started in-process by a test: on a free local
+/// port, with the database at `database_url`, NATS at `nats_url` and the
+/// [`SERVICE_TOKEN`]; what [`service_command`] gives a service binary.
+pub fn service_settings(
+    defaults: ServiceSettings,
+    database_url: &str,
+    nats_url: &str,
+) -> ServiceSettings {
+    ServiceSettings {
+        listen_addr: "127.0.0.1:0".into(),
+        database_url: database_url.into(),
+        nats_url: nats_url.into(),
+        service_token: Some(SERVICE_TOKEN.into()),
+        ..defaults
+    }
 }
 
 /// The NATS users of `deploy/nats/nats.conf`, one per service.

@@ -5,16 +5,7 @@ use uuid::Uuid;
 use crate::helpers::{Launched, TaskWatch, containers_of, git_repo, spawn_app};
 
 async fn only_instance(app: &mut crate::helpers::TestApp, task: Uuid) -> pb::AgentInstance {
-    let mut list = app
-        .client
-        .list_instances(pb::ListInstancesRequest {
-            task_id: task.to_string(),
-            active_only: false,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .instances;
+    let mut list = app.instances_of(task).await;
     assert_eq!(list.len(), 1);
     list.remove(0)
 }

@@ -1,7 +1,6 @@
 use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    sync::LazyLock,
     time::Duration,
 };
 
@@ -22,12 +21,6 @@ use uuid::Uuid;
 
 pub use kandev_testkit::{MOCK_IMAGE, NATS_URL, OwnDocker, TestDb, ensure_docker, free_port};
 
-static TRACING: LazyLock<()> = LazyLock::new(|| {
-    if std::env::var("TEST_LOG").is_ok() {
-        let _ = kandev_common::telemetry::init("test", &Default::default());
-    }
-});
-
 pub struct TestApp {
     pub client: AgentManagerClient<TracedChannel>,
     /// Where the service listens (gRPC and HTTP).
@@ -41,13 +34,7 @@ pub struct TestApp {
 
 pub fn settings(db: &TestDb, dir: &Path) -> Settings {
     Settings {
-        common: kandev_common::config::ServiceSettings {
-            listen_addr: "127.0.0.1:0".into(),
-            database_url: db.url.clone(),
-            nats_url: NATS_URL.clone(),
-            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
-            ..Settings::default().common
-        },
+        common: kandev_testkit::service_settings(Settings::default().common, &db.url, &NATS_URL),
         manager_id: db.name.clone(),
         pull_images: false,
         workspaces_root: dir.join("workspaces").display().to_string(),
@@ -152,7 +139,7 @@ pub fn launch_then_die(
 }
 
 pub async fn spawn_app_with(customize: impl FnOnce(&mut Settings)) -> TestApp {
-    LazyLock::force(&TRACING);
+    kandev_testkit::init_tracing();
     tokio::task::spawn_blocking(ensure_docker).await.unwrap();
     let db = TestDb::create().await;
     let dir = manager_dir();
@@ -160,11 +147,8 @@ pub async fn spawn_app_with(customize: impl FnOnce(&mut Settings)) -> TestApp {
     customize(&mut settings);
     let app = Application::build(settings).await.expect("app builds");
     let addr = app.local_addr();
-    let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
-    let handle = tokio::spawn(async move {
-        app.run_until_stopped(stop).await.expect("server runs");
-    });
+    let (shutdown, handle) =
+        kandev_testkit::run_until_cancelled("server runs", |stop| app.run_until_stopped(stop));
     let client = client(addr).await.expect("client connects");
     TestApp {
         client,
@@ -297,6 +281,19 @@ impl TestApp {
             .unwrap()
             .into_inner()
             .lines
+    }
+
+    /// Every instance of the task, ended ones too.
+    pub async fn instances_of(&mut self, task: Uuid) -> Vec<pb::AgentInstance> {
+        self.client
+            .list_instances(pb::ListInstancesRequest {
+                task_id: task.to_string(),
+                active_only: false,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .instances
     }
 
     /// The task's changes on its branch.

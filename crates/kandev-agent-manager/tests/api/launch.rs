@@ -382,17 +382,7 @@ async fn limits_and_read_only_credentials_are_applied_then_stop_removes() {
     // The cloned workspace goes with the instance under remove_on_stop.
     assert!(!workspace.exists());
     // Nothing the API returns carries a secret.
-    let listed = format!(
-        "{:?}",
-        app.client
-            .list_instances(pb::ListInstancesRequest {
-                task_id: task.to_string(),
-                active_only: false,
-            })
-            .await
-            .unwrap()
-            .into_inner()
-    );
+    let listed = format!("{:?}", app.instances_of(task).await);
     assert!(!listed.contains("ghp-test-token"));
     app.stop().await;
 }

@@ -1,4 +1,4 @@
-use std::{net::SocketAddr, sync::LazyLock};
+use std::net::SocketAddr;
 
 use axum::{
     Router,
@@ -11,12 +11,6 @@ use kandev_gateway::{Application, Settings, auth::CurrentUser, config::RateLimit
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
-
-static TRACING: LazyLock<()> = LazyLock::new(|| {
-    if std::env::var("TEST_LOG").is_ok() {
-        let _ = kandev_common::telemetry::init("test", &Default::default());
-    }
-});
 
 pub const ADMIN: &str = "admin";
 pub const ADMIN_PASSWORD: &str = "admin-password-1";
@@ -48,12 +42,8 @@ pub struct TestApp {
 /// test's database and the shared NATS, with the service token.
 fn on_test_db(defaults: ServiceSettings, db: &TestDb) -> ServiceSettings {
     ServiceSettings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: db.url.clone(),
         database_max_connections: 4,
-        nats_url: NATS_URL.clone(),
-        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
-        ..defaults
+        ..kandev_testkit::service_settings(defaults, &db.url, &NATS_URL)
     }
 }
 
@@ -84,7 +74,7 @@ pub async fn spawn_app() -> TestApp {
 }
 
 pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
-    LazyLock::force(&TRACING);
+    kandev_testkit::init_tracing();
     let db = TestDb::create().await;
     let task_settings = kandev_task_service::Settings {
         common: on_test_db(kandev_task_service::Settings::default().common, &db),
@@ -95,14 +85,10 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
         .await
         .expect("task service builds");
     let task_service_addr = tasks.local_addr();
-    let tasks_stop = CancellationToken::new();
-    let stop = tasks_stop.clone();
-    let tasks_handle = tokio::spawn(async move {
-        tasks
-            .run_until_stopped(stop)
-            .await
-            .expect("task service runs");
-    });
+    let (tasks_stop, tasks_handle) =
+        kandev_testkit::run_until_cancelled("task service runs", |stop| {
+            tasks.run_until_stopped(stop)
+        });
 
     let mut settings = gateway_settings(&db, task_service_addr);
     configure(&mut settings);
@@ -113,7 +99,7 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
 
 /// The gateway alone, with the given settings, owning `db`.
 pub async fn spawn_gateway(db: TestDb, settings: Settings) -> TestApp {
-    LazyLock::force(&TRACING);
+    kandev_testkit::init_tracing();
     let app = Application::build(settings).await.expect("gateway builds");
     let router = app
         .router()
@@ -155,12 +141,10 @@ impl TestApp {
     pub fn serve(&mut self) -> SocketAddr {
         let app = self.app.take().expect("not served yet");
         let addr = app.local_addr();
-        let stop = CancellationToken::new();
-        let token = stop.clone();
-        let handle = tokio::spawn(async move {
-            app.run_until_stopped(token).await.expect("gateway runs");
-        });
-        self.gateway = Some((stop, handle));
+        self.gateway = Some(kandev_testkit::run_until_cancelled(
+            "gateway runs",
+            |stop| app.run_until_stopped(stop),
+        ));
         addr
     }
 

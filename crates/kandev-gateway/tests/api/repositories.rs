@@ -32,13 +32,11 @@ impl Manager {
         kandev_testkit::git_init(&good);
         let db = crate::helpers::TestDb::create().await;
         let settings = kandev_agent_manager::Settings {
-            common: kandev_common::config::ServiceSettings {
-                listen_addr: "127.0.0.1:0".into(),
-                database_url: db.url.clone(),
-                nats_url: NATS_URL.clone(),
-                service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
-                ..kandev_agent_manager::Settings::default().common
-            },
+            common: kandev_testkit::service_settings(
+                kandev_agent_manager::Settings::default().common,
+                &db.url,
+                &NATS_URL,
+            ),
             manager_id: db.name.clone(),
             pull_images: false,
             workspaces_root: dir.path().join("workspaces").display().to_string(),

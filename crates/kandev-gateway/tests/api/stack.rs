@@ -36,13 +36,11 @@ impl Stack {
         let db = TestDb::create().await;
 
         let tasks = kandev_task_service::Settings {
-            common: kandev_common::config::ServiceSettings {
-                listen_addr: "127.0.0.1:0".into(),
-                database_url: db.url.clone(),
-                nats_url: nats.url(),
-                service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
-                ..kandev_task_service::Settings::default().common
-            },
+            common: kandev_testkit::service_settings(
+                kandev_task_service::Settings::default().common,
+                &db.url,
+                &nats.url(),
+            ),
             outbox_poll_ms: 100,
             ..Default::default()
         };
@@ -53,13 +51,11 @@ impl Stack {
             std::fs::create_dir_all(am_dir.join(sub)).unwrap();
         }
         let agents = kandev_agent_manager::Settings {
-            common: kandev_common::config::ServiceSettings {
-                listen_addr: "127.0.0.1:0".into(),
-                database_url: db.url.clone(),
-                nats_url: nats.url(),
-                service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
-                ..kandev_agent_manager::Settings::default().common
-            },
+            common: kandev_testkit::service_settings(
+                kandev_agent_manager::Settings::default().common,
+                &db.url,
+                &nats.url(),
+            ),
             manager_id: db.name.clone(),
             pull_images: false,
             workspaces_root: am_dir.join("workspaces").display().to_string(),
@@ -73,13 +69,11 @@ impl Stack {
         let (agents_addr, agents) = serve!(kandev_agent_manager, agents, "agent manager");
 
         let orchestrator = kandev_orchestrator::Settings {
-            common: kandev_common::config::ServiceSettings {
-                listen_addr: "127.0.0.1:0".into(),
-                database_url: db.url.clone(),
-                nats_url: nats.url(),
-                service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
-                ..kandev_orchestrator::Settings::default().common
-            },
+            common: kandev_testkit::service_settings(
+                kandev_orchestrator::Settings::default().common,
+                &db.url,
+                &nats.url(),
+            ),
             task_service_url: format!("http://{tasks_addr}"),
             agent_manager_url: format!("http://{agents_addr}"),
             feed_flush_ms: 20,

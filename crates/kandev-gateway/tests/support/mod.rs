@@ -83,12 +83,8 @@ pub async fn start_stack_with(complete_to_review: bool) -> Stack {
 /// stack's database and NATS, with the service token.
 fn on_stack(defaults: ServiceSettings, db: &TestDb, nats: &OwnNats) -> ServiceSettings {
     ServiceSettings {
-        listen_addr: "127.0.0.1:0".into(),
-        database_url: db.url.clone(),
         database_max_connections: 4,
-        nats_url: nats.url(),
-        service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
-        ..defaults
+        ..kandev_testkit::service_settings(defaults, &db.url, &nats.url())
     }
 }
 

@@ -32,12 +32,8 @@ macro_rules! serve {
             .await
             .expect(concat!($name, " builds"));
         let addr = app.local_addr();
-        let stop = kandev_common::CancellationToken::new();
-        let token = stop.clone();
-        let handle = tokio::spawn(async move {
-            app.run_until_stopped(token)
-                .await
-                .expect(concat!($name, " runs"));
+        let (stop, handle) = kandev_testkit::run_until_cancelled(concat!($name, " runs"), |stop| {
+            app.run_until_stopped(stop)
         });
         (addr, Service { stop, handle })
     }};

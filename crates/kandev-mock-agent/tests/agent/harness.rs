@@ -217,11 +217,16 @@ impl RawAgent {
         self.initialize_with(json!({})).await
     }
 
-    pub async fn new_session(&mut self) -> String {
+    /// Asks for a new session in the agent's directory, without MCP
+    /// servers: the messages before the answer, and the answer.
+    pub async fn request_session(&mut self) -> (Vec<Value>, Value) {
         let cwd = self.cwd();
-        let (_, resp) = self
-            .request("session/new", json!({ "cwd": cwd, "mcpServers": [] }))
-            .await;
+        self.request("session/new", json!({ "cwd": cwd, "mcpServers": [] }))
+            .await
+    }
+
+    pub async fn new_session(&mut self) -> String {
+        let (_, resp) = self.request_session().await;
         resp["result"]["sessionId"]
             .as_str()
             .unwrap_or_else(|| panic!("no sessionId in {resp}"))

@@ -208,10 +208,7 @@ async fn agent_auth_requires_authenticate() {
     let mut agent = RawAgent::spawn(&[], &[("KANDEV_MOCK_AUTH", "agent")]);
     let init = agent.initialize().await;
     assert_eq!(init["authMethods"][0]["id"], "mock-login");
-    let cwd = agent.cwd();
-    let resp = agent
-        .answer("session/new", json!({ "cwd": cwd, "mcpServers": [] }))
-        .await;
+    let (_, resp) = agent.request_session().await;
     assert_eq!(resp["error"]["code"], -32000);
     let resp = agent
         .answer("authenticate", json!({ "methodId": "nope" }))
@@ -221,9 +218,7 @@ async fn agent_auth_requires_authenticate() {
         .answer("authenticate", json!({ "methodId": "mock-login" }))
         .await;
     assert_eq!(resp["result"], json!({}));
-    let resp = agent
-        .answer("session/new", json!({ "cwd": cwd, "mcpServers": [] }))
-        .await;
+    let (_, resp) = agent.request_session().await;
     assert!(resp["result"]["sessionId"].is_string(), "{resp}");
 
     // An API key in the environment counts as logged in.
@@ -255,10 +250,7 @@ async fn terminal_auth_runs_login_then_reconnects() {
     assert_eq!(method["type"], "terminal");
     assert_eq!(method["id"], "mock-terminal-login");
     assert_eq!(init["authMethods"].as_array().map(Vec::len), Some(1));
-    let cwd = agent.cwd();
-    let resp = agent
-        .answer("session/new", json!({ "cwd": cwd, "mcpServers": [] }))
-        .await;
+    let (_, resp) = agent.request_session().await;
     assert_eq!(resp["error"]["code"], -32000);
     let resp = agent
         .answer("authenticate", json!({ "methodId": "mock-terminal-login" }))
@@ -611,10 +603,7 @@ async fn quirks_mimic_real_agents() {
         )],
     );
     agent.initialize().await;
-    let cwd = agent.cwd();
-    let (before, resp) = agent
-        .request("session/new", json!({ "cwd": cwd, "mcpServers": [] }))
-        .await;
+    let (before, resp) = agent.request_session().await;
     let sid = resp["result"]["sessionId"].as_str().expect("id").to_owned();
     assert_eq!(kinds(&updates(&before)), ["available_commands_update"]);
     assert_eq!(before[0]["params"]["sessionId"], json!(sid));

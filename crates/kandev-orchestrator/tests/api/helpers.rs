@@ -1,7 +1,7 @@
 use std::{
     collections::BTreeMap,
     net::SocketAddr,
-    sync::{Arc, LazyLock, Mutex},
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -20,32 +20,16 @@ use kandev_proto::v1::{self as pb, task_service_client::TaskServiceClient};
 use kandev_testkit::{OwnNats, TestDb};
 /// Calls to the orchestrator's REST API carry the service token, as its
 /// callers must; `kandev_testkit::http` is the call without.
-pub use kandev_testkit::{eventually, service_http as http};
+pub use kandev_testkit::{eventually, init_tracing, service_http as http};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, tungstenite::Message};
 use tonic::{Status, transport::Channel};
 use uuid::Uuid;
 
-static TRACING: LazyLock<()> = LazyLock::new(|| {
-    if std::env::var("TEST_LOG").is_ok() {
-        let _ = kandev_common::telemetry::init("test", &Default::default());
-    }
-});
-
-pub fn init_tracing() {
-    LazyLock::force(&TRACING);
-}
-
 pub fn settings(db: &TestDb, nats_url: &str) -> Settings {
     Settings {
-        common: kandev_common::config::ServiceSettings {
-            listen_addr: "127.0.0.1:0".into(),
-            database_url: db.url.clone(),
-            nats_url: nats_url.into(),
-            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
-            ..Settings::default().common
-        },
+        common: kandev_testkit::service_settings(Settings::default().common, &db.url, nats_url),
         // Nobody listens there unless the test starts a task service.
         task_service_url: format!("http://127.0.0.1:{}", kandev_testkit::free_port()),
         feed_flush_ms: 20,
@@ -241,13 +225,11 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
     let mut tasks = None;
     if options.with_task_service {
         let ts_settings = kandev_task_service::Settings {
-            common: kandev_common::config::ServiceSettings {
-                listen_addr: "127.0.0.1:0".into(),
-                database_url: db.url.clone(),
-                nats_url: nats.url(),
-                service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
-                ..kandev_task_service::Settings::default().common
-            },
+            common: kandev_testkit::service_settings(
+                kandev_task_service::Settings::default().common,
+                &db.url,
+                &nats.url(),
+            ),
             outbox_poll_ms: 100,
             ..kandev_task_service::Settings::default()
         };
@@ -255,10 +237,8 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
             .await
             .expect("task service builds");
         let addr = app.local_addr();
-        let stop = CancellationToken::new();
-        let s = stop.clone();
-        let handle = tokio::spawn(async move {
-            app.run_until_stopped(s).await.expect("task service runs");
+        let (stop, handle) = kandev_testkit::run_until_cancelled("task service runs", |stop| {
+            app.run_until_stopped(stop)
         });
         settings.task_service_url = format!("http://{addr}");
         tasks = Some(TaskServiceClient::new(service_channel(addr)));
@@ -284,12 +264,8 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
         .await
         .expect("orchestrator builds");
     let addr = app.local_addr();
-    let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
-    let handle = tokio::spawn(async move {
+    let (shutdown, handle) = kandev_testkit::run_until_cancelled("orchestrator runs", |stop| {
         app.run_until_stopped(stop)
-            .await
-            .expect("orchestrator runs");
     });
     let bus = JetStreamBus::connect(&nats.url()).await.expect("bus");
     bus.ensure_streams().await.expect("streams");
@@ -339,13 +315,10 @@ impl TestApp {
             .await
             .expect("orchestrator builds again");
         self.addr = app.local_addr();
-        self.shutdown = CancellationToken::new();
-        let stop = self.shutdown.clone();
-        self.handle = tokio::spawn(async move {
-            app.run_until_stopped(stop)
-                .await
-                .expect("orchestrator runs");
-        });
+        (self.shutdown, self.handle) =
+            kandev_testkit::run_until_cancelled("orchestrator runs", |stop| {
+                app.run_until_stopped(stop)
+            });
     }
 
     pub fn tasks(&self) -> TaskServiceClient<TracedChannel> {
@@ -600,13 +573,11 @@ async fn spawn_agent_manager(db: &TestDb, nats: &OwnNats) -> AgentManagerProc {
         std::fs::create_dir_all(dir.join(sub)).unwrap();
     }
     let settings = kandev_agent_manager::Settings {
-        common: kandev_common::config::ServiceSettings {
-            listen_addr: "127.0.0.1:0".into(),
-            database_url: db.url.clone(),
-            nats_url: nats.url(),
-            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
-            ..kandev_agent_manager::Settings::default().common
-        },
+        common: kandev_testkit::service_settings(
+            kandev_agent_manager::Settings::default().common,
+            &db.url,
+            &nats.url(),
+        ),
         manager_id: db.name.clone(),
         pull_images: false,
         workspaces_root: dir.join("workspaces").display().to_string(),
@@ -620,10 +591,8 @@ async fn spawn_agent_manager(db: &TestDb, nats: &OwnNats) -> AgentManagerProc {
         .await
         .expect("agent manager builds");
     let addr = app.local_addr();
-    let stop = CancellationToken::new();
-    let s = stop.clone();
-    let handle = tokio::spawn(async move {
-        app.run_until_stopped(s).await.expect("agent manager runs");
+    let (stop, handle) = kandev_testkit::run_until_cancelled("agent manager runs", |stop| {
+        app.run_until_stopped(stop)
     });
     AgentManagerProc {
         addr,

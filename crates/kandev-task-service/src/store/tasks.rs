@@ -154,6 +154,14 @@ impl<D: Dialect> SqlTaskStore<D> {
         board.map(|(b,)| b).ok_or_else(|| no_task(id))
     }
 
+    /// Task `id` locked for a change until `tx` ends, its board locked
+    /// first (see the module's note; a task never changes board).
+    async fn lock_board_and_task(tx: &mut Tx<D>, id: Uuid) -> Result<Task> {
+        let board_id = Self::board_of_task(tx, id).await?;
+        Self::lock_board(tx, board_id).await?;
+        Self::lock_task(tx, id).await
+    }
+
     pub(super) async fn commit(&self, tx: Tx<D>) -> Result<()> {
         tx.commit().await?;
         self.outbox_wake.notify_one();
@@ -307,10 +315,7 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
     #[tracing::instrument(skip_all)]
     async fn change_state(&self, id: Uuid, change: StateChange) -> Result<Task> {
         let mut tx = D::begin(&self.pool).await?;
-        // Board first (see the module's note): a task never changes board.
-        let board_id = Self::board_of_task(&mut tx, id).await?;
-        Self::lock_board(&mut tx, board_id).await?;
-        let old = Self::lock_task(&mut tx, id).await?;
+        let old = Self::lock_board_and_task(&mut tx, id).await?;
         let mut change = change;
         let mut metadata = state_change(&old, &change)?;
         let (mut column_id, mut queued, mut enter) = Self::follow(&mut tx, &old, change.to).await?;
@@ -363,9 +368,8 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         actor: String,
     ) -> Result<()> {
         let mut tx = D::begin(&self.pool).await?;
-        let board_id = Self::board_of_task(&mut tx, id).await?;
-        Self::lock_board(&mut tx, board_id).await?;
-        let task = Self::lock_task(&mut tx, id).await?;
+        let task = Self::lock_board_and_task(&mut tx, id).await?;
+        let board_id = task.board_id;
         check_version(&task, expected_version)?;
         // Its links go with it: who waited for it only may go free.
         let waiting = Self::dependents(&mut tx, id).await?;
@@ -442,9 +446,8 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         actor: String,
     ) -> Result<Task> {
         let mut tx = D::begin(&self.pool).await?;
-        let board_id = Self::board_of_task(&mut tx, id).await?;
-        Self::lock_board(&mut tx, board_id).await?;
-        let old = Self::lock_task(&mut tx, id).await?;
+        let old = Self::lock_board_and_task(&mut tx, id).await?;
+        let board_id = old.board_id;
         check_version(&old, expected_version)?;
         let columns = Self::columns(&mut tx, board_id).await?;
         let column = columns
@@ -468,9 +471,7 @@ impl<D: Dialect> TaskStore for SqlTaskStore<D> {
         actor: String,
     ) -> Result<Task> {
         let mut tx = D::begin(&self.pool).await?;
-        let board_id = Self::board_of_task(&mut tx, id).await?;
-        Self::lock_board(&mut tx, board_id).await?;
-        let old = Self::lock_task(&mut tx, id).await?;
+        let old = Self::lock_board_and_task(&mut tx, id).await?;
         let task = self
             .write_blockers(&mut tx, &old, &blockers, expected_version, &actor)
             .await?;

@@ -7,7 +7,7 @@ use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use kandev_events::{EventBus, MemoryBus, subjects};
 use kandev_task_service::{
-    Settings, TaskError,
+    TaskError,
     domain::{
         BoardName, BoardPatch, NewBoard, NewTask, Page, StateChange, Task, TaskPatch, TaskState,
         TaskTitle, json_object,
@@ -20,7 +20,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-use crate::{deps::*, workflow::*};
+use crate::{deps::*, helpers::open_storage, workflow::*};
 
 /// A fresh database of one kind, and what removes it.
 struct Backend {
@@ -30,23 +30,10 @@ struct Backend {
 }
 
 impl Backend {
-    async fn open(database_url: String) -> Storage {
-        let settings = Settings {
-            common: kandev_common::config::ServiceSettings {
-                database_url,
-                ..Settings::default().common
-            },
-            ..Settings::default()
-        };
-        Storage::open(&settings, Arc::new(Notify::new()))
-            .await
-            .expect("the database opens")
-    }
-
     async fn postgres() -> Backend {
         let db = TestDb::create().await;
         Backend {
-            storage: Self::open(db.url.clone()).await,
+            storage: open_storage(&db.url).await,
             db: Some(db),
             _dir: None,
         }
@@ -56,7 +43,7 @@ impl Backend {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let url = format!("sqlite://{}", dir.path().join("tasks.db").display());
         Backend {
-            storage: Self::open(url).await,
+            storage: open_storage(&url).await,
             db: None,
             _dir: Some(dir),
         }
@@ -126,7 +113,7 @@ async fn postgres_replicas_claim_the_outbox_one_at_a_time() {
         .expect("a Postgres database")
         .url
         .clone();
-    let replica = Backend::open(url).await;
+    let replica = open_storage(&url).await;
     a_task(&backend.storage).await;
     let held = backend.storage.outbox.claim(10).await.unwrap();
     let held = held.expect("the first replica's claim");
@@ -748,25 +735,32 @@ async fn joined(tasks: impl Iterator<Item = tokio::task::JoinHandle<i64>>) -> Ha
         .collect()
 }
 
+/// `writers` updates of task `id` spawned at once, the `i`th with
+/// `patch_of(i)`.
+fn spawn_updates(
+    storage: &Storage,
+    id: Uuid,
+    writers: i32,
+    patch_of: impl Fn(i32) -> TaskPatch,
+) -> Vec<tokio::task::JoinHandle<Result<Task, TaskError>>> {
+    (0..writers)
+        .map(|i| {
+            let store = storage.tasks.clone();
+            let patch = patch_of(i);
+            tokio::spawn(async move { store.update_task(id, patch).await })
+        })
+        .collect()
+}
+
 async fn concurrent_writers_of_one_task_serialise(storage: &Storage) {
     let task = a_task(storage).await;
     const WRITERS: i32 = 12;
 
     // All expect version 1: exactly one wins, the others are told why.
-    let attempts = (0..WRITERS).map(|i| {
-        let store = storage.tasks.clone();
-        tokio::spawn(async move {
-            store
-                .update_task(
-                    task.id,
-                    TaskPatch {
-                        expected_version: Some(1),
-                        priority: Some(10 + i),
-                        ..patch("racer")
-                    },
-                )
-                .await
-        })
+    let attempts = spawn_updates(storage, task.id, WRITERS, |i| TaskPatch {
+        expected_version: Some(1),
+        priority: Some(10 + i),
+        ..patch("racer")
     });
     let results = futures::future::join_all(attempts).await;
     let won = results.iter().filter(|r| matches!(r, Ok(Ok(_)))).count();
@@ -777,23 +771,15 @@ async fn concurrent_writers_of_one_task_serialise(storage: &Storage) {
     assert_eq!((won, lost), (1, WRITERS as usize - 1), "{results:?}");
 
     // Without a version every change applies, each on the one before.
-    let changes = (0..WRITERS).map(|i| {
-        let store = storage.tasks.clone();
-        tokio::spawn(async move {
-            store
-                .update_task(
-                    task.id,
-                    TaskPatch {
-                        metadata_patch: Some(object(json!({ format!("w{i}"): i }))),
-                        ..patch("writer")
-                    },
-                )
-                .await
-                .unwrap()
-                .version
-        })
+    let changes = spawn_updates(storage, task.id, WRITERS, |i| TaskPatch {
+        metadata_patch: Some(object(json!({ format!("w{i}"): i }))),
+        ..patch("writer")
     });
-    let versions = joined(changes).await;
+    let versions: HashSet<i64> = futures::future::join_all(changes)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().unwrap().version)
+        .collect();
     assert_eq!(versions, (3..3 + WRITERS as i64).collect());
     let last = storage.tasks.get_task(task.id).await.unwrap();
     assert_eq!(last.version, 2 + WRITERS as i64);

@@ -1,19 +1,13 @@
-use std::{sync::LazyLock, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use kandev_common::CancellationToken;
 use kandev_common::trace::{TracedChannel, traced};
 use kandev_proto::v1::{self as pb, task_service_client::TaskServiceClient};
-use kandev_task_service::{Application, Settings};
+use kandev_task_service::{Application, Settings, startup::Storage};
 pub use kandev_testkit::{NATS_URL, OwnNats, TestDb, free_port};
-use tokio::task::JoinHandle;
+use tokio::{sync::Notify, task::JoinHandle};
 use tonic::transport::Channel;
-
-static TRACING: LazyLock<()> = LazyLock::new(|| {
-    if std::env::var("TEST_LOG").is_ok() {
-        let _ = kandev_common::telemetry::init("test", &Default::default());
-    }
-});
 
 pub struct TestApp {
     pub client: TaskServiceClient<TracedChannel>,
@@ -25,16 +19,28 @@ pub struct TestApp {
 
 pub fn settings(db: &TestDb, nats_url: &str) -> Settings {
     Settings {
-        common: kandev_common::config::ServiceSettings {
-            listen_addr: "127.0.0.1:0".into(),
-            database_url: db.url.clone(),
-            nats_url: nats_url.into(),
-            service_token: Some(kandev_testkit::SERVICE_TOKEN.into()),
-            ..Settings::default().common
-        },
+        common: kandev_testkit::service_settings(Settings::default().common, &db.url, nats_url),
         outbox_poll_ms: 200,
         ..Settings::default()
     }
+}
+
+/// The service's default settings on the database at `database_url`.
+pub fn on_database(database_url: &str) -> Settings {
+    Settings {
+        common: kandev_common::config::ServiceSettings {
+            database_url: database_url.into(),
+            ..Settings::default().common
+        },
+        ..Settings::default()
+    }
+}
+
+/// The service's storage on the database at `database_url`, migrated.
+pub async fn open_storage(database_url: &str) -> Storage {
+    Storage::open(&on_database(database_url), Arc::new(Notify::new()))
+        .await
+        .expect("the database opens")
 }
 
 /// The service with `settings`, serving until the token fires.
@@ -43,11 +49,8 @@ pub async fn serve(
 ) -> (std::net::SocketAddr, CancellationToken, JoinHandle<()>) {
     let app = Application::build(settings).await.expect("app builds");
     let addr = app.local_addr();
-    let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
-    let handle = tokio::spawn(async move {
-        app.run_until_stopped(stop).await.expect("server runs");
-    });
+    let (shutdown, handle) =
+        kandev_testkit::run_until_cancelled("server runs", |stop| app.run_until_stopped(stop));
     (addr, shutdown, handle)
 }
 
@@ -56,7 +59,7 @@ pub async fn spawn_app() -> TestApp {
 }
 
 pub async fn spawn_app_with_nats(nats_url: &str) -> TestApp {
-    LazyLock::force(&TRACING);
+    kandev_testkit::init_tracing();
     let db = TestDb::create().await;
     let (addr, shutdown, handle) = serve(settings(&db, nats_url)).await;
     let client = TaskServiceClient::new(traced(

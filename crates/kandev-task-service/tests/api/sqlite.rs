@@ -20,13 +20,11 @@ async fn serve(
     tokio::task::JoinHandle<()>,
 ) {
     helpers::serve(Settings {
-        common: kandev_common::config::ServiceSettings {
-            listen_addr: "127.0.0.1:0".into(),
-            database_url: database_url.into(),
-            nats_url: nats_url.into(),
-            service_token: Some(SERVICE_TOKEN.into()),
-            ..Settings::default().common
-        },
+        common: kandev_testkit::service_settings(
+            Settings::default().common,
+            database_url,
+            nats_url,
+        ),
         outbox_poll_ms: 100,
         ..Settings::default()
     })

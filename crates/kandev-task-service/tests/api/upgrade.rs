@@ -4,13 +4,14 @@
 //! version (the rest of the migrations run) and each board has the default
 //! workflow, each task the column of its state. On Postgres and on SQLite.
 
-use std::{borrow::Cow, sync::Arc};
+use std::borrow::Cow;
 
-use kandev_task_service::{Settings, domain::TaskState, startup::Storage};
+use kandev_task_service::{domain::TaskState, startup::Storage};
 use kandev_testkit::TestDb;
 use sqlx::migrate::Migrator;
-use tokio::sync::Notify;
 use uuid::Uuid;
+
+use crate::helpers::{on_database, open_storage};
 
 /// `full` without its migrations from the first one of workflows on.
 fn before_workflows(full: Migrator, workflows: i64) -> Migrator {
@@ -106,16 +107,7 @@ async fn upgrading_sqlite_keeps_every_board_and_task_where_it_was() {
         .unwrap();
     let (board, tasks) = old_rows(&pool, "'2026-01-01T00:00:00.000000Z'").await;
     pool.close().await;
-    let settings = Settings {
-        common: kandev_common::config::ServiceSettings {
-            database_url: url,
-            ..Settings::default().common
-        },
-        ..Settings::default()
-    };
-    let storage = Storage::open(&settings, Arc::new(Notify::new()))
-        .await
-        .unwrap();
+    let storage = open_storage(&url).await;
     every_task_is_in_its_state_column(&storage, board, &tasks).await;
     storage.tasks.close().await;
 }
@@ -123,13 +115,7 @@ async fn upgrading_sqlite_keeps_every_board_and_task_where_it_was() {
 #[tokio::test]
 async fn upgrading_postgres_keeps_every_board_and_task_where_it_was() {
     let db = TestDb::create().await;
-    let settings = Settings {
-        common: kandev_common::config::ServiceSettings {
-            database_url: db.url.clone(),
-            ..Settings::default().common
-        },
-        ..Settings::default()
-    };
+    let settings = on_database(&db.url);
     let pool = kandev_common::db::connect_schema(
         &settings.common.database_url,
         &settings.common.database_schema,
@@ -143,9 +129,7 @@ async fn upgrading_postgres_keeps_every_board_and_task_where_it_was() {
         .unwrap();
     let (board, tasks) = old_rows(&pool, "now()").await;
     pool.close().await;
-    let storage = Storage::open(&settings, Arc::new(Notify::new()))
-        .await
-        .unwrap();
+    let storage = open_storage(&db.url).await;
     every_task_is_in_its_state_column(&storage, board, &tasks).await;
     storage.tasks.close().await;
     db.drop_db().await;
