@@ -27,9 +27,6 @@ use crate::{BusError, durable::Headers};
 const MAX_ROWS: usize = 64;
 /// The most payload bytes one statement stores (a larger message goes alone).
 const MAX_BYTES: usize = 8 << 20;
-/// How many times the committer lets publishers run before it stores
-/// what they queued (it stops early when a pass brings nothing).
-const GATHER_PASSES: usize = 4;
 /// Parameters of one row of [`insert`].
 const PARAMS: usize = 7;
 
@@ -72,25 +69,18 @@ struct Committer {
 impl Committer {
     async fn run(mut self, mut rx: mpsc::Receiver<Publish>) {
         while let Some(first) = rx.recv().await {
+            // Publishers woken together (the agent manager's publishers
+            // share the ticks of one grid) queue theirs meanwhile.
+            tokio::task::yield_now().await;
             let mut bytes = first.payload.len();
             let mut group = vec![first];
-            // Publishers woken together (the agent manager's publishers
-            // share the ticks of one grid) queue theirs meanwhile: the
-            // group takes them while each pass finds more, up to a few.
-            for _ in 0..GATHER_PASSES {
-                tokio::task::yield_now().await;
-                let before = group.len();
-                while group.len() < MAX_ROWS && bytes < MAX_BYTES {
-                    match rx.try_recv() {
-                        Ok(p) => {
-                            bytes += p.payload.len();
-                            group.push(p);
-                        }
-                        Err(_) => break,
+            while group.len() < MAX_ROWS && bytes < MAX_BYTES {
+                match rx.try_recv() {
+                    Ok(p) => {
+                        bytes += p.payload.len();
+                        group.push(p);
                     }
-                }
-                if group.len() == before || group.len() >= MAX_ROWS || bytes >= MAX_BYTES {
-                    break;
+                    Err(_) => break,
                 }
             }
             metrics::histogram!(crate::metric_names::LOCAL_STREAMS_GROUP_MESSAGES)
