@@ -24,24 +24,33 @@ pub const PAGE_ROWS: &str = "SELECT first_seq, last_seq, item_seq, instance_id, 
 /// The most tasks [`last_rows`] reads in one statement.
 pub const TASKS_PER_READ: usize = 64;
 
+/// One statement text per count from 0 to [`TASKS_PER_READ`]: `each(k)`
+/// for `k` in `0..count`, joined by `sep`, then `tail`.
+fn per_count(each: fn(usize) -> String, sep: &str, tail: &str) -> Vec<String> {
+    (0..=TASKS_PER_READ)
+        .map(|n| {
+            let parts: Vec<String> = (0..n).map(each).collect();
+            format!("{}{tail}", parts.join(sep))
+        })
+        .collect()
+}
+
 /// The last row of each of `tasks` tasks (`$1..=$tasks`), with its
 /// task id first: one indexed read per task in one statement.
 pub fn last_rows(tasks: usize) -> &'static str {
     static SQL: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-        (0..=TASKS_PER_READ)
-            .map(|n| {
-                (1..=n)
-                    .map(|k| {
-                        format!(
-                            "SELECT * FROM (SELECT task_id, first_seq, last_seq, item_seq, instance_id,
-                               first_instance_seq, kind, role, message_id, started_at, item_bytes, pieces
-                             FROM feed_items WHERE task_id = ${k} ORDER BY first_seq DESC LIMIT 1) AS t{k}"
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join(" UNION ALL ")
-            })
-            .collect()
+        per_count(
+            |k| {
+                let k = k + 1;
+                format!(
+                    "SELECT * FROM (SELECT task_id, first_seq, last_seq, item_seq, instance_id,
+                       first_instance_seq, kind, role, message_id, started_at, item_bytes, pieces
+                     FROM feed_items WHERE task_id = ${k} ORDER BY first_seq DESC LIMIT 1) AS t{k}"
+                )
+            },
+            " UNION ALL ",
+            "",
+        )
     });
     &SQL[tasks]
 }
@@ -51,21 +60,18 @@ pub fn last_rows(tasks: usize) -> &'static str {
 /// list: one indexed read per item in one statement.
 pub fn item_texts(items: usize) -> &'static str {
     static SQL: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-        (0..=TASKS_PER_READ)
-            .map(|n| {
-                let reads: Vec<String> = (0..n)
-                    .map(|k| {
-                        format!(
-                            "SELECT CAST({k} AS BIGINT) AS n, first_seq, text, text_lz4 FROM feed_items
-                             WHERE task_id = ${} AND item_seq = ${}",
-                            2 * k + 1,
-                            2 * k + 2
-                        )
-                    })
-                    .collect();
-                format!("{} ORDER BY n, first_seq", reads.join(" UNION ALL "))
-            })
-            .collect()
+        per_count(
+            |k| {
+                format!(
+                    "SELECT CAST({k} AS BIGINT) AS n, first_seq, text, text_lz4 FROM feed_items
+                     WHERE task_id = ${} AND item_seq = ${}",
+                    2 * k + 1,
+                    2 * k + 2
+                )
+            },
+            " UNION ALL ",
+            " ORDER BY n, first_seq",
+        )
     });
     &SQL[items]
 }
@@ -73,14 +79,14 @@ pub fn item_texts(items: usize) -> &'static str {
 /// Deletes the rows of `items` items (as [`item_texts`] lists them).
 pub fn delete_items(items: usize) -> &'static str {
     static SQL: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-        (0..=TASKS_PER_READ)
-            .map(|n| {
-                let each: Vec<String> = (0..n)
-                    .map(|k| format!("(task_id = ${} AND item_seq = ${})", 2 * k + 1, 2 * k + 2))
-                    .collect();
-                format!("DELETE FROM feed_items WHERE {}", each.join(" OR "))
-            })
-            .collect()
+        per_count(
+            |k| format!("(task_id = ${} AND item_seq = ${})", 2 * k + 1, 2 * k + 2),
+            " OR ",
+            "",
+        )
+        .into_iter()
+        .map(|each| format!("DELETE FROM feed_items WHERE {each}"))
+        .collect()
     });
     &SQL[items]
 }
