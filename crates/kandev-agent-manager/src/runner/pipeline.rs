@@ -85,6 +85,16 @@ pub(super) struct TurnState {
 }
 
 impl TurnState {
+    /// Where the turn's publishing stands, as the store keeps it.
+    pub(super) fn position(&self, id: Uuid) -> Position {
+        Position {
+            id,
+            last_seq: seq_i64(self.published_seq),
+            progress: self.progress,
+            cursor: self.cursor,
+        }
+    }
+
     fn observe(&mut self, event: &AcpEvent) {
         match &event.kind {
             EventKind::MessageChunk(chunk) if chunk.role == ChunkRole::Agent => {
@@ -229,17 +239,11 @@ impl Pipeline {
         }
         progress.leave().await;
         let _ = tokio::time::timeout(Duration::from_secs(10), log_writer).await;
-        let (last_seq, progress, summary, cursor) = {
+        let (last, summary) = {
             let s = lock(&state);
-            (s.published_seq, s.progress, s.summary.clone(), s.cursor)
+            (s.position(id), s.summary.clone())
         };
-        let last = Position {
-            id,
-            last_seq: seq_i64(last_seq),
-            progress,
-            cursor,
-        };
-        if last_seq > 0
+        if last.last_seq > 0
             && let Err(e) = store.save_progress(&[last]).await
         {
             tracing::warn!(error = %e, "cannot store last_seq");

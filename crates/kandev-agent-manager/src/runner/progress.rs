@@ -36,8 +36,8 @@ struct Turns {
 
 struct Watched {
     state: SharedState,
-    /// The (seq, progress) stored last.
-    saved: (u64, f64),
+    /// The position stored last (`None`: store it at the next flush).
+    saved: Option<Position>,
 }
 
 /// A turn's place in the book; [`Self::leave`] takes it out.
@@ -63,10 +63,7 @@ impl ProgressBook {
             let (store, every) = (self.store.clone(), self.every);
             tokio::spawn(flush_every(store, every, Arc::downgrade(&self.turns)));
         });
-        let saved = {
-            let s = lock(&state);
-            (s.published_seq, s.progress)
-        };
+        let saved = Some(lock(&state).position(id));
         lock(&self.turns.watched).insert(id, Watched { state, saved });
         Entry {
             id,
@@ -117,7 +114,7 @@ async fn flush(store: &Store, turns: &Turns) {
         let mut watched = lock(&turns.watched);
         for p in &moved {
             if let Some(w) = watched.get_mut(&p.id) {
-                w.saved = (0, -1.0);
+                w.saved = None;
             }
         }
     }
@@ -129,18 +126,13 @@ fn moved(turns: &Turns) -> Vec<Position> {
     watched
         .iter_mut()
         .filter_map(|(id, w)| {
-            let (now, cursor) = {
-                let s = lock(&w.state);
-                ((s.published_seq, s.progress), s.cursor)
-            };
-            (now != w.saved && now.0 > 0).then(|| {
-                w.saved = now;
-                Position {
-                    id: *id,
-                    last_seq: i64::try_from(now.0).unwrap_or(i64::MAX),
-                    progress: now.1,
-                    cursor,
-                }
+            let now = lock(&w.state).position(*id);
+            let moved = now.last_seq > 0
+                && w.saved
+                    .is_none_or(|s| (s.last_seq, s.progress) != (now.last_seq, now.progress));
+            moved.then(|| {
+                w.saved = Some(now);
+                now
             })
         })
         .collect()
