@@ -659,7 +659,6 @@ pub(super) fn page_bounds(heads: &[(i64, i64)], limit: i64) -> Option<(i64, i64,
     Some((heads[taken - 1].0, newest, taken < heads.len()))
 }
 
-/// The text of an item's stored rows, in order.
 /// Each of `items`' text from its stored rows (`(n, first_seq, text,
 /// packed text)`, `n` the item's place in `items`, in order).
 pub(super) fn join_texts(
