@@ -12,7 +12,8 @@ export class TaskSocket extends LiveSocket {
     this.lastSeq = lastSeq;       // () => number
     this.onFrame = onFrame;
     this.onControl = onControl || (() => {});
-    this.pending = new Map();
+    this.pending = new Map();  // sent, waiting for their answer
+    this.unsent = new Map();   // waiting for the socket to open
     this.seqNo = 0;
   }
 
@@ -57,25 +58,50 @@ export class TaskSocket extends LiveSocket {
     return true;
   }
 
-  /** Sends a command and resolves with its `ack` (rejects on `error`). */
+  /** Sends a command (once the socket is open, if it is still connecting)
+   *  and resolves with its `ack` (rejects on `error`, or when no answer
+   *  comes within `timeoutMs`). */
   command(obj, timeoutMs = 20_000) {
-    const id = `c${++this.seqNo}`;
+    const msg = { ...obj, id: `c${++this.seqNo}` };
     return new Promise((resolve, reject) => {
-      if (!this.send({ ...obj, id })) { reject(new Error('not connected')); return; }
-      const timer = setTimeout(() => { this.pending.delete(id); reject(new Error('no answer from the server')); }, timeoutMs);
-      this.pending.set(id, { resolve, reject, timer });
+      const waiter = { msg, resolve, reject };
+      waiter.timer = setTimeout(() => {
+        const sent = this.pending.delete(msg.id);
+        this.unsent.delete(msg.id);
+        reject(new Error(sent ? 'no answer from the server' : 'not connected'));
+      }, timeoutMs);
+      this.dispatch(waiter);
     });
   }
 
-  failPending(msg) {
-    for (const [, w] of this.pending) { clearTimeout(w.timer); w.reject(new Error(msg)); }
+  /** Sends a command now, or keeps it until the socket opens; a command
+   *  is sent at most once. */
+  dispatch(waiter) {
+    if (this.send(waiter.msg)) this.pending.set(waiter.msg.id, waiter);
+    else this.unsent.set(waiter.msg.id, waiter);
+  }
+
+  setStatus(s) {
+    super.setStatus(s);
+    if (s !== 'open') return;
+    const waiting = [...this.unsent.values()];
+    this.unsent.clear();
+    waiting.forEach((w) => this.dispatch(w));
+  }
+
+  /** Rejects the commands sent (a lost connection may have lost them);
+   *  with `unsent`, those still waiting to be sent too. */
+  failPending(msg, unsent = false) {
+    const waiters = [...this.pending.values(), ...(unsent ? this.unsent.values() : [])];
+    for (const w of waiters) { clearTimeout(w.timer); w.reject(new Error(msg)); }
     this.pending.clear();
+    if (unsent) this.unsent.clear();
   }
 
   get isOpen() { return !!this.ws && this.ws.readyState === WebSocket.OPEN; }
 
   close() {
-    this.failPending('closed');
+    this.failPending('closed', true);
     super.close();
   }
 }
