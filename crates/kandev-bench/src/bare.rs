@@ -2,7 +2,7 @@
 //! its attached stdin/stdout by a minimal ACP client (three requests, then
 //! read lines), with no service in between.
 
-use std::{process::Stdio, time::Duration};
+use std::{process::Stdio, sync::atomic::Ordering, time::Duration};
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
@@ -13,6 +13,8 @@ use tokio::{
 };
 
 use crate::{
+    kandev::Tally,
+    procs,
     stats::Stats,
     wire::{now_nanos, sent_at},
 };
@@ -26,13 +28,46 @@ pub struct BareRun {
     pub stats: Stats,
     /// `docker run` → the agent's first line (its `initialize` answer).
     pub first_line: Duration,
+    /// CPU seconds of the `docker` client, which relays the agent's output
+    /// from dockerd to the reader (its whole life, read as the turn ends).
+    pub client_cpu: f64,
+}
+
+/// The bare path's CPU in µs per message: the `docker` client's and
+/// dockerd's.
+#[derive(Debug, Clone, Copy)]
+pub struct BareCpu {
+    pub client: f64,
+    pub dockerd: f64,
+}
+
+impl BareCpu {
+    /// `run`'s client and `dockerd_secs` of dockerd over its `messages`.
+    pub fn per_message(run: &BareRun, dockerd_secs: f64, messages: u64) -> BareCpu {
+        let per = |secs: f64| secs * 1e6 / messages.max(1) as f64;
+        BareCpu {
+            client: per(run.client_cpu),
+            dockerd: per(dockerd_secs),
+        }
+    }
 }
 
 /// Runs one agent with `prompt` and reads its output until the turn ends.
 /// `log_driver` replaces the engine's default log driver.
 pub async fn run(image: &str, prompt: &str, log_driver: Option<&str>) -> Result<BareRun> {
+    run_tallied(image, prompt, log_driver, &Tally::default()).await
+}
+
+/// [`run`], counting into `tally` as it reads (as Kandev's readers do).
+pub async fn run_tallied(
+    image: &str,
+    prompt: &str,
+    log_driver: Option<&str>,
+    tally: &Tally,
+) -> Result<BareRun> {
     let started = Instant::now();
     let mut child = spawn(image, log_driver)?;
+    let client = child.id();
     let mut stdin = child.stdin.take().context("stdin")?;
     let stdout = child.stdout.take().context("stdout")?;
     let mut lines = BufReader::with_capacity(256 * 1024, stdout);
@@ -49,7 +84,10 @@ pub async fn run(image: &str, prompt: &str, log_driver: Option<&str>) -> Result<
     )
     .await?;
     stdin.flush().await?;
-    let run = read_turn(&mut lines, &mut stdin, prompt, started).await?;
+    let run = read_turn(&mut lines, &mut stdin, prompt, started, tally).await;
+    tally.done.fetch_add(1, Ordering::Relaxed);
+    let mut run = run?;
+    run.client_cpu = client.map_or(0.0, procs::cpu_seconds);
     drop(stdin);
     let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
     Ok(run)
@@ -87,6 +125,7 @@ async fn read_turn(
     stdin: &mut ChildStdin,
     prompt: &str,
     started: Instant,
+    tally: &Tally,
 ) -> Result<BareRun> {
     let mut run = BareRun::default();
     let mut line = Vec::with_capacity(4096);
@@ -102,6 +141,10 @@ async fn read_turn(
             first = false;
         }
         if let Some(sent) = sent_at(&line) {
+            if run.stats.count() == 0 {
+                tally.streaming.fetch_add(1, Ordering::Relaxed);
+            }
+            tally.chunks.fetch_add(1, Ordering::Relaxed);
             run.stats.record(sent, now);
             continue;
         }

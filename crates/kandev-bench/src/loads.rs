@@ -9,7 +9,9 @@ use kandev_e2e::Svc;
 use tokio::time::Instant;
 
 use crate::{
-    Bench, Cost, IMAGE, Row, Section, StreamArgs, VERSUS, bare, kandev, pct, procs, row,
+    Bench, Cost, IMAGE, Row, Section, StreamArgs, VERSUS,
+    bare::{self, BareCpu},
+    kandev, pct, procs, row,
     stats::{Stats, ms},
 };
 
@@ -68,7 +70,8 @@ impl Bench {
             )
             .key(),
         ];
-        rows.extend(self.cost_rows(&cost, n, Some(bare_dockerd)));
+        let bare_cpu = BareCpu::per_message(&bare, bare_dockerd, n);
+        rows.extend(self.cost_rows(&cost, n, Some(bare_cpu)));
         Ok(Section {
             columns: VERSUS,
             title: format!(
@@ -83,7 +86,8 @@ impl Bench {
     pub(crate) async fn paced(&self, args: &StreamArgs) -> Result<Section> {
         let n = args.paced_rate * args.paced_secs;
         let prompt = format!("scenario: flood {n} {} {}", args.size, args.paced_rate);
-        let (mut bare, _, mut watch, cost) = self.side_by_side(&prompt).await?;
+        let (mut bare, bare_dockerd, mut watch, cost) = self.side_by_side(&prompt).await?;
+        let bare_cpu = BareCpu::per_message(&bare, bare_dockerd, n);
         let mut rows = vec![row(
             "messages/s (paced)",
             format!("{:.0}", bare.stats.rate()),
@@ -114,7 +118,7 @@ impl Bench {
             )
             .key(),
         );
-        rows.extend(self.cost_rows(&cost, n, None));
+        rows.extend(self.cost_rows(&cost, n, Some(bare_cpu)));
         Ok(Section {
             columns: VERSUS,
             title: format!(

@@ -22,6 +22,7 @@
 //! - `stats`: rates and latency percentiles; `wire`: byte scanners.
 
 mod bare;
+mod bus;
 mod chromium;
 mod kandev;
 mod loads;
@@ -64,6 +65,9 @@ enum Load {
     /// Many agents, each at a modest rate: CPU per message of every
     /// process in the steady state.
     Realistic,
+    /// JetStream alone at the realistic load's rates, one message per
+    /// chunk (four services only): the floor under their figure.
+    Bus,
     /// Many subscribers on one task.
     Fanout,
     /// Create task → first frame.
@@ -83,7 +87,7 @@ struct StreamArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "startup,full,paced,many,realistic,fanout"
+        default_value = "startup,full,paced,many,realistic,bus,fanout"
     )]
     loads: Vec<Load>,
     /// Text bytes per chunk.
@@ -186,6 +190,16 @@ struct Section {
 }
 
 impl Section {
+    /// A section of `title` that says only `note`.
+    fn note(title: &str, note: &str) -> Section {
+        Section {
+            title: title.into(),
+            columns: VERSUS,
+            rows: vec![],
+            notes: vec![note.into()],
+        }
+    }
+
     fn markdown(&self) -> String {
         let mut out = format!(
             "### {}\n\n| metric | {} | {} | {} |\n|---|---|---|---|\n",
@@ -351,9 +365,10 @@ impl Bench {
         (out, cost)
     }
 
-    /// Two rows of CPU per message (the services, then NATS, Postgres and
-    /// dockerd, against the bare run's dockerd) and one of peak RSS.
-    fn cost_rows(&self, cost: &Cost, messages: u64, bare_dockerd: Option<f64>) -> Vec<Row> {
+    /// Two rows of CPU per message (the services against the bare run's
+    /// `docker` client, then NATS, Postgres and dockerd against its
+    /// dockerd) and one of peak RSS.
+    fn cost_rows(&self, cost: &Cost, messages: u64, bare: Option<bare::BareCpu>) -> Vec<Row> {
         let per = |secs: f64| {
             if messages == 0 {
                 0.0
@@ -387,10 +402,19 @@ impl Bench {
                 &["nats-server", "postgres", "dockerd"],
             )
         };
-        let bare = bare_dockerd.map_or_else(|| "—".into(), |b| format!("dockerd {:.1}", per(b)));
+        let (bare_client, bare_dockerd, ratio) = bare.map_or_else(
+            || ("—".into(), "—".into(), String::new()),
+            |b| {
+                (
+                    format!("`docker` client {:.1} µs", b.client),
+                    format!("dockerd {:.1}", b.dockerd),
+                    pct(total, b.client),
+                )
+            },
+        );
         vec![
-            row(label, "—", ours, "").key(),
-            row(others_label, bare, listed(others), "").key(),
+            row(label, bare_client, ours, ratio).key(),
+            row(others_label, bare_dockerd, listed(others), "").key(),
             row("peak RSS (MiB)", "—", self.peaks(cost), ""),
         ]
     }
@@ -420,16 +444,14 @@ impl Bench {
             Load::Paced => self.paced(args).await,
             Load::Many => self.many(args).await,
             Load::Realistic => self.realistic(args).await,
+            Load::Bus => self.bus(args).await,
             Load::Fanout => self.fanout(args).await,
             Load::Startup => self.startup(args).await,
             Load::Logs => self.logs(args).await,
             Load::Reopen => self.reopen(args).await,
         };
-        section.unwrap_or_else(|e| Section {
-            title: format!("{load:?}"),
-            columns: VERSUS,
-            rows: vec![],
-            notes: vec![format!("The load failed: {e:#}")],
+        section.unwrap_or_else(|e| {
+            Section::note(&format!("{load:?}"), &format!("The load failed: {e:#}"))
         })
     }
 
