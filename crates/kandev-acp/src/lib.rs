@@ -62,6 +62,7 @@ pub use agent_client_protocol::v1::schema;
 pub use client::{AcpClient, ClientOptions, Dialect, EventStream, Handshake, SessionInfo};
 pub use error::{AcpError, RpcError};
 pub use event::{AcpEvent, Direction, EventKind, LifecyclePhase, RawJson};
+pub use normalize::KNOWN_UPDATES;
 pub use permission::{
     AskDecider, AutoApprove, Deny, PermissionAsk, PermissionDecision, PermissionPolicy,
 };

@@ -286,8 +286,9 @@ fn chunk_event(update: &SessionUpdate, raw_content: Option<&Value>) -> Option<Ev
     })
 }
 
-/// Every stable v1 `sessionUpdate` name (schema 1.17.0).
-const KNOWN_UPDATES: &[&str] = &[
+/// Every stable v1 `sessionUpdate` name (schema 1.17.0): the updates
+/// Kandev normalizes (any other is kept as an unknown update).
+pub const KNOWN_UPDATES: &[&str] = &[
     "user_message_chunk",
     "agent_message_chunk",
     "agent_thought_chunk",
