@@ -402,18 +402,17 @@ impl Bench {
                 &["nats-server", "postgres", "dockerd"],
             )
         };
-        let (bare_client, bare_dockerd, ratio) = bare.map_or_else(
-            || ("—".into(), "—".into(), String::new()),
+        let (bare_client, bare_dockerd) = bare.map_or_else(
+            || ("—".into(), "—".into()),
             |b| {
                 (
                     format!("`docker` client {:.1} µs", b.client),
                     format!("dockerd {:.1}", b.dockerd),
-                    pct(total, b.client),
                 )
             },
         );
         vec![
-            row(label, bare_client, ours, ratio).key(),
+            row(label, bare_client, ours, "").key(),
             row(others_label, bare_dockerd, listed(others), "").key(),
             row("peak RSS (MiB)", "—", self.peaks(cost), ""),
         ]
