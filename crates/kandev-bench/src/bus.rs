@@ -43,12 +43,9 @@ struct Received {
 
 impl Bench {
     pub(crate) async fn bus(&self, args: &StreamArgs) -> Result<Section> {
-        let Some(nats) = self.stack_nats() else {
-            return Ok(Section::note(
-                "Bus alone",
-                "The `kandev` binary runs no NATS: this load is for the four services.",
-            ));
-        };
+        let nats = self
+            .stack_nats()
+            .context("the stack runs no nats-server (the `kandev` binary has no NATS)")?;
         let (agents, rate, secs) = (
             args.realistic_agents,
             args.realistic_rate,

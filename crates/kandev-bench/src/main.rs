@@ -18,7 +18,8 @@
 //!   the same in headless Chromium over WebDriver.
 //! - `kandev`: tasks through REST, feeds through the gateway's WebSocket.
 //! - `procs`: CPU seconds, RSS and fds from /proc.
-//! - `realistic`: many agents at modest rates, in their steady state.
+//! - `realistic`: many agents at modest rates, in their steady state, and
+//!   the same agents bare; `bus`: JetStream alone at those rates.
 //! - `stats`: rates and latency percentiles; `wire`: byte scanners.
 
 mod bare;
@@ -201,10 +202,14 @@ impl Section {
     }
 
     fn markdown(&self) -> String {
-        let mut out = format!(
-            "### {}\n\n| metric | {} | {} | {} |\n|---|---|---|---|\n",
-            self.title, self.columns[0], self.columns[1], self.columns[2]
-        );
+        let mut out = format!("### {}\n\n", self.title);
+        if !self.rows.is_empty() {
+            let _ = writeln!(
+                out,
+                "| metric | {} | {} | {} |\n|---|---|---|---|",
+                self.columns[0], self.columns[1], self.columns[2]
+            );
+        }
         for r in &self.rows {
             let _ = writeln!(
                 out,
@@ -553,6 +558,10 @@ async fn stream(args: StreamArgs) -> Result<()> {
         notes: vec![machine],
     };
     for load in &args.loads {
+        if *load == Load::Bus && args.single {
+            eprintln!("skipping Bus: the `kandev` binary runs no NATS");
+            continue;
+        }
         bare::cleanup().await;
         eprintln!("running {load:?}…");
         let section = bench.run_load(*load, &args).await;
