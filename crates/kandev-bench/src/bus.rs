@@ -23,7 +23,7 @@ use futures::{StreamExt, future::try_join_all};
 use tokio::time::Instant;
 
 use crate::{
-    Bench, Section, StreamArgs,
+    Bench, Row, Section, StreamArgs,
     procs::{self, Watched},
     row,
     stats::{Stats, ms},
@@ -33,6 +33,49 @@ use crate::{
 const STREAM: &str = "KANDEV_BENCH_BUS";
 /// The window starts once every publisher has run this long.
 const WARM_UP: Duration = Duration::from_secs(2);
+
+/// What one run of the bus load measured.
+struct BusRun {
+    /// Messages read and seconds elapsed in the window.
+    messages: u64,
+    span: Duration,
+    /// nats-server's CPU seconds in the window.
+    nats_secs: f64,
+    /// Messages published, and read by the end.
+    sent: u64,
+    read: u64,
+    stats: Stats,
+}
+
+impl BusRun {
+    fn rows(mut self) -> Vec<Row> {
+        let (messages, secs) = (self.messages, self.span.as_secs_f64());
+        let per = self.nats_secs * 1e6 / messages.max(1) as f64;
+        let window = format!(
+            "{messages} in {secs:.1} s, {:.0}/s",
+            messages as f64 / secs.max(1e-9)
+        );
+        let read = format!("{} of {}", self.read, self.sent);
+        vec![
+            row("window: messages, seconds, messages/s", "—", window, ""),
+            row(
+                "p50 latency (publish → consumer)",
+                "—",
+                ms(self.stats.percentile(50.0)),
+                "",
+            ),
+            row("p99 latency", "—", ms(self.stats.percentile(99.0)), "").key(),
+            row("messages read of sent", "—", read, ""),
+            row(
+                "CPU per message: nats-server",
+                "—",
+                format!("{per:.1} µs"),
+                "",
+            )
+            .key(),
+        ]
+    }
+}
 
 /// What the consumer has read.
 #[derive(Default)]
@@ -75,49 +118,23 @@ impl Bench {
             received.count.load(Ordering::Relaxed) - count0,
             t0.elapsed(),
         );
-        let caught_up = wait_for(&received, sent).await;
+        let read = wait_for(&received, sent).await;
         reader.abort();
         let _ = js.delete_stream(STREAM).await;
-        let per = cpu.get("nats-server").copied().unwrap_or(0.0) * 1e6 / messages.max(1) as f64;
-        let mut stats = std::mem::take(&mut *received.stats.lock().expect("stats"));
-        let rows = vec![
-            row(
-                "window: messages, seconds, messages/s",
-                "—",
-                format!(
-                    "{messages} in {:.1} s, {:.0}/s",
-                    span.as_secs_f64(),
-                    messages as f64 / span.as_secs_f64().max(1e-9)
-                ),
-                "",
-            ),
-            row(
-                "p50 latency (publish → consumer)",
-                "—",
-                ms(stats.percentile(50.0)),
-                "",
-            ),
-            row("p99 latency", "—", ms(stats.percentile(99.0)), "").key(),
-            row(
-                "messages read of sent",
-                "—",
-                format!("{caught_up} of {sent}"),
-                "",
-            ),
-            row(
-                "CPU per message: nats-server",
-                "—",
-                format!("{per:.1} µs"),
-                "",
-            )
-            .key(),
-        ];
+        let run = BusRun {
+            messages,
+            span,
+            nats_secs: cpu.get("nats-server").copied().unwrap_or(0.0),
+            sent,
+            read,
+            stats: std::mem::take(&mut *received.stats.lock().expect("stats")),
+        };
         Ok(Section {
             columns: ["—", "JetStream alone", "—"],
             title: format!(
                 "The bus alone: {agents} subjects at {rate} messages/s each for {secs} s, one JetStream message per chunk (no Kandev code)"
             ),
-            rows,
+            rows: run.rows(),
             notes: vec![],
         })
     }
