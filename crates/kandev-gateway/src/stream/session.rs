@@ -17,7 +17,7 @@ use kandev_common::{
 };
 use serde_json::{Value, json};
 
-use super::live::LiveSub;
+use super::live::{LiveBatch, LiveSub};
 use crate::error::ApiError;
 
 /// Close codes (RFC 6455).
@@ -240,32 +240,10 @@ where
                 // Batches queued meanwhile go in the same write.
                 burst = live.recv_burst(BURST_FRAMES) => {
                     let Some(burst) = burst else { break 'run Outcome::Stopped };
-                    let mut msgs = Vec::with_capacity(burst.iter().map(|b| b.frames.len()).sum());
-                    let numbered = burst.iter().flat_map(|batch| {
-                        (batch.first_seq..).zip(batch.frames.iter())
-                    });
-                    for (seq, frame) in numbered {
-                        if seq <= last {
-                            continue;
-                        }
-                        if seq > last + 1 {
-                            // Missed frames: send what is queued, read the gap.
-                            if !send_all(&mut sink, std::mem::take(&mut msgs), &lagged).await {
-                                break 'run Outcome::Closed;
-                            }
-                            match fill_gap(&mut sink, upstream, last, seq - 1, &lagged).await {
-                                // Filled up to `seq - 1`, which comes next.
-                                Ok(Some(_)) => {}
-                                Ok(None) => break 'run Outcome::Closed,
-                                Err(why) => break 'run Outcome::Broken(why),
-                            }
-                        }
-                        last = seq;
-                        msgs.push(Message::Text(frame.clone()));
-                    }
-                    delivered.increment(msgs.len() as u64);
-                    if !msgs.is_empty() && !send_all(&mut sink, msgs, &lagged).await {
-                        break 'run if lagged.is_cancelled() { Outcome::Lagged } else { Outcome::Closed };
+                    let sent = forward(&mut sink, upstream, &burst, &mut last, &lagged).await;
+                    match sent {
+                        Ok(frames) => delivered.increment(frames),
+                        Err(outcome) => break 'run outcome,
                     }
                 }
                 _ = reconnects.changed() => {
@@ -276,22 +254,11 @@ where
                         Err(err) => break 'run Outcome::Broken(err.message),
                     }
                 }
-                msg = source.next() => match msg {
-                    Some(Ok(Message::Text(text))) => {
-                        let reply = handle_command(upstream, limits, text.as_str()).await;
-                        if !send_all(&mut sink, [Message::Text(reply.to_string().into())], &lagged).await {
-                            break 'run Outcome::Closed;
-                        }
+                msg = source.next() => {
+                    if let Err(outcome) = answer(&mut sink, upstream, limits, msg, &lagged).await {
+                        break 'run outcome;
                     }
-                    Some(Ok(Message::Close(_))) | None => break 'run Outcome::Closed,
-                    Some(Ok(_)) => {}
-                    Some(Err(err)) => {
-                        if is_too_big(&err) {
-                            break 'run Outcome::TooBig;
-                        }
-                        break 'run Outcome::Closed;
-                    }
-                },
+                }
             }
         }
     };
@@ -301,6 +268,82 @@ where
         metrics::counter!(crate::metric_names::WS_LAGGING_DISCONNECTS).increment(1);
     }
     outcome
+}
+
+/// Sends the frames of a live burst that come after `last`, reading any
+/// gap from `upstream` first; `last` follows what was sent. How many
+/// frames of the burst went out, or how the session ends.
+async fn forward<S>(
+    sink: &mut S,
+    upstream: &dyn Upstream,
+    burst: &[Arc<LiveBatch>],
+    last: &mut i64,
+    lagged: &CancellationToken,
+) -> Result<u64, Outcome>
+where
+    S: Sink<Message> + Unpin,
+{
+    let mut msgs = Vec::with_capacity(burst.iter().map(|b| b.frames.len()).sum());
+    let numbered = burst
+        .iter()
+        .flat_map(|batch| (batch.first_seq..).zip(batch.frames.iter()));
+    for (seq, frame) in numbered {
+        if seq <= *last {
+            continue;
+        }
+        if seq > *last + 1 {
+            // Missed frames: send what is queued, read the gap.
+            if !send_all(sink, std::mem::take(&mut msgs), lagged).await {
+                return Err(Outcome::Closed);
+            }
+            match fill_gap(sink, upstream, *last, seq - 1, lagged).await {
+                // Filled up to `seq - 1`, which comes next.
+                Ok(Some(_)) => {}
+                Ok(None) => return Err(Outcome::Closed),
+                Err(why) => return Err(Outcome::Broken(why)),
+            }
+        }
+        *last = seq;
+        msgs.push(Message::Text(frame.clone()));
+    }
+    let frames = msgs.len() as u64;
+    if !msgs.is_empty() && !send_all(sink, msgs, lagged).await {
+        return Err(if lagged.is_cancelled() {
+            Outcome::Lagged
+        } else {
+            Outcome::Closed
+        });
+    }
+    Ok(frames)
+}
+
+/// Answers one message from the client: a command gets its reply; a
+/// close, an error or the end of its messages ends the session.
+async fn answer<S>(
+    sink: &mut S,
+    upstream: &dyn Upstream,
+    limits: &Limits,
+    msg: Option<Result<Message, axum::Error>>,
+    lagged: &CancellationToken,
+) -> Result<(), Outcome>
+where
+    S: Sink<Message> + Unpin,
+{
+    match msg {
+        Some(Ok(Message::Text(text))) => {
+            let reply = handle_command(upstream, limits, text.as_str()).await;
+            let reply = [Message::Text(reply.to_string().into())];
+            if send_all(sink, reply, lagged).await {
+                Ok(())
+            } else {
+                Err(Outcome::Closed)
+            }
+        }
+        Some(Ok(Message::Close(_))) | None => Err(Outcome::Closed),
+        Some(Ok(_)) => Ok(()),
+        Some(Err(err)) if is_too_big(&err) => Err(Outcome::TooBig),
+        Some(Err(_)) => Err(Outcome::Closed),
+    }
 }
 
 fn is_too_big(err: &axum::Error) -> bool {
