@@ -21,7 +21,7 @@ use super::{
     policy, publish_lifecycle, publish_retrying, refused,
 };
 use crate::{
-    docker::LogStream,
+    docker::{Docker, LogStream},
     domain::{AgentInstance, AgentType},
     exec::DockerExec,
 };
@@ -503,23 +503,52 @@ pub(super) async fn resume(
     let since = since(spec);
     *lock(&slots.container) = Some(id.to_string());
     let exited = docker.is_running(id).await != Some(true);
-    let input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>> = if exited {
-        Box::pin(tokio::io::sink())
-    } else {
-        let attach = docker
-            .attach(id, false)
-            .await
-            .map_err(|e| failed(e.to_string()))?;
-        // Only stdin is attached; hold the (silent) output half until the end.
-        let mut attach_output = attach.output;
-        tokio::spawn(async move { while attach_output.next().await.is_some() {} });
-        attach.input
-    };
+    let input = reattach_input(docker, id, exited).await?;
     let (turn_tx, mut turn_rx) = watch::channel(None::<String>);
     let mut conn = connect(shared, spec, handle, pipeline, id, input, Some(turn_tx))?;
     *lock(&handle.session) = instance.acp_session_id.clone();
-    // The last sync point may not have been published before the crash.
-    if let Some(envelope) = &instance.sync_event
+    republish_sync_point(shared, instance.sync_event.as_ref()).await;
+    conn.copy_output(docker.follow_logs(id), instance.cursor, slots);
+    tracing::info!(instance = %instance.id, container = %id, "re-attached");
+    let client = &conn.client;
+    let Some(stop_reason) = turn_end(&mut turn_rx, client).await else {
+        let during = if exited {
+            "the turn, while the manager was not running"
+        } else {
+            "the turn"
+        };
+        let failure = interrupt::output_ended(docker, id, slots, during, since, exited).await;
+        return Err(interrupt::abandon(client, handle, conn.drain, failure).await);
+    };
+    Ok(TurnResult {
+        session_id: instance.acp_session_id.clone(),
+        stop_reason,
+    })
+}
+
+/// The agent's stdin again: attached when the container runs (its silent
+/// output half held until the end), a sink when it exited.
+async fn reattach_input(
+    docker: &Docker,
+    id: &str,
+    exited: bool,
+) -> Result<std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>, Interruption> {
+    if exited {
+        return Ok(Box::pin(tokio::io::sink()));
+    }
+    let attach = docker
+        .attach(id, false)
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    let mut attach_output = attach.output;
+    tokio::spawn(async move { while attach_output.next().await.is_some() {} });
+    Ok(attach.input)
+}
+
+/// Publishes the turn's last stored sync point again: it may not have been
+/// published before the crash (the bus drops it if it was).
+async fn republish_sync_point(shared: &Shared, envelope: Option<&serde_json::Value>) {
+    if let Some(envelope) = envelope
         && let (Some(subject), Some(event_id)) = (
             envelope["type"].as_str(),
             envelope["id"]
@@ -537,48 +566,29 @@ pub(super) async fn resume(
         )
         .await;
     }
-    conn.copy_output(docker.follow_logs(id), instance.cursor, slots);
-    tracing::info!(instance = %instance.id, container = %id, "re-attached");
-    let client = &conn.client;
-    let turn_ended = async {
-        turn_rx
-            .wait_for(Option::is_some)
-            .await
-            .ok()
-            .and_then(|stop| stop.clone())
-    };
+}
+
+/// The stop reason of the resumed turn: once the agent answers its prompt,
+/// or, when its output ends first, within 5 s more for the drain to reach
+/// the last lines. `None` when it never answers.
+async fn turn_end(
+    turn_rx: &mut watch::Receiver<Option<String>>,
+    client: &AcpClient,
+) -> Option<String> {
     let ended = tokio::select! {
         biased;
-        stop = turn_ended => stop,
+        stop = turn_rx.wait_for(Option::is_some) => stop.ok().and_then(|stop| stop.clone()),
         () = client.closed() => None,
     };
-    let ended = match ended {
-        Some(stop) => Some(stop),
-        // The output ended; the drain may still be on the last lines.
-        None => tokio::time::timeout(std::time::Duration::from_secs(5), async {
-            turn_rx
-                .wait_for(Option::is_some)
-                .await
-                .ok()
-                .and_then(|stop| stop.clone())
-        })
-        .await
-        .ok()
-        .flatten(),
-    };
-    let Some(stop_reason) = ended else {
-        let during = if exited {
-            "the turn, while the manager was not running"
-        } else {
-            "the turn"
-        };
-        let failure = interrupt::output_ended(docker, id, slots, during, since, exited).await;
-        return Err(interrupt::abandon(client, handle, conn.drain, failure).await);
-    };
-    Ok(TurnResult {
-        session_id: instance.acp_session_id.clone(),
-        stop_reason,
-    })
+    if ended.is_some() {
+        return ended;
+    }
+    let drained = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        turn_rx.wait_for(Option::is_some),
+    )
+    .await;
+    drained.ok()?.ok().and_then(|stop| stop.clone())
 }
 
 #[cfg(test)]
