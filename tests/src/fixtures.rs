@@ -201,6 +201,16 @@ impl Api {
         .await
     }
 
+    /// Waits until the task's card shows `checks` in its metadata: the
+    /// orchestrator records the card's copy just after the checks.
+    pub async fn wait_card_checks(&self, task: &str, checks: Value) {
+        eventually(30, &format!("the card's checks {checks}"), || async {
+            let shown = self.get(&format!("/api/v1/tasks/{task}")).await;
+            (shown.body["metadata"]["checks"] == checks).then_some(())
+        })
+        .await;
+    }
+
     /// `POST /orchestrator/tasks/{task}/fix-ci`.
     pub async fn fix_ci(&self, task: &str) -> Resp {
         let path = format!("/api/v1/orchestrator/tasks/{task}/fix-ci");

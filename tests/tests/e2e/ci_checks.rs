@@ -80,16 +80,8 @@ async fn a_red_check_shows_and_fix_ci_sends_it_to_the_agent() {
     assert_eq!(by_name("lint")["failed"], false);
     assert_eq!(by_name("ci/docs")["kind"], "status");
     // The card's task says so too (recorded just after the checks).
-    kandev_e2e::eventually(30, "the card's failed checks", || {
-        let api = api.clone();
-        let task = task.clone();
-        let want = json!({"state": "failure", "sha": commit});
-        async move {
-            let shown = api.get(&format!("/api/v1/tasks/{task}")).await;
-            (shown.body["metadata"]["checks"] == want).then_some(())
-        }
-    })
-    .await;
+    api.wait_card_checks(&task, json!({"state": "failure", "sha": commit}))
+        .await;
     // The forge was asked with the token, which no answer shows.
     {
         let seen = forge.forge();

@@ -116,16 +116,8 @@ async fn red_pipeline_is_read_and_fixed(
     );
     assert!(!checks.to_string().contains(TOKEN));
     // The card's task says so too (recorded just after the checks).
-    kandev_e2e::eventually(30, "the card's failed checks", || {
-        let api = api.clone();
-        let task = task.to_string();
-        let want = json!({"state": "failure", "sha": commit});
-        async move {
-            let shown = api.get(&format!("/api/v1/tasks/{task}")).await;
-            (shown.body["metadata"]["checks"] == want).then_some(())
-        }
-    })
-    .await;
+    api.wait_card_checks(task, json!({"state": "failure", "sha": commit}))
+        .await;
 
     let fixed = api.fix_ci(task).await;
     assert_eq!(fixed.status, 200, "{}", fixed.body);
