@@ -25,6 +25,7 @@ use tokio::time::Instant;
 use crate::{
     Bench, Row, Section, StreamArgs,
     procs::{self, Watched},
+    realistic::Window,
     row,
     stats::{Stats, ms},
     wire::now_nanos,
@@ -36,11 +37,8 @@ const WARM_UP: Duration = Duration::from_secs(2);
 
 /// What one run of the bus load measured.
 struct BusRun {
-    /// Messages read and seconds elapsed in the window.
-    messages: u64,
-    span: Duration,
-    /// nats-server's CPU seconds in the window.
-    nats_secs: f64,
+    /// Messages read and nats-server's CPU in the window.
+    window: Window,
     /// Messages published, and read by the end.
     sent: u64,
     read: u64,
@@ -49,15 +47,15 @@ struct BusRun {
 
 impl BusRun {
     fn rows(mut self) -> Vec<Row> {
-        let (messages, secs) = (self.messages, self.span.as_secs_f64());
-        let per = self.nats_secs * 1e6 / messages.max(1) as f64;
-        let window = format!(
-            "{messages} in {secs:.1} s, {:.0}/s",
-            messages as f64 / secs.max(1e-9)
-        );
+        let per = self.window.per_message("nats-server");
         let read = format!("{} of {}", self.read, self.sent);
         vec![
-            row("window: messages, seconds, messages/s", "—", window, ""),
+            row(
+                "window: messages, seconds, messages/s",
+                "—",
+                self.window.rate(),
+                "",
+            ),
             row(
                 "p50 latency (publish → consumer)",
                 "—",
@@ -113,18 +111,16 @@ impl Bench {
         };
         let (sent, ((before, count0), t0)) = tokio::join!(publishers, window);
         let sent: u64 = sent?.into_iter().sum();
-        let cpu = procs::snapshot(&nats).since(&before);
-        let (messages, span) = (
-            received.count.load(Ordering::Relaxed) - count0,
-            t0.elapsed(),
-        );
+        let window = Window {
+            cpu: procs::snapshot(&nats).since(&before),
+            chunks: received.count.load(Ordering::Relaxed) - count0,
+            span: t0.elapsed(),
+        };
         let read = wait_for(&received, sent).await;
         reader.abort();
         let _ = js.delete_stream(STREAM).await;
         let run = BusRun {
-            messages,
-            span,
-            nats_secs: cpu.get("nats-server").copied().unwrap_or(0.0),
+            window,
             sent,
             read,
             stats: std::mem::take(&mut *received.stats.lock().expect("stats")),

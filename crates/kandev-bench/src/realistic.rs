@@ -30,15 +30,15 @@ const POLL: Duration = Duration::from_millis(20);
 
 /// CPU seconds of every watched process, chunks read and the time between
 /// the window's two edges.
-struct Window {
-    cpu: std::collections::BTreeMap<String, f64>,
-    chunks: u64,
-    span: Duration,
+pub(crate) struct Window {
+    pub(crate) cpu: std::collections::BTreeMap<String, f64>,
+    pub(crate) chunks: u64,
+    pub(crate) span: Duration,
 }
 
 impl Window {
     /// The window's chunks, length and rate.
-    fn rate(&self) -> String {
+    pub(crate) fn rate(&self) -> String {
         let rate = self.chunks as f64 / self.span.as_secs_f64().max(1e-9);
         format!(
             "{} in {:.1} s, {rate:.0}/s",
@@ -48,7 +48,7 @@ impl Window {
     }
 
     /// CPU µs per message of the processes named `name`.
-    fn per_message(&self, name: &str) -> f64 {
+    pub(crate) fn per_message(&self, name: &str) -> f64 {
         self.cpu.get(name).copied().unwrap_or(0.0) * 1e6 / self.chunks.max(1) as f64
     }
 
