@@ -9,12 +9,10 @@
 //! stripped of control characters but newlines and tabs, and never
 //! interpreted. A log is read as a stream, keeping only its end.
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::forge::{Forge, ForgeKind, project_path};
+use crate::forge::{CallError, Forge, ForgeKind, api, project_path};
 
 mod gitlab;
 
@@ -25,17 +23,13 @@ pub enum ChecksError {
     NoProject(String),
     #[error("{0:?} is not a commit id")]
     BadCommit(String),
-    #[error("{forge} refused to list the checks ({status}): {message}")]
-    Refused {
-        forge: &'static str,
-        status: u16,
-        message: String,
-    },
-    #[error("cannot reach {forge}: {message}")]
-    Unreachable {
+    #[error("{forge}'s answer is not what was expected: {message}")]
+    Malformed {
         forge: &'static str,
         message: String,
     },
+    #[error(transparent)]
+    Call(#[from] CallError),
     /// A status Kandev does not know: not guessed at.
     #[error("{forge} reported the unknown status {status:?} for the check {check:?}")]
     UnknownStatus {
@@ -53,8 +47,6 @@ pub const MAX_CHECKS: usize = 100;
 const MAX_NAME: usize = 200;
 /// The longest URL kept.
 const MAX_URL: usize = 2048;
-/// The most bytes of a forge's JSON answer read.
-const MAX_ANSWER: usize = 4 * 1024 * 1024;
 
 /// The overall state of a commit's checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -275,63 +267,25 @@ fn commit_status(status: &Value) -> Check {
     }
 }
 
-/// A GET of `url` on `forge`, with the token as the forge takes it.
-fn forge_get(client: &reqwest::Client, forge: &Forge, url: &str) -> reqwest::RequestBuilder {
-    let request = match forge.kind {
-        ForgeKind::Github => client
-            .get(url)
-            .bearer_auth(&forge.token)
-            .header("accept", "application/vnd.github+json")
-            .header("x-github-api-version", "2022-11-28"),
-        ForgeKind::Gitlab => client.get(url).header("private-token", &forge.token),
-    };
-    request
-        .header("user-agent", "kandev")
-        .timeout(Duration::from_secs(30))
-}
-
-/// A forge's JSON answer, at most [`MAX_ANSWER`] bytes.
+/// A forge's JSON answer to a GET of `url`; a status but 200 is refused.
 async fn get_json(
     client: &reqwest::Client,
     forge: &Forge,
     url: &str,
 ) -> Result<Value, ChecksError> {
-    let name = forge.kind.name();
-    let unreachable = |e: reqwest::Error| ChecksError::Unreachable {
-        forge: name,
-        message: e.without_url().to_string(),
-    };
-    let mut response = forge_get(client, forge, url)
-        .send()
-        .await
-        .map_err(unreachable)?;
-    let status = response.status().as_u16();
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(unreachable)? {
-        if body.len() + chunk.len() > MAX_ANSWER {
-            return Err(ChecksError::Refused {
-                forge: name,
-                status,
-                message: format!("the answer is larger than {MAX_ANSWER} bytes"),
-            });
-        }
-        body.extend_from_slice(&chunk);
+    let request = api::request(client, forge, reqwest::Method::GET, url);
+    let answer = api::call(forge, request).await?;
+    if answer.status == 200 {
+        return Ok(answer.body);
     }
-    let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    if status == 200 {
-        return Ok(value);
-    }
-    Err(ChecksError::Refused {
-        forge: name,
-        status,
-        message: bounded(value["message"].as_str().unwrap_or("no details"), 500),
-    })
+    Err(answer.refused(forge).into())
 }
 
 /// The end of a job's log (an Actions job's, a GitLab job's trace);
 /// empty when it cannot be read (the check is reported without it).
 async fn job_log_tail(client: &reqwest::Client, forge: &Forge, url: &str) -> String {
-    let Ok(mut response) = forge_get(client, forge, url).send().await else {
+    let request = api::request(client, forge, reqwest::Method::GET, url);
+    let Ok(mut response) = request.send().await else {
         return String::new();
     };
     if !response.status().is_success() {

@@ -5,10 +5,12 @@
 //! forge whose `repository_prefix` starts it. The project is the rest of
 //! the URL (`owner/repo`, without `.git`).
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
+
+pub use api::CallError;
+
+pub mod api;
 
 /// Which REST API a forge speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,14 +87,8 @@ pub enum ForgeError {
         forge: &'static str,
         message: String,
     },
-    #[error("{forge} refused the pull request ({status}): {message}")]
-    Refused {
-        forge: &'static str,
-        status: u16,
-        message: String,
-    },
-    #[error("cannot reach {forge}: {0}", forge = .1)]
-    Unreachable(String, &'static str),
+    #[error(transparent)]
+    Call(#[from] CallError),
     #[error("the repository URL {0} names no project on its forge")]
     NoProject(String),
 }
@@ -146,40 +142,29 @@ pub async fn open_pull_request(
     let project = project_path(forge, spec.repository_url)
         .ok_or_else(|| ForgeError::NoProject(spec.repository_url.to_string()))?;
     let api = forge.api_url.trim_end_matches('/');
-    let request = match forge.kind {
-        ForgeKind::Github => client
-            .post(format!("{api}/repos/{project}/pulls"))
-            .bearer_auth(&forge.token)
-            .header("accept", "application/vnd.github+json")
-            .header("x-github-api-version", "2022-11-28")
-            .json(&json!({
+    let (url, body) = match forge.kind {
+        ForgeKind::Github => (
+            format!("{api}/repos/{project}/pulls"),
+            json!({
                 "title": spec.title, "head": spec.branch, "base": spec.base, "body": spec.body,
-            })),
-        ForgeKind::Gitlab => client
-            .post(format!(
-                "{api}/projects/{}/merge_requests",
-                urlencoding(&project)
-            ))
-            .header("private-token", &forge.token)
-            .json(&json!({
+            }),
+        ),
+        ForgeKind::Gitlab => (
+            format!("{api}/projects/{}/merge_requests", urlencoding(&project)),
+            json!({
                 "source_branch": spec.branch, "target_branch": spec.base,
                 "title": spec.title, "description": spec.body,
-            })),
+            }),
+        ),
     };
-    let response = request
-        .header("user-agent", "kandev")
-        .timeout(Duration::from_secs(30))
-        .send()
-        .await
-        .map_err(|e| ForgeError::Unreachable(e.without_url().to_string(), name))?;
-    let status = response.status().as_u16();
-    let body: Value = response.json().await.unwrap_or(Value::Null);
-    let message = error_message(&body);
+    let request = api::request(client, forge, reqwest::Method::POST, &url).json(&body);
+    let answer = api::call(forge, request).await?;
+    let (status, message) = (answer.status, answer.message());
     match (forge.kind, status) {
         (_, 200 | 201) => {
             let (url, number) = match forge.kind {
-                ForgeKind::Github => (&body["html_url"], &body["number"]),
-                ForgeKind::Gitlab => (&body["web_url"], &body["iid"]),
+                ForgeKind::Github => (&answer.body["html_url"], &answer.body["number"]),
+                ForgeKind::Gitlab => (&answer.body["web_url"], &answer.body["iid"]),
             };
             Ok(PullRequest {
                 url: url.as_str().unwrap_or_default().to_string(),
@@ -199,37 +184,7 @@ pub async fn open_pull_request(
             forge: name,
             message,
         }),
-        _ => Err(ForgeError::Refused {
-            forge: name,
-            status,
-            message,
-        }),
-    }
-}
-
-/// The forge's own words: GitHub's `message` and `errors[].message`,
-/// GitLab's `message` (a string or a list).
-fn error_message(body: &Value) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    match &body["message"] {
-        Value::String(s) => parts.push(s.clone()),
-        Value::Array(items) => {
-            parts.extend(items.iter().filter_map(|i| i.as_str().map(str::to_string)))
-        }
-        _ => {}
-    }
-    if let Some(errors) = body["errors"].as_array() {
-        parts.extend(
-            errors
-                .iter()
-                .filter_map(|e| e["message"].as_str().or_else(|| e.as_str()))
-                .map(str::to_string),
-        );
-    }
-    if parts.is_empty() {
-        "no details".into()
-    } else {
-        parts.join("; ")
+        _ => Err(answer.refused(forge).into()),
     }
 }
 

@@ -15,7 +15,8 @@
 //! - [`consumers`]: durable JetStream consumers of `task.*` and `agent.*`.
 //! - [`feed`]: the `acp.message.*` consumer, seq numbering, batched storage
 //!   and the live [`FeedHub`].
-//! - [`forge`]: pull / merge requests on GitHub and GitLab.
+//! - [`forge`]: pull / merge requests on GitHub and GitLab; [`forge::api`]:
+//!   the one way every forge call is made, its answer size-bounded.
 //! - [`pool`]: the agent managers as a pool: where a run is placed, where
 //!   a call about an instance goes.
 //! - [`checks`]: the CI checks of a pushed commit (GitHub check runs and

@@ -16,7 +16,7 @@ pub use gitlab::ISSUE_HOOK;
 pub use kandev_common::webhook::{parse_signature, sign, signature_matches, token_matches};
 use serde_json::{Value, json};
 
-use crate::forge::{Forge, ForgeKind};
+use crate::forge::{CallError, Forge, ForgeKind, api};
 
 mod gitlab;
 
@@ -137,11 +137,8 @@ pub enum TrackerError {
         status: u16,
         message: String,
     },
-    #[error("cannot reach {forge}: {message}")]
-    Unreachable {
-        forge: &'static str,
-        message: String,
-    },
+    #[error(transparent)]
+    Call(#[from] CallError),
     #[error("{forge}'s answer for {repo} is not what was expected: {message}")]
     Malformed {
         forge: &'static str,
@@ -166,51 +163,33 @@ fn github_request(
     path: &str,
 ) -> reqwest::RequestBuilder {
     let api = forge.api_url.trim_end_matches('/');
-    client
-        .request(method, format!("{api}{path}"))
-        .bearer_auth(&forge.token)
-        .header("accept", "application/vnd.github+json")
-        .header("x-github-api-version", "2022-11-28")
-        .header("user-agent", "kandev")
+    api::request(client, forge, method, &format!("{api}{path}"))
 }
 
-/// The answer's JSON, or the plain reason it failed (`forge`'s own words:
-/// GitHub's and GitLab's `message`, GitLab's `error`).
+/// The answer's JSON, or the plain reason it failed (in the forge's own
+/// words, see [`api::Answer::message`]).
 async fn answer(
-    forge: &'static str,
+    forge: &Forge,
     repo: &str,
     request: reqwest::RequestBuilder,
 ) -> Result<Value, TrackerError> {
-    let response = request
-        .send()
-        .await
-        .map_err(|e| TrackerError::Unreachable {
-            forge,
-            message: e.without_url().to_string(),
-        })?;
-    let status = response.status().as_u16();
-    let body: Value = response.json().await.unwrap_or(Value::Null);
-    let message = body["message"]
-        .as_str()
-        .or_else(|| body["error"].as_str())
-        .unwrap_or("no details")
-        .to_string();
-    let repo = repo.to_string();
+    let answer = api::call(forge, request).await?;
+    let (forge, repo, status) = (forge.kind.name(), repo.to_string(), answer.status);
     match status {
-        200 | 201 => Ok(body),
+        200 | 201 => Ok(answer.body),
         301 | 302 | 307 | 308 => Err(TrackerError::Moved { forge, repo }),
         404 | 410 => Err(TrackerError::NotFound { forge, repo }),
         401 | 403 => Err(TrackerError::Unauthorized {
             forge,
             repo,
             status,
-            message,
+            message: answer.message(),
         }),
         _ => Err(TrackerError::Refused {
             forge,
             repo,
             status,
-            message,
+            message: answer.message(),
         }),
     }
 }
@@ -235,7 +214,7 @@ pub async fn list_issues(
                 Issue::from_gitlab,
             ),
         };
-        let body = answer(forge.kind.name(), repo, request).await?;
+        let body = answer(forge, repo, request).await?;
         let malformed = |message: String| TrackerError::Malformed {
             forge: forge.kind.name(),
             repo: repo.to_string(),
@@ -301,7 +280,7 @@ pub async fn comment(
         ForgeKind::Gitlab => gitlab::note_request(client, forge, repo, number),
     }
     .json(&json!({ "body": body }));
-    answer(forge.kind.name(), repo, request).await.map(drop)
+    answer(forge, repo, request).await.map(drop)
 }
 
 #[cfg(test)]

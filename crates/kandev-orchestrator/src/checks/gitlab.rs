@@ -69,9 +69,8 @@ pub(super) async fn read(
 }
 
 fn malformed(what: &str) -> ChecksError {
-    ChecksError::Refused {
+    ChecksError::Malformed {
         forge: "GitLab",
-        status: 200,
         message: what.into(),
     }
 }

@@ -7,7 +7,7 @@
 use serde_json::Value;
 
 use super::{Issue, IssueEvent, PER_PAGE};
-use crate::forge::{Forge, urlencoding};
+use crate::forge::{Forge, api, urlencoding};
 
 /// The event header's value for issue deliveries.
 pub const ISSUE_HOOK: &str = "Issue Hook";
@@ -114,13 +114,8 @@ fn request(
     path: &str,
 ) -> reqwest::RequestBuilder {
     let api = forge.api_url.trim_end_matches('/');
-    client
-        .request(
-            method,
-            format!("{api}/projects/{}{path}", urlencoding(project)),
-        )
-        .header("private-token", &forge.token)
-        .header("user-agent", "kandev")
+    let url = format!("{api}/projects/{}{path}", urlencoding(project));
+    api::request(client, forge, method, &url)
 }
 
 /// One page of a project's issues with `label` (any when empty), open and

@@ -5,7 +5,7 @@
 
 use kandev_orchestrator::{
     checks::{ChecksError, MAX_LOG_TAIL, read_checks, summarize},
-    forge::{Forge, ForgeKind},
+    forge::{CallError, Forge, ForgeKind},
 };
 use kandev_testkit::fake_github::FakeGithub;
 use kandev_testkit::fake_gitlab::FakeGitlab;
@@ -95,7 +95,7 @@ async fn check_runs_and_statuses_are_read_bounded() {
     .await
     .unwrap_err();
     assert!(
-        matches!(&refused, ChecksError::Refused { status: 401, message, .. } if message == "Bad credentials"),
+        matches!(&refused, ChecksError::Call(CallError::Refused { status: 401, message, .. }) if message == "Bad credentials"),
         "{refused:?}"
     );
     assert!(!refused.to_string().contains("s3cret"), "{refused}");
@@ -200,7 +200,7 @@ async fn gitlab_pipeline_jobs_are_read_as_checks() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&refused, ChecksError::Refused { status: 401, message, .. } if message == "401 Unauthorized"),
+        matches!(&refused, ChecksError::Call(CallError::Refused { status: 401, message, .. }) if message == "401 Unauthorized"),
         "{refused:?}"
     );
     assert!(refused.to_string().contains("GitLab"), "{refused}");

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::{Json, Router, extract::State, http::StatusCode};
 use kandev_orchestrator::forge::{
-    Forge, ForgeError, ForgeKind, PullRequest, PullRequestSpec, open_pull_request,
+    CallError, Forge, ForgeError, ForgeKind, PullRequest, PullRequestSpec, api, open_pull_request,
 };
 use serde_json::{Value, json};
 
@@ -30,6 +30,11 @@ async fn fake_forge(
     let (github_auth, gitlab_auth) = (header("authorization"), header("private-token"));
     let accept = header("accept");
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    if path == "/repos/acme/huge/pulls" {
+        // More than a forge's answer may be: not read.
+        let huge = "x".repeat(api::MAX_ANSWER + 1);
+        return (StatusCode::CREATED, Json(json!({ "html_url": huge })));
+    }
     if path == "/repos/acme/app/pulls" {
         seen.lock()
             .unwrap()
@@ -235,6 +240,19 @@ async fn pull_and_merge_requests_are_opened_and_refusals_explained() {
         "{refused}"
     );
 
+    // An answer larger than a forge's may be is not read.
+    let huge = open_pull_request(
+        &client,
+        &github,
+        &spec("https://github.com/acme/huge", "kandev/x"),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(huge, ForgeError::Call(CallError::TooLarge { .. })),
+        "{huge}"
+    );
+
     // A forge that is down is said to be unreachable.
     let down = forge(
         ForgeKind::Github,
@@ -250,7 +268,7 @@ async fn pull_and_merge_requests_are_opened_and_refusals_explained() {
     .await
     .unwrap_err();
     assert!(
-        matches!(unreachable, ForgeError::Unreachable(..)),
+        matches!(unreachable, ForgeError::Call(CallError::Unreachable { .. })),
         "{unreachable}"
     );
     server.abort();

@@ -580,12 +580,9 @@ async fn spawn_agent_manager(db: &TestDb, nats: &OwnNats) -> AgentManagerProc {
         ),
         manager_id: db.name.clone(),
         pull_images: false,
-        workspaces_root: dir.join("workspaces").display().to_string(),
-        allowed_workspace_roots: vec![dir.join("allowed").display().to_string()],
-        credentials_home: dir.join("home").display().to_string(),
         initialize_timeout_secs: 20,
         seq_flush_ms: 100,
-        ..kandev_agent_manager::Settings::default()
+        ..kandev_agent_manager::Settings::rooted_in(&dir)
     };
     let app = kandev_agent_manager::Application::build(settings)
         .await
