@@ -187,7 +187,21 @@ impl Default for Settings {
 }
 
 impl Settings {
-    /// The value configured for an agent env variable, if any.
+    /// The defaults with every directory the manager uses under `dir`:
+    /// clones in `workspaces/`, `workspace_path`s from `allowed/`, local
+    /// repositories from `repos/` and credential files from `home/`. For a
+    /// self-contained setup on one machine, such as a test's.
+    pub fn rooted_in(dir: &Path) -> Settings {
+        let under = |sub: &str| dir.join(sub).display().to_string();
+        Settings {
+            workspaces_root: under("workspaces"),
+            allowed_workspace_roots: vec![under("allowed")],
+            allowed_repository_roots: vec![under("repos")],
+            credentials_home: under("home"),
+            ..Settings::default()
+        }
+    }
+
     /// Whom files Kandev makes for an agent are given to: its user, when the
     /// manager runs as root (it can give files away); otherwise the
     /// manager's own files are the agent's already.
@@ -223,6 +237,7 @@ impl Settings {
         }
     }
 
+    /// The value configured for an agent env variable, if any.
     pub fn agent_env_value(&self, name: &str) -> Option<&SecretString> {
         find_env(&self.agent_env, name)
     }

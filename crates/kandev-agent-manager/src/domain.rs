@@ -315,12 +315,23 @@ impl InstanceStatus {
     }
 }
 
-/// One run of an agent for a task (one or more prompt turns).
-#[derive(Debug, Clone, PartialEq)]
+/// A stored status; an unknown one fails the row's read.
+impl TryFrom<String> for InstanceStatus {
+    type Error = AgentError;
+
+    fn try_from(value: String) -> Result<Self> {
+        InstanceStatus::parse(&value)
+    }
+}
+
+/// One run of an agent for a task (one or more prompt turns), read from
+/// its row of `agent_instances`.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct AgentInstance {
     pub id: Uuid,
     pub task_id: Uuid,
     pub agent_type: String,
+    #[sqlx(try_from = "String")]
     pub status: InstanceStatus,
     pub container_id: String,
     pub acp_session_id: String,
@@ -333,11 +344,13 @@ pub struct AgentInstance {
     pub last_seq: i64,
     pub turns: i64,
     /// Where `last_seq` stands in the agent's output.
+    #[sqlx(flatten)]
     pub cursor: OutputCursor,
     /// The envelope of the last sync-point event, stored before publishing.
     pub sync_event: Option<serde_json::Value>,
     /// The launch request's priority and metadata, kept as given.
     pub priority: i32,
+    #[sqlx(json)]
     pub metadata: serde_json::Map<String, serde_json::Value>,
     /// Whose agent home volume the instance uses (empty: shared).
     pub home_scope: String,

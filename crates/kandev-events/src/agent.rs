@@ -17,9 +17,12 @@ const ID_NAMESPACE: Uuid = Uuid::from_u128(0x6b61_6e64_6576_4556_454e_5453_0000_
 /// How far an agent's output was read: complete lines of each stream.
 /// Every non-blank stdout line and every stderr line is exactly one event,
 /// so this is where a reader that starts over (after a restart) goes on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Stored as two integer columns of the same names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
 pub struct OutputCursor {
+    #[sqlx(try_from = "i64")]
     pub stdout_lines: u64,
+    #[sqlx(try_from = "i64")]
     pub stderr_lines: u64,
 }
 

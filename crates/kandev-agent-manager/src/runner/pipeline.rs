@@ -221,26 +221,19 @@ impl Pipeline {
     /// Waits for every queued event to be published and stores the final
     /// position; the turn's summary (the agent's last message).
     pub(super) async fn finish(self, store: &Store, id: Uuid) -> String {
-        let Pipeline {
-            state,
-            events,
-            logs,
-            publisher,
-            progress,
-            log_writer,
-        } = self;
-        drop(events);
-        drop(logs);
-        if tokio::time::timeout(Duration::from_secs(30), publisher)
+        // Closing both queues ends the publisher and the log writer.
+        drop(self.events);
+        drop(self.logs);
+        if tokio::time::timeout(Duration::from_secs(30), self.publisher)
             .await
             .is_err()
         {
             tracing::warn!(instance = %id, "event publishing did not drain in 30 s");
         }
-        progress.leave().await;
-        let _ = tokio::time::timeout(Duration::from_secs(10), log_writer).await;
+        self.progress.leave().await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.log_writer).await;
         let (last, summary) = {
-            let s = lock(&state);
+            let s = lock(&self.state);
             (s.position(id), s.summary.clone())
         };
         if last.last_seq > 0

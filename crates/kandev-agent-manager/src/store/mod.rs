@@ -12,7 +12,6 @@ mod sqlite;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use kandev_common::db::TextList;
 use kandev_events::agent::OutputCursor;
 use uuid::Uuid;
@@ -191,74 +190,6 @@ pub(crate) const TYPE_COLUMNS: &str = "id, name, description, image, command, wo
     cpu_cores, pids_limit, timeout_seconds, capabilities, required_env, optional_env, mount_ssh, \
     mount_gitconfig, mount_git_credentials, network_mode, permission_policy, enabled, home_volume, internal, \
     host_credentials, state_paths";
-
-#[derive(sqlx::FromRow)]
-pub(crate) struct InstanceRow {
-    pub id: Uuid,
-    pub task_id: Uuid,
-    pub agent_type: String,
-    pub status: String,
-    pub container_id: String,
-    pub acp_session_id: String,
-    pub workspace_path: String,
-    pub workspace_owned: bool,
-    pub exit_code: Option<i64>,
-    pub error: String,
-    pub stop_reason: String,
-    pub progress: f64,
-    pub last_seq: i64,
-    pub turns: i64,
-    pub stdout_lines: i64,
-    pub stderr_lines: i64,
-    pub sync_event: Option<serde_json::Value>,
-    pub priority: i32,
-    pub metadata: serde_json::Value,
-    pub home_scope: String,
-    pub created_at: DateTime<Utc>,
-    pub started_at: Option<DateTime<Utc>>,
-    pub finished_at: Option<DateTime<Utc>>,
-}
-
-impl TryFrom<InstanceRow> for AgentInstance {
-    type Error = AgentError;
-
-    fn try_from(r: InstanceRow) -> Result<AgentInstance> {
-        Ok(AgentInstance {
-            id: r.id,
-            task_id: r.task_id,
-            agent_type: r.agent_type,
-            status: InstanceStatus::parse(&r.status)?,
-            container_id: r.container_id,
-            acp_session_id: r.acp_session_id,
-            workspace_path: r.workspace_path,
-            workspace_owned: r.workspace_owned,
-            exit_code: r.exit_code,
-            error: r.error,
-            stop_reason: r.stop_reason,
-            progress: r.progress,
-            last_seq: r.last_seq,
-            turns: r.turns,
-            cursor: OutputCursor {
-                stdout_lines: u64::try_from(r.stdout_lines).unwrap_or(0),
-                stderr_lines: u64::try_from(r.stderr_lines).unwrap_or(0),
-            },
-            sync_event: r.sync_event,
-            priority: r.priority,
-            home_scope: r.home_scope,
-            metadata: match r.metadata {
-                serde_json::Value::Object(map) => map,
-                other => {
-                    return Err(AgentError::Internal(format!(
-                        "instance metadata is not an object: {other}"
-                    )));
-                }
-            },
-            created_at: r.created_at,
-            started_at: r.started_at,
-            finished_at: r.finished_at,
-        })
-    }
-}
 
 pub(crate) const INSTANCE_COLUMNS: &str = "id, task_id, agent_type, status, container_id, acp_session_id, \
     workspace_path, workspace_owned, exit_code, error, stop_reason, progress, last_seq, turns, \

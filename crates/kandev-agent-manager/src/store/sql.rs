@@ -17,8 +17,8 @@ use sqlx::{Database, Pool};
 use uuid::Uuid;
 
 use super::{
-    AgentStore, Exchange, INSTANCE_COLUMNS, InstanceRow, LaunchFields, Outcome, Position,
-    TYPE_COLUMNS, TypeRow, lines,
+    AgentStore, Exchange, INSTANCE_COLUMNS, LaunchFields, Outcome, Position, TYPE_COLUMNS, TypeRow,
+    lines,
 };
 use crate::domain::SecretEntry;
 use crate::domain::{AgentError, AgentInstance, AgentType, InstanceStatus, LogLine, Result};
@@ -64,13 +64,11 @@ impl<D: Dialect> SqlAgentStore<D> {
     }
 
     async fn instance(&self, stmt: Stmt) -> Result<AgentInstance> {
-        let row: InstanceRow = self.db().one(stmt).await?;
-        row.try_into()
+        Ok(self.db().one(stmt).await?)
     }
 
     async fn instances(&self, stmt: Stmt) -> Result<Vec<AgentInstance>> {
-        let rows: Vec<InstanceRow> = self.db().all(stmt).await?;
-        rows.into_iter().map(AgentInstance::try_from).collect()
+        Ok(self.db().all(stmt).await?)
     }
 
     async fn write(&self, stmt: Stmt) -> Result<()> {
@@ -211,9 +209,10 @@ impl<D: Dialect> AgentStore for SqlAgentStore<D> {
         ))
         .bind(&self.manager_id)
         .bind(id);
-        let row: Option<InstanceRow> = self.db().optional(stmt).await?;
-        row.ok_or_else(|| AgentError::NotFound(format!("agent instance {id}")))?
-            .try_into()
+        self.db()
+            .optional(stmt)
+            .await?
+            .ok_or_else(|| AgentError::NotFound(format!("agent instance {id}")))
     }
 
     #[tracing::instrument(skip_all)]

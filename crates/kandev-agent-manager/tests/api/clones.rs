@@ -68,11 +68,7 @@ pub async fn clone_of(files: &[(&str, &[u8])], title: &str) -> Clone {
     git(&src, &["commit", "-q", "-m", "base"]);
     std::fs::create_dir_all(root.join("repos")).unwrap();
     git(root, &["clone", "-q", "--bare", "src", "repos/remote.git"]);
-    let settings = Settings {
-        workspaces_root: root.join("workspaces").display().to_string(),
-        allowed_repository_roots: vec![root.join("repos").display().to_string()],
-        ..Settings::default()
-    };
+    let settings = Settings::rooted_in(root);
     let task_id = Uuid::new_v4();
     let source = WorkspaceSource::Git {
         url: root.join("repos/remote.git").display().to_string(),

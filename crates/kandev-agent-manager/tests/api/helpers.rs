@@ -37,15 +37,11 @@ pub fn settings(db: &TestDb, dir: &Path) -> Settings {
         common: kandev_testkit::service_settings(Settings::default().common, &db.url, &NATS_URL),
         manager_id: db.name.clone(),
         pull_images: false,
-        workspaces_root: dir.join("workspaces").display().to_string(),
-        allowed_workspace_roots: vec![dir.join("allowed").display().to_string()],
-        // `git_repo(dir)` makes the test's repositories here.
-        allowed_repository_roots: vec![dir.join("repos").display().to_string()],
-        credentials_home: dir.join("home").display().to_string(),
         initialize_timeout_secs: 10,
         permission_timeout_secs: 20,
         seq_flush_ms: 100,
-        ..Settings::default()
+        // `git_repo(dir)` makes the test's repositories in `repos/`.
+        ..Settings::rooted_in(dir)
     }
 }
 

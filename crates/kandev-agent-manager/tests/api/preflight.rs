@@ -25,11 +25,7 @@ fn repository(root: &Path) -> (String, Settings) {
     git(&repo, &["add", "-A"]);
     git(&repo, &["commit", "-q", "-m", "base"]);
     git(&repo, &["branch", "feature"]);
-    let settings = Settings {
-        workspaces_root: root.join("workspaces").display().to_string(),
-        allowed_repository_roots: vec![root.join("repos").display().to_string()],
-        ..Settings::default()
-    };
+    let settings = Settings::rooted_in(root);
     (repo.display().to_string(), settings)
 }
 

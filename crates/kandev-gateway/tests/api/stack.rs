@@ -58,13 +58,10 @@ impl Stack {
             ),
             manager_id: db.name.clone(),
             pull_images: false,
-            workspaces_root: am_dir.join("workspaces").display().to_string(),
-            allowed_workspace_roots: vec![am_dir.join("allowed").display().to_string()],
-            credentials_home: am_dir.join("home").display().to_string(),
             initialize_timeout_secs: 20,
             seq_flush_ms: 100,
             secrets_key: Some("a-secrets-key-for-the-gateway-stack-test".into()),
-            ..Default::default()
+            ..kandev_agent_manager::Settings::rooted_in(&am_dir)
         };
         let (agents_addr, agents) = serve!(kandev_agent_manager, agents, "agent manager");
 

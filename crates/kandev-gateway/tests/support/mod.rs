@@ -115,15 +115,11 @@ pub async fn start_stack_tuned(
         // removes this stack's containers.
         manager_id: db.name.clone(),
         pull_images: false,
-        workspaces_root: dir.path().join("workspaces").display().to_string(),
-        allowed_workspace_roots: vec![dir.path().join("allowed").display().to_string()],
-        allowed_repository_roots: vec![dir.path().join("repos").display().to_string()],
-        credentials_home: dir.path().join("home").display().to_string(),
         initialize_timeout_secs: 30,
         permission_timeout_secs: 120,
         seq_flush_ms: 100,
         secrets_key: Some("a-secrets-key-for-the-browser-test-stack".into()),
-        ..Default::default()
+        ..kandev_agent_manager::Settings::rooted_in(dir.path())
     };
     let (agents_addr, agents) = serve!(kandev_agent_manager, agents, "agent manager");
 
