@@ -288,6 +288,30 @@ pub struct NewTask {
     pub parent_id: Option<Uuid>,
 }
 
+impl NewTask {
+    /// A `TODO` card with only a title: no description, agent or
+    /// repository, priority 0, the default retries, started by itself
+    /// once it has an agent type (as a `CreateTask` without those fields).
+    pub fn new(board_id: Uuid, title: TaskTitle, created_by: impl Into<String>) -> NewTask {
+        NewTask {
+            board_id,
+            title,
+            description: String::new(),
+            state: TaskState::Todo,
+            priority: 0,
+            agent_type: None,
+            repository_url: String::new(),
+            branch: String::new(),
+            workspace_path: String::new(),
+            metadata: Map::new(),
+            max_retries: DEFAULT_MAX_RETRIES,
+            autostart: true,
+            created_by: created_by.into(),
+            parent_id: None,
+        }
+    }
+}
+
 /// Field changes; `None` leaves a field as it is.
 #[derive(Debug, Clone, Default)]
 pub struct TaskPatch {

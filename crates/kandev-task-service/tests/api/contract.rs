@@ -148,20 +148,15 @@ fn new_board(name: &str, owner: &str) -> NewBoard {
 
 fn new_task(board_id: Uuid, title: &str) -> NewTask {
     NewTask {
-        board_id,
-        title: TaskTitle::parse(title).unwrap(),
         description: "do it".into(),
-        state: TaskState::Todo,
         priority: 2,
         agent_type: Some("mock-agent".into()),
         repository_url: "https://example.invalid/repo.git".into(),
         branch: "main".into(),
-        workspace_path: String::new(),
         metadata: object(json!({"k": "v", "n": 1})),
         max_retries: 3,
         autostart: false,
-        created_by: "alice".into(),
-        parent_id: None,
+        ..NewTask::new(board_id, TaskTitle::parse(title).unwrap(), "alice")
     }
 }
 

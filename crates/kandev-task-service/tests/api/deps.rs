@@ -8,7 +8,7 @@ use kandev_task_service::{
     domain::{BoardName, NewBoard, NewTask, Page, StateChange, Task, TaskState, TaskTitle},
     startup::Storage,
 };
-use serde_json::{Map, json};
+use serde_json::json;
 use uuid::Uuid;
 
 async fn board(storage: &Storage, owner: &str) -> Uuid {
@@ -22,20 +22,10 @@ async fn board(storage: &Storage, owner: &str) -> Uuid {
 
 fn new(board_id: Uuid, title: &str, parent_id: Option<Uuid>) -> NewTask {
     NewTask {
-        board_id,
-        title: TaskTitle::parse(title).unwrap(),
-        description: String::new(),
-        state: TaskState::Todo,
-        priority: 0,
         agent_type: Some("mock-agent".into()),
-        repository_url: String::new(),
-        branch: String::new(),
-        workspace_path: String::new(),
-        metadata: Map::new(),
         max_retries: 0,
-        autostart: true,
-        created_by: "alice".into(),
         parent_id,
+        ..NewTask::new(board_id, TaskTitle::parse(title).unwrap(), "alice")
     }
 }
 

@@ -12,7 +12,7 @@ use kandev_task_service::{
         Column, ColumnInput, WORKFLOW_NEW_SESSION, WORKFLOW_PROFILE, WORKFLOW_PROMPT, parse_columns,
     },
 };
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use uuid::Uuid;
 
 fn board(owner: &str) -> NewBoard {
@@ -25,20 +25,10 @@ fn board(owner: &str) -> NewBoard {
 
 fn task(board_id: Uuid, title: &str) -> NewTask {
     NewTask {
-        board_id,
-        title: TaskTitle::parse(title).unwrap(),
         description: "the details".into(),
-        state: TaskState::Todo,
-        priority: 0,
-        agent_type: None,
-        repository_url: String::new(),
-        branch: String::new(),
-        workspace_path: String::new(),
-        metadata: Map::new(),
         max_retries: 0,
         autostart: false,
-        created_by: "alice".into(),
-        parent_id: None,
+        ..NewTask::new(board_id, TaskTitle::parse(title).unwrap(), "alice")
     }
 }
 
