@@ -266,20 +266,43 @@ pub fn follow(columns: &[Column], current: Option<Uuid>, from: TaskState, to: Ta
     }
 }
 
-/// The prompt of an automated column for `task`: its template with
-/// `{title}`, `{description}` and `{summary}` (what the previous step's run
-/// said it did) filled in (`{diff}` stays: the agent manager, which holds
-/// the task's clone, fills it in at launch); an empty template is the title and description,
-/// then the previous summary when there is one.
-pub fn render_prompt(template: &str, task: &Task) -> String {
-    let summary = task
-        .metadata
-        .get("summary")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+/// What a column's prompt template is filled with.
+#[derive(Debug, Clone, Copy)]
+pub struct PromptFields<'a> {
+    pub title: &'a str,
+    pub description: &'a str,
+    /// What the previous step's run said it did (the task's `summary`).
+    pub summary: &'a str,
+}
+
+impl<'a> From<&'a Task> for PromptFields<'a> {
+    fn from(task: &'a Task) -> Self {
+        PromptFields {
+            title: &task.title,
+            description: &task.description,
+            summary: task
+                .metadata
+                .get("summary")
+                .and_then(Value::as_str)
+                .unwrap_or(""),
+        }
+    }
+}
+
+/// The prompt of an automated column for a task: its template with
+/// `{title}`, `{description}` and `{summary}` filled in (`{diff}` stays:
+/// the agent manager, which holds the task's clone, fills it in at
+/// launch); an empty template is the title and description, then the
+/// previous summary when there is one.
+pub fn render_prompt(template: &str, task: PromptFields<'_>) -> String {
+    let PromptFields {
+        title,
+        description,
+        summary,
+    } = task;
     if template.trim().is_empty() {
-        let mut prompt = task.title.clone();
-        for part in [task.description.as_str(), summary] {
+        let mut prompt = title.to_string();
+        for part in [description, summary] {
             if !part.is_empty() {
                 prompt.push_str("\n\n");
                 prompt.push_str(part);
@@ -294,8 +317,8 @@ pub fn render_prompt(template: &str, task: &Task) -> String {
         out.push_str(&rest[..start]);
         let tail = &rest[start..];
         let value = [
-            ("{title}", task.title.as_str()),
-            ("{description}", task.description.as_str()),
+            ("{title}", title),
+            ("{description}", description),
             ("{summary}", summary),
         ]
         .into_iter()
@@ -395,39 +418,15 @@ mod tests {
 
     #[test]
     fn a_template_is_filled_once() {
-        let task = Task {
-            id: Uuid::nil(),
-            board_id: Uuid::nil(),
-            title: "T {summary}".into(),
-            description: "D".into(),
-            state: TaskState::Todo,
-            priority: 0,
-            agent_type: None,
-            repository_url: String::new(),
-            branch: String::new(),
-            workspace_path: String::new(),
-            metadata: serde_json::json!({"summary": "S"})
-                .as_object()
-                .cloned()
-                .unwrap(),
-            max_retries: 0,
-            autostart: true,
-            created_by: String::new(),
-            position: 0,
-            version: 1,
-            column_id: None,
-            queued: false,
-            parent_id: None,
-            blocked: false,
-            created_at: chrono::Utc::now(),
-            updated_at: chrono::Utc::now(),
-            blockers: vec![],
-            subtasks: vec![],
+        let task = PromptFields {
+            title: "T {summary}",
+            description: "D",
+            summary: "S",
         };
         assert_eq!(
-            render_prompt("do {title}: {description} after {summary} {x}", &task),
+            render_prompt("do {title}: {description} after {summary} {x}", task),
             "do T {summary}: D after S {x}"
         );
-        assert_eq!(render_prompt("", &task), "T {summary}\n\nD\n\nS");
+        assert_eq!(render_prompt("", task), "T {summary}\n\nD\n\nS");
     }
 }

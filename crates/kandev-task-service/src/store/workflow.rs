@@ -197,7 +197,7 @@ impl<D: Dialect> SqlTaskStore<D> {
                 new.state = TaskState::Todo;
                 new.agent_type = Some(agent.clone());
                 new.autostart = true;
-                let prompt = render_prompt(&column.prompt_template, old);
+                let prompt = render_prompt(&column.prompt_template, old.into());
                 new.metadata
                     .insert(WORKFLOW_PROMPT.into(), Value::String(prompt));
                 if let Some(profile) = column.profile_id {
