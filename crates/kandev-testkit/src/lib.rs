@@ -243,6 +243,17 @@ pub fn service_settings(
     }
 }
 
+/// A new directory for an agent manager a test starts in-process, with the
+/// `workspaces/`, `allowed/` and `home/` its `Settings::rooted_in` names
+/// made; the test removes it.
+pub fn agent_manager_dir(prefix: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}", Uuid::new_v4().simple()));
+    for sub in ["workspaces", "allowed", "home"] {
+        std::fs::create_dir_all(dir.join(sub)).expect("a directory for the agent manager");
+    }
+    dir
+}
+
 /// The NATS users of `deploy/nats/nats.conf`, one per service.
 pub const NATS_USERS: [&str; 4] = ["task-service", "agent-manager", "orchestrator", "gateway"];
 

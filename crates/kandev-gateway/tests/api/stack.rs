@@ -12,7 +12,6 @@ use futures::{SinkExt, StreamExt};
 use kandev_testkit::{OwnNats, eventually};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::{self as tg, client::IntoClientRequest};
-use uuid::Uuid;
 
 use crate::helpers::{Resp, TestApp, TestDb, gateway_settings, spawn_gateway};
 
@@ -46,10 +45,7 @@ impl Stack {
         };
         let (tasks_addr, tasks) = serve!(kandev_task_service, tasks, "task service");
 
-        let am_dir = std::env::temp_dir().join(format!("kandev-gw-am-{}", Uuid::new_v4().simple()));
-        for sub in ["workspaces", "allowed", "home"] {
-            std::fs::create_dir_all(am_dir.join(sub)).unwrap();
-        }
+        let am_dir = kandev_testkit::agent_manager_dir("kandev-gw-am");
         let agents = kandev_agent_manager::Settings {
             common: kandev_testkit::service_settings(
                 kandev_agent_manager::Settings::default().common,

@@ -568,10 +568,7 @@ async fn spawn_agent_manager(db: &TestDb, nats: &OwnNats) -> AgentManagerProc {
     tokio::task::spawn_blocking(kandev_testkit::ensure_docker)
         .await
         .unwrap();
-    let dir = std::env::temp_dir().join(format!("kandev-orch-am-{}", Uuid::new_v4().simple()));
-    for sub in ["workspaces", "allowed", "home"] {
-        std::fs::create_dir_all(dir.join(sub)).unwrap();
-    }
+    let dir = kandev_testkit::agent_manager_dir("kandev-orch-am");
     let settings = kandev_agent_manager::Settings {
         common: kandev_testkit::service_settings(
             kandev_agent_manager::Settings::default().common,
