@@ -29,6 +29,14 @@ pub struct LiveMessage {
 }
 
 impl LiveMessage {
+    /// A message with no headers.
+    pub fn bare(payload: impl Into<Bytes>) -> LiveMessage {
+        LiveMessage {
+            headers: Headers::new(),
+            payload: payload.into(),
+        }
+    }
+
     /// The value of header `name`, if it has one.
     pub fn header(&self, name: &str) -> Option<&str> {
         durable::header(&self.headers, name)
@@ -39,12 +47,7 @@ impl LiveMessage {
 #[async_trait]
 pub trait Live: Send + Sync + 'static {
     /// Sends to the current subscribers of `subject`, if any.
-    async fn publish(
-        &self,
-        subject: &str,
-        headers: &Headers,
-        payload: Bytes,
-    ) -> Result<(), BusError>;
+    async fn publish(&self, subject: &str, message: LiveMessage) -> Result<(), BusError>;
     /// The messages of `subject` published once this returns.
     async fn subscribe(&self, subject: &str) -> Result<BoxStream<'static, LiveMessage>, BusError>;
 }
@@ -63,14 +66,10 @@ impl NatsLive {
 
 #[async_trait]
 impl Live for NatsLive {
-    async fn publish(
-        &self,
-        subject: &str,
-        headers: &Headers,
-        payload: Bytes,
-    ) -> Result<(), BusError> {
+    async fn publish(&self, subject: &str, message: LiveMessage) -> Result<(), BusError> {
+        let headers = durable::to_nats(&message.headers);
         self.client
-            .publish_with_headers(subject.to_string(), durable::to_nats(headers), payload)
+            .publish_with_headers(subject.to_string(), headers, message.payload)
             .await
             .map_err(|e| BusError::Unavailable(e.to_string()))
     }
@@ -118,22 +117,13 @@ impl LocalLive {
 
 #[async_trait]
 impl Live for LocalLive {
-    async fn publish(
-        &self,
-        subject: &str,
-        headers: &Headers,
-        payload: Bytes,
-    ) -> Result<(), BusError> {
+    async fn publish(&self, subject: &str, message: LiveMessage) -> Result<(), BusError> {
         let mut subjects = self.subjects();
-        if let Some(tx) = subjects.get(subject) {
-            let message = LiveMessage {
-                headers: headers.clone(),
-                payload,
-            };
-            if tx.send(message).is_err() {
-                // Nobody listens any more.
-                subjects.remove(subject);
-            }
+        if let Some(tx) = subjects.get(subject)
+            && tx.send(message).is_err()
+        {
+            // Nobody listens any more.
+            subjects.remove(subject);
         }
         Ok(())
     }

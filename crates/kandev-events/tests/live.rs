@@ -5,21 +5,21 @@ use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use futures::StreamExt as _;
-use kandev_events::live::{Live, LocalLive, NatsLive};
+use kandev_events::live::{Live, LiveMessage, LocalLive, NatsLive};
 use kandev_testkit::OwnNats;
 
 async fn followers_get_what_is_published_after_they_subscribe(live: Arc<dyn Live>) {
     let headers = vec![("Kandev-First-Seq".to_string(), "4".to_string())];
     // Nobody listens: published to nobody, and no error.
-    live.publish("feed.t1", &headers, Bytes::from("lost"))
-        .await
-        .unwrap();
+    let message = |payload: &'static str| LiveMessage {
+        headers: headers.clone(),
+        payload: Bytes::from(payload),
+    };
+    live.publish("feed.t1", message("lost")).await.unwrap();
     let mut one = live.subscribe("feed.t1").await.unwrap();
     let mut two = live.subscribe("feed.t1").await.unwrap();
     let mut other = live.subscribe("feed.t2").await.unwrap();
-    live.publish("feed.t1", &headers, Bytes::from("frame"))
-        .await
-        .unwrap();
+    live.publish("feed.t1", message("frame")).await.unwrap();
     for sub in [&mut one, &mut two] {
         let got = tokio::time::timeout(Duration::from_secs(5), sub.next())
             .await

@@ -152,8 +152,7 @@ fn start(live: Arc<dyn Live>, board_id: Uuid) -> BoardFeed {
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
-    use kandev_events::live::LocalLive;
+    use kandev_events::live::{LiveMessage, LocalLive};
 
     use super::*;
 
@@ -169,13 +168,10 @@ mod tests {
         let signal = |board_id| {
             let live = live.clone();
             async move {
-                live.publish(
-                    &subjects::board_live(&board_id),
-                    &Vec::new(),
-                    Bytes::from(task.to_string()),
-                )
-                .await
-                .unwrap();
+                let message = LiveMessage::bare(task.to_string());
+                live.publish(&subjects::board_live(&board_id), message)
+                    .await
+                    .unwrap();
             }
         };
         signal(board).await;

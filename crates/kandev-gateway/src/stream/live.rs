@@ -299,10 +299,7 @@ mod tests {
             let m = message(first, last, &Bytes::from(payload.join("\n")));
             let local = local.clone();
             async move {
-                local
-                    .publish(&subjects::feed_live(&task), &m.headers, m.payload)
-                    .await
-                    .unwrap();
+                local.publish(&subjects::feed_live(&task), m).await.unwrap();
             }
         };
         // Four batches of 3 frames, queued before the client reads.

@@ -14,9 +14,11 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use bytes::Bytes;
 use kandev_common::trace::TracedChannel;
-use kandev_events::{live::Live, subjects};
+use kandev_events::{
+    live::{Live, LiveMessage},
+    subjects,
+};
 use kandev_proto::v1::{self as pb, task_service_client::TaskServiceClient};
 use uuid::Uuid;
 
@@ -98,8 +100,8 @@ impl BoardSignals {
         let live = self.live.clone();
         tokio::spawn(async move {
             let subject = subjects::board_live(&board_id);
-            let payload = Bytes::from(task_id.to_string());
-            if let Err(err) = live.publish(&subject, &Vec::new(), payload).await {
+            let message = LiveMessage::bare(task_id.to_string());
+            if let Err(err) = live.publish(&subject, message).await {
                 tracing::debug!(%err, %board_id, "board signal not sent");
             }
         });
@@ -108,6 +110,7 @@ impl BoardSignals {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
     use futures::StreamExt as _;
     use kandev_events::live::LocalLive;
 

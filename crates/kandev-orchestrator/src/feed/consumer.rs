@@ -6,7 +6,7 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 use kandev_common::CancellationToken;
 use kandev_events::{
     durable::{AckMode, Consumer, Delivered, Streams},
-    live::Live,
+    live::{Live, LiveMessage},
     subjects,
 };
 use tokio::sync::mpsc;
@@ -203,13 +203,16 @@ impl FeedConsumer {
             }
             payload.extend_from_slice(f.text.as_bytes());
         }
-        let headers = vec![
-            (subjects::LIVE_FIRST_SEQ.to_string(), first.seq.to_string()),
-            (subjects::LIVE_LAST_SEQ.to_string(), last.seq.to_string()),
-        ];
+        let message = LiveMessage {
+            headers: vec![
+                (subjects::LIVE_FIRST_SEQ.to_string(), first.seq.to_string()),
+                (subjects::LIVE_LAST_SEQ.to_string(), last.seq.to_string()),
+            ],
+            payload: payload.into(),
+        };
         if let Err(err) = self
             .live
-            .publish(&subjects::feed_live(&task_id), &headers, payload.into())
+            .publish(&subjects::feed_live(&task_id), message)
             .await
         {
             tracing::debug!(%err, "live feed not published");
