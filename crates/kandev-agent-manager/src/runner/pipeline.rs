@@ -41,7 +41,10 @@ mod linger;
 
 use self::linger::{Bounds, Linger};
 use super::{
-    EventSender, Shared, bounded_text, lock, output::Line, progress::Entry, publish_retrying,
+    EventSender, Shared, bounded_text, lock,
+    output::Line,
+    progress::{Entry, Standing},
+    publish_retrying,
 };
 use crate::{
     domain::{AgentInstance, LogLine},
@@ -131,6 +134,12 @@ impl TurnState {
 }
 
 pub(super) type SharedState = Arc<Mutex<TurnState>>;
+
+impl Standing for Mutex<TurnState> {
+    fn position(&self, id: Uuid) -> Position {
+        lock(self).position(id)
+    }
+}
 
 /// The tasks of one turn's pipeline.
 pub(super) struct Pipeline {

@@ -15,8 +15,12 @@ use std::{
 use kandev_common::sync::lock;
 use uuid::Uuid;
 
-use super::pipeline::SharedState;
 use crate::store::{Position, Store};
+
+/// A turn the book keeps: it tells where its publishing stands.
+pub(super) trait Standing: Send + Sync {
+    fn position(&self, id: Uuid) -> Position;
+}
 
 /// The turns whose positions are flushed, and the task flushing them.
 pub struct ProgressBook {
@@ -35,7 +39,7 @@ struct Turns {
 }
 
 struct Watched {
-    state: SharedState,
+    state: Arc<dyn Standing>,
     /// The position stored last (`None`: store it at the next flush).
     saved: Option<Position>,
 }
@@ -58,12 +62,12 @@ impl ProgressBook {
     }
 
     /// Flushes `state`'s position with the others' from now on.
-    pub(super) fn enter(&self, id: Uuid, state: SharedState) -> Entry {
+    pub(super) fn enter(&self, id: Uuid, state: Arc<dyn Standing>) -> Entry {
         self.started.get_or_init(|| {
             let (store, every) = (self.store.clone(), self.every);
             tokio::spawn(flush_every(store, every, Arc::downgrade(&self.turns)));
         });
-        let saved = Some(lock(&state).position(id));
+        let saved = Some(state.position(id));
         lock(&self.turns.watched).insert(id, Watched { state, saved });
         Entry {
             id,
@@ -126,7 +130,7 @@ fn moved(turns: &Turns) -> Vec<Position> {
     watched
         .iter_mut()
         .filter_map(|(id, w)| {
-            let now = lock(&w.state).position(*id);
+            let now = w.state.position(*id);
             let moved = now.last_seq > 0
                 && w.saved
                     .is_none_or(|s| (s.last_seq, s.progress) != (now.last_seq, now.progress));
