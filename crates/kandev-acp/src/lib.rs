@@ -40,6 +40,8 @@
 //!   [`LocalExecutor`].
 //! - [`error`]: [`AcpError`], [`RpcError`] and the JSON-RPC error codes.
 //! - `normalize` (private): wire message → [`EventKind`] for every dialect.
+//! - `sync` (private): a poison-tolerant lock of the client's state (the
+//!   crate depends on no other of Kandev's).
 //! - `src/main.rs`: the `kandev-acp run` CLI.
 //!
 //! The protocol, the event model and how to write an agent are documented

@@ -8,6 +8,7 @@
 //! # Layout
 //! - [`v1`]: messages, enums, `*_client` and `*_server` modules.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC reflection.
+//! - [`time`]: protobuf timestamps to and from `chrono`.
 
 #![allow(clippy::all, missing_docs)]
 

@@ -12,6 +12,7 @@
 //! - [`assert_help`], [`service_command`]: a service binary's `--help`, and
 //!   the binary set up to serve on a port with a test database;
 //!   [`service_settings`]: the same for a service started in-process;
+//!   [`agent_manager_dir`]: the directories of an in-process agent manager;
 //!   [`run_until_cancelled`]: it running until the test stops it;
 //!   [`init_tracing`]: its logs, when `TEST_LOG` is set.
 //! - [`ensure_docker`]: a Docker engine that answers (started without bridge
