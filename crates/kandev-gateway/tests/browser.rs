@@ -431,7 +431,7 @@ async fn the_ui_drives_agents_end_to_end() {
         "BLOCKED",
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(2500)).await; // a poll confirms it
+    wait_stored_state(c, "card C stored BLOCKED", "BLOCKED", &task_c, 10).await;
     wait_in_column(c, "card C in BLOCKED", "BLOCKED", &task_c, 10).await;
     // Drag and drop (synthetic drag events: WebDriver cannot drive native
     // HTML5 drag and drop): card C goes back to TODO.
@@ -446,7 +446,7 @@ async fn the_ui_drives_agents_end_to_end() {
         vec![json!(card(&task_c))],
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(2500)).await; // a poll confirms it
+    wait_stored_state(c, "card C stored TODO", "TODO", &task_c, 10).await;
     wait_in_column(c, "card C dragged to TODO", "TODO", &task_c, 10).await;
 
     let started = api(

@@ -727,6 +727,16 @@ pub async fn wait_in_column(c: &Client, what: &str, state: &str, id: &str, secs:
     wait_js(c, what, secs, &in_column(state, id), vec![]).await;
 }
 
+/// Waits (up to `secs`) until the server holds task `id` in `state` (what
+/// the page did is stored, not only shown).
+pub async fn wait_stored_state(c: &Client, what: &str, state: &str, id: &str, secs: u64) {
+    kandev_testkit::eventually(secs, what, || async {
+        let task = api(c, "GET", &format!("/tasks/{id}"), Value::Null).await;
+        (task["body"]["state"] == state).then_some(())
+    })
+    .await;
+}
+
 /// Waits (up to `secs`) until the button `css` is there and enabled.
 pub async fn wait_enabled(c: &Client, what: &str, css: &str, secs: u64) {
     let js = "const b = document.querySelector(arguments[0]); return !!b && !b.disabled;";
