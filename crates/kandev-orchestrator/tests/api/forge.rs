@@ -86,6 +86,19 @@ async fn fake_forge(
     (StatusCode::NOT_FOUND, Json(json!({"message": "Not Found"})))
 }
 
+/// What `forge` answers a pull request of `branch` on `repository_url`
+/// that it refuses.
+async fn refusal(
+    client: &reqwest::Client,
+    forge: &Forge,
+    repository_url: &str,
+    branch: &str,
+) -> ForgeError {
+    open_pull_request(client, forge, &spec(repository_url, branch))
+        .await
+        .unwrap_err()
+}
+
 fn spec<'a>(repository_url: &'a str, branch: &'a str) -> PullRequestSpec<'a> {
     PullRequestSpec {
         repository_url,
@@ -148,13 +161,13 @@ async fn pull_and_merge_requests_are_opened_and_refusals_explained() {
                     "body": "Opened by Kandev"})
         );
     }
-    let exists = open_pull_request(
+    let exists = refusal(
         &client,
         &github,
-        &spec("https://github.com/acme/app", "kandev/exists"),
+        "https://github.com/acme/app",
+        "kandev/exists",
     )
-    .await
-    .unwrap_err();
+    .await;
     assert!(matches!(exists, ForgeError::Exists { .. }), "{exists}");
     assert!(exists.to_string().contains("already exists"), "{exists}");
     let bad_token = forge(
@@ -163,13 +176,13 @@ async fn pull_and_merge_requests_are_opened_and_refusals_explained() {
         format!("http://{addr}"),
         "bad",
     );
-    let refused = open_pull_request(
+    let refused = refusal(
         &client,
         &bad_token,
-        &spec("https://github.com/acme/app", "kandev/x"),
+        "https://github.com/acme/app",
+        "kandev/x",
     )
-    .await
-    .unwrap_err();
+    .await;
     assert!(
         matches!(refused, ForgeError::Unauthorized { status: 401, .. }),
         "{refused}"
@@ -178,13 +191,13 @@ async fn pull_and_merge_requests_are_opened_and_refusals_explained() {
         !refused.to_string().contains("bad"),
         "the token stays out of errors: {refused}"
     );
-    let unknown = open_pull_request(
+    let unknown = refusal(
         &client,
         &github,
-        &spec("https://github.com/acme/other", "kandev/x"),
+        "https://github.com/acme/other",
+        "kandev/x",
     )
-    .await
-    .unwrap_err();
+    .await;
     assert!(
         matches!(unknown, ForgeError::Unauthorized { status: 404, .. }),
         "{unknown}"
@@ -214,13 +227,13 @@ async fn pull_and_merge_requests_are_opened_and_refusals_explained() {
                     "title": "Fix the login page", "description": "Opened by Kandev"})
         );
     }
-    let exists = open_pull_request(
+    let exists = refusal(
         &client,
         &gitlab,
-        &spec("https://gitlab.example/group/app", "kandev/exists"),
+        "https://gitlab.example/group/app",
+        "kandev/exists",
     )
-    .await
-    .unwrap_err();
+    .await;
     assert!(matches!(exists, ForgeError::Exists { .. }), "{exists}");
     let bad_token = forge(
         ForgeKind::Gitlab,
@@ -228,26 +241,20 @@ async fn pull_and_merge_requests_are_opened_and_refusals_explained() {
         format!("http://{addr}/api/v4"),
         "bad",
     );
-    let refused = open_pull_request(
+    let refused = refusal(
         &client,
         &bad_token,
-        &spec("https://gitlab.example/group/app", "kandev/x"),
+        "https://gitlab.example/group/app",
+        "kandev/x",
     )
-    .await
-    .unwrap_err();
+    .await;
     assert!(
         matches!(refused, ForgeError::Unauthorized { status: 401, .. }),
         "{refused}"
     );
 
     // An answer larger than a forge's may be is not read.
-    let huge = open_pull_request(
-        &client,
-        &github,
-        &spec("https://github.com/acme/huge", "kandev/x"),
-    )
-    .await
-    .unwrap_err();
+    let huge = refusal(&client, &github, "https://github.com/acme/huge", "kandev/x").await;
     assert!(
         matches!(huge, ForgeError::Call(CallError::TooLarge { .. })),
         "{huge}"
@@ -260,13 +267,7 @@ async fn pull_and_merge_requests_are_opened_and_refusals_explained() {
         "http://127.0.0.1:9".into(),
         "good",
     );
-    let unreachable = open_pull_request(
-        &client,
-        &down,
-        &spec("https://github.com/acme/app", "kandev/x"),
-    )
-    .await
-    .unwrap_err();
+    let unreachable = refusal(&client, &down, "https://github.com/acme/app", "kandev/x").await;
     assert!(
         matches!(unreachable, ForgeError::Call(CallError::Unreachable { .. })),
         "{unreachable}"
