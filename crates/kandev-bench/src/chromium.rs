@@ -101,6 +101,17 @@ impl Chromium {
         }))
     }
 
+    /// Ends the WebDriver session, which closes the browser: killing
+    /// chromedriver alone leaves the browser it started running.
+    async fn quit(&self) {
+        let path = format!("/session/{}", self.session);
+        match self.api.try_send("DELETE", &path, None).await {
+            Ok(r) if r.status == 200 => {}
+            Ok(r) => eprintln!("chromium: the session did not end: {} {}", r.status, r.body),
+            Err(e) => eprintln!("chromium: the session did not end: {e}"),
+        }
+    }
+
     async fn call(&self, method: &str, path: &str, body: Value) -> Result<Value> {
         let path = format!("/session/{}{path}", self.session);
         let r = self
@@ -167,6 +178,20 @@ pub(crate) async fn open(
     let Some(chromium) = Chromium::start().await? else {
         return Ok(None);
     };
+    let opened = measure(&chromium, base, token, user, task).await;
+    chromium.quit().await;
+    opened.map(Some)
+}
+
+/// Opens the task logged in, until the end of its feed is on screen, then
+/// scrolls back to its first message.
+async fn measure(
+    chromium: &Chromium,
+    base: &str,
+    token: &str,
+    user: &str,
+    task: &str,
+) -> Result<Opened> {
     // Logged in: the UI keeps its token in the tab's sessionStorage.
     chromium.goto(&format!("{base}/")).await?;
     chromium
@@ -202,11 +227,11 @@ pub(crate) async fn open(
         }
     };
     let to_start = t1.elapsed();
-    Ok(Some(Opened {
+    Ok(Opened {
         to_end,
         heap_open_mib: mib(&opened),
         heap_start_mib: mib(&start),
         to_start,
         exact: start["first"] == "prompt" && start["applied"] == start["last"],
-    }))
+    })
 }
