@@ -12,6 +12,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use crate::forge::api::bounded;
 use crate::forge::{CallError, Forge, ForgeKind, api, project_path};
 
 mod gitlab;
@@ -130,20 +131,6 @@ fn failed_conclusion(conclusion: &str) -> bool {
         conclusion,
         "failure" | "timed_out" | "cancelled" | "action_required" | "startup_failure"
     )
-}
-
-/// `text` as it may be kept: without control characters (but newlines
-/// and tabs) or NUL, at most `max` bytes from its start.
-pub fn bounded(text: &str, max: usize) -> String {
-    let clean: String = text
-        .chars()
-        .filter(|c| !c.is_control() || matches!(c, '\n' | '\t'))
-        .collect();
-    let cut = (0..=max.min(clean.len()))
-        .rev()
-        .find(|i| clean.is_char_boundary(*i))
-        .unwrap_or(0);
-    clean[..cut].to_string()
 }
 
 /// The last `max` bytes of `text` (on a character boundary), cleaned as

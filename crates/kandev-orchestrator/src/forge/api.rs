@@ -11,10 +11,24 @@ use super::{Forge, ForgeKind};
 
 /// The most bytes of a forge's answer read.
 pub const MAX_ANSWER: usize = 16 * 1024 * 1024;
-/// The longest message of a forge's kept.
+/// The most bytes of a forge's message kept.
 const MAX_MESSAGE: usize = 500;
 /// How long one call may take.
 const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a forge says, as it may be kept: without control characters (but newlines
+/// and tabs) or NUL, at most `max` bytes from its start.
+pub fn bounded(text: &str, max: usize) -> String {
+    let clean: String = text
+        .chars()
+        .filter(|c| !c.is_control() || matches!(c, '\n' | '\t'))
+        .collect();
+    let cut = (0..=max.min(clean.len()))
+        .rev()
+        .find(|i| clean.is_char_boundary(*i))
+        .unwrap_or(0);
+    clean[..cut].to_string()
+}
 
 /// A request to `url` on `forge`'s API, with its token as the forge takes
 /// it (GitHub: a bearer token and its API version; GitLab: `PRIVATE-TOKEN`).
@@ -53,7 +67,7 @@ impl Answer {
         }
     }
 
-    /// The forge's own words, at most [`MAX_MESSAGE`] characters: GitHub's
+    /// The forge's own words, [`bounded`] to [`MAX_MESSAGE`] bytes: GitHub's
     /// `message` and `errors[].message`, GitLab's `message` (a string or a
     /// list) or `error`.
     pub fn message(&self) -> String {
@@ -75,7 +89,7 @@ impl Answer {
         if parts.is_empty() {
             return "no details".into();
         }
-        parts.join("; ").chars().take(MAX_MESSAGE).collect()
+        bounded(&parts.join("; "), MAX_MESSAGE)
     }
 }
 
@@ -150,6 +164,10 @@ mod tests {
             "insufficient_scope"
         );
         assert_eq!(answer(Value::Null).message(), "no details");
+        assert_eq!(
+            answer(json!({"message": "a\u{1b}[31mb\0c"})).message(),
+            "a[31mbc"
+        );
         let long = "x".repeat(10_000);
         assert_eq!(
             answer(json!({ "message": long })).message().len(),
